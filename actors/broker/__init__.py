@@ -1,0 +1,1 @@
+"""The broker: replica manager, metadata cache, and the Broker actor that hosts them."""

@@ -1,0 +1,85 @@
+"""The Broker actor: registers in ZooKeeper, hosts its controller candidate, answers the controller.
+
+A thin shell: epoch checks and role changes are ReplicaManager's, the cache is
+MetadataCache's. Requests run on Ray's thread pool, so one lock serialises them.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import ray
+
+from actors.broker.metadata_cache import MetadataCache
+from actors.broker.replica_manager import ReplicaManager
+from actors.config import ClusterConfig
+from actors.controller.actor import ControllerActor
+from actors.controller.channel import controller_actor_name
+from actors.logs import configure_logging
+from actors.protocol import ControllerResponse, LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
+from coordination import zkdata
+from coordination.registration import BrokerRegistration
+from coordination.zkclient import KrayZkClient
+
+
+@ray.remote(num_cpus=0, max_concurrency=8)
+class BrokerActor:
+    def __init__(self, broker_id: int, config: ClusterConfig):
+        configure_logging()
+        self.broker_id = broker_id
+        self.config = config
+        self._lock = threading.Lock()
+        self.replica_manager = ReplicaManager(broker_id)
+        self.metadata_cache = MetadataCache()
+        self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
+        self.zk.ensure_persistent_paths()
+        self.registration = BrokerRegistration(
+            self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.host, config.base_port + broker_id))
+        self.registration.register()
+        self.registration.keep_registered()
+        self.controller = ControllerActor.options(
+            name=controller_actor_name(broker_id), namespace=config.namespace, max_restarts=-1,
+        ).remote(broker_id, config)
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.registration.broker_epoch
+
+    def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
+        with self._lock:
+            return self.replica_manager.become_leader_or_follower(request, self.broker_epoch)
+
+    def update_metadata(self, request: UpdateMetadataRequest) -> ControllerResponse:
+        with self._lock:
+            error = self.replica_manager.check_request(request, self.broker_epoch)
+            if error == 0:
+                self.metadata_cache.update(request)
+            return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
+
+    def stop_replica(self, request: StopReplicaRequest) -> ControllerResponse:
+        with self._lock:
+            return self.replica_manager.stop_replicas(request, self.broker_epoch)
+
+    def metadata(self) -> dict:
+        """The metadata cache as plain data: controller, live brokers, (leader, epoch, isr) per partition."""
+        with self._lock:
+            return {"controller_id": self.metadata_cache.controller_id,
+                    "brokers": sorted(self.metadata_cache.alive_brokers),
+                    "partitions": self.metadata_cache.leader_and_isr()}
+
+    def replicas(self) -> dict:
+        with self._lock:
+            return {tp: r.role(self.broker_id) for tp, r in self.replica_manager.replicas.items()}
+
+    def info(self) -> dict:
+        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),
+                "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id}
+
+    def shutdown(self) -> None:
+        """Close the controller's and our ZooKeeper sessions so ephemerals go at once."""
+        try:
+            ray.get(self.controller.shutdown.remote(), timeout=10)
+        except Exception:
+            pass  # the candidate may be dead or restarting; its session then times out
+        self.registration.stop()
+        self.zk.close()

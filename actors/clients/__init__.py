@@ -1,0 +1,1 @@
+"""Producer and consumer clients (the data plane arrives with issue 4)."""

@@ -1,0 +1,87 @@
+"""Bring a kray cluster's brokers up and down on the current Ray cluster, and observe it.
+
+Used by the main job, the CLI, the tests and the benchmarks alike.
+"""
+from __future__ import annotations
+
+import time
+
+import ray
+
+from actors.broker.actor import BrokerActor
+from actors.config import ClusterConfig
+from actors.controller.channel import broker_actor_name, controller_actor_name
+from coordination.errors import KrayError
+from coordination.zkclient import KrayZkClient
+
+
+class LocalCluster:
+    """N broker actors (each with its controller candidate) named broker-N in config.namespace."""
+
+    def __init__(self, config: ClusterConfig, broker_ids: list[int], detached: bool = False):
+        self.config = config
+        self.broker_ids = list(broker_ids)
+        self.detached = detached
+        self.brokers: dict[int, ray.actor.ActorHandle] = {}
+
+    def start(self, timeout: float = 120.0) -> "LocalCluster":
+        opts = {"namespace": self.config.namespace, "max_restarts": self.config.broker_max_restarts}
+        if self.detached:
+            opts["lifetime"] = "detached"
+        for b in self.broker_ids:
+            self.brokers[b] = BrokerActor.options(name=broker_actor_name(b), **opts).remote(b, self.config)
+        ray.get([h.info.remote() for h in self.brokers.values()], timeout=timeout)
+        return self
+
+    @classmethod
+    def attach(cls, config: ClusterConfig, zk: KrayZkClient) -> "LocalCluster":
+        """The brokers of a running cluster, found through their registrations and actor names."""
+        cluster = cls(config, zk.get_all_broker_ids())
+        for b in cluster.broker_ids:
+            cluster.brokers[b] = ray.get_actor(broker_actor_name(b), namespace=config.namespace)
+        return cluster
+
+    def controller_actor(self, broker_id: int):
+        return ray.get_actor(controller_actor_name(broker_id), namespace=self.config.namespace)
+
+    def wait_for_controller(self, zk: KrayZkClient, min_epoch: int = 1, timeout: float = 60.0) -> tuple[int, int]:
+        """Block until a controller with epoch >= min_epoch has finished failover; (broker id, epoch)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            controller_id = zk.get_controller_id()
+            epoch = zk.get_controller_epoch()
+            if controller_id is not None and epoch and epoch[0] >= min_epoch:
+                try:
+                    status = ray.get(self.controller_actor(controller_id).status.remote(), timeout=5)
+                    if status["active"] and status["epoch"] == epoch[0]:
+                        return controller_id, epoch[0]
+                except Exception:
+                    pass  # restarting or not yet created: keep polling
+            time.sleep(0.05)
+        raise KrayError(f"no controller with epoch >= {min_epoch} within {timeout:.0f}s")
+
+    def wait_for_metadata(self, predicate, timeout: float = 60.0) -> dict[int, dict]:
+        """Poll every broker's metadata cache until predicate(cache) holds for all of them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            caches = dict(zip(self.brokers, ray.get([h.metadata.remote() for h in self.brokers.values()])))
+            if all(predicate(c) for c in caches.values()):
+                return caches
+            if time.monotonic() > deadline:
+                raise KrayError(f"broker metadata caches did not converge within {timeout:.0f}s")
+            time.sleep(0.05)
+
+    def kill_controller(self, broker_id: int) -> None:
+        """SIGKILL the candidate's process; Ray restarts it (its ZooKeeper session lingers until timeout)."""
+        ray.kill(self.controller_actor(broker_id), no_restart=False)
+
+    def stop(self) -> None:
+        """Close every ZooKeeper session cleanly, then end the actors."""
+        refs = [h.shutdown.remote() for h in self.brokers.values()]
+        try:
+            ray.get(refs, timeout=20)
+        except Exception:
+            pass  # a broker that is already gone has nothing to close
+        for h in self.brokers.values():
+            ray.kill(h, no_restart=True)
+        self.brokers.clear()

@@ -1,0 +1,1 @@
+"""The controller: event inbox, context, state machines, elections, channel, Ray shell."""

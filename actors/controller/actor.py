@@ -1,0 +1,52 @@
+"""The controller candidate: a thin Ray shell around KafkaController and its inbox.
+
+Created by its broker (fate-shared with it) and restartable: a killed candidate
+comes back through Ray's actor restart, opens a new ZooKeeper session and
+competes again once the old session's /controller has expired.
+"""
+from __future__ import annotations
+
+import os
+
+import ray
+
+from actors.config import ClusterConfig
+from actors.controller.channel import ControllerChannelManager
+from actors.controller.controller import KafkaController
+from actors.controller.events import ControllerEventManager, ResponseReceived, Startup
+from actors.logs import configure_logging
+from actors.protocol import ControllerResponse
+from coordination.zkclient import KrayZkClient
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)
+class ControllerActor:
+    def __init__(self, broker_id: int, config: ClusterConfig):
+        configure_logging()
+        self.broker_id = broker_id
+        self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
+        me = ray.get_runtime_context().current_actor
+        self.inbox = ControllerEventManager(f"controller-event-thread-{broker_id}", self._process)
+        self.controller = KafkaController(
+            broker_id, self.zk, self.inbox.put,
+            channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
+        )
+        self.inbox.start()
+        self.inbox.put(Startup())
+
+    def _process(self, event) -> None:
+        self.controller.process(event)
+
+    def on_response(self, response: ControllerResponse, controller_epoch: int) -> None:
+        self.inbox.put(ResponseReceived(response=response, controller_epoch=controller_epoch))
+
+    def status(self) -> dict:
+        return self.controller.status() | {"inbox_depth": self.inbox.depth(), "pid": os.getpid(),
+                                           "session_id": self.zk.session_id}
+
+    def shutdown(self) -> None:
+        """Close the ZooKeeper session so /controller goes at once (a clean broker shutdown)."""
+        self.inbox.close()
+        if self.controller.channel is not None:
+            self.controller.channel.shutdown()
+        self.zk.close()

@@ -1,0 +1,183 @@
+"""Controller-to-broker channel: the per-event request batch and one RequestSender actor per broker.
+
+`ControllerBrokerRequestBatch` is pure: during one event the controller adds
+partitions per broker; `build` turns them into one LeaderAndIsr and one
+UpdateMetadata request per broker. `RequestSender` is Kafka's RequestSendThread
+as a Ray actor: a FIFO queue for one broker, one request in flight, retried
+with backoff until it is answered, the response handed back to the controller's
+inbox.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+
+import ray
+
+from actors.config import ClusterConfig
+from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
+from actors.protocol import (
+    ControllerRequestT,
+    ControllerResponse,
+    LeaderAndIsrRequest,
+    PartitionState,
+    UpdateMetadataRequest,
+)
+from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
+
+BROKER_METHOD = {"LeaderAndIsr": "leader_and_isr", "UpdateMetadata": "update_metadata",
+                 "StopReplica": "stop_replica"}
+
+
+def broker_actor_name(broker_id: int) -> str:
+    return f"broker-{broker_id}"
+
+
+def controller_actor_name(broker_id: int) -> str:
+    return f"controller-{broker_id}"
+
+
+def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: LeaderIsrAndControllerEpoch,
+                    is_new: bool = False) -> PartitionState:
+    lai = leadership.leader_and_isr
+    replicas = ctx.partition_replicas(tp)
+    return PartitionState(
+        topic=tp.topic, partition=tp.partition, controller_epoch=leadership.controller_epoch,
+        leader=lai.leader, leader_epoch=lai.leader_epoch, isr=list(lai.isr), zk_version=lai.zk_version,
+        replicas=list(replicas), offline_replicas=[r for r in replicas if not ctx.is_replica_online(r)],
+        is_new=is_new,
+    )
+
+
+class ControllerBrokerRequestBatch:
+    """Requests collected during one event, sent once per broker at its end."""
+
+    def __init__(self, controller_id: int):
+        self.controller_id = controller_id
+        self._leader_and_isr: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> is_new
+        self._update_metadata_brokers: set[int] = set()
+        self._update_metadata_partitions: set[TopicPartition] = set()
+
+    def is_empty(self) -> bool:
+        return not (self._leader_and_isr or self._update_metadata_brokers)
+
+    def add_leader_and_isr(self, ctx: ControllerContext, broker_ids, tp: TopicPartition,
+                           is_new: bool = False) -> None:
+        """LeaderAndIsr for tp to the given brokers, and UpdateMetadata for tp to every live broker."""
+        for b in broker_ids:
+            if b >= 0:
+                self._leader_and_isr[b][tp] = self._leader_and_isr[b].get(tp, False) or is_new
+        self.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [tp])
+
+    def add_update_metadata(self, broker_ids, partitions) -> None:
+        self._update_metadata_brokers.update(broker_ids)
+        self._update_metadata_partitions.update(partitions)
+
+    def build(self, ctx: ControllerContext) -> dict[int, list[ControllerRequestT]]:
+        """Per live broker: its LeaderAndIsr first, then UpdateMetadata (Kafka's order). Clears the batch."""
+        live_brokers = [ctx.live_brokers[b] for b in sorted(ctx.live_brokers)]
+        out: dict[int, list[ControllerRequestT]] = defaultdict(list)
+        for broker_id, partitions in sorted(self._leader_and_isr.items()):
+            if broker_id not in ctx.live_brokers:
+                continue
+            states = [partition_state(ctx, tp, ctx.partition_leadership[tp], is_new)
+                      for tp, is_new in partitions.items() if tp in ctx.partition_leadership]
+            leaders = {s.leader for s in states}
+            out[broker_id].append(LeaderAndIsrRequest(
+                controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
+                live_leaders=[b for b in live_brokers if b.id in leaders],
+            ))
+        if self._update_metadata_brokers:
+            states = [partition_state(ctx, tp, ctx.partition_leadership[tp])
+                      for tp in sorted(self._update_metadata_partitions) if tp in ctx.partition_leadership]
+            for broker_id in sorted(self._update_metadata_brokers):
+                if broker_id in ctx.live_brokers:
+                    out[broker_id].append(UpdateMetadataRequest(
+                        controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                        broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
+                        live_brokers=live_brokers,
+                    ))
+        self._leader_and_isr.clear()
+        self._update_metadata_brokers.clear()
+        self._update_metadata_partitions.clear()
+        return dict(out)
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class RequestSender:
+    """Kafka's RequestSendThread for one target broker, as an actor owned by the active controller."""
+
+    def __init__(self, controller_id: int, broker_id: int, config: ClusterConfig, controller):
+        self.controller_id = controller_id
+        self.broker_id = broker_id
+        self.config = config
+        self.controller = controller
+        self._queue: queue.Queue[tuple[ControllerRequestT, float]] = queue.Queue()
+        threading.Thread(target=self._run, name=f"Controller-{controller_id}-to-broker-{broker_id}-send-thread",
+                         daemon=True).start()
+
+    def enqueue(self, requests: list[ControllerRequestT]) -> int:
+        for request in requests:
+            self._queue.put((request, time.time() * 1000))
+        return self._queue.qsize()
+
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    def _send(self, request: ControllerRequestT) -> ControllerResponse:
+        backoff = self.config.request_retry_backoff_ms / 1000
+        while True:
+            try:
+                broker = ray.get_actor(broker_actor_name(self.broker_id), namespace=self.config.namespace)
+                ref = getattr(broker, BROKER_METHOD[request.api]).remote(request)
+                return ray.get(ref, timeout=self.config.controller_socket_timeout_ms / 1000)
+            except Exception as e:  # actor gone, restarting, or timed out: Kafka retries until removed
+                log.warning("[Controller id=%d, targetBrokerId=%d] Controller's connection to broker was "
+                            "unsuccessful (%s); retrying %s", self.controller_id, self.broker_id,
+                            type(e).__name__, request.api)
+                time.sleep(backoff)
+
+    def _run(self) -> None:
+        while True:
+            request, _enqueued = self._queue.get()
+            response = self._send(request)
+            self.controller.on_response.remote(response, request.controller_epoch)
+
+
+class ControllerChannelManager:
+    """The active controller's RequestSenders, one per live broker (Kafka's ControllerChannelManager)."""
+
+    def __init__(self, controller_id: int, config: ClusterConfig, controller_handle):
+        self.controller_id = controller_id
+        self.config = config
+        self.controller_handle = controller_handle
+        self.senders: dict[int, ray.actor.ActorHandle] = {}
+
+    def add_broker(self, broker_id: int) -> None:
+        if broker_id not in self.senders:
+            self.senders[broker_id] = RequestSender.remote(self.controller_id, broker_id, self.config,
+                                                           self.controller_handle)
+
+    def remove_broker(self, broker_id: int) -> None:
+        sender = self.senders.pop(broker_id, None)
+        if sender is not None:
+            ray.kill(sender)
+
+    def send(self, requests: dict[int, list[ControllerRequestT]]) -> None:
+        for broker_id, reqs in requests.items():
+            if broker_id in self.senders and reqs:
+                self.senders[broker_id].enqueue.remote(reqs)
+
+    def queue_depths(self) -> dict[int, int]:
+        return dict(zip(self.senders, ray.get([s.queue_depth.remote() for s in self.senders.values()])))
+
+    def shutdown(self) -> None:
+        for broker_id in list(self.senders):
+            self.remove_broker(broker_id)
+

@@ -1,0 +1,104 @@
+"""Controller events and the single-threaded inbox that processes them one at a time.
+
+ZooKeeper watches, kazoo state changes, RequestSender responses and actor calls
+only `put` events here; one thread takes them in FIFO order and is the only
+code that touches ControllerContext (Kafka's ControllerEventManager).
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from actors.protocol import ControllerResponse
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass(frozen=True)
+class ControllerEvent:
+    enqueued_ms: float = field(default_factory=now_ms, compare=False)
+
+
+@dataclass(frozen=True)
+class Startup(ControllerEvent):
+    pass
+
+
+@dataclass(frozen=True)
+class ControllerChange(ControllerEvent):
+    """/controller was created, changed or deleted."""
+
+
+@dataclass(frozen=True)
+class Reelect(ControllerEvent):
+    """A new session is connected after the old one expired."""
+
+
+@dataclass(frozen=True)
+class Expire(ControllerEvent):
+    """Our ZooKeeper session expired: our /controller znode is gone."""
+
+
+@dataclass(frozen=True)
+class BrokerChange(ControllerEvent):
+    pass
+
+
+@dataclass(frozen=True)
+class TopicChange(ControllerEvent):
+    pass
+
+
+@dataclass(frozen=True)
+class ResponseReceived(ControllerEvent):
+    response: ControllerResponse | None = None
+    controller_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class ShutdownEventThread(ControllerEvent):
+    pass
+
+
+class ControllerEventManager:
+    """One queue, one thread. `process` is called with each event in arrival order."""
+
+    def __init__(self, name: str, process: Callable[[ControllerEvent], None]):
+        self._queue: queue.Queue[ControllerEvent] = queue.Queue()
+        self._process = process
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.last_queue_time_ms = 0.0
+        self.processed = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, event: ControllerEvent) -> None:
+        self._queue.put(event)
+
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        self._queue.put(ShutdownEventThread())
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            event = self._queue.get()
+            if isinstance(event, ShutdownEventThread):
+                return
+            self.last_queue_time_ms = now_ms() - event.enqueued_ms
+            try:
+                self._process(event)
+            except Exception:
+                log.exception("Uncaught error processing controller event %s", type(event).__name__)
+            self.processed += 1

@@ -1,0 +1,88 @@
+"""Controller-to-broker requests and responses (LeaderAndIsr, UpdateMetadata, StopReplica).
+
+Field names follow Kafka's request schemas (LeaderAndIsrRequest.json,
+UpdateMetadataRequest.json, StopReplicaRequest.json) in snake case. Every
+request carries controller_epoch (brokers reject stale ones) and the target's
+broker_epoch (a restarted broker rejects requests meant for its predecessor).
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coordination.errors import Errors
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PartitionState(Message):
+    """One partition's leadership as the controller sees it (LeaderAndIsrPartitionState)."""
+
+    topic: str
+    partition: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    zk_version: int
+    replicas: list[int]
+    adding_replicas: list[int] = Field(default_factory=list)
+    removing_replicas: list[int] = Field(default_factory=list)
+    offline_replicas: list[int] = Field(default_factory=list)
+    is_new: bool = False
+
+
+class LiveBroker(Message):
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class ControllerRequest(Message):
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+
+
+class LeaderAndIsrRequest(ControllerRequest):
+    api: str = "LeaderAndIsr"
+    partition_states: list[PartitionState]
+    live_leaders: list[LiveBroker]
+
+
+class UpdateMetadataRequest(ControllerRequest):
+    api: str = "UpdateMetadata"
+    partition_states: list[PartitionState]
+    live_brokers: list[LiveBroker]
+
+
+class StopReplicaPartition(Message):
+    topic: str
+    partition: int
+    leader_epoch: int = -1
+    delete_partition: bool = False
+
+
+class StopReplicaRequest(ControllerRequest):
+    api: str = "StopReplica"
+    partitions: list[StopReplicaPartition]
+
+
+class PartitionError(Message):
+    topic: str
+    partition: int
+    error_code: Errors
+
+
+class ControllerResponse(Message):
+    """The response to any controller request: a top-level error and per-partition errors."""
+
+    api: str
+    broker_id: int
+    error_code: Errors = Errors.NONE
+    partition_errors: list[PartitionError] = Field(default_factory=list)
+
+
+ControllerRequestT = LeaderAndIsrRequest | UpdateMetadataRequest | StopReplicaRequest

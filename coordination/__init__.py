@@ -1,0 +1,1 @@
+"""ZooKeeper side of kray: server launcher, Kafka-exact znodes, typed client, election, admin."""

@@ -1,0 +1,84 @@
+"""Kafka's error codes and the exceptions kray raises for them.
+
+Codes are Kafka's wire values (org.apache.kafka.common.protocol.Errors) so that
+responses, logs and CLI output read the same as in a Kafka cluster.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Errors(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    STALE_CONTROLLER_EPOCH = 11
+    INVALID_TOPIC_EXCEPTION = 17
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    FENCED_LEADER_EPOCH = 74
+    STALE_BROKER_EPOCH = 77
+
+
+class KrayError(Exception):
+    """An error a user or a peer can cause; carries Kafka's error code."""
+
+    error = Errors.UNKNOWN_SERVER_ERROR
+
+    def __str__(self) -> str:  # "InvalidTopicException: ..." reads like Kafka's CLI
+        return f"{type(self).__name__}: {self.args[0] if self.args else self.error.name}"
+
+
+class InvalidTopicException(KrayError):
+    error = Errors.INVALID_TOPIC_EXCEPTION
+
+
+class InvalidPartitionsException(KrayError):
+    error = Errors.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorException(KrayError):
+    error = Errors.INVALID_REPLICATION_FACTOR
+
+
+class TopicExistsException(KrayError):
+    error = Errors.TOPIC_ALREADY_EXISTS
+
+
+class UnknownTopicOrPartitionException(KrayError):
+    error = Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class ControllerMovedException(KrayError):
+    """A fenced write failed: another controller holds a newer epoch."""
+
+    error = Errors.NOT_CONTROLLER
+
+
+class MalformedZNodeError(KrayError):
+    """A znode's data is not the JSON Kafka writes there; callers report and skip it."""
+
+    error = Errors.CORRUPT_MESSAGE
+
+    def __init__(self, path: str, data: bytes | None, reason: str):
+        preview = (data or b"")[:120].decode("utf-8", "replace")
+        super().__init__(f"malformed data at {path}: {reason} (data: {preview!r})")
+        self.path = path
+
+
+class ZooKeeperServerError(KrayError):
+    """The local ZooKeeper server could not be started or reached."""

@@ -1,0 +1,82 @@
+"""Broker registration: ephemeral /brokers/ids/N with Kafka's v5 JSON.
+
+The znode's czxid is the broker epoch the controller puts in its requests.
+Failure cases:
+- a previous incarnation's session still owns /brokers/ids/N (a killed actor's
+  session lives until its timeout): wait for the znode to go, then register.
+- our session expires: the znode is gone; re-register as soon as a new session
+  is connected. The state listener only sets a flag; a worker thread registers.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from kazoo.client import KazooState
+from kazoo.exceptions import NodeExistsError
+
+from coordination import zkdata
+from coordination.errors import KrayError
+from coordination.zkclient import KrayZkClient
+
+log = logging.getLogger(__name__)
+
+
+class BrokerRegistration:
+    def __init__(self, zk: KrayZkClient, broker_id: int, info: Callable[[], zkdata.BrokerIdZNode],
+                 on_registered: Callable[[int], None] = lambda epoch: None):
+        self.zk = zk
+        self.broker_id = broker_id
+        self._info = info
+        self._on_registered = on_registered
+        self._session_lost = threading.Event()
+        self._stopped = threading.Event()
+        self.broker_epoch = -1
+
+    def register(self, timeout: float | None = None) -> int:
+        """Register, waiting out a stale registration of an earlier session; returns the broker epoch."""
+        timeout = timeout if timeout is not None else 2 * self.zk.session_timeout_ms / 1000 + 5
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.broker_epoch = self.zk.register_broker(self.broker_id, self._info())
+                break
+            except NodeExistsError:
+                if time.monotonic() > deadline:
+                    raise KrayError(
+                        f"/brokers/ids/{self.broker_id} is still held by another session after {timeout:.0f}s"
+                    ) from None
+                time.sleep(0.2)
+        log.info("Registered broker %d at path %s with broker epoch %d",
+                 self.broker_id, zkdata.broker_path(self.broker_id), self.broker_epoch)
+        self._on_registered(self.broker_epoch)
+        return self.broker_epoch
+
+    def keep_registered(self) -> None:
+        """Re-register after every session expiry, from a worker thread."""
+        self.zk.add_state_listener(self._listener)
+        threading.Thread(target=self._reregister_loop, name=f"broker-{self.broker_id}-registration",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._session_lost.set()
+
+    def _listener(self, state: KazooState) -> None:
+        if state == KazooState.LOST:
+            self._session_lost.set()
+
+    def _reregister_loop(self) -> None:
+        while not self._stopped.is_set():
+            self._session_lost.wait()
+            if self._stopped.is_set():
+                return
+            self._session_lost.clear()
+            while not self._stopped.is_set() and not self.zk.kazoo.connected:
+                time.sleep(0.05)
+            try:
+                self.register()
+            except Exception:
+                log.exception("Re-registration of broker %d failed", self.broker_id)

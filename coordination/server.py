@@ -1,0 +1,235 @@
+"""Launch real ZooKeeper servers on loopback: one standalone, or a 3-server ensemble.
+
+Uses Debian's `zookeeper` package (the jar under /usr/share/java), started in the
+foreground as a child process so that stopping it is a plain terminate and no
+daemon or pid file is left behind. `KRAY_ZK_CONNECT` points everything at an
+existing ensemble instead (see `connect_string`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from coordination.errors import ZooKeeperServerError
+
+log = logging.getLogger(__name__)
+
+ZK_CONNECT_ENV = "KRAY_ZK_CONNECT"
+ZOOKEEPER_JAR = Path(os.environ.get("KRAY_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+class ZooKeeperSettings(BaseModel):
+    """The zoo.cfg knobs kray cares about; session limits bound what clients may ask for."""
+
+    tick_time_ms: int = Field(500, ge=50)
+    min_session_timeout_ms: int | None = None  # ZooKeeper's default: 2 ticks
+    max_session_timeout_ms: int = Field(60_000, ge=1)
+    init_limit: int = 10
+    sync_limit: int = 5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter command ('ruok', 'srvr', 'mntr') and return the reply."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word.encode())
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def server_mode(port: int) -> str | None:
+    """'standalone', 'leader' or 'follower', or None when the server does not answer."""
+    try:
+        reply = four_letter_word("127.0.0.1", port, "srvr")
+    except OSError:
+        return None
+    for line in reply.splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+class _ServerProcess:
+    """One QuorumPeerMain JVM with its own config, data dir and log file."""
+
+    def __init__(self, directory: Path, client_port: int, config: str, myid: int | None):
+        self.directory = directory
+        self.client_port = client_port
+        self.data_dir = directory / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if myid is not None:
+            (self.data_dir / "myid").write_text(f"{myid}\n")
+        self.config_file = directory / "zoo.cfg"
+        self.config_file.write_text(config.replace("@DATA_DIR@", str(self.data_dir)))
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if not ZOOKEEPER_JAR.exists():
+            raise ZooKeeperServerError(
+                f"{ZOOKEEPER_JAR} not found: install Debian's 'zookeeper' package (make setup does)"
+            )
+        if shutil.which("java") is None:
+            raise ZooKeeperServerError("java not found: install OpenJDK 17 (make setup checks)")
+        with open(self.directory / "zookeeper.out", "ab") as out:
+            self.process = subprocess.Popen(
+                ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
+                 "-cp", str(ZOOKEEPER_JAR), ZOOKEEPER_MAIN, str(self.config_file)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no clean shutdown of the quorum peer."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class _Launcher:
+    """Shared lifecycle: readiness check, clean stop, temporary directory removal."""
+
+    servers: list[_ServerProcess]
+
+    def __init__(self, base_dir: str | os.PathLike | None):
+        self._own_dir = base_dir is None
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kray-zk-"))
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(f"127.0.0.1:{s.client_port}" for s in self.servers)
+
+    def start(self, timeout: float = 30.0) -> "_Launcher":
+        for server in self.servers:
+            server.start()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [s for s in self.servers if s.process and s.process.poll() is not None]
+            if dead:
+                raise ZooKeeperServerError(
+                    f"ZooKeeper exited with {dead[0].process.returncode}; see {dead[0].directory}/zookeeper.out"
+                )
+            if all(server_mode(s.client_port) for s in self.servers if s.running):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise ZooKeeperServerError(f"ZooKeeper at {self.connect_string} not ready after {timeout:.0f}s")
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        if self._own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _common_config(settings: ZooKeeperSettings, client_port: int) -> str:
+    lines = [
+        f"tickTime={settings.tick_time_ms}",
+        "dataDir=@DATA_DIR@",
+        f"clientPort={client_port}",
+        "clientPortAddress=127.0.0.1",
+        f"maxSessionTimeout={settings.max_session_timeout_ms}",
+        "admin.enableServer=false",
+        "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+        "maxClientCnxns=0",
+        "autopurge.purgeInterval=1",
+    ]
+    if settings.min_session_timeout_ms is not None:
+        lines.append(f"minSessionTimeout={settings.min_session_timeout_ms}")
+    return "\n".join(lines) + "\n"
+
+
+class ZooKeeperServer(_Launcher):
+    """A standalone server on a free loopback port.
+
+    >>> with ZooKeeperServer() as zk:
+    ...     client = KazooClient(zk.connect_string)
+    """
+
+    def __init__(self, settings: ZooKeeperSettings | None = None, port: int | None = None,
+                 base_dir: str | os.PathLike | None = None):
+        super().__init__(base_dir)
+        self.settings = settings or ZooKeeperSettings()
+        port = port or free_port()
+        self.servers = [_ServerProcess(self.base_dir, port, _common_config(self.settings, port), None)]
+
+
+class ZooKeeperEnsemble(_Launcher):
+    """A quorum of `size` servers on loopback; servers can be killed and restarted one by one."""
+
+    def __init__(self, size: int = 3, settings: ZooKeeperSettings | None = None,
+                 base_dir: str | os.PathLike | None = None):
+        super().__init__(base_dir)
+        self.settings = settings or ZooKeeperSettings()
+        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
+        peers = "".join(
+            f"server.{i + 1}=127.0.0.1:{quorum}:{election}\n" for i, (_, quorum, election) in enumerate(ports)
+        )
+        extra = f"initLimit={self.settings.init_limit}\nsyncLimit={self.settings.sync_limit}\n"
+        self.servers = [
+            _ServerProcess(self.base_dir / f"server{i + 1}", client,
+                           _common_config(self.settings, client) + extra + peers, i + 1)
+            for i, (client, _, _) in enumerate(ports)
+        ]
+
+    def leader_index(self) -> int | None:
+        for i, s in enumerate(self.servers):
+            if s.running and server_mode(s.client_port) == "leader":
+                return i
+        return None
+
+    def kill_server(self, index: int) -> None:
+        self.servers[index].kill()
+
+    def restart_server(self, index: int, timeout: float = 30.0) -> None:
+        self.servers[index].start()
+        deadline = time.monotonic() + timeout
+        while server_mode(self.servers[index].client_port) is None:
+            if time.monotonic() > deadline:
+                raise ZooKeeperServerError(f"server {index + 1} did not rejoin within {timeout:.0f}s")
+            time.sleep(0.1)
+
+
+def connect_string(default: str | None = None) -> str | None:
+    """The ensemble to use: `KRAY_ZK_CONNECT` when set, else `default`."""
+    return os.environ.get(ZK_CONNECT_ENV) or default

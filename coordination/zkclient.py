@@ -1,0 +1,309 @@
+"""The typed ZooKeeper client that brokers and controllers share.
+
+- Reads of many znodes are pipelined (kazoo's async API), not issued one by one.
+- Controller writes go through `fenced_multi`: ZooKeeper `multi` batches, each
+  starting with a check of `/controller_epoch`'s zkVersion, so that a deposed
+  controller's batch fails whole (Kafka's ControllerMovedException).
+- Malformed znodes are logged and skipped by the bulk readers.
+
+Create the client inside the process that uses it: kazoo clients do not pickle.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
+
+from coordination import zkdata
+from coordination.errors import ControllerMovedException, KrayError, MalformedZNodeError
+from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
+
+MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
+
+
+@dataclass(frozen=True)
+class CreateOp:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class SetDataOp:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class DeleteOp:
+    path: str
+    version: int = -1
+
+
+ZkOp = CreateOp | SetDataOp | DeleteOp
+
+
+@dataclass(frozen=True)
+class OpResult:
+    op: ZkOp
+    error: Exception | None = None
+    stat: ZnodeStat | None = None  # for SetDataOp
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class PartitionStateRecord:
+    """LeaderIsrAndControllerEpoch as read from ZooKeeper, with the znode's version."""
+
+    state: zkdata.PartitionStateZNode
+    zk_version: int
+
+
+class KrayZkClient:
+    """A kazoo session plus Kafka's typed reads and fenced writes."""
+
+    def __init__(self, connect: str, session_timeout_ms: int = 18_000, read_only: bool = False):
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.kazoo = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=5, max_delay=1.0),
+            read_only=read_only,
+        )
+
+    # -- session -------------------------------------------------------------
+
+    def start(self, timeout: float = 15.0) -> "KrayZkClient":
+        try:
+            self.kazoo.start(timeout=timeout)
+        except Exception as e:  # kazoo raises its own timeout type
+            self.kazoo.close()
+            raise KrayError(f"cannot connect to ZooKeeper at {self.connect}: {e}") from None
+        return self
+
+    def close(self) -> None:
+        try:
+            self.kazoo.stop()
+        finally:
+            self.kazoo.close()
+
+    @property
+    def session_id(self) -> int:
+        return self.kazoo.client_id[0] if self.kazoo.client_id else 0
+
+    def add_state_listener(self, listener: Callable[[KazooState], None]) -> None:
+        self.kazoo.add_listener(listener)
+
+    def ensure_persistent_paths(self) -> None:
+        for path in zkdata.PERSISTENT_PATHS:
+            self.kazoo.ensure_path(path)
+
+    # -- plain reads ---------------------------------------------------------
+
+    def get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return self.kazoo.get(path)
+        except NoNodeError:
+            return None
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return self.kazoo.get_children(path)
+        except NoNodeError:
+            return []
+
+    def _get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
+        """Pipelined reads: issue every get, then collect; missing znodes map to None."""
+        pending = [(p, self.kazoo.get_async(p)) for p in paths]
+        out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
+        for path, result in pending:
+            try:
+                out[path] = result.get()
+            except NoNodeError:
+                out[path] = None
+        return out
+
+    # -- controller ----------------------------------------------------------
+
+    def get_controller_id(self) -> int | None:
+        got = self.get(zkdata.CONTROLLER)
+        if got is None:
+            return None
+        return zkdata.decode(zkdata.ControllerZNode, zkdata.CONTROLLER, got[0]).brokerid
+
+    def get_controller_epoch(self) -> tuple[int, int] | None:
+        """(epoch, zkVersion of /controller_epoch), or None before the first election."""
+        got = self.get(zkdata.CONTROLLER_EPOCH)
+        if got is None:
+            return None
+        return zkdata.decode_controller_epoch(zkdata.CONTROLLER_EPOCH, got[0]), got[1].version
+
+    def register_controller_and_increment_epoch(self, broker_id: int) -> tuple[int, int]:
+        """Create ephemeral /controller and bump /controller_epoch in one multi.
+
+        Returns (new epoch, its zkVersion). Raises ControllerMovedException when
+        another broker won or the epoch moved under us (Kafka's
+        KafkaZkClient.registerControllerAndIncrementControllerEpoch).
+        """
+        current = self.get_controller_epoch()
+        if current is None:
+            try:
+                self.kazoo.create(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(0))
+            except NodeExistsError:
+                pass
+            current = self.get_controller_epoch()
+        epoch, version = current
+        txn = self.kazoo.transaction()
+        txn.create(zkdata.CONTROLLER, zkdata.ControllerZNode(brokerid=broker_id).encode(), ephemeral=True)
+        txn.set_data(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(epoch + 1), version=version)
+        results = txn.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return epoch + 1, results[1].version
+        # A retried multi may have succeeded already: is the controller us, at that epoch?
+        owner = self.get(zkdata.CONTROLLER)
+        now = self.get_controller_epoch()
+        if owner and owner[1].ephemeralOwner == self.session_id and now and now[0] == epoch + 1:
+            return now
+        raise ControllerMovedException(f"broker {broker_id} lost the controller election at epoch {epoch + 1}")
+
+    # -- fenced writes -------------------------------------------------------
+
+    def fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int) -> list[OpResult]:
+        """Apply ops in multis of MULTI_BATCH, each fenced by the controller epoch's zkVersion.
+
+        An op that fails on its own (node exists, bad version) is dropped and the
+        rest of its batch retried, so one stale partition does not block others;
+        its OpResult carries the error. A failed fence raises ControllerMovedException.
+        """
+        results: list[OpResult] = []
+        for start in range(0, len(ops), MULTI_BATCH):
+            batch = list(ops[start:start + MULTI_BATCH])
+            while batch:
+                txn = self.kazoo.transaction()
+                txn.check(zkdata.CONTROLLER_EPOCH, epoch_zk_version)
+                for op in batch:
+                    if isinstance(op, CreateOp):
+                        txn.create(op.path, op.data, ephemeral=op.ephemeral)
+                    elif isinstance(op, SetDataOp):
+                        txn.set_data(op.path, op.data, version=op.version)
+                    else:
+                        txn.delete(op.path, version=op.version)
+                outcome = txn.commit()
+                failed = next((i for i, r in enumerate(outcome) if isinstance(r, Exception)
+                               and type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency")), None)
+                if failed is None:
+                    results.extend(OpResult(op, stat=r if isinstance(r, ZnodeStat) else None)
+                                   for op, r in zip(batch, outcome[1:]))
+                    break
+                if failed == 0:
+                    raise ControllerMovedException(
+                        f"controller epoch zkVersion {epoch_zk_version} is stale; another controller was elected"
+                    )
+                results.append(OpResult(batch[failed - 1], error=outcome[failed]))
+                del batch[failed - 1]
+        return results
+
+    # -- brokers -------------------------------------------------------------
+
+    def register_broker(self, broker_id: int, info: zkdata.BrokerIdZNode) -> int:
+        """Create ephemeral /brokers/ids/N; returns the broker epoch (the znode's czxid).
+
+        Raises NodeExistsError when another session still owns the id.
+        """
+        path = zkdata.broker_path(broker_id)
+        try:
+            self.kazoo.create(path, info.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            got = self.get(path)
+            if got is None or got[1].ephemeralOwner != self.session_id:
+                raise
+        return self.kazoo.exists(path).czxid
+
+    def get_all_broker_ids(self) -> list[int]:
+        return sorted(int(c) for c in self.children(zkdata.BROKER_IDS) if c.isdigit())
+
+    def get_brokers(self, broker_ids: Iterable[int]) -> dict[int, tuple[zkdata.BrokerIdZNode, int]]:
+        """Registrations with broker epochs (czxid); malformed ones are logged and skipped."""
+        out = {}
+        raw = self._get_many(zkdata.broker_path(b) for b in broker_ids)
+        for path, got in raw.items():
+            if got is None:
+                continue
+            try:
+                out[int(path.rsplit("/", 1)[1])] = (zkdata.decode(zkdata.BrokerIdZNode, path, got[0]), got[1].czxid)
+            except MalformedZNodeError as e:
+                log.error("Skipping broker registration: %s", e)
+        return out
+
+    # -- topics and partitions -----------------------------------------------
+
+    def get_all_topics(self) -> set[str]:
+        return set(self.children(zkdata.TOPICS))
+
+    def get_topic_znodes(self, topics: Iterable[str]) -> dict[str, zkdata.TopicZNode]:
+        out = {}
+        raw = self._get_many(zkdata.topic_path(t) for t in topics)
+        for path, got in raw.items():
+            if got is None:
+                continue
+            try:
+                out[path.rsplit("/", 1)[1]] = zkdata.decode(zkdata.TopicZNode, path, got[0])
+            except MalformedZNodeError as e:
+                log.error("Skipping topic: %s", e)
+        return out
+
+    def get_partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionStateRecord]:
+        partitions = list(partitions)
+        raw = self._get_many(zkdata.partition_state_path(tp) for tp in partitions)
+        out = {}
+        for tp in partitions:
+            path = zkdata.partition_state_path(tp)
+            got = raw[path]
+            if got is None:
+                continue
+            try:
+                out[tp] = PartitionStateRecord(zkdata.decode(zkdata.PartitionStateZNode, path, got[0]), got[1].version)
+            except MalformedZNodeError as e:
+                log.error("Skipping partition state: %s", e)
+        return out
+
+    def create_partition_states(self, states: dict[TopicPartition, zkdata.PartitionStateZNode],
+                                epoch_zk_version: int) -> dict[TopicPartition, Exception | None]:
+        """Create the partitions, partition and state znodes of new partitions, fenced.
+
+        Returns, per partition, None on success or the error (NodeExistsError when
+        the state already exists).
+        """
+        topics = {tp.topic for tp in states}
+        parents = [zkdata.topic_partitions_path(t) for t in sorted(topics)]
+        parents += [zkdata.topic_partition_path(tp) for tp in sorted(states)]
+        existing = {p for p, r in zip(parents, [self.kazoo.exists_async(p) for p in parents]) if r.get()}
+        self.fenced_multi([CreateOp(p) for p in parents if p not in existing], epoch_zk_version)
+        ops = {zkdata.partition_state_path(tp): tp for tp in states}
+        results = self.fenced_multi(
+            [CreateOp(path, states[tp].encode()) for path, tp in ops.items()], epoch_zk_version
+        )
+        return {ops[r.op.path]: r.error for r in results}
+
+    def update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode, int]],
+                                epoch_zk_version: int) -> dict[TopicPartition, int | Exception]:
+        """Conditional (zkVersion) updates of partition states, fenced; new zkVersion or error per partition."""
+        ops = {zkdata.partition_state_path(tp): tp for tp in updates}
+        results = self.fenced_multi(
+            [SetDataOp(path, updates[tp][0].encode(), updates[tp][1]) for path, tp in ops.items()],
+            epoch_zk_version,
+        )
+        return {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in results}

@@ -1,0 +1,227 @@
+"""Kafka's ZooKeeper layout: every path, and one pydantic model per znode's JSON.
+
+Formats are Kafka 2.8's `kafka.zk.ZkData` so Kafka's own ZooKeeper tooling can
+read a kray cluster:
+https://github.com/apache/kafka/blob/2.8/core/src/main/scala/kafka/zk/ZkData.scala
+
+`decode` turns bytes into a model or raises MalformedZNodeError; callers report
+and skip the znode rather than crash.
+"""
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from typing import NamedTuple, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from coordination.errors import MalformedZNodeError
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+# -- paths -------------------------------------------------------------------
+
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+BROKER_SEQUENCE_ID = "/brokers/seqid"
+CONFIG = "/config"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+ADMIN = "/admin"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+
+# Kafka's KafkaZkClient creates these at start-up (ZkData.PersistentZkPaths).
+PERSISTENT_PATHS = (
+    "/consumers",
+    BROKER_IDS,
+    TOPICS,
+    CONFIG_CHANGES,
+    DELETE_TOPICS,
+    BROKER_SEQUENCE_ID,
+    ISR_CHANGE_NOTIFICATION,
+    "/latest_producer_id_block",
+    "/log_dir_event_notification",
+    CONFIG_TOPICS,
+    "/config/clients",
+    "/config/users",
+    "/config/brokers",
+    "/config/ips",
+)
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def topic_partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def topic_partition_path(tp: TopicPartition) -> str:
+    return f"{TOPICS}/{tp.topic}/partitions/{tp.partition}"
+
+
+def partition_state_path(tp: TopicPartition) -> str:
+    return f"{topic_partition_path(tp)}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+# -- models ------------------------------------------------------------------
+
+
+class ZNodeModel(BaseModel):
+    """Strict on types (Kafka's JSON is typed), lenient on unknown keys (newer Kafka)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    def encode(self) -> bytes:
+        return self.model_dump_json(exclude_none=True).encode()
+
+
+class ControllerZNode(ZNodeModel):
+    version: int = 1
+    brokerid: int
+    timestamp: str = Field(default_factory=lambda: str(int(time.time() * 1000)))
+
+
+class BrokerIdZNode(ZNodeModel):
+    """Version 5 registration (Kafka >= 2.7): endpoints, protocol map and features."""
+
+    version: int = 5
+    host: str
+    port: int
+    endpoints: list[str]
+    jmx_port: int = -1
+    timestamp: str = Field(default_factory=lambda: str(int(time.time() * 1000)))
+    rack: str | None = None
+    listener_security_protocol_map: dict[str, str] = Field(
+        default_factory=lambda: {"PLAINTEXT": "PLAINTEXT"}
+    )
+    features: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    @classmethod
+    def plaintext(cls, host: str, port: int, rack: str | None = None) -> BrokerIdZNode:
+        return cls(host=host, port=port, endpoints=[f"PLAINTEXT://{host}:{port}"], rack=rack)
+
+
+class TopicZNode(ZNodeModel):
+    """`/brokers/topics/T`: the replica assignment (AR) per partition id (as a string)."""
+
+    version: int = 2
+    partitions: dict[str, list[int]]
+    adding_replicas: dict[str, list[int]] = Field(default_factory=dict)
+    removing_replicas: dict[str, list[int]] = Field(default_factory=dict)
+    topic_id: str | None = None
+
+    @field_validator("partitions")
+    @classmethod
+    def _partition_ids_are_ints(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        for key in value:
+            if not key.isdigit():
+                raise ValueError(f"partition id {key!r} is not a non-negative integer")
+        return value
+
+    @classmethod
+    def from_assignment(cls, assignment: dict[int, list[int]], topic_id: str | None) -> TopicZNode:
+        return cls(partitions={str(p): list(r) for p, r in sorted(assignment.items())}, topic_id=topic_id)
+
+    def assignment(self) -> dict[int, list[int]]:
+        return {int(p): list(r) for p, r in self.partitions.items()}
+
+
+class PartitionStateZNode(ZNodeModel):
+    """`/brokers/topics/T/partitions/P/state`: LeaderAndIsr plus the controller epoch that wrote it."""
+
+    version: int = 1
+    leader: int
+    leader_epoch: int
+    controller_epoch: int
+    isr: list[int]
+
+
+class TopicConfigZNode(ZNodeModel):
+    version: int = 1
+    config: dict[str, str] = Field(default_factory=dict)
+
+
+class PartitionRef(ZNodeModel):
+    topic: str
+    partition: int
+
+
+class PartitionReplicas(ZNodeModel):
+    topic: str
+    partition: int
+    replicas: list[int]
+
+
+class ReassignPartitionsZNode(ZNodeModel):
+    version: int = 1
+    partitions: list[PartitionReplicas]
+
+
+class PreferredReplicaElectionZNode(ZNodeModel):
+    version: int = 1
+    partitions: list[PartitionRef]
+
+
+class IsrChangeNotificationZNode(ZNodeModel):
+    version: int = 1
+    partitions: list[PartitionRef]
+
+
+M = TypeVar("M", bound=ZNodeModel)
+
+
+def decode(model: type[M], path: str, data: bytes | None) -> M:
+    """Parse a znode's bytes into its model, or raise MalformedZNodeError."""
+    if not data:
+        raise MalformedZNodeError(path, data, "empty znode")
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "document"
+        raise MalformedZNodeError(path, data, f"{where}: {first['msg']}") from None
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(path: str, data: bytes | None) -> int:
+    try:
+        return int((data or b"").decode())
+    except ValueError:
+        raise MalformedZNodeError(path, data, "not an integer") from None
+
+
+def new_topic_id() -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of 16 random bytes, no padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+

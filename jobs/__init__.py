@@ -1,0 +1,1 @@
+"""Runnable jobs: the main demo and the `kray` command line."""
