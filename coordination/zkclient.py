@@ -100,6 +100,12 @@ class KrayZkClient:
         finally:
             self.kazoo.close()
 
+    def __enter__(self) -> "KrayZkClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     @property
     def session_id(self) -> int:
         return self.kazoo.client_id[0] if self.kazoo.client_id else 0

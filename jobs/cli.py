@@ -1,0 +1,212 @@
+"""The `kray` command: ZooKeeper, the local cluster, topics, and the main job.
+
+User mistakes print one line and exit 1; no tracebacks.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from coordination import admin
+from coordination.errors import KrayError
+from coordination.server import ZooKeeperServer, ZooKeeperSettings, server_mode
+from coordination.zkclient import KrayZkClient
+from jobs import local
+
+
+def _zk(args) -> KrayZkClient:
+    return KrayZkClient(local.zk_connect(args.zookeeper)).start(timeout=10)
+
+
+# -- kray zk ---------------------------------------------------------------
+
+def zk_start(args) -> None:
+    state = local.read_state("zk")
+    if state and server_mode(state["port"]):
+        print(f"ZooKeeper already running at {state['connect']} (pid {state['pid']})")
+        return
+    base = local.kray_home() / "zookeeper"
+    server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=args.tick_time_ms), port=args.port, base_dir=base)
+    server.start()
+    proc = server.servers[0]
+    local.write_state("zk", {"connect": server.connect_string, "port": proc.client_port,
+                             "pid": proc.process.pid, "dir": str(base)})
+    print(f"ZooKeeper started at {server.connect_string} (pid {proc.process.pid}, data in {base})")
+
+
+def zk_stop(args) -> None:
+    state = local.read_state("zk")
+    if not state:
+        print("ZooKeeper is not running (started by kray)")
+        return
+    try:
+        os.kill(state["pid"], signal.SIGTERM)
+        for _ in range(100):
+            os.kill(state["pid"], 0)
+            time.sleep(0.1)
+    except ProcessLookupError:
+        pass
+    local.clear_state("zk")
+    print(f"ZooKeeper at {state['connect']} stopped")
+
+
+def zk_status(args) -> None:
+    connect = local.zk_connect(args.zookeeper)
+    host, port = connect.split(",")[0].split("/")[0].split(":")
+    mode = server_mode(int(port)) if host in ("127.0.0.1", "localhost") else None
+    print(f"ZooKeeper {connect}: {mode or 'not answering'}")
+    if mode is None:
+        sys.exit(1)
+
+
+# -- kray cluster ----------------------------------------------------------
+
+RAY = str(Path(sys.executable).parent / "ray")  # the venv's ray, whether or not it is on PATH
+
+
+def _ray_connect() -> None:
+    import ray
+    ray.init(address="auto", namespace="kray", log_to_driver=False, configure_logging=False)
+
+
+def cluster_up(args) -> None:
+    import ray
+    from actors.cluster import LocalCluster
+    from actors.config import ClusterConfig
+
+    connect = local.zk_connect(args.zookeeper)
+    if subprocess.run([RAY, "status"], capture_output=True).returncode != 0:
+        subprocess.run([RAY, "start", "--head", "--include-dashboard=false", "--disable-usage-stats"],
+                       check=True, capture_output=True)
+    _ray_connect()
+    config = ClusterConfig(zk_connect=connect, namespace=args.namespace,
+                           zk_session_timeout_ms=args.session_timeout_ms)
+    cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
+    with KrayZkClient(connect).start() as zk:
+        controller, epoch = cluster.wait_for_controller(zk)
+    local.write_state("cluster", config.model_dump())
+    print(f"{args.brokers} brokers up in Ray namespace {config.namespace}; controller is broker {controller} "
+          f"(epoch {epoch})")
+    ray.shutdown()
+
+
+def cluster_down(args) -> None:
+    import ray
+    from actors.cluster import LocalCluster
+    from actors.config import ClusterConfig
+
+    state = local.read_state("cluster")
+    if state:
+        try:
+            _ray_connect()
+            with KrayZkClient(state["zk_connect"]).start() as zk:
+                LocalCluster.attach(ClusterConfig(**state), zk).stop()
+            ray.shutdown()
+        except (ConnectionError, ValueError):
+            pass  # Ray is already gone
+        local.clear_state("cluster")
+    subprocess.run([RAY, "stop", "--force"], capture_output=True)
+    print("kray cluster stopped")
+
+
+def cluster_status(args) -> None:
+    with _zk(args) as zk:
+        brokers = zk.get_all_broker_ids()
+        controller = zk.get_controller_id()
+        epoch = zk.get_controller_epoch()
+    print(f"Brokers registered: {', '.join(map(str, brokers)) or 'none'}")
+    print(f"Active controller: {controller if controller is not None else 'none'}"
+          f"{f' (epoch {epoch[0]})' if epoch else ''}")
+
+
+# -- kray topics -----------------------------------------------------------
+
+def _parse_configs(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise KrayError(f"--config expects key=value, got {pair!r}")
+        k, v = pair.split("=", 1)
+        out[k] = v
+    return out
+
+
+def topics_create(args) -> None:
+    with _zk(args) as zk:
+        admin.create_topic(zk, args.topic, args.partitions, args.replication_factor, _parse_configs(args.config))
+    print(f"Created topic {args.topic}.")
+
+
+def topics_list(args) -> None:
+    with _zk(args) as zk:
+        for topic in sorted(zk.get_all_topics()):
+            print(topic)
+
+
+def topics_describe(args) -> None:
+    with _zk(args) as zk:
+        print(admin.format_describe(admin.describe_topics(zk, [args.topic] if args.topic else None)))
+
+
+def demo(args) -> None:
+    from jobs.demo import run
+    run(session_timeout_ms=args.session_timeout_ms)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kray", description="Kafka's ZooKeeper-mode controller on Ray")
+    p.add_argument("--zookeeper", help="ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    zk = sub.add_parser("zk", help="a local ZooKeeper server").add_subparsers(dest="action", required=True)
+    s = zk.add_parser("start")
+    s.add_argument("--port", type=int, default=None)
+    s.add_argument("--tick-time-ms", type=int, default=500)
+    s.set_defaults(func=zk_start)
+    zk.add_parser("stop").set_defaults(func=zk_stop)
+    zk.add_parser("status").set_defaults(func=zk_status)
+
+    cl = sub.add_parser("cluster", help="brokers on the local Ray").add_subparsers(dest="action", required=True)
+    s = cl.add_parser("up")
+    s.add_argument("--brokers", type=int, default=3)
+    s.add_argument("--namespace", default="kray")
+    s.add_argument("--session-timeout-ms", type=int, default=18_000)
+    s.set_defaults(func=cluster_up)
+    cl.add_parser("down").set_defaults(func=cluster_down)
+    cl.add_parser("status").set_defaults(func=cluster_status)
+
+    tp = sub.add_parser("topics", help="kafka-topics").add_subparsers(dest="action", required=True)
+    s = tp.add_parser("create")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--partitions", type=int, default=1)
+    s.add_argument("--replication-factor", type=int, default=1)
+    s.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    s.set_defaults(func=topics_create)
+    tp.add_parser("list").set_defaults(func=topics_list)
+    s = tp.add_parser("describe")
+    s.add_argument("--topic")
+    s.set_defaults(func=topics_describe)
+
+    s = sub.add_parser("demo", help="the main job: election, topic, controller failover")
+    s.add_argument("--session-timeout-ms", type=int, default=6000)
+    s.set_defaults(func=demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except KrayError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Where a kray cluster's ZooKeeper and Ray are, for the CLI and the main job.
+
+State lives in $KRAY_HOME (default ~/.kray): zk.json for a server started with
+`kray zk start`, cluster.json for brokers started with `kray cluster up`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from coordination.errors import KrayError
+from coordination.server import ZK_CONNECT_ENV
+
+
+def kray_home() -> Path:
+    home = Path(os.environ.get("KRAY_HOME", Path.home() / ".kray"))
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def read_state(name: str) -> dict | None:
+    path = kray_home() / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_state(name: str, state: dict) -> None:
+    (kray_home() / f"{name}.json").write_text(json.dumps(state, indent=2))
+
+
+def clear_state(name: str) -> None:
+    (kray_home() / f"{name}.json").unlink(missing_ok=True)
+
+
+def zk_connect(explicit: str | None = None) -> str:
+    """--zookeeper, else KRAY_ZK_CONNECT, else the server `kray zk start` launched."""
+    connect = explicit or os.environ.get(ZK_CONNECT_ENV) or (read_state("zk") or {}).get("connect")
+    if not connect:
+        raise KrayError(f"no ZooKeeper: run `kray zk start`, set {ZK_CONNECT_ENV}, or pass --zookeeper")
+    return connect
