@@ -80,7 +80,7 @@ def _scenario(cluster: LocalCluster, zk: KrayZkClient, config: ClusterConfig, to
     cluster.kill_controller(controller_id)
     new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=epoch + 1)
     step(f"New controller: broker {new_id}, epoch {new_epoch} ({time.monotonic() - killed:.1f}s after the kill)")
-    cluster.wait_for_metadata(lambda m: m["controller_id"] == new_id)
+    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
 
     stale = LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=epoch, broker_epoch=-1,
                                 partition_states=[], live_leaders=[])

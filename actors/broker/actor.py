@@ -61,9 +61,10 @@ class BrokerActor:
             return self.replica_manager.stop_replicas(request, self.broker_epoch)
 
     def metadata(self) -> dict:
-        """The metadata cache as plain data: controller, live brokers, (leader, epoch, isr) per partition."""
+        """The metadata cache as plain data: controller and its epoch, live brokers, (leader, epoch, isr) per partition."""
         with self._lock:
             return {"controller_id": self.metadata_cache.controller_id,
+                    "controller_epoch": self.metadata_cache.controller_epoch,
                     "brokers": sorted(self.metadata_cache.alive_brokers),
                     "partitions": self.metadata_cache.leader_and_isr()}
 

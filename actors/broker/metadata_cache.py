@@ -10,12 +10,14 @@ LEADER_DURING_DELETE = -2  # UpdateMetadata marks a deleted topic's partitions w
 class MetadataCache:
     def __init__(self):
         self.controller_id: int | None = None
+        self.controller_epoch = 0  # of the last UpdateMetadata applied
         self.alive_brokers: dict[int, LiveBroker] = {}
         self.partitions: dict[TopicPartition, PartitionState] = {}
 
     def update(self, request: UpdateMetadataRequest) -> list[TopicPartition]:
         """Apply an UpdateMetadata; returns the partitions it deleted."""
         self.controller_id = request.controller_id
+        self.controller_epoch = request.controller_epoch
         self.alive_brokers = {b.id: b for b in request.live_brokers}
         deleted = []
         for st in request.partition_states:

@@ -1,0 +1,41 @@
+# Two commands do everything on a fresh Debian machine:
+#   make demo   - set up, then run the main job on an embedded ZooKeeper + local Ray
+#   make test   - set up, then run the test suite (real ZooKeeper, real Ray)
+# Set-up: a virtualenv in .venv with the project, Debian's zookeeper package, a Java check.
+
+PYTHON ?= python3
+VENV   := .venv
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test test-slow bench clean system-packages
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@command -v java >/dev/null || { echo "Java not found: installing OpenJDK 17"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jre-headless; }
+	@java -version 2>&1 | head -1
+	@test -f /usr/share/java/zookeeper.jar || { echo "Installing Debian's zookeeper package"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq zookeeper; }
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
+	$(VENV)/bin/python -c "import ray, kazoo, pyspark, raydp, pydantic, pytest"
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/python -m jobs.demo
+
+test: setup
+	$(VENV)/bin/python -m pytest -q
+
+test-slow: setup
+	$(VENV)/bin/python -m pytest -q -m slow
+
+bench: setup
+	$(VENV)/bin/python -m benchmarks.bench_controller
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,123 @@
+"""Brokers, controller candidates and RequestSenders as real Ray actors on a real ZooKeeper.
+
+One 3-broker cluster serves the whole module, in order: election, topic
+creation, controller failover, then fencing of the old epoch.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from actors.cluster import LocalCluster
+from actors.config import ClusterConfig
+from actors.protocol import LeaderAndIsrRequest, PartitionState, UpdateMetadataRequest
+from coordination import admin, zkdata
+from coordination.errors import Errors
+from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
+
+SESSION_TIMEOUT_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def env(zk_connect, ray_session):
+    chroot = f"/kray-cluster-{uuid.uuid4().hex[:8]}"
+    with KrayZkClient(zk_connect).start() as root:
+        root.kazoo.ensure_path(chroot)
+    config = ClusterConfig(zk_connect=zk_connect + chroot, namespace=f"kray-{uuid.uuid4().hex[:8]}",
+                           zk_session_timeout_ms=SESSION_TIMEOUT_MS)
+    zk = KrayZkClient(config.zk_connect).start()
+    cluster = LocalCluster(config, [1, 2, 3]).start()
+    state = {"cluster": cluster, "zk": zk, "ray": ray_session}
+    yield state
+    cluster.stop()
+    zk.close()
+
+
+def statuses(env) -> dict[int, dict]:
+    ray, cluster = env["ray"], env["cluster"]
+    return {b: ray.get(cluster.controller_actor(b).status.remote(), timeout=30) for b in cluster.brokers}
+
+
+def zk_leadership(zk, topic: str) -> dict[TopicPartition, tuple[int, int, list[int]]]:
+    tps = [TopicPartition(topic, p) for p in zk.get_topic_znodes([topic])[topic].assignment()]
+    return {tp: (r.state.leader, r.state.leader_epoch, r.state.isr) for tp, r in zk.get_partition_states(tps).items()}
+
+
+def test_one_controller_elected_among_three(env):
+    cluster, zk = env["cluster"], env["zk"]
+    controller_id, epoch = cluster.wait_for_controller(zk)
+    assert epoch == 1
+    doc = json.loads(zk.get(zkdata.CONTROLLER)[0])
+    assert doc["version"] == 1 and doc["brokerid"] == controller_id and doc["timestamp"].isdigit()
+    active = [b for b, s in statuses(env).items() if s["active"]]
+    assert active == [controller_id]
+    assert statuses(env)[controller_id]["live_brokers"] == [1, 2, 3]
+    assert sorted(zk.get_all_broker_ids()) == [1, 2, 3]
+
+
+def test_created_topic_is_identical_in_zookeeper_and_every_cache(env):
+    cluster, zk, ray = env["cluster"], env["zk"], env["ray"]
+    assignment = admin.create_topic(zk, "orders", 12, 3)
+    caches = cluster.wait_for_metadata(lambda m: sum(tp.topic == "orders" for tp in m["partitions"]) == 12)
+    expected = zk_leadership(zk, "orders")
+    assert len(expected) == 12
+    for tp, (leader, leader_epoch, isr) in expected.items():
+        replicas = assignment[tp.partition]
+        assert leader == replicas[0] and leader_epoch == 0 and isr == replicas  # NewPartition -> Online
+    for broker_id, cache in caches.items():
+        assert {tp: v for tp, v in cache["partitions"].items() if tp.topic == "orders"} == expected
+        assert cache["brokers"] == [1, 2, 3]
+    # LeaderAndIsr reached exactly the replicas, with the right roles
+    for broker_id, handle in cluster.brokers.items():
+        roles = {tp: role for tp, role in ray.get(handle.replicas.remote()).items() if tp.topic == "orders"}
+        assert set(roles) == {TopicPartition("orders", p) for p, r in assignment.items() if broker_id in r}
+        assert all((role == "Leader") == (expected[tp][0] == broker_id) for tp, role in roles.items())
+
+
+def test_controller_failover_bumps_epoch_and_resends_state(env):
+    cluster, zk, ray = env["cluster"], env["zk"], env["ray"]
+    old_id, old_epoch = cluster.wait_for_controller(zk)
+    old_pid = statuses(env)[old_id]["pid"]
+    cluster.kill_controller(old_id)
+    new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
+    assert new_epoch == old_epoch + 1
+    assert zk.get_controller_epoch()[0] == new_epoch
+    caches = cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
+    assert all(c["controller_id"] == new_id for c in caches.values())
+    assert all(c["partitions"] == caches[new_id]["partitions"] for c in caches.values())
+    infos = ray.get([h.info.remote() for h in cluster.brokers.values()])
+    assert all(i["controller_epoch"] == new_epoch for i in infos)
+    # the killed candidate is back through Ray's restart, and only a candidate
+    restarted = statuses(env)
+    if new_id != old_id:
+        assert restarted[old_id]["pid"] != old_pid and not restarted[old_id]["active"]
+    assert [b for b, s in restarted.items() if s["active"]] == [new_id]
+    # the new controller handles new topics
+    admin.create_topic(zk, "after-failover", 3, 2)
+    cluster.wait_for_metadata(lambda m: sum(tp.topic == "after-failover" for tp in m["partitions"]) == 3)
+    env["old_epoch"] = old_epoch
+
+
+def test_brokers_reject_the_old_controller_epoch_and_stale_broker_epochs(env):
+    cluster, zk, ray = env["cluster"], env["zk"], env["ray"]
+    old_epoch = env.get("old_epoch", 1)
+    tp = TopicPartition("orders", 0)
+    before = ray.get(cluster.brokers[1].metadata.remote())
+    state = PartitionState(topic=tp.topic, partition=tp.partition, controller_epoch=old_epoch, leader=1,
+                           leader_epoch=99, isr=[1], zk_version=5, replicas=[1, 2, 3])
+    stale = LeaderAndIsrRequest(controller_id=1, controller_epoch=old_epoch, broker_epoch=-1,
+                                partition_states=[state], live_leaders=[])
+    response = ray.get(cluster.brokers[1].leader_and_isr.remote(stale))
+    assert response.error_code == Errors.STALE_CONTROLLER_EPOCH
+    stale_um = UpdateMetadataRequest(controller_id=1, controller_epoch=old_epoch, broker_epoch=-1,
+                                     partition_states=[state], live_brokers=[])
+    assert ray.get(cluster.brokers[1].update_metadata.remote(stale_um)).error_code == Errors.STALE_CONTROLLER_EPOCH
+    info = ray.get(cluster.brokers[2].info.remote())
+    wrong_incarnation = LeaderAndIsrRequest(controller_id=1, controller_epoch=info["controller_epoch"],
+                                            broker_epoch=info["broker_epoch"] - 1, partition_states=[state],
+                                            live_leaders=[])
+    assert ray.get(cluster.brokers[2].leader_and_isr.remote(wrong_incarnation)).error_code == Errors.STALE_BROKER_EPOCH
+    assert ray.get(cluster.brokers[1].metadata.remote()) == before  # nothing changed

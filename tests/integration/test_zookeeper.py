@@ -1,0 +1,209 @@
+"""The ZooKeeper side against a real server: launcher, typed client, fencing, election, registration, admin."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
+from coordination import admin, zkdata
+from coordination.election import ControllerElection
+from coordination.errors import (
+    ControllerMovedException,
+    InvalidPartitionsException,
+    InvalidReplicationFactorException,
+    InvalidTopicException,
+    TopicExistsException,
+)
+from coordination.registration import BrokerRegistration
+from coordination.server import ZooKeeperEnsemble, ZooKeeperServer, server_mode
+from coordination.zkclient import KrayZkClient, SetDataOp
+from coordination.zkdata import TopicPartition
+
+
+def tree(client: KrayZkClient, path: str = "/") -> dict[str, bytes]:
+    """Every znode under path with its data: a snapshot to compare before and after."""
+    out = {}
+    for child in client.children(path):
+        full = f"{path.rstrip('/')}/{child}"
+        out[full] = client.get(full)[0]
+        out.update(tree(client, full))
+    return out
+
+
+def expire_session(client: KrayZkClient) -> None:
+    """Expire a live session the way a partition would: another client takes it over and closes it."""
+    session_id, password = client.kazoo.client_id
+    thief = KazooClient(hosts=client.connect, client_id=(session_id, password))
+    thief.start()
+    thief.stop()
+    thief.close()
+
+
+# -- launcher ----------------------------------------------------------------
+
+def test_standalone_server_stops_cleanly():
+    server = ZooKeeperServer().start()
+    port, base, pid = server.servers[0].client_port, server.base_dir, server.servers[0].process.pid
+    assert server_mode(port) == "standalone"
+    server.stop()
+    assert server_mode(port) is None
+    assert not base.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_ensemble_elects_new_leader_after_leader_killed():
+    with ZooKeeperEnsemble(3) as ensemble:
+        leader = ensemble.leader_index()
+        assert leader is not None
+        with KrayZkClient(ensemble.connect_string).start() as client:
+            client.kazoo.create("/before", b"1")
+            ensemble.kill_server(leader)
+            deadline = time.monotonic() + 20
+            while ensemble.leader_index() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ensemble.leader_index() not in (None, leader)
+            client.kazoo.create("/after", b"2")  # the session moved to a surviving server
+            ensemble.restart_server(leader)
+            assert server_mode(ensemble.servers[leader].client_port) == "follower"
+            assert client.get("/before")[0] == b"1"
+
+
+# -- typed client and fencing ------------------------------------------------
+
+def test_partition_states_create_read_and_conditional_update(zk):
+    epoch, epoch_version = zk.register_controller_and_increment_epoch(1)
+    zk.kazoo.create(zkdata.topic_path("t"), zkdata.TopicZNode.from_assignment({}, None).encode())
+    states = {TopicPartition("t", p): zkdata.PartitionStateZNode(leader=p % 3, leader_epoch=0,
+                                                                 controller_epoch=epoch, isr=[0, 1, 2])
+              for p in range(500)}
+    created = zk.create_partition_states(states, epoch_version)
+    assert set(created) == set(states) and all(e is None for e in created.values())
+    read = zk.get_partition_states(states)
+    assert {tp: r.state for tp, r in read.items()} == states
+    assert all(r.zk_version == 0 for r in read.values())
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    new = zkdata.PartitionStateZNode(leader=1, leader_epoch=1, controller_epoch=epoch, isr=[1, 2])
+    outcome = zk.update_partition_states({tp0: (new, 0), tp1: (new, 7)}, epoch_version)
+    assert outcome[tp0] == 1  # the new zkVersion
+    assert isinstance(outcome[tp1], BadVersionError)  # stale zkVersion: refused, and alone
+    assert zk.get_partition_states([tp0, tp1])[tp0].state == new
+    assert zk.get_partition_states([tp1])[tp1].state == states[tp1]
+
+
+def test_deposed_controller_batch_fails_whole(zk, chroot_connect):
+    _, old_version = zk.register_controller_and_increment_epoch(1)
+    path = zkdata.partition_state_path(TopicPartition("t", 0))
+    zk.kazoo.create(path, b"{}", makepath=True)
+    zk.kazoo.delete(zkdata.CONTROLLER)
+    with KrayZkClient(chroot_connect).start() as other:
+        assert other.register_controller_and_increment_epoch(2)[0] == 2
+    before = tree(zk)
+    with pytest.raises(ControllerMovedException):
+        zk.fenced_multi([SetDataOp(path, b'{"x":1}'), SetDataOp(zkdata.CONTROLLER_EPOCH, b"99")], old_version)
+    assert tree(zk) == before
+
+
+def test_malformed_partition_state_is_skipped(zk, caplog):
+    good, bad = TopicPartition("t", 0), TopicPartition("t", 1)
+    zk.kazoo.create(zkdata.partition_state_path(good), zkdata.PartitionStateZNode(
+        leader=1, leader_epoch=0, controller_epoch=1, isr=[1]).encode(), makepath=True)
+    zk.kazoo.create(zkdata.partition_state_path(bad), b'{"leader": "one"', makepath=True)
+    states = zk.get_partition_states([good, bad])
+    assert list(states) == [good]
+    assert "malformed data at /brokers/topics/t/partitions/1/state" in caplog.text
+
+
+# -- controller election -----------------------------------------------------
+
+def test_controller_election_epochs_and_resignation(chroot_connect):
+    a = KrayZkClient(chroot_connect, session_timeout_ms=4000).start()
+    b = KrayZkClient(chroot_connect, session_timeout_ms=4000).start()
+    try:
+        ea, eb = ControllerElection(a, 1, lambda: None), ControllerElection(b, 2, lambda: None)
+        assert ea.elect() == (1, 1)
+        assert eb.elect() is None
+        assert json.loads(a.get(zkdata.CONTROLLER)[0])["brokerid"] == 1
+        assert ea.still_controller() and not eb.still_controller()
+        with pytest.raises(ControllerMovedException):
+            b.register_controller_and_increment_epoch(2)
+        assert b.get_controller_epoch()[0] == 1  # the failed attempt changed nothing
+        expire_session(a)
+        deadline = time.monotonic() + 10
+        while b.get(zkdata.CONTROLLER) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert eb.elect() == (2, 2)
+        assert eb.still_controller()
+    finally:
+        a.close()
+        b.close()
+
+
+# -- broker registration -------------------------------------------------------
+
+def test_broker_registration_is_kafka_v5_and_survives_session_expiry(chroot_connect):
+    client = KrayZkClient(chroot_connect, session_timeout_ms=4000).start()
+    client.ensure_persistent_paths()
+    try:
+        registration = BrokerRegistration(client, 7, lambda: zkdata.BrokerIdZNode.plaintext("127.0.0.1", 9099))
+        epoch = registration.register()
+        registration.keep_registered()
+        data, stat = client.get("/brokers/ids/7")
+        doc = json.loads(data)
+        assert doc["version"] == 5 and doc["endpoints"] == ["PLAINTEXT://127.0.0.1:9099"]
+        assert doc["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+        assert {"host", "port", "jmx_port", "timestamp", "features"} <= set(doc)
+        assert stat.ephemeralOwner == client.session_id and stat.czxid == epoch
+        with pytest.raises(NodeExistsError):  # a second broker with the same id is refused
+            with KrayZkClient(chroot_connect).start() as other:
+                other.register_broker(7, zkdata.BrokerIdZNode.plaintext("127.0.0.1", 1))
+        expire_session(client)
+        deadline = time.monotonic() + 15
+        while registration.broker_epoch == epoch and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert registration.broker_epoch > epoch
+        assert client.get("/brokers/ids/7")[1].ephemeralOwner == client.session_id
+        registration.stop()
+    finally:
+        client.close()
+
+
+# -- admin ---------------------------------------------------------------------
+
+def _register(zk, *ids):
+    for b in ids:
+        zk.register_broker(b, zkdata.BrokerIdZNode.plaintext("127.0.0.1", 9092 + b))
+
+
+def test_create_topic_writes_kafka_znodes(zk):
+    _register(zk, 1, 2, 3)
+    assignment = admin.create_topic(zk, "orders", 6, 3, {"cleanup.policy": "compact"})
+    topic = json.loads(zk.get("/brokers/topics/orders")[0])
+    assert topic["version"] == 2 and len(topic["topic_id"]) == 22
+    assert topic["partitions"] == {str(p): r for p, r in assignment.items()}
+    assert all(sorted(r) == [1, 2, 3] for r in assignment.values())
+    assert json.loads(zk.get("/config/topics/orders")[0]) == {"version": 1, "config": {"cleanup.policy": "compact"}}
+
+
+@pytest.mark.parametrize("topic,partitions,rf,error", [
+    ("bad name", 1, 1, InvalidTopicException),
+    ("..", 1, 1, InvalidTopicException),
+    ("x" * 250, 1, 1, InvalidTopicException),
+    ("ok", 0, 1, InvalidPartitionsException),
+    ("ok", 3, 0, InvalidReplicationFactorException),
+    ("ok", 3, 4, InvalidReplicationFactorException),
+    ("existing", 1, 1, TopicExistsException),
+    ("exist.ing2", 1, 1, InvalidTopicException),  # collides with exist_ing2
+])
+def test_invalid_create_changes_nothing(zk, topic, partitions, rf, error):
+    _register(zk, 1, 2, 3)
+    admin.create_topic(zk, "existing", 1, 1)
+    admin.create_topic(zk, "exist_ing2", 1, 1)
+    before = tree(zk)
+    with pytest.raises(error):
+        admin.create_topic(zk, topic, partitions, rf)
+    assert tree(zk) == before
