@@ -18,7 +18,7 @@ from coordination.errors import (
     TopicExistsException,
     UnknownTopicOrPartitionException,
 )
-from coordination.zkclient import CreateOp, KrayZkClient
+from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 
 MAX_TOPIC_NAME_LENGTH = 249

@@ -10,6 +10,7 @@ and skip the znode rather than crash.
 from __future__ import annotations
 
 import base64
+import re
 import time
 import uuid
 from typing import NamedTuple, TypeVar
@@ -142,7 +143,7 @@ class TopicZNode(ZNodeModel):
     @classmethod
     def _partition_ids_are_ints(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
         for key in value:
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):
                 raise ValueError(f"partition id {key!r} is not a non-negative integer")
         return value
 
@@ -215,10 +216,10 @@ def encode_controller_epoch(epoch: int) -> bytes:
 
 
 def decode_controller_epoch(path: str, data: bytes | None) -> int:
-    try:
-        return int((data or b"").decode())
-    except ValueError:
-        raise MalformedZNodeError(path, data, "not an integer") from None
+    text = (data or b"").decode("utf-8", "replace")
+    if not re.fullmatch(r"-?[0-9]+", text):  # Java's String.toInt: no spaces, no underscores
+        raise MalformedZNodeError(path, data, "not an integer")
+    return int(text)
 
 
 def new_topic_id() -> str:

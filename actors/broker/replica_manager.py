@@ -103,8 +103,8 @@ class ReplicaManager:
         for p in request.partitions:
             tp = TopicPartition(p.topic, p.partition)
             current = self.replicas.get(tp)
-            if current is not None and 0 <= p.leader_epoch < current.leader_epoch:
-                code = Errors.FENCED_LEADER_EPOCH
+            if current is not None and 0 <= p.leader_epoch <= current.leader_epoch:
+                code = Errors.FENCED_LEADER_EPOCH  # -1 (no epoch) and -2 (deleting) always stop
             else:
                 self.replicas.pop(tp, None)
                 code = Errors.NONE

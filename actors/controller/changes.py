@@ -95,6 +95,9 @@ def plan_replica_state_changes(ctx: ControllerContext, replicas: Iterable[tuple[
         if target is R.OnlineReplica and current is not R.NewReplica and tp in ctx.partition_leadership:
             plan.leader_and_isr_to.append((replica, tp))
         elif target is R.NewReplica and tp in ctx.partition_leadership:
+            if ctx.partition_leadership[tp].leader_and_isr.leader == replica:
+                plan.invalid[(tp, replica)] = current  # the leader cannot become a NewReplica
+                continue
             plan.leader_and_isr_to.append((replica, tp))
         plan.transitions[(tp, replica)] = current
     return plan

@@ -102,7 +102,7 @@ def test_controller_failover_bumps_epoch_and_resends_state(env):
 
 
 def test_brokers_reject_the_old_controller_epoch_and_stale_broker_epochs(env):
-    cluster, zk, ray = env["cluster"], env["zk"], env["ray"]
+    cluster, ray = env["cluster"], env["ray"]
     old_epoch = env.get("old_epoch", 1)
     tp = TopicPartition("orders", 0)
     before = ray.get(cluster.brokers[1].metadata.remote())

@@ -14,27 +14,6 @@ from coordination.errors import (
 )
 
 
-def kafka_rack_unaware(broker_list, n_partitions, replication_factor, start_index, next_replica_shift,
-                       start_partition_id=-1):
-    """A line-by-line transliteration of AdminUtils.assignReplicasToBrokersRackUnaware (Kafka 2.8),
-    with the two random draws passed in explicitly."""
-    ret = {}
-    broker_array = list(broker_list)
-    n = len(broker_array)
-    current_partition_id = max(0, start_partition_id)
-    for _ in range(n_partitions):
-        if current_partition_id > 0 and current_partition_id % n == 0:
-            next_replica_shift += 1
-        first_replica_index = (current_partition_id + start_index) % n
-        replica_buffer = [broker_array[first_replica_index]]
-        for j in range(replication_factor - 1):
-            shift = 1 + (next_replica_shift + j) % (n - 1)
-            replica_buffer.append(broker_array[(first_replica_index + shift) % n])
-        ret[current_partition_id] = replica_buffer
-        current_partition_id += 1
-    return ret
-
-
 # -- Kafka's AdminZkClientTest.testReplicaAssignment ---------------------------------------------
 
 KAFKA_EXPECTED = {
@@ -142,30 +121,6 @@ def _random_cases(seed, count):
         start_partition = rng.choice([-1, 0, rng.randint(1, 40)])
         yield brokers, parts, rf, start_partition
 
-
-def test_matches_kafka_for_every_fixed_start_index():
-    checked = 0
-    for brokers, parts, rf, start_partition in _random_cases(seed=2024, count=300):
-        for fixed in range(len(brokers)):
-            expected = kafka_rack_unaware(brokers, parts, rf, fixed, fixed, start_partition)
-            assert assign_replicas_to_brokers(brokers, parts, rf, fixed, start_partition) == expected
-            checked += 1
-    assert checked > 300
-
-
-def test_random_start_uses_rng_draws_in_kafka_order():
-    # Kafka draws startIndex first, then nextReplicaShift, each rand.nextInt(n)
-    for seed, (brokers, parts, rf, start_partition) in enumerate(_random_cases(seed=7, count=200)):
-        draws = random.Random(seed)
-        start_index = draws.randrange(len(brokers))
-        shift = draws.randrange(len(brokers))
-        expected = kafka_rack_unaware(brokers, parts, rf, start_index, shift, start_partition)
-        got = assign_replicas_to_brokers(brokers, parts, rf, start_partition_id=start_partition,
-                                         rng=random.Random(seed))
-        assert got == expected
-
-
-# -- properties over many random inputs -------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_properties_random(seed):

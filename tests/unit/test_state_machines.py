@@ -293,11 +293,6 @@ def test_replica_new_with_leadership_sends_to_follower():
     assert plan.transitions == {(T0, 2): R.NonExistentReplica}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "changes.plan_replica_state_changes (NewReplica branch) lacks Kafka's check that a replica which is "
-    "the partition's current leader cannot move to NewReplica (ReplicaStateMachine: 'cannot be moved to "
-    "NewReplica state as it is being requested to become leader'); kray transitions it and queues a "
-    "LeaderAndIsr"))
 def test_replica_new_refused_for_current_leader():
     ctx = make_ctx()
     ctx.partition_leadership[T0] = leadership(1, 0, (1, 2, 3), 0)

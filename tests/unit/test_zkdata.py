@@ -213,10 +213,6 @@ def test_topic_replicas_wrong_type():
     _malformed(TopicZNode, b'{"version":2,"partitions":[[1]]}', "/brokers/topics/t")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "zkdata.TopicZNode._partition_ids_are_ints uses str.isdigit(), which accepts Unicode digits such "
-    "as '\u00b2' that int() rejects: decode() succeeds and TopicZNode.assignment() then raises a bare "
-    "ValueError instead of decode raising MalformedZNodeError"))
 def test_topic_partition_id_unicode_superscript_digit():
     data = json.dumps({"version": 2, "partitions": {"\u00b2": [1]}}).encode()
     try:
@@ -325,9 +321,6 @@ def test_new_topic_id_shape():
         assert len(raw) == 16
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "zkdata.decode_controller_epoch uses Python int(), which accepts digit-group underscores: "
-    "b'1_0' decodes as epoch 10, where Kafka's ControllerEpochZNode.decode (String.toInt) refuses it"))
 def test_controller_epoch_with_underscore_is_garbage():
     with pytest.raises(MalformedZNodeError):
         zkdata.decode_controller_epoch(zkdata.CONTROLLER_EPOCH, b"1_0")

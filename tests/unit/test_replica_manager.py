@@ -1,0 +1,297 @@
+"""The broker side of controller requests: ReplicaManager epoch checks and MetadataCache."""
+from __future__ import annotations
+
+import pytest
+
+from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
+from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, LocalReplica, ReplicaManager
+from actors.protocol import (
+    LeaderAndIsrRequest,
+    LiveBroker,
+    PartitionState,
+    StopReplicaPartition,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+from coordination.errors import Errors
+from coordination.zkdata import TopicPartition
+
+BROKER = 1
+BROKER_EPOCH = 500
+T0 = TopicPartition("t", 0)
+T1 = TopicPartition("t", 1)
+T2 = TopicPartition("t", 2)
+
+
+def ps(tp, leader, leader_epoch, isr=(1, 2, 3), replicas=(1, 2, 3), controller_epoch=1, zk_version=0):
+    return PartitionState(topic=tp.topic, partition=tp.partition, controller_epoch=controller_epoch, leader=leader,
+                          leader_epoch=leader_epoch, isr=list(isr), zk_version=zk_version, replicas=list(replicas))
+
+
+def lai(*states, controller_epoch=1, broker_epoch=BROKER_EPOCH, controller_id=9):
+    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch,
+                               broker_epoch=broker_epoch, partition_states=list(states), live_leaders=[])
+
+
+def stop(*partitions, controller_epoch=1, broker_epoch=BROKER_EPOCH):
+    return StopReplicaRequest(controller_id=9, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
+                              partitions=list(partitions))
+
+
+def errors(response):
+    return {TopicPartition(e.topic, e.partition): e.error_code for e in response.partition_errors}
+
+
+def roles(rm):
+    return {tp: r.role(rm.broker_id) for tp, r in rm.replicas.items()}
+
+
+@pytest.fixture
+def rm():
+    return ReplicaManager(BROKER)
+
+
+# -- LeaderAndIsr ----------------------------------------------------------------------------------
+
+def test_first_leader_and_isr_applies_roles(rm):
+    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)),
+                                        BROKER_EPOCH)
+    assert resp.api == "LeaderAndIsr"
+    assert resp.broker_id == BROKER
+    assert resp.error_code == Errors.NONE
+    assert [(e.topic, e.partition, e.error_code) for e in resp.partition_errors] == [
+        ("t", 0, Errors.NONE), ("t", 1, Errors.NONE)]
+    assert roles(rm) == {T0: "Leader", T1: "Follower"}
+    assert rm.replicas[T0] == LocalReplica(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0)
+    assert rm.controller_epoch == 1
+
+
+def test_newer_leader_epoch_replaces_state(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=3)), BROKER_EPOCH)
+    resp = rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=4, isr=(2, 3), zk_version=7)),
+                                        BROKER_EPOCH)
+    assert errors(resp) == {T0: Errors.NONE}
+    assert roles(rm) == {T0: "Follower"}
+    assert rm.replicas[T0] == LocalReplica(2, 4, (2, 3), (1, 2, 3), 7)
+
+
+@pytest.mark.parametrize("epoch", [5, 4, 0])
+def test_equal_or_older_leader_epoch_is_stale(rm, epoch):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=5, zk_version=2)), BROKER_EPOCH)
+    before = dict(rm.replicas)
+    resp = rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=epoch, isr=(2,))), BROKER_EPOCH)
+    assert resp.error_code == Errors.NONE
+    assert errors(resp) == {T0: Errors.STALE_CONTROLLER_EPOCH}
+    assert rm.replicas == before
+    assert roles(rm) == {T0: "Leader"}
+
+
+def test_stale_partition_does_not_block_others(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=5)), BROKER_EPOCH)
+    resp = rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=5), ps(T1, leader=1, leader_epoch=0)),
+                                        BROKER_EPOCH)
+    assert errors(resp) == {T0: Errors.STALE_CONTROLLER_EPOCH, T1: Errors.NONE}
+    assert roles(rm) == {T0: "Leader", T1: "Leader"}
+
+
+def test_partition_not_assigned_to_this_broker(rm):
+    resp = rm.become_leader_or_follower(
+        lai(ps(T0, leader=2, leader_epoch=0, isr=(2, 3), replicas=(2, 3)), ps(T1, leader=1, leader_epoch=0)),
+        BROKER_EPOCH)
+    assert errors(resp) == {T0: Errors.UNKNOWN_TOPIC_OR_PARTITION, T1: Errors.NONE}
+    assert T0 not in rm.replicas
+    assert set(rm.replicas) == {T1}
+
+
+def test_lower_controller_epoch_refused_whole(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=7), BROKER_EPOCH)
+    before = dict(rm.replicas)
+    resp = rm.become_leader_or_follower(
+        lai(ps(T0, leader=2, leader_epoch=9), ps(T1, leader=1, leader_epoch=0), controller_epoch=6), BROKER_EPOCH)
+    assert resp.error_code == Errors.STALE_CONTROLLER_EPOCH
+    assert resp.partition_errors == []
+    assert rm.replicas == before
+    assert rm.controller_epoch == 7
+
+
+def test_equal_and_higher_controller_epoch_accepted(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=7), BROKER_EPOCH)
+    resp = rm.become_leader_or_follower(lai(ps(T1, leader=1, leader_epoch=0), controller_epoch=7), BROKER_EPOCH)
+    assert resp.error_code == Errors.NONE
+    resp = rm.become_leader_or_follower(lai(ps(T2, leader=2, leader_epoch=0), controller_epoch=8), BROKER_EPOCH)
+    assert resp.error_code == Errors.NONE
+    assert rm.controller_epoch == 8
+    assert roles(rm) == {T0: "Leader", T1: "Leader", T2: "Follower"}
+
+
+def test_stale_broker_epoch_refused_whole(rm):
+    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=3,
+                                            broker_epoch=BROKER_EPOCH - 1), BROKER_EPOCH)
+    assert resp.error_code == Errors.STALE_BROKER_EPOCH
+    assert resp.partition_errors == []
+    assert rm.replicas == {}
+    assert rm.controller_epoch == 0  # a refused request does not adopt its controller epoch
+
+
+def test_broker_epoch_checked_before_controller_epoch(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=5), BROKER_EPOCH)
+    resp = rm.become_leader_or_follower(lai(ps(T1, leader=1, leader_epoch=0), controller_epoch=4,
+                                            broker_epoch=BROKER_EPOCH - 10), BROKER_EPOCH)
+    assert resp.error_code == Errors.STALE_BROKER_EPOCH
+
+
+def test_unknown_broker_epoch_is_accepted(rm):
+    assert UNKNOWN_BROKER_EPOCH == -1
+    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), broker_epoch=-1), BROKER_EPOCH)
+    assert resp.error_code == Errors.NONE
+    assert errors(resp) == {T0: Errors.NONE}
+    assert roles(rm) == {T0: "Leader"}
+
+
+def test_newer_broker_epoch_is_accepted(rm):
+    # Kafka: the controller may learn a broker's new epoch before the broker itself does
+    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), broker_epoch=BROKER_EPOCH + 1),
+                                        BROKER_EPOCH)
+    assert resp.error_code == Errors.NONE
+    assert T0 in rm.replicas
+
+
+def test_empty_request_adopts_controller_epoch(rm):
+    resp = rm.become_leader_or_follower(lai(controller_epoch=12), BROKER_EPOCH)
+    assert resp.error_code == Errors.NONE and resp.partition_errors == []
+    assert rm.controller_epoch == 12
+
+
+def test_check_request_for_update_metadata(rm):
+    um = UpdateMetadataRequest(controller_id=9, controller_epoch=4, broker_epoch=BROKER_EPOCH,
+                               partition_states=[], live_brokers=[])
+    assert rm.check_request(um, BROKER_EPOCH) == Errors.NONE
+    assert rm.controller_epoch == 4
+    old = um.model_copy(update={"controller_epoch": 3})
+    assert rm.check_request(old, BROKER_EPOCH) == Errors.STALE_CONTROLLER_EPOCH
+    assert rm.check_request(um, BROKER_EPOCH + 1) == Errors.STALE_BROKER_EPOCH
+    assert rm.controller_epoch == 4
+
+
+# -- StopReplica ----------------------------------------------------------------------------------
+
+def _with_partitions(rm, epoch=3):
+    rm.become_leader_or_follower(
+        lai(ps(T0, leader=1, leader_epoch=epoch), ps(T1, leader=2, leader_epoch=epoch),
+            ps(T2, leader=3, leader_epoch=epoch)), BROKER_EPOCH)
+    assert set(rm.replicas) == {T0, T1, T2}
+
+
+def test_stop_replicas_removes_partitions(rm):
+    _with_partitions(rm)
+    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0),
+                                 StopReplicaPartition(topic="t", partition=2, delete_partition=True)), BROKER_EPOCH)
+    assert resp.api == "StopReplica"
+    assert resp.error_code == Errors.NONE
+    assert errors(resp) == {T0: Errors.NONE, T2: Errors.NONE}
+    assert set(rm.replicas) == {T1}
+
+
+def test_stop_replicas_with_newer_leader_epoch_and_sentinels(rm):
+    _with_partitions(rm, epoch=3)
+    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, leader_epoch=4),
+                                 StopReplicaPartition(topic="t", partition=1, leader_epoch=-1),
+                                 StopReplicaPartition(topic="t", partition=2, leader_epoch=-2)), BROKER_EPOCH)
+    assert errors(resp) == {T0: Errors.NONE, T1: Errors.NONE, T2: Errors.NONE}
+    assert rm.replicas == {}
+
+
+def test_stop_replicas_unknown_partition_is_fine(rm):
+    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="nope", partition=5)), BROKER_EPOCH)
+    assert errors(resp) == {TopicPartition("nope", 5): Errors.NONE}
+
+
+def test_stop_replicas_older_leader_epoch_fenced(rm):
+    _with_partitions(rm, epoch=3)
+    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, leader_epoch=2)), BROKER_EPOCH)
+    assert errors(resp) == {T0: Errors.FENCED_LEADER_EPOCH}
+    assert T0 in rm.replicas
+
+
+def test_stop_replicas_equal_leader_epoch_fenced_as_in_kafka(rm):
+    _with_partitions(rm, epoch=3)
+    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, leader_epoch=3)), BROKER_EPOCH)
+    assert errors(resp) == {T0: Errors.FENCED_LEADER_EPOCH}
+    assert T0 in rm.replicas
+
+
+def test_stop_replicas_stale_controller_epoch(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=5), BROKER_EPOCH)
+    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0), controller_epoch=4), BROKER_EPOCH)
+    assert resp.error_code == Errors.STALE_CONTROLLER_EPOCH
+    assert resp.partition_errors == []
+    assert T0 in rm.replicas
+
+
+def test_stop_replicas_stale_broker_epoch(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0)), BROKER_EPOCH)
+    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0), broker_epoch=1), BROKER_EPOCH)
+    assert resp.error_code == Errors.STALE_BROKER_EPOCH
+    assert T0 in rm.replicas
+
+
+def test_local_replica_role():
+    r = LocalReplica(leader=3, leader_epoch=0, isr=(3,), replicas=(3, 4), zk_version=0)
+    assert r.role(3) == "Leader"
+    assert r.role(4) == "Follower"
+
+
+# -- MetadataCache ----------------------------------------------------------------------------------
+
+def um(*states, brokers=(1, 2, 3), controller_id=9):
+    return UpdateMetadataRequest(
+        controller_id=controller_id, controller_epoch=1, broker_epoch=BROKER_EPOCH, partition_states=list(states),
+        live_brokers=[LiveBroker(id=b, host=f"h{b}", port=9090 + b) for b in brokers])
+
+
+def test_metadata_cache_initially_empty():
+    cache = MetadataCache()
+    assert cache.controller_id is None
+    assert cache.alive_brokers == {} and cache.partitions == {}
+    assert cache.leader_and_isr() == {}
+
+
+def test_metadata_cache_stores_states_and_brokers():
+    cache = MetadataCache()
+    s0 = ps(T0, leader=1, leader_epoch=2, isr=(1, 2))
+    deleted = cache.update(um(s0, ps(T1, leader=3, leader_epoch=0, isr=(3,)), controller_id=2))
+    assert deleted == []
+    assert cache.controller_id == 2
+    assert sorted(cache.alive_brokers) == [1, 2, 3]
+    assert cache.alive_brokers[2] == LiveBroker(id=2, host="h2", port=9092)
+    assert cache.partitions[T0] == s0
+    assert cache.leader_and_isr() == {T0: (1, 2, [1, 2]), T1: (3, 0, [3])}
+
+
+def test_metadata_cache_replaces_live_brokers_and_merges_partitions():
+    cache = MetadataCache()
+    cache.update(um(ps(T0, leader=1, leader_epoch=0), brokers=(1, 2, 3)))
+    cache.update(um(ps(T1, leader=2, leader_epoch=0), brokers=(2, 4), controller_id=4))
+    assert sorted(cache.alive_brokers) == [2, 4]
+    assert cache.controller_id == 4
+    assert set(cache.partitions) == {T0, T1}  # partitions not mentioned are kept
+    cache.update(um(ps(T0, leader=3, leader_epoch=1, isr=(3,)), brokers=()))
+    assert cache.alive_brokers == {}
+    assert cache.leader_and_isr()[T0] == (3, 1, [3])
+
+
+def test_metadata_cache_leader_during_delete_removes_partition():
+    assert LEADER_DURING_DELETE == -2
+    cache = MetadataCache()
+    cache.update(um(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)))
+    deleted = cache.update(um(ps(T0, leader=-2, leader_epoch=0)))
+    assert deleted == [T0]
+    assert set(cache.partitions) == {T1}
+    assert T0 not in cache.leader_and_isr()
+
+
+def test_metadata_cache_no_leader_is_kept():
+    cache = MetadataCache()
+    deleted = cache.update(um(ps(T0, leader=-1, leader_epoch=3, isr=())))
+    assert deleted == []
+    assert cache.leader_and_isr() == {T0: (-1, 3, [])}

@@ -1,0 +1,216 @@
+"""ControllerBrokerRequestBatch and partition_state on a hand-built ControllerContext (no Ray runtime)."""
+from __future__ import annotations
+
+import pytest
+
+from actors.controller.channel import ControllerBrokerRequestBatch, partition_state
+from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch
+from actors.protocol import LeaderAndIsrRequest, LiveBroker, PartitionState, UpdateMetadataRequest
+from coordination.zkdata import TopicPartition
+
+CONTROLLER_ID = 2
+EPOCH = 7
+BROKER_EPOCHS = {1: 101, 2: 202, 3: 303}
+BROKERS = {b: LiveBroker(id=b, host=f"host{b}", port=9090 + b) for b in BROKER_EPOCHS}
+T0 = TopicPartition("t", 0)
+T1 = TopicPartition("t", 1)
+
+
+@pytest.fixture
+def ctx() -> ControllerContext:
+    c = ControllerContext(epoch=EPOCH, epoch_zk_version=6)
+    # added out of order on purpose: requests list brokers by id
+    c.add_live_brokers({b: (BROKERS[b], BROKER_EPOCHS[b]) for b in (3, 1, 2)})
+    c.all_topics = {"t"}
+    c.update_partition_replicas(T0, (1, 2, 3))
+    c.update_partition_replicas(T1, (2, 3, 4))  # broker 4 is dead
+    c.partition_leadership[T0] = LeaderIsrAndControllerEpoch(LeaderAndIsr(1, 3, (1, 2, 3), 5), 6)
+    c.partition_leadership[T1] = LeaderIsrAndControllerEpoch(LeaderAndIsr(2, 1, (2, 3), 2), 7)
+    return c
+
+
+def expected_t0(is_new=False) -> PartitionState:
+    return PartitionState(topic="t", partition=0, controller_epoch=6, leader=1, leader_epoch=3, isr=[1, 2, 3],
+                          zk_version=5, replicas=[1, 2, 3], offline_replicas=[], is_new=is_new)
+
+
+def expected_t1(is_new=False) -> PartitionState:
+    return PartitionState(topic="t", partition=1, controller_epoch=7, leader=2, leader_epoch=1, isr=[2, 3],
+                          zk_version=2, replicas=[2, 3, 4], offline_replicas=[4], is_new=is_new)
+
+
+ALL_LIVE = [BROKERS[1], BROKERS[2], BROKERS[3]]
+
+
+# -- partition_state ------------------------------------------------------------------------------
+
+def test_partition_state(ctx):
+    assert partition_state(ctx, T0, ctx.partition_leadership[T0]) == expected_t0()
+    assert partition_state(ctx, T1, ctx.partition_leadership[T1], is_new=True) == expected_t1(is_new=True)
+
+
+def test_partition_state_uses_leadership_controller_epoch_not_ctx_epoch(ctx):
+    st = partition_state(ctx, T0, ctx.partition_leadership[T0])
+    assert st.controller_epoch == 6 != ctx.epoch
+
+
+# -- build ----------------------------------------------------------------------------------------
+
+def test_leader_and_isr_then_update_metadata(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    assert batch.is_empty()
+    batch.add_leader_and_isr(ctx, [1, 2], T0)
+    assert not batch.is_empty()
+    out = batch.build(ctx)
+
+    assert sorted(out) == [1, 2, 3]
+    for b in (1, 2):
+        assert [type(r) for r in out[b]] == [LeaderAndIsrRequest, UpdateMetadataRequest]
+        lai = out[b][0]
+        assert lai == LeaderAndIsrRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+                                          broker_epoch=BROKER_EPOCHS[b], partition_states=[expected_t0()],
+                                          live_leaders=[BROKERS[1]])
+    assert [type(r) for r in out[3]] == [UpdateMetadataRequest]
+    for b in (1, 2, 3):
+        umr = out[b][-1]
+        assert umr == UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+                                            broker_epoch=BROKER_EPOCHS[b], partition_states=[expected_t0()],
+                                            live_brokers=ALL_LIVE)
+
+
+def test_each_request_carries_ctx_epoch_and_own_broker_epoch(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1, 2, 3], T0)
+    batch.add_leader_and_isr(ctx, [3], T1)
+    out = batch.build(ctx)
+    seen = 0
+    for b, requests in out.items():
+        for r in requests:
+            assert r.controller_epoch == EPOCH
+            assert r.controller_id == CONTROLLER_ID
+            assert r.broker_epoch == BROKER_EPOCHS[b]
+            seen += 1
+    assert seen == 6
+
+
+def test_dead_broker_in_target_list_gets_nothing(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1, 4], T1)
+    out = batch.build(ctx)
+    assert 4 not in out
+    assert sorted(out) == [1, 2, 3]
+    assert out[1][0].partition_states == [expected_t1()]
+    assert [r.api for r in out[2]] == ["UpdateMetadata"]
+
+
+def test_negative_broker_id_ignored(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [LeaderAndIsr.NO_LEADER, 2], T0)
+    out = batch.build(ctx)
+    assert -1 not in out
+    assert [r.api for r in out[2]] == ["LeaderAndIsr", "UpdateMetadata"]
+    assert [r.api for r in out[1]] == ["UpdateMetadata"]
+
+
+def test_build_clears_the_batch(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1], T0)
+    first = batch.build(ctx)
+    assert first
+    assert batch.is_empty()
+    assert batch.build(ctx) == {}
+    # the partitions of the previous UpdateMetadata are gone too
+    batch.add_update_metadata([2], [])
+    out = batch.build(ctx)
+    assert list(out) == [2]
+    assert [r.api for r in out[2]] == ["UpdateMetadata"]
+    assert out[2][0].partition_states == []
+
+
+def test_is_new_preserved_when_added_twice(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1], T0, is_new=True)
+    batch.add_leader_and_isr(ctx, [1], T0, is_new=False)
+    batch.add_leader_and_isr(ctx, [1], T1)
+    batch.add_leader_and_isr(ctx, [1], T1, is_new=True)
+    out = batch.build(ctx)
+    states = {(s.topic, s.partition): s for s in out[1][0].partition_states}
+    assert states[("t", 0)].is_new is True
+    assert states[("t", 1)].is_new is True
+    # UpdateMetadata never marks partitions new
+    assert [s.is_new for s in out[1][1].partition_states] == [False, False]
+
+
+def test_is_new_per_broker(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1], T0, is_new=True)
+    batch.add_leader_and_isr(ctx, [2], T0, is_new=False)
+    out = batch.build(ctx)
+    assert out[1][0].partition_states == [expected_t0(is_new=True)]
+    assert out[2][0].partition_states == [expected_t0(is_new=False)]
+
+
+def test_one_leader_and_isr_per_broker_with_all_its_partitions(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [3], T0)
+    batch.add_leader_and_isr(ctx, [3], T1)
+    out = batch.build(ctx)
+    lais = [r for r in out[3] if r.api == "LeaderAndIsr"]
+    assert len(lais) == 1
+    assert sorted(lais[0].partition_states, key=lambda s: s.partition) == [expected_t0(), expected_t1()]
+    assert lais[0].live_leaders == [BROKERS[1], BROKERS[2]]
+    ums = [r for r in out[3] if r.api == "UpdateMetadata"]
+    assert len(ums) == 1
+    assert ums[0].partition_states == [expected_t0(), expected_t1()]
+
+
+def test_partition_without_leadership_is_left_out(ctx):
+    t2 = TopicPartition("t", 2)
+    ctx.update_partition_replicas(t2, (1, 2))
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1], t2)
+    batch.add_leader_and_isr(ctx, [1], T0)
+    out = batch.build(ctx)
+    assert out[1][0].partition_states == [expected_t0()]
+    assert out[1][1].partition_states == [expected_t0()]
+
+
+def test_update_metadata_only(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_update_metadata({2, 3, 9}, [T1])
+    assert not batch.is_empty()
+    out = batch.build(ctx)
+    assert sorted(out) == [2, 3]
+    for b in (2, 3):
+        assert len(out[b]) == 1
+        assert out[b][0] == UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+                                                  broker_epoch=BROKER_EPOCHS[b],
+                                                  partition_states=[expected_t1()], live_brokers=ALL_LIVE)
+
+
+def test_update_metadata_with_no_partitions_still_sent(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_update_metadata([1], [])
+    out = batch.build(ctx)
+    assert out == {1: [UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+                                             broker_epoch=101, partition_states=[], live_brokers=ALL_LIVE)]}
+
+
+def test_build_reflects_context_at_build_time(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1, 2, 3], T0)
+    ctx.remove_live_brokers({3})
+    out = batch.build(ctx)
+    assert sorted(out) == [1, 2]
+    assert out[1][1].live_brokers == [BROKERS[1], BROKERS[2]]
+    assert out[1][0].partition_states[0].offline_replicas == [3]
+
+
+def test_build_does_not_mutate_context(ctx):
+    import copy
+    before = copy.deepcopy(ctx)
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1, 2, 3], T0, is_new=True)
+    batch.add_update_metadata([1], [T1])
+    batch.build(ctx)
+    assert ctx == before
