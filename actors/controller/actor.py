@@ -44,6 +44,10 @@ class ControllerActor:
         return self.controller.status() | {"inbox_depth": self.inbox.depth(), "pid": os.getpid(),
                                            "session_id": self.zk.session_id}
 
+    def zk_session(self) -> tuple[int, bytes]:
+        """(session id, password) of this candidate's ZooKeeper session, for session-expiry chaos."""
+        return self.zk.kazoo.client_id
+
     def shutdown(self) -> None:
         """Close the ZooKeeper session so /controller goes at once (a clean broker shutdown)."""
         self.inbox.close()

@@ -6,6 +6,7 @@ creation, controller failover, then fencing of the old epoch.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -121,3 +122,47 @@ def test_brokers_reject_the_old_controller_epoch_and_stale_broker_epochs(env):
                                             live_leaders=[])
     assert ray.get(cluster.brokers[2].leader_and_isr.remote(wrong_incarnation)).error_code == Errors.STALE_BROKER_EPOCH
     assert ray.get(cluster.brokers[1].metadata.remote()) == before  # nothing changed
+
+
+def test_controller_resigns_when_its_session_expires(env):
+    from kazoo.client import KazooClient
+
+    cluster, zk, ray = env["cluster"], env["zk"], env["ray"]
+    old_id, old_epoch = cluster.wait_for_controller(zk)
+    session_id, password = ray.get(cluster.controller_actor(old_id).zk_session.remote())
+    thief = KazooClient(hosts=zk.connect, client_id=(session_id, password))  # takes the session over...
+    thief.start()
+    thief.stop()  # ...and closes it: for the controller, its session has expired
+    thief.close()
+    new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
+    assert new_epoch == old_epoch + 1
+    deadline = time.monotonic() + 30  # the zombie learns of its expiry when it next reaches ZooKeeper
+    while [b for b, s in statuses(env).items() if s["active"]] != [new_id] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [b for b, s in statuses(env).items() if s["active"]] == [new_id]
+    assert statuses(env)[new_id]["epoch"] == new_epoch
+    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
+
+
+def test_cli_reports_user_errors_in_one_line(env):
+    import subprocess
+    import sys
+
+    def kray(*args):
+        return subprocess.run([sys.executable, "-m", "jobs.cli", "--zookeeper", env["cluster"].config.zk_connect,
+                               *args], capture_output=True, text=True, timeout=60)
+
+    bad = kray("topics", "create", "--topic", "bad name", "--partitions", "1")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "Error: InvalidTopicException: Topic name \"bad name\" is illegal, it contains a character other than "
+        "ASCII alphanumerics, '.', '_' and '-'"]
+    too_many = kray("topics", "create", "--topic", "cli", "--partitions", "2", "--replication-factor", "4")
+    assert too_many.returncode == 1
+    assert "larger than available brokers: 3" in too_many.stderr
+    assert kray("topics", "create", "--topic", "cli", "--partitions", "2", "--replication-factor", "3").returncode == 0
+    described = kray("topics", "describe", "--topic", "cli")
+    assert described.returncode == 0
+    assert described.stdout.splitlines()[0].startswith("Topic: cli\tTopicId: ")
+    assert "PartitionCount: 2\tReplicationFactor: 3" in described.stdout
+    assert kray("topics", "describe", "--topic", "nope").returncode == 1
