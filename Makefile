@@ -8,7 +8,7 @@ VENV   := .venv
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow bench clean system-packages
+.PHONY: setup demo test bench clean system-packages
 
 setup: system-packages $(STAMP)
 
@@ -30,9 +30,6 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -q
-
-test-slow: setup
-	$(VENV)/bin/python -m pytest -q -m slow
 
 bench: setup
 	$(VENV)/bin/python -m benchmarks.bench_controller

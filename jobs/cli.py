@@ -80,7 +80,8 @@ def cluster_up(args) -> None:
     from actors.config import ClusterConfig
 
     connect = local.zk_connect(args.zookeeper)
-    if subprocess.run([RAY, "status"], capture_output=True).returncode != 0:
+    started_ray = subprocess.run([RAY, "status"], capture_output=True).returncode != 0
+    if started_ray:
         subprocess.run([RAY, "start", "--head", "--include-dashboard=false", "--disable-usage-stats"],
                        check=True, capture_output=True)
     _ray_connect()
@@ -89,7 +90,7 @@ def cluster_up(args) -> None:
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
     with KrayZkClient(connect).start() as zk:
         controller, epoch = cluster.wait_for_controller(zk)
-    local.write_state("cluster", config.model_dump())
+    local.write_state("cluster", {"config": config.model_dump(), "started_ray": started_ray})
     print(f"{args.brokers} brokers up in Ray namespace {config.namespace}; controller is broker {controller} "
           f"(epoch {epoch})")
     ray.shutdown()
@@ -101,16 +102,20 @@ def cluster_down(args) -> None:
     from actors.config import ClusterConfig
 
     state = local.read_state("cluster")
-    if state:
-        try:
-            _ray_connect()
-            with KrayZkClient(state["zk_connect"]).start() as zk:
-                LocalCluster.attach(ClusterConfig(**state), zk).stop()
-            ray.shutdown()
-        except (ConnectionError, ValueError):
-            pass  # Ray is already gone
-        local.clear_state("cluster")
-    subprocess.run([RAY, "stop", "--force"], capture_output=True)
+    if not state:
+        print("No kray cluster was started here (kray cluster up)")
+        return
+    try:
+        _ray_connect()
+        config = ClusterConfig(**state["config"])
+        with KrayZkClient(config.zk_connect).start() as zk:
+            LocalCluster.attach(config, zk).stop()
+        ray.shutdown()
+    except (ConnectionError, ValueError):
+        pass  # Ray is already gone
+    local.clear_state("cluster")
+    if state["started_ray"]:  # only stop the Ray that `cluster up` started
+        subprocess.run([RAY, "stop"], capture_output=True)
     print("kray cluster stopped")
 
 

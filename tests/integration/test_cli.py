@@ -1,0 +1,49 @@
+"""The `kray` command end to end: zk start/status/stop and cluster up/status/down."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+from coordination.server import server_mode
+
+
+def kray(*args, home, zk=None, timeout=120):
+    env = dict(os.environ, KRAY_HOME=str(home))
+    env.pop("KRAY_ZK_CONNECT", None)
+    cmd = [sys.executable, "-m", "jobs.cli", *(["--zookeeper", zk] if zk else []), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_zk_start_status_stop(tmp_path):
+    assert kray("topics", "list", home=tmp_path).stderr.startswith("Error: KrayError: no ZooKeeper")
+    started = kray("zk", "start", home=tmp_path)
+    assert started.returncode == 0, started.stderr
+    port = int(started.stdout.split("127.0.0.1:")[1].split()[0])
+    try:
+        assert server_mode(port) == "standalone"
+        status = kray("zk", "status", home=tmp_path)
+        assert status.returncode == 0 and "standalone" in status.stdout
+        assert kray("topics", "list", home=tmp_path).returncode == 0  # found through $KRAY_HOME/zk.json
+    finally:
+        stopped = kray("zk", "stop", home=tmp_path)
+    assert stopped.returncode == 0
+    assert server_mode(port) is None
+    assert kray("zk", "status", home=tmp_path).returncode == 1
+
+
+def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
+    """`cluster up` joins the Ray that is running (here: the test session's) and leaves it running on down."""
+    namespace = f"cli-{uuid.uuid4().hex[:6]}"
+    up = kray("cluster", "up", "--brokers", "2", "--namespace", namespace, "--session-timeout-ms", "6000",
+              home=tmp_path, zk=chroot_connect)
+    assert up.returncode == 0, up.stderr
+    assert "2 brokers up" in up.stdout
+    status = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
+    assert "Brokers registered: 1, 2" in status.stdout and "Active controller:" in status.stdout
+    down = kray("cluster", "down", home=tmp_path, zk=chroot_connect)
+    assert down.returncode == 0, down.stderr
+    assert ray_session.is_initialized() and ray_session.cluster_resources()  # our Ray is untouched
+    after = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
+    assert "Brokers registered: none" in after.stdout  # sessions closed cleanly: ephemerals gone at once
