@@ -3,9 +3,9 @@
 Planners read ControllerContext and return what should happen: state
 transitions, LeaderAndIsr values to persist, which brokers must hear about
 which partitions, and the transitions that are invalid or whose election
-failed. The controller applies a plan in one place (ZooKeeper first, then the
-context, then the request batch), in the manner of KRaft's
-PartitionChangeBuilder / ControllerResult.
+failed. The state machines apply a plan in one place (ZooKeeper first, then
+the context, then the request batch), in the manner of KRaft's
+PartitionChangeBuilder / ControllerResult. Nothing here mutates the context.
 """
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ from dataclasses import dataclass, field
 
 from actors.controller.context import ControllerContext, LeaderAndIsr
 from actors.controller.election import (
+    controlled_shutdown_partition_leader_election,
     initial_leader_and_isr,
+    isr_after_controlled_shutdown,
     isr_after_election,
+    isr_after_replica_removed,
     offline_partition_leader_election,
+    preferred_replica_partition_leader_election,
+    reassign_partition_leader_election,
 )
 from actors.controller.state_machines import (
     PartitionStateName as P,
@@ -27,27 +32,102 @@ from actors.controller.state_machines import (
 from coordination.zkdata import TopicPartition
 
 
+# -- election strategies (Kafka's PartitionLeaderElectionStrategy) ------------------------------
+
+@dataclass(frozen=True)
+class OfflineElection:
+    allow_unclean: bool = False
+
+
+@dataclass(frozen=True)
+class ReassignElection:
+    pass
+
+
+@dataclass(frozen=True)
+class PreferredElection:
+    pass
+
+
+@dataclass(frozen=True)
+class ControlledShutdownElection:
+    pass
+
+
+ElectionStrategy = OfflineElection | ReassignElection | PreferredElection | ControlledShutdownElection
+
+
+@dataclass(frozen=True)
+class Election:
+    """A successful election: the new LeaderAndIsr and who must be told."""
+
+    leader_and_isr: LeaderAndIsr
+    recipients: tuple[int, ...]
+    unclean: bool = False
+
+
+def elect_leader(ctx: ControllerContext, tp: TopicPartition, strategy: ElectionStrategy) -> Election | str:
+    """Run one election over the context; an Election, or the reason it failed."""
+    leadership = ctx.partition_leadership.get(tp)
+    if leadership is None:
+        return "no leadership information in ZooKeeper"
+    if leadership.controller_epoch > ctx.epoch:
+        return (f"aborted: the state was written by a newer controller (epoch {leadership.controller_epoch} > "
+                f"{ctx.epoch}); this controller must have been deposed")
+    lai = leadership.leader_and_isr
+    assignment = ctx.partition_full_assignment(tp)
+    replicas = assignment.replicas
+    live = [r for r in replicas if ctx.is_replica_online(r)]
+    match strategy:
+        case OfflineElection(allow_unclean=unclean):
+            leader = offline_partition_leader_election(replicas, lai.isr, live, unclean)
+            if leader is None:
+                return (f"NoReplicaOnlineException: No replica in ISR {list(lai.isr)} is alive; "
+                        f"live replicas are {live}")
+            return Election(lai.new_leader_and_isr(leader, isr_after_election(leader, lai.isr, live)),
+                            tuple(live), unclean=leader not in lai.isr)
+        case ReassignElection():
+            target = assignment.target_replicas
+            leader = reassign_partition_leader_election(target, lai.isr, live)
+            if leader is None:
+                return f"None of the reassigned replicas {list(target)} are in-sync replicas {list(lai.isr)} and alive"
+            return Election(lai.new_leader_and_isr(leader, lai.isr), target)
+        case PreferredElection():
+            leader = preferred_replica_partition_leader_election(replicas, lai.isr, live)
+            if leader is None:
+                return (f"Preferred replica {replicas[0] if replicas else None} is either not alive or not in "
+                        f"the isr {list(lai.isr)}")
+            return Election(lai.new_leader_and_isr(leader, lai.isr), replicas)
+        case ControlledShutdownElection():
+            shutting_down = ctx.shutting_down_broker_ids
+            live_or_shutting = [r for r in replicas if r in ctx.live_or_shutting_down_broker_ids]
+            leader = controlled_shutdown_partition_leader_election(replicas, lai.isr, live_or_shutting, shutting_down)
+            if leader is None:
+                return f"No other replica in ISR {list(lai.isr)} is alive and not shutting down"
+            return Election(lai.new_leader_and_isr(leader, isr_after_controlled_shutdown(lai.isr, shutting_down)),
+                            tuple(live_or_shutting))
+    raise TypeError(f"unknown election strategy {strategy!r}")
+
+
+# -- partitions ----------------------------------------------------------------------------------
+
 @dataclass
 class PartitionChanges:
     target: P
     transitions: dict[TopicPartition, P] = field(default_factory=dict)  # tp -> previous state
     created: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)  # new state znodes
-    elected: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)  # conditional updates
+    elected: dict[TopicPartition, Election] = field(default_factory=dict)  # conditional updates
     invalid: dict[TopicPartition, P] = field(default_factory=dict)
     failed: dict[TopicPartition, str] = field(default_factory=dict)
 
 
-@dataclass
-class ReplicaChanges:
-    target: R
-    transitions: dict[tuple[TopicPartition, int], R] = field(default_factory=dict)
-    leader_and_isr_to: list[tuple[int, TopicPartition]] = field(default_factory=list)
-    invalid: dict[tuple[TopicPartition, int], R] = field(default_factory=dict)
-
-
 def plan_partition_state_changes(ctx: ControllerContext, partitions: Iterable[TopicPartition], target: P,
-                                 unclean_leader_election_enabled: bool = False) -> PartitionChanges:
-    """Kafka's ZkPartitionStateMachine.doHandleStateChanges, as a pure plan."""
+                                 strategy: ElectionStrategy = OfflineElection()) -> PartitionChanges:
+    """Kafka's ZkPartitionStateMachine.doHandleStateChanges, as a pure plan.
+
+    New partitions going Online get their initial leader and ISR; Offline and
+    Online ones going Online are elected with `strategy`.
+    """
     plan = PartitionChanges(target)
     live = ctx.live_broker_ids
     for tp in partitions:
@@ -55,8 +135,8 @@ def plan_partition_state_changes(ctx: ControllerContext, partitions: Iterable[To
         if not is_valid_partition_transition(current, target):
             plan.invalid[tp] = current
             continue
-        assignment = ctx.partition_replicas(tp)
         if target is P.OnlinePartition and current is P.NewPartition:
+            assignment = ctx.partition_replicas(tp)
             initial = initial_leader_and_isr(assignment, live)
             if initial is None:
                 plan.failed[tp] = (f"No assigned replica of {list(assignment)} is alive; "
@@ -65,39 +145,70 @@ def plan_partition_state_changes(ctx: ControllerContext, partitions: Iterable[To
             leader, isr = initial
             plan.created[tp] = LeaderAndIsr(leader, LeaderAndIsr.INITIAL_LEADER_EPOCH, isr,
                                             LeaderAndIsr.INITIAL_ZK_VERSION)
-        elif target is P.OnlinePartition and current is P.OfflinePartition:
-            current_leadership = ctx.partition_leadership.get(tp)
-            if current_leadership is None:
-                plan.failed[tp] = "no leadership information in ZooKeeper"
+        elif target is P.OnlinePartition:
+            election = elect_leader(ctx, tp, strategy)
+            if isinstance(election, str):
+                plan.failed[tp] = election
                 continue
-            lai = current_leadership.leader_and_isr
-            live_replicas = [r for r in assignment if r in live]
-            leader = offline_partition_leader_election(assignment, lai.isr, live_replicas,
-                                                       unclean_leader_election_enabled)
-            if leader is None:
-                plan.failed[tp] = (f"NoReplicaOnlineException: No replica in ISR {list(lai.isr)} is alive; "
-                                   f"live replicas are {live_replicas}")
-                continue
-            plan.elected[tp] = lai.new_leader_and_isr(leader, isr_after_election(leader, lai.isr, live_replicas))
+            plan.elected[tp] = election
         plan.transitions[tp] = current
     return plan
 
 
+# -- replicas ------------------------------------------------------------------------------------
+
+@dataclass
+class ReplicaChanges:
+    target: R
+    transitions: dict[tuple[TopicPartition, int], R] = field(default_factory=dict)
+    invalid: dict[tuple[TopicPartition, int], R] = field(default_factory=dict)
+    leader_and_isr_to: list[tuple[int, TopicPartition, bool]] = field(default_factory=list)  # broker, tp, is_new
+    stop_replica_to: list[tuple[int, TopicPartition, bool]] = field(default_factory=list)  # broker, tp, delete
+    isr_removals: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)  # conditional updates
+    update_metadata_for: list[TopicPartition] = field(default_factory=list)
+    assignment_removals: list[tuple[TopicPartition, int]] = field(default_factory=list)
+
+
 def plan_replica_state_changes(ctx: ControllerContext, replicas: Iterable[tuple[TopicPartition, int]],
                                target: R) -> ReplicaChanges:
-    """Kafka's ZkReplicaStateMachine.doHandleStateChanges for New and Online replicas, as a plan."""
+    """Kafka's ZkReplicaStateMachine.doHandleStateChanges, as a pure plan.
+
+    Call it with the replicas of one broker at a time when going Offline: each
+    ISR removal is computed from the context as it is when planned.
+    """
     plan = ReplicaChanges(target)
     for tp, replica in replicas:
-        current = ctx.replica_states.get((tp, replica), R.NonExistentReplica)
+        key = (tp, replica)
+        current = ctx.replica_states.get(key, R.NonExistentReplica)
         if not is_valid_replica_transition(current, target):
-            plan.invalid[(tp, replica)] = current
+            plan.invalid[key] = current
             continue
-        if target is R.OnlineReplica and current is not R.NewReplica and tp in ctx.partition_leadership:
-            plan.leader_and_isr_to.append((replica, tp))
-        elif target is R.NewReplica and tp in ctx.partition_leadership:
-            if ctx.partition_leadership[tp].leader_and_isr.leader == replica:
-                plan.invalid[(tp, replica)] = current  # the leader cannot become a NewReplica
-                continue
-            plan.leader_and_isr_to.append((replica, tp))
-        plan.transitions[(tp, replica)] = current
+        leadership = ctx.partition_leadership.get(tp)
+        if target is R.NewReplica:
+            if leadership is not None:
+                if leadership.leader_and_isr.leader == replica:
+                    plan.invalid[key] = current  # the leader cannot become a NewReplica
+                    continue
+                plan.leader_and_isr_to.append((replica, tp, True))
+        elif target is R.OnlineReplica:
+            if current is not R.NewReplica and leadership is not None:
+                plan.leader_and_isr_to.append((replica, tp, False))
+        elif target is R.OfflineReplica:
+            plan.stop_replica_to.append((replica, tp, False))
+            if leadership is None:
+                plan.update_metadata_for.append(tp)
+            else:
+                lai = leadership.leader_and_isr
+                if replica in lai.isr:
+                    new_leader = LeaderAndIsr.NO_LEADER if lai.leader == replica else lai.leader
+                    plan.isr_removals[tp] = lai.new_leader_and_isr(new_leader, isr_after_replica_removed(lai.isr, replica))
+                if not ctx.is_topic_queued_for_deletion(tp.topic):
+                    for r in ctx.partition_replicas(tp):
+                        if r != replica:
+                            plan.leader_and_isr_to.append((r, tp, False))
+        elif target is R.ReplicaDeletionStarted:
+            plan.stop_replica_to.append((replica, tp, True))
+        elif target is R.NonExistentReplica:
+            plan.assignment_removals.append(key)
+        plan.transitions[key] = current
     return plan

@@ -34,6 +34,35 @@ class LeaderAndIsr:
 
 
 @dataclass(frozen=True)
+class ReplicaAssignment:
+    """Kafka's ReplicaAssignment: during a reassignment `replicas` is ORS + TRS, with the
+    adding (TRS - ORS) and removing (ORS - TRS) replicas named."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    @classmethod
+    def for_reassignment(cls, original: tuple[int, ...], target: tuple[int, ...]) -> "ReplicaAssignment":
+        """RS = TRS followed by the ORS members not in it (Kafka's order, preferred leader first)."""
+        replicas = tuple(target) + tuple(r for r in original if r not in target)
+        return cls(replicas, tuple(r for r in target if r not in original),
+                   tuple(r for r in original if r not in target))
+
+
+@dataclass(frozen=True)
 class LeaderIsrAndControllerEpoch:
     leader_and_isr: LeaderAndIsr
     controller_epoch: int
@@ -48,10 +77,13 @@ class ControllerContext:
     shutting_down_broker_ids: set[int] = field(default_factory=set)
     all_topics: set[str] = field(default_factory=set)
     topic_ids: dict[str, str] = field(default_factory=dict)
-    partition_assignments: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    partition_assignments: dict[str, dict[int, ReplicaAssignment]] = field(default_factory=dict)
     partition_leadership: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
     partition_states: dict[TopicPartition, PartitionStateName] = field(default_factory=dict)
     replica_states: dict[tuple[TopicPartition, int], ReplicaStateName] = field(default_factory=dict)
+    topics_to_be_deleted: set[str] = field(default_factory=set)
+    topics_with_deletion_started: set[str] = field(default_factory=set)
+    topics_ineligible_for_deletion: set[str] = field(default_factory=set)
 
     # -- brokers -------------------------------------------------------------
 
@@ -84,11 +116,65 @@ class ControllerContext:
     def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in self.partition_assignments.get(topic, {})]
 
+    def partition_full_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        return self.partition_assignments.get(tp.topic, {}).get(tp.partition, ReplicaAssignment(()))
+
     def partition_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
-        return self.partition_assignments.get(tp.topic, {}).get(tp.partition, ())
+        return self.partition_full_assignment(tp).replicas
 
     def update_partition_replicas(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
-        self.partition_assignments.setdefault(tp.topic, {})[tp.partition] = tuple(replicas)
+        self.update_partition_full_assignment(tp, ReplicaAssignment(tuple(replicas)))
+
+    def update_partition_full_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        self.partition_assignments.setdefault(tp.topic, {})[tp.partition] = assignment
+
+    @property
+    def partitions_being_reassigned(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, parts in self.partition_assignments.items()
+                for p, a in parts.items() if a.is_being_reassigned]
+
+    def replicas_on_brokers(self, broker_ids: set[int]) -> list[tuple[TopicPartition, int]]:
+        return [(tp, r) for tp in self.all_partitions() for r in self.partition_replicas(tp) if r in broker_ids]
+
+    def replicas_for_topic(self, topic: str) -> list[tuple[TopicPartition, int]]:
+        return [(tp, r) for tp in self.partitions_for_topic(topic) for r in self.partition_replicas(tp)]
+
+    def replicas_in_state(self, topic: str, state: ReplicaStateName) -> list[tuple[TopicPartition, int]]:
+        return [k for k in self.replicas_for_topic(topic) if self.replica_states.get(k) is state]
+
+    def is_any_replica_in_state(self, topic: str, state: ReplicaStateName) -> bool:
+        return any(self.replica_states.get(k) is state for k in self.replicas_for_topic(topic))
+
+    def are_all_replicas_in_state(self, topic: str, state: ReplicaStateName) -> bool:
+        return all(self.replica_states.get(k) is state for k in self.replicas_for_topic(topic))
+
+    def is_topic_queued_for_deletion(self, topic: str) -> bool:
+        return topic in self.topics_to_be_deleted
+
+    def partitions_with_offline_leader(self) -> list[TopicPartition]:
+        """Partitions whose leader is not a live broker (topics being deleted excluded)."""
+        return [tp for tp, l in self.partition_leadership.items()
+                if not self.is_replica_online(l.leader_and_isr.leader)
+                and not self.is_topic_queued_for_deletion(tp.topic)]
+
+    def remove_topic(self, topic: str) -> None:
+        for tp in self.partitions_for_topic(topic):
+            self.partition_leadership.pop(tp, None)
+            self.partition_states.pop(tp, None)
+            for r in self.partition_replicas(tp):
+                self.replica_states.pop((tp, r), None)
+        self.partition_assignments.pop(topic, None)
+        self.all_topics.discard(topic)
+        self.topic_ids.pop(topic, None)
+        self.topics_to_be_deleted.discard(topic)
+        self.topics_with_deletion_started.discard(topic)
+        self.topics_ineligible_for_deletion.discard(topic)
+
+    def preferred_replica_imbalance_count(self) -> int:
+        """Partitions whose leader is not their preferred (first) replica (topics being deleted excluded)."""
+        return sum(1 for tp, l in self.partition_leadership.items()
+                   if not self.is_topic_queued_for_deletion(tp.topic)
+                   and self.partition_replicas(tp)[:1] != (l.leader_and_isr.leader,))
 
     def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
         return [tp for tp in self.all_partitions() if broker_id in self.partition_replicas(tp)]

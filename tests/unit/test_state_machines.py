@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from actors.controller.changes import plan_partition_state_changes, plan_replica_state_changes
+from actors.controller.changes import OfflineElection, plan_partition_state_changes, plan_replica_state_changes
 from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch
 from actors.controller.state_machines import (
     PARTITION_VALID_PREVIOUS,
@@ -38,6 +38,11 @@ KAFKA_REPLICA_VALID_PREVIOUS = {
     R.NonExistentReplica: {R.ReplicaDeletionSuccessful},
 }
 
+
+
+def elected(plan):
+    """The LeaderAndIsr of each election in a plan."""
+    return {tp: e.leader_and_isr for tp, e in plan.elected.items()}
 
 def test_partition_table_matches_kafka():
     assert {k: set(v) for k, v in PARTITION_VALID_PREVIOUS.items()} == KAFKA_PARTITION_VALID_PREVIOUS
@@ -153,7 +158,7 @@ def test_offline_to_online_elects_from_live_isr():
     ctx.partition_states[T0] = P.OfflinePartition
     ctx.partition_leadership[T0] = leadership(leader=1, epoch=7, isr=(1, 2, 3), zk_version=11)
     plan = plan_partition_state_changes(ctx, [T0], P.OnlinePartition)
-    assert plan.elected == {T0: LeaderAndIsr(leader=2, leader_epoch=8, isr=(2, 3), zk_version=11)}
+    assert elected(plan) == {T0: LeaderAndIsr(leader=2, leader_epoch=8, isr=(2, 3), zk_version=11)}
     assert plan.transitions == {T0: P.OfflinePartition}
     assert plan.created == {} and plan.failed == {} and plan.invalid == {}
 
@@ -164,7 +169,7 @@ def test_offline_to_online_keeps_isr_order():
     ctx.partition_leadership[T0] = leadership(leader=1, epoch=0, isr=(3, 1, 2), zk_version=2)
     plan = plan_partition_state_changes(ctx, [T0], P.OnlinePartition)
     # AR (1,2,3) picks 2; the ISR keeps its own order
-    assert plan.elected[T0] == LeaderAndIsr(2, 1, (3, 2), 2)
+    assert elected(plan)[T0] == LeaderAndIsr(2, 1, (3, 2), 2)
 
 
 @pytest.mark.parametrize("unclean", [False, True])
@@ -172,15 +177,15 @@ def test_offline_to_online_prefers_isr_even_when_unclean_allowed(unclean):
     ctx = make_ctx(live=(2, 3))
     ctx.partition_states[T0] = P.OfflinePartition
     ctx.partition_leadership[T0] = leadership(leader=1, epoch=3, isr=(1, 3), zk_version=5)
-    plan = plan_partition_state_changes(ctx, [T0], P.OnlinePartition, unclean)
-    assert plan.elected[T0] == LeaderAndIsr(3, 4, (3,), 5)
+    plan = plan_partition_state_changes(ctx, [T0], P.OnlinePartition, OfflineElection(unclean))
+    assert elected(plan)[T0] == LeaderAndIsr(3, 4, (3,), 5)
 
 
 def test_offline_no_live_isr_clean_fails():
     ctx = make_ctx(live=(2, 3))
     ctx.partition_states[T0] = P.OfflinePartition
     ctx.partition_leadership[T0] = leadership(leader=1, epoch=3, isr=(1,), zk_version=5)
-    plan = plan_partition_state_changes(ctx, [T0], P.OnlinePartition, unclean_leader_election_enabled=False)
+    plan = plan_partition_state_changes(ctx, [T0], P.OnlinePartition, OfflineElection(False))
     assert list(plan.failed) == [T0]
     assert plan.failed[T0].startswith("NoReplicaOnlineException")
     assert plan.elected == {} and plan.transitions == {} and plan.invalid == {}
@@ -190,8 +195,8 @@ def test_offline_no_live_isr_unclean_elects_from_live_assignment():
     ctx = make_ctx(live=(2, 3))
     ctx.partition_states[T1] = P.OfflinePartition  # AR (3, 1, 2)
     ctx.partition_leadership[T1] = leadership(leader=1, epoch=3, isr=(1,), zk_version=5)
-    plan = plan_partition_state_changes(ctx, [T1], P.OnlinePartition, unclean_leader_election_enabled=True)
-    assert plan.elected == {T1: LeaderAndIsr(leader=3, leader_epoch=4, isr=(3,), zk_version=5)}
+    plan = plan_partition_state_changes(ctx, [T1], P.OnlinePartition, OfflineElection(True))
+    assert elected(plan) == {T1: LeaderAndIsr(leader=3, leader_epoch=4, isr=(3,), zk_version=5)}
     assert plan.transitions == {T1: P.OfflinePartition}
     assert plan.failed == {}
 
@@ -200,7 +205,7 @@ def test_offline_no_live_replica_at_all_fails_even_unclean():
     ctx = make_ctx()
     ctx.partition_states[U0] = P.OfflinePartition
     ctx.partition_leadership[U0] = leadership(leader=4, epoch=1, isr=(4, 5), zk_version=1)
-    plan = plan_partition_state_changes(ctx, [U0], P.OnlinePartition, True)
+    plan = plan_partition_state_changes(ctx, [U0], P.OnlinePartition, OfflineElection(True))
     assert list(plan.failed) == [U0]
     assert plan.elected == {} and plan.transitions == {}
 
@@ -247,7 +252,7 @@ def test_mixed_batch_sorts_each_partition():
     missing = TopicPartition("t", 99)  # NonExistent
     plan = plan_partition_state_changes(ctx, [T0, T1, missing, U0], P.OnlinePartition)
     assert plan.created == {T0: LeaderAndIsr(1, 0, (1, 2), 0)}
-    assert plan.elected == {T1: LeaderAndIsr(2, 10, (2,), 4)}
+    assert elected(plan) == {T1: LeaderAndIsr(2, 10, (2,), 4)}
     assert plan.invalid == {missing: P.NonExistentPartition, U0: P.NonExistentPartition}
     assert plan.transitions == {T0: P.NewPartition, T1: P.OfflinePartition}
 
@@ -259,7 +264,7 @@ def test_partition_planner_does_not_mutate_context():
     before = copy.deepcopy(ctx)
     for target in P:
         for unclean in (False, True):
-            plan_partition_state_changes(ctx, [T0, T1, U0, TopicPartition("x", 0)], target, unclean)
+            plan_partition_state_changes(ctx, [T0, T1, U0, TopicPartition("x", 0)], target, OfflineElection(unclean))
     assert ctx == before
     assert ctx.partition_states == {T0: P.NewPartition, T1: P.OfflinePartition, U0: P.NewPartition}
 
@@ -289,7 +294,7 @@ def test_replica_new_with_leadership_sends_to_follower():
     ctx = make_ctx()
     ctx.partition_leadership[T0] = leadership(1, 0, (1, 2, 3), 0)
     plan = plan_replica_state_changes(ctx, [(T0, 2)], R.NewReplica)
-    assert plan.leader_and_isr_to == [(2, T0)]
+    assert plan.leader_and_isr_to == [(2, T0, True)]
     assert plan.transitions == {(T0, 2): R.NonExistentReplica}
 
 
@@ -321,7 +326,7 @@ def test_replica_to_online_with_leadership_sends_leader_and_isr(current):
     ctx.replica_states[(T0, 2)] = current
     ctx.replica_states[(T1, 2)] = current
     plan = plan_replica_state_changes(ctx, [(T0, 2), (T1, 2)], R.OnlineReplica)
-    assert plan.leader_and_isr_to == [(2, T0), (2, T1)]
+    assert plan.leader_and_isr_to == [(2, T0, False), (2, T1, False)]
     assert plan.transitions == {(T0, 2): current, (T1, 2): current}
 
 
