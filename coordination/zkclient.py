@@ -131,7 +131,7 @@ class KrayZkClient:
         except NoNodeError:
             return []
 
-    def _get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
+    def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
         """Pipelined reads: issue every get, then collect; missing znodes map to None."""
         pending = [(p, self.kazoo.get_async(p)) for p in paths]
         out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
@@ -244,7 +244,7 @@ class KrayZkClient:
     def get_brokers(self, broker_ids: Iterable[int]) -> dict[int, tuple[zkdata.BrokerIdZNode, int]]:
         """Registrations with broker epochs (czxid); malformed ones are logged and skipped."""
         out = {}
-        raw = self._get_many(zkdata.broker_path(b) for b in broker_ids)
+        raw = self.get_many(zkdata.broker_path(b) for b in broker_ids)
         for path, got in raw.items():
             if got is None:
                 continue
@@ -261,7 +261,7 @@ class KrayZkClient:
 
     def get_topic_znodes(self, topics: Iterable[str]) -> dict[str, zkdata.TopicZNode]:
         out = {}
-        raw = self._get_many(zkdata.topic_path(t) for t in topics)
+        raw = self.get_many(zkdata.topic_path(t) for t in topics)
         for path, got in raw.items():
             if got is None:
                 continue
@@ -273,7 +273,7 @@ class KrayZkClient:
 
     def get_partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionStateRecord]:
         partitions = list(partitions)
-        raw = self._get_many(zkdata.partition_state_path(tp) for tp in partitions)
+        raw = self.get_many(zkdata.partition_state_path(tp) for tp in partitions)
         out = {}
         for tp in partitions:
             path = zkdata.partition_state_path(tp)
@@ -303,6 +303,43 @@ class KrayZkClient:
             [CreateOp(path, states[tp].encode()) for path, tp in ops.items()], epoch_zk_version
         )
         return {ops[r.op.path]: r.error for r in results}
+
+    def delete_paths_fenced(self, paths: list[str], epoch_zk_version: int) -> None:
+        """Delete znodes that exist (checked first, pipelined), fenced; a vanished one is no error."""
+        checks = [(p, self.kazoo.exists_async(p)) for p in paths]
+        self.fenced_multi([DeleteOp(p) for p, r in checks if r.get()], epoch_zk_version)
+
+    def delete_path_fenced(self, path: str, epoch_zk_version: int) -> None:
+        self.delete_paths_fenced([path], epoch_zk_version)
+
+    def delete_partition_reassignment(self, epoch_zk_version: int) -> None:
+        self.delete_path_fenced(zkdata.REASSIGN_PARTITIONS, epoch_zk_version)
+
+    def set_partition_reassignment(self, znode: zkdata.ReassignPartitionsZNode, epoch_zk_version: int) -> None:
+        self.fenced_multi([SetDataOp(zkdata.REASSIGN_PARTITIONS, znode.encode())], epoch_zk_version)
+
+    def set_topic_znode(self, topic: str, znode: zkdata.TopicZNode, epoch_zk_version: int) -> None:
+        self.fenced_multi([SetDataOp(zkdata.topic_path(topic), znode.encode())], epoch_zk_version)
+
+    def delete_topic_deletions(self, topics: Iterable[str], epoch_zk_version: int) -> None:
+        """Remove /admin/delete_topics/T entries (already gone is fine)."""
+        self.delete_paths_fenced([zkdata.delete_topic_path(t) for t in topics], epoch_zk_version)
+
+    def delete_topic(self, topic: str, epoch_zk_version: int) -> None:
+        """Delete a topic's znodes bottom-up (state, partition, partitions, topic), its config and its
+        deletion request, in fenced multis."""
+        paths = [zkdata.topic_path(topic)]
+        partitions = self.children(zkdata.topic_partitions_path(topic))
+        if partitions or self.kazoo.exists(zkdata.topic_partitions_path(topic)):
+            paths.append(zkdata.topic_partitions_path(topic))
+            for p in partitions:
+                tp_path = f"{zkdata.topic_partitions_path(topic)}/{p}"
+                paths.append(tp_path)
+                paths.extend(f"{tp_path}/{c}" for c in self.children(tp_path))
+        ops = [DeleteOp(p) for p in reversed(paths)]
+        ops += [DeleteOp(p) for p in (zkdata.topic_config_path(topic), zkdata.delete_topic_path(topic))
+                if self.kazoo.exists(p)]
+        self.fenced_multi(ops, epoch_zk_version)
 
     def update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode, int]],
                                 epoch_zk_version: int) -> dict[TopicPartition, int | Exception]:

@@ -7,13 +7,21 @@ competes again once the old session's /controller has expired.
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future
 
 import ray
 
 from actors.config import ClusterConfig
 from actors.controller.channel import ControllerChannelManager
 from actors.controller.controller import KafkaController
-from actors.controller.events import ControllerEventManager, ResponseReceived, Startup
+from actors.controller.events import (
+    ControlledShutdown,
+    ControllerEventManager,
+    DescribeController,
+    ReplicaLeaderElection,
+    ResponseReceived,
+    Startup,
+)
 from actors.logs import configure_logging
 from actors.protocol import ControllerResponse
 from coordination.zkclient import KrayZkClient
@@ -30,6 +38,7 @@ class ControllerActor:
         self.controller = KafkaController(
             broker_id, self.zk, self.inbox.put,
             channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
+            config=config.controller,
         )
         self.inbox.start()
         self.inbox.put(Startup())
@@ -40,9 +49,23 @@ class ControllerActor:
     def on_response(self, response: ControllerResponse, controller_epoch: int) -> None:
         self.inbox.put(ResponseReceived(response=response, controller_epoch=controller_epoch))
 
-    def status(self) -> dict:
-        return self.controller.status() | {"inbox_depth": self.inbox.depth(), "pid": os.getpid(),
-                                           "session_id": self.zk.session_id}
+    def _ask(self, event, timeout: float):
+        self.inbox.put(event)
+        return event.reply.result(timeout=timeout)
+
+    def status(self, timeout: float = 30.0) -> dict:
+        """The controller's state, read in order with its events."""
+        status = self._ask(DescribeController(reply=Future()), timeout)
+        return status | {"inbox_depth": self.inbox.depth(), "last_queue_time_ms": self.inbox.last_queue_time_ms,
+                         "pid": os.getpid(), "session_id": self.zk.session_id}
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int, timeout: float = 60.0):
+        """Kafka's ControlledShutdownRequest: the partitions the broker still leads, or an Errors code."""
+        return self._ask(ControlledShutdown(broker_id=broker_id, broker_epoch=broker_epoch, reply=Future()), timeout)
+
+    def elect_leaders(self, partitions: list[tuple[str, int]] | None = None, timeout: float = 60.0):
+        """Preferred replica election (all partitions when None): per-partition error or None."""
+        return self._ask(ReplicaLeaderElection(partitions=tuple(partitions or ()), reply=Future()), timeout)
 
     def zk_session(self) -> tuple[int, bytes]:
         """(session id, password) of this candidate's ZooKeeper session, for session-expiry chaos."""

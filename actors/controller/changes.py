@@ -212,3 +212,42 @@ def plan_replica_state_changes(ctx: ControllerContext, replicas: Iterable[tuple[
             plan.assignment_removals.append(key)
         plan.transitions[key] = current
     return plan
+
+
+# -- preferred leaders ---------------------------------------------------------------------------
+
+def preferred_election_needed(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
+    """Split partitions into those to elect and those that cannot or need not be (with Kafka's reasons)."""
+    valid, errors = [], {}
+    for tp in partitions:
+        leadership = ctx.partition_leadership.get(tp)
+        replicas = ctx.partition_replicas(tp)
+        if not replicas or leadership is None:
+            errors[tp] = "UNKNOWN_TOPIC_OR_PARTITION: the partition does not exist"
+        elif ctx.is_topic_queued_for_deletion(tp.topic):
+            errors[tp] = "INVALID_TOPIC_EXCEPTION: the topic is being deleted"
+        elif leadership.leader_and_isr.leader == replicas[0]:
+            errors[tp] = "ELECTION_NOT_NEEDED: the preferred replica is already the leader"
+        else:
+            valid.append(tp)
+    return valid, errors
+
+
+def auto_rebalance_candidates(ctx: ControllerContext, imbalance_percentage: int) -> list[TopicPartition]:
+    """Kafka's checkAndTriggerAutoLeaderRebalance: for each preferred broker whose share of partitions
+    led by someone else exceeds the ratio, the partitions it could lead again (live, in the ISR)."""
+    if ctx.partitions_being_reassigned:
+        return []
+    by_preferred: dict[int, list[TopicPartition]] = {}
+    for tp in ctx.all_partitions():
+        replicas = ctx.partition_replicas(tp)
+        if replicas and not ctx.is_topic_queued_for_deletion(tp.topic):
+            by_preferred.setdefault(replicas[0], []).append(tp)
+    out = []
+    for preferred, tps in sorted(by_preferred.items()):
+        not_preferred = [tp for tp in tps if tp in ctx.partition_leadership
+                         and ctx.partition_leadership[tp].leader_and_isr.leader != preferred]
+        if len(not_preferred) / len(tps) > imbalance_percentage / 100:
+            out += [tp for tp in not_preferred if ctx.is_replica_online(preferred)
+                    and preferred in ctx.partition_leadership[tp].leader_and_isr.isr]
+    return out

@@ -24,6 +24,8 @@ from actors.protocol import (
     ControllerResponse,
     LeaderAndIsrRequest,
     PartitionState,
+    StopReplicaPartition,
+    StopReplicaRequest,
     UpdateMetadataRequest,
 )
 from coordination.zkdata import TopicPartition
@@ -42,15 +44,20 @@ def controller_actor_name(broker_id: int) -> str:
     return f"controller-{broker_id}"
 
 
+LEADER_DURING_DELETE = -2  # UpdateMetadata's leader for partitions of a topic being deleted
+EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch when the replica is deleted
+
+
 def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: LeaderIsrAndControllerEpoch,
-                    is_new: bool = False) -> PartitionState:
+                    is_new: bool = False, being_deleted: bool = False) -> PartitionState:
     lai = leadership.leader_and_isr
-    replicas = ctx.partition_replicas(tp)
+    assignment = ctx.partition_full_assignment(tp)
     return PartitionState(
         topic=tp.topic, partition=tp.partition, controller_epoch=leadership.controller_epoch,
-        leader=lai.leader, leader_epoch=lai.leader_epoch, isr=list(lai.isr), zk_version=lai.zk_version,
-        replicas=list(replicas), offline_replicas=[r for r in replicas if not ctx.is_replica_online(r)],
-        is_new=is_new,
+        leader=LEADER_DURING_DELETE if being_deleted else lai.leader, leader_epoch=lai.leader_epoch,
+        isr=list(lai.isr), zk_version=lai.zk_version, replicas=list(assignment.replicas),
+        adding_replicas=list(assignment.adding), removing_replicas=list(assignment.removing),
+        offline_replicas=[r for r in assignment.replicas if not ctx.is_replica_online(r)], is_new=is_new,
     )
 
 
@@ -62,9 +69,10 @@ class ControllerBrokerRequestBatch:
         self._leader_and_isr: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> is_new
         self._update_metadata_brokers: set[int] = set()
         self._update_metadata_partitions: set[TopicPartition] = set()
+        self._stop_replica: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> delete
 
     def is_empty(self) -> bool:
-        return not (self._leader_and_isr or self._update_metadata_brokers)
+        return not (self._leader_and_isr or self._update_metadata_brokers or self._stop_replica)
 
     def add_leader_and_isr(self, ctx: ControllerContext, broker_ids, tp: TopicPartition,
                            is_new: bool = False) -> None:
@@ -74,12 +82,16 @@ class ControllerBrokerRequestBatch:
                 self._leader_and_isr[b][tp] = self._leader_and_isr[b].get(tp, False) or is_new
         self.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [tp])
 
+    def add_stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
+        if broker_id >= 0:
+            self._stop_replica[broker_id][tp] = self._stop_replica[broker_id].get(tp, False) or delete
+
     def add_update_metadata(self, broker_ids, partitions) -> None:
         self._update_metadata_brokers.update(broker_ids)
         self._update_metadata_partitions.update(partitions)
 
     def build(self, ctx: ControllerContext) -> dict[int, list[ControllerRequestT]]:
-        """Per live broker: its LeaderAndIsr first, then UpdateMetadata (Kafka's order). Clears the batch."""
+        """Per live broker: LeaderAndIsr, then UpdateMetadata, then StopReplica (Kafka's order). Clears the batch."""
         live_brokers = [ctx.live_brokers[b] for b in sorted(ctx.live_brokers)]
         out: dict[int, list[ControllerRequestT]] = defaultdict(list)
         for broker_id, partitions in sorted(self._leader_and_isr.items()):
@@ -94,7 +106,8 @@ class ControllerBrokerRequestBatch:
                 live_leaders=[b for b in live_brokers if b.id in leaders],
             ))
         if self._update_metadata_brokers:
-            states = [partition_state(ctx, tp, ctx.partition_leadership[tp])
+            states = [partition_state(ctx, tp, ctx.partition_leadership[tp],
+                                      being_deleted=ctx.is_topic_queued_for_deletion(tp.topic))
                       for tp in sorted(self._update_metadata_partitions) if tp in ctx.partition_leadership]
             for broker_id in sorted(self._update_metadata_brokers):
                 if broker_id in ctx.live_brokers:
@@ -103,6 +116,20 @@ class ControllerBrokerRequestBatch:
                         broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
                         live_brokers=live_brokers,
                     ))
+        for broker_id, partitions in sorted(self._stop_replica.items()):
+            if broker_id not in ctx.live_brokers:
+                continue
+            out[broker_id].append(StopReplicaRequest(
+                controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                broker_epoch=ctx.live_broker_epochs[broker_id],
+                partitions=[StopReplicaPartition(
+                    topic=tp.topic, partition=tp.partition, delete_partition=delete,
+                    leader_epoch=EPOCH_DURING_DELETE if delete else (
+                        ctx.partition_leadership[tp].leader_and_isr.leader_epoch
+                        if tp in ctx.partition_leadership else -1))
+                    for tp, delete in sorted(partitions.items())],
+            ))
+        self._stop_replica.clear()
         self._leader_and_isr.clear()
         self._update_metadata_brokers.clear()
         self._update_metadata_partitions.clear()

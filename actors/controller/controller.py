@@ -1,40 +1,50 @@
-"""KafkaController: what the controller does with each event, over context, plans and ZooKeeper.
+"""KafkaController: the inbox's event handler. Election, failover, resignation, and dispatch.
 
-Everything here runs on the inbox thread. Decisions come from the pure
-planners in `changes.py`; `_apply_partition_changes` / `_apply_replica_changes`
-are the one place that persists them (ZooKeeper first, fenced by the controller
-epoch), then updates ControllerContext, then adds requests to the batch, which
-is sent once per broker at the end of the event.
+Everything here runs on the inbox thread; it is the only code that touches
+ControllerContext. What each event does lives with its event group:
+`brokers.py` (broker startup, failure, controlled shutdown), `topics.py`
+(creation, expansion, deletion), `leadership.py` (preferred and auto
+rebalance elections, ISR change notifications), `reassignment.py`.
+Decisions are pure (`changes.py`); the state machines (`zk_state_machines.py`)
+persist and apply them; the batch is sent once per broker at the end of each event.
 """
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Callable
 
 from kazoo.client import KazooState
-from kazoo.exceptions import BadVersionError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from actors.controller.changes import (
-    PartitionChanges,
-    ReplicaChanges,
-    plan_partition_state_changes,
-    plan_replica_state_changes,
-)
+from actors.config import ControllerConfig
+from actors.controller import brokers, leadership, reassignment, topics
 from actors.controller.channel import ControllerBrokerRequestBatch
-from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch
+from actors.controller.context import ControllerContext, ReplicaAssignment
+from actors.controller.deletion import TopicDeletionManager
 from actors.controller.events import (
+    AutoPreferredReplicaLeaderElection,
     BrokerChange,
+    ControlledShutdown,
     ControllerChange,
     ControllerEvent,
+    DescribeController,
     Expire,
+    IsrChangeNotification,
+    PartitionModifications,
+    PartitionReassignment,
+    PartitionReassignmentIsrChange,
+    PreferredReplicaElection,
     Reelect,
+    ReplicaLeaderElection,
     ResponseReceived,
     Startup,
     TopicChange,
+    TopicDeletion,
 )
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
+from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine, leadership_from_record
 from actors.protocol import LiveBroker
 from coordination import zkdata
 from coordination.election import ControllerElection
@@ -43,35 +53,50 @@ from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
-state_change_log = logging.getLogger("state.change.logger")
 
-MAX_ELECTION_RETRIES = 5
+AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after failover
 
 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
-                 channel_factory: Callable[[], object], unclean_leader_election_enabled: bool = False):
+                 channel_factory: Callable[[], object], config: ControllerConfig | None = None):
         self.broker_id = broker_id
         self.zk = zk
         self.put = put
+        self.config = config or ControllerConfig()
         self._channel_factory = channel_factory
-        self.unclean_leader_election_enabled = unclean_leader_election_enabled
-        self.ctx = ControllerContext()
-        self.channel = None
-        self.batch = ControllerBrokerRequestBatch(broker_id)
         self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
-        self._watch_generation = 0
+        self.watch_generation = 0
         self._session_lost = False
+        self._scheduler_stop = threading.Event()
         self.active = False
+        self.channel = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """A fresh context and machines: nothing survives a resignation."""
+        self.ctx = ControllerContext()
+        self.batch = ControllerBrokerRequestBatch(self.broker_id)
+        self.psm = ZkPartitionStateMachine(self.broker_id, self.ctx, self.zk, self.batch,
+                                           self.config.unclean_leader_election_enable)
+        self.rsm = ZkReplicaStateMachine(self.broker_id, self.ctx, self.zk, self.batch)
+        self.deletion = TopicDeletionManager(self)
+        self.watched_reassignments: set[TopicPartition] = set()
 
     @property
-    def _prefix(self) -> str:
+    def prefix(self) -> str:
         return f"[Controller id={self.broker_id} epoch={self.ctx.epoch}]"
 
     # -- dispatch ------------------------------------------------------------
 
     def process(self, event: ControllerEvent) -> None:
         try:
+            if isinstance(event, DescribeController):
+                event.reply.set_result(self.status())
+                return
+            if not self.active and getattr(event, "reply", None) is not None:
+                event.reply.set_result(Errors.NOT_CONTROLLER)
+                return
             match event:
                 case Startup():
                     self.zk.add_state_listener(self._on_session_state)
@@ -80,28 +105,48 @@ class KafkaController:
                     self._maybe_resign_then_elect()
                 case Expire():
                     if self.active:
-                        self._resign("session expired")
-                case BrokerChange() if self.active:
-                    self._process_broker_change()
-                case TopicChange() if self.active:
-                    self._process_topic_change()
-                case ResponseReceived(response=resp, controller_epoch=epoch) if self.active and resp is not None:
+                        self.resign("session expired")
+                case _ if not self.active:
+                    return
+                case BrokerChange():
+                    brokers.process_broker_change(self)
+                case ControlledShutdown(broker_id=b, broker_epoch=e, reply=reply):
+                    brokers.process_controlled_shutdown(self, b, e, reply)
+                case TopicChange():
+                    topics.process_topic_change(self)
+                case PartitionModifications(topic=topic):
+                    topics.process_partition_modifications(self, topic)
+                case TopicDeletion():
+                    topics.process_topic_deletion(self)
+                case IsrChangeNotification():
+                    leadership.process_isr_change_notification(self)
+                case PreferredReplicaElection():
+                    leadership.process_preferred_replica_election_znode(self)
+                case ReplicaLeaderElection(partitions=partitions, reply=reply):
+                    leadership.process_replica_leader_election(self, partitions, reply)
+                case AutoPreferredReplicaLeaderElection():
+                    leadership.check_and_trigger_auto_leader_rebalance(self)
+                case PartitionReassignment():
+                    reassignment.process_partition_reassignment_znode(self)
+                case PartitionReassignmentIsrChange(topic_partition=tp):
+                    reassignment.process_partition_reassignment_isr_change(self, tp)
+                case ResponseReceived(response=resp, controller_epoch=epoch) if resp is not None:
                     self._process_response(resp, epoch)
-            self._send_batch()
+            self.send_batch()
         except ControllerMovedException as e:
-            log.warning("%s Controller moved to another broker: %s", self._prefix, e)
-            self._resign("controller moved")
+            log.warning("%s Controller moved to another broker: %s", self.prefix, e)
+            self.resign("controller moved")
 
     def _on_session_state(self, state: KazooState) -> None:
         """kazoo's state listener: only enqueue (never block or call ZooKeeper here)."""
         if state == KazooState.LOST:
-            self.put(Expire())
             self._session_lost = True
+            self.put(Expire())
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             self.put(Reelect())
 
-    def _send_batch(self) -> None:
+    def send_batch(self) -> None:
         if self.active and not self.batch.is_empty():
             self.channel.send(self.batch.build(self.ctx))
 
@@ -109,250 +154,167 @@ class KafkaController:
 
     def _maybe_resign_then_elect(self) -> None:
         if self.active and not self.election.still_controller():
-            self._resign("/controller changed")
+            self.resign("/controller changed")
         if not self.active:
             won = self.election.elect()
             if won is not None:
                 self.ctx.epoch, self.ctx.epoch_zk_version = won
                 log.info("%s %d successfully elected as the controller. Epoch incremented to %d and epoch "
-                         "zk version is now %d", self._prefix, self.broker_id, won.epoch, won.zk_version)
+                         "zk version is now %d", self.prefix, self.broker_id, won.epoch, won.zk_version)
                 self._on_controller_failover()
 
-    def _resign(self, reason: str) -> None:
-        """Kafka's onControllerResignation: stop watches and senders, forget the context."""
-        log.info("%s Resigning as controller: %s", self._prefix, reason)
-        self._watch_generation += 1
+    def resign(self, reason: str) -> None:
+        """Kafka's onControllerResignation: stop watches, scheduler and senders; forget the context."""
+        log.info("%s Resigning as controller: %s", self.prefix, reason)
+        self.watch_generation += 1
+        self._scheduler_stop.set()
         self.active = False
         if self.channel is not None:
             self.channel.shutdown()
             self.channel = None
-        self.ctx = ControllerContext()
-        self.batch = ControllerBrokerRequestBatch(self.broker_id)
+        self._reset()
+
+    def watch_children(self, path: str, event: Callable[[], ControllerEvent]) -> None:
+        generation = self.watch_generation
+
+        def fired(_children) -> bool | None:
+            if generation != self.watch_generation:
+                return False  # resigned: drop this watch
+            self.put(event())
+            return None
+        ChildrenWatch(self.zk.kazoo, path, fired, send_event=False)
+
+    def watch_data(self, path: str, event: Callable[[], ControllerEvent], only_existing: bool = False) -> None:
+        """Enqueue `event` on every create/change/delete of path (only while it exists, if asked)."""
+        generation = self.watch_generation
+
+        def fired(data, stat, _event=None) -> bool | None:
+            if generation != self.watch_generation:
+                return False
+            if stat is not None or not only_existing:
+                self.put(event())
+            return None
+        DataWatch(self.zk.kazoo, path, fired)
 
     def _on_controller_failover(self) -> None:
-        """Watch, load the context from ZooKeeper, start senders, then tell every broker everything."""
+        """Seed 000's on_controller_failover, in Kafka 2.8's order."""
         self.active = True
-        generation = self._watch_generation
-
-        def watch(path: str, event_type: type[ControllerEvent]) -> None:
-            def fired(_children) -> bool | None:
-                if generation != self._watch_generation:
-                    return False  # resigned: drop this watch
-                self.put(event_type())
-                return None
-            ChildrenWatch(self.zk.kazoo, path, fired, send_event=False)
-
         self.zk.ensure_persistent_paths()
-        watch(zkdata.BROKER_IDS, BrokerChange)
-        watch(zkdata.TOPICS, TopicChange)
+        self.watch_children(zkdata.BROKER_IDS, BrokerChange)
+        self.watch_children(zkdata.TOPICS, TopicChange)
+        self.watch_children(zkdata.DELETE_TOPICS, TopicDeletion)
+        self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
+        self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, only_existing=True)
+        self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, only_existing=True)
+        leadership.delete_isr_change_notifications(self)
         self._initialize_context()
+        self.deletion.init()
         self.channel = self._channel_factory()
         for broker_id in self.ctx.live_brokers:
             self.channel.add_broker(broker_id)
-        self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, self.ctx.partition_leadership)
-        # replica state machine startup: live replicas Online, which sends each its LeaderAndIsr
+        self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
+        # replica state machine startup: live replicas Online (each is sent its LeaderAndIsr)
         for tp in self.ctx.all_partitions():
             for r in self.ctx.partition_replicas(tp):
                 self.ctx.replica_states[(tp, r)] = (R.OnlineReplica if self.ctx.is_replica_online(r)
                                                     else R.ReplicaDeletionIneligible)
-        self._apply_replica_changes(plan_replica_state_changes(
-            self.ctx, [k for k, s in self.ctx.replica_states.items() if s is R.OnlineReplica], R.OnlineReplica))
-        # partition state machine startup
+        self.rsm.handle_state_changes(
+            [k for k, s in self.ctx.replica_states.items() if s is R.OnlineReplica], R.OnlineReplica)
+        # partition state machine startup: then elect every New or Offline partition
         for tp in self.ctx.all_partitions():
-            leadership = self.ctx.partition_leadership.get(tp)
-            if leadership is None:
+            lai = self.ctx.partition_leadership.get(tp)
+            if lai is None:
                 self.ctx.partition_states[tp] = P.NewPartition
-            elif self.ctx.is_replica_online(leadership.leader_and_isr.leader):
+            elif self.ctx.is_replica_online(lai.leader_and_isr.leader):
                 self.ctx.partition_states[tp] = P.OnlinePartition
             else:
                 self.ctx.partition_states[tp] = P.OfflinePartition
-        self._trigger_online_partition_state_change()
-        log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions",
-                 self._prefix, len(self.ctx.live_brokers), len(self.ctx.all_topics), len(self.ctx.all_partitions()))
+        self.psm.trigger_online_partition_state_change()
+        reassignment.initialize_partition_reassignments(self)
+        self.deletion.resume_deletions()
+        leadership.process_preferred_replica_election_znode(self)
+        if self.config.auto_leader_rebalance_enable:
+            self._start_auto_rebalance_task()
+        log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions", self.prefix,
+                 len(self.ctx.live_brokers), len(self.ctx.all_topics), len(self.ctx.all_partitions()))
+
+    def _start_auto_rebalance_task(self) -> None:
+        self._scheduler_stop = stop = threading.Event()
+        interval = self.config.leader_imbalance_check_interval_seconds
+
+        def run() -> None:
+            delay = AUTO_REBALANCE_FIRST_DELAY_S
+            while not stop.wait(delay):
+                self.put(AutoPreferredReplicaLeaderElection())
+                delay = interval
+        threading.Thread(target=run, name=f"auto-leader-rebalance-task-{self.broker_id}", daemon=True).start()
 
     def _initialize_context(self) -> None:
-        self.ctx.add_live_brokers(self._read_brokers(self.zk.get_all_broker_ids()))
-        self._add_topics(self.zk.get_all_topics())
+        self.ctx.add_live_brokers(self.read_brokers(self.zk.get_all_broker_ids()))
+        self.add_topics(self.zk.get_all_topics())
         for tp, record in self.zk.get_partition_states(self.ctx.all_partitions()).items():
-            self.ctx.partition_leadership[tp] = _leadership(record)
+            self.ctx.partition_leadership[tp] = leadership_from_record(record)
 
-    def _read_brokers(self, broker_ids: Iterable[int]) -> dict[int, tuple[LiveBroker, int]]:
+    # -- shared helpers for the event groups ---------------------------------
+
+    def read_brokers(self, broker_ids: Iterable[int]) -> dict[int, tuple[LiveBroker, int]]:
         return {b: (LiveBroker(id=b, host=info.host, port=info.port, rack=info.rack), epoch)
                 for b, (info, epoch) in self.zk.get_brokers(broker_ids).items()}
 
-    def _add_topics(self, topics: set[str]) -> list[TopicPartition]:
-        self.ctx.all_topics |= topics
+    def add_topics(self, new_topics: set[str]) -> list[TopicPartition]:
+        """Read the topics' assignments into the context and watch each topic znode for new partitions."""
         added = []
-        for topic, znode in self.zk.get_topic_znodes(topics).items():
+        for topic, znode in self.zk.get_topic_znodes(new_topics).items():
+            self.ctx.all_topics.add(topic)
             self.ctx.topic_ids[topic] = znode.topic_id or ""
             for p, replicas in znode.assignment().items():
                 tp = TopicPartition(topic, p)
-                self.ctx.update_partition_replicas(tp, tuple(replicas))
+                self.ctx.update_partition_full_assignment(tp, ReplicaAssignment(
+                    tuple(replicas), tuple(znode.adding_replicas.get(str(p), ())),
+                    tuple(znode.removing_replicas.get(str(p), ()))))
                 added.append(tp)
+            self.watch_data(zkdata.topic_path(topic), lambda t=topic: PartitionModifications(topic=t),
+                            only_existing=True)
         return added
 
-    def _trigger_online_partition_state_change(self) -> None:
-        self._apply_partition_changes(plan_partition_state_changes(
-            self.ctx, self.ctx.partitions_in_state(P.NewPartition, P.OfflinePartition), P.OnlinePartition,
-            self.unclean_leader_election_enabled))
-
-    # -- ZooKeeper events ----------------------------------------------------
-
-    def _process_topic_change(self) -> None:
-        topics = self.zk.get_all_topics()
-        new_topics = topics - self.ctx.all_topics
-        if not new_topics:
-            return
-        new_partitions = self._add_topics(new_topics)
-        log.info("%s New topics: [%s], new partition replica assignment %d partitions", self._prefix,
-                 ",".join(sorted(new_topics)), len(new_partitions))
-        self._on_new_partition_creation(new_partitions)
-
-    def _on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
+    def on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
         replicas = [(tp, r) for tp in partitions for r in self.ctx.partition_replicas(tp)]
-        self._apply_partition_changes(plan_partition_state_changes(self.ctx, partitions, P.NewPartition))
-        self._apply_replica_changes(plan_replica_state_changes(self.ctx, replicas, R.NewReplica))
-        self._apply_partition_changes(plan_partition_state_changes(
-            self.ctx, partitions, P.OnlinePartition, self.unclean_leader_election_enabled))
-        self._apply_replica_changes(plan_replica_state_changes(self.ctx, replicas, R.OnlineReplica))
-
-    def _process_broker_change(self) -> None:
-        current = self.zk.get_all_broker_ids()
-        known = self.ctx.live_broker_epochs
-        registrations = self._read_brokers(current)
-        new = {b for b in registrations if b not in known}
-        bounced = {b for b in registrations if b in known and registrations[b][1] > known[b]}
-        dead = set(known) - set(current)
-        if not (new or bounced or dead):
-            return
-        log.info("%s Newly added brokers: %s, deleted brokers: %s, bounced brokers: %s, all live brokers: %s",
-                 self._prefix, sorted(new), sorted(dead), sorted(bounced), sorted(current))
-        for b in dead | bounced:
-            self.channel.remove_broker(b)
-        self.ctx.remove_live_brokers(dead | bounced)
-        if dead | bounced:
-            self._on_broker_failure(dead | bounced)
-        self.ctx.add_live_brokers({b: registrations[b] for b in new | bounced})
-        for b in new | bounced:
-            self.channel.add_broker(b)
-        if new | bounced:
-            self._on_broker_startup(new | bounced)
-
-    def _on_broker_startup(self, brokers: set[int]) -> None:
-        """UpdateMetadata to all; the new brokers' replicas Online; New/Offline partitions elected."""
-        self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids - brokers, [])
-        self.batch.add_update_metadata(brokers, self.ctx.partition_leadership)
-        replicas = [(tp, b) for b in brokers for tp in self.ctx.partitions_on_broker(b)]
-        self._apply_replica_changes(plan_replica_state_changes(self.ctx, replicas, R.OnlineReplica))
-        self._trigger_online_partition_state_change()
-
-    def _on_broker_failure(self, brokers: set[int]) -> None:
-        """Partitions led by the dead brokers go Offline and are elected again from the live ISR."""
-        led = [tp for tp, l in self.ctx.partition_leadership.items() if l.leader_and_isr.leader in brokers]
-        self._apply_partition_changes(plan_partition_state_changes(self.ctx, led, P.OfflinePartition))
-        self._trigger_online_partition_state_change()
-        self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
+        self.psm.handle_state_changes(partitions, P.NewPartition)
+        self.rsm.handle_state_changes(replicas, R.NewReplica)
+        self.psm.handle_state_changes(partitions, P.OnlinePartition)
+        self.rsm.handle_state_changes(replicas, R.OnlineReplica)
 
     def _process_response(self, response, epoch: int) -> None:
         if epoch != self.ctx.epoch:
             return
+        if response.api == "StopReplica":
+            self.deletion.on_stop_replica_response(response)
         # a re-sent LeaderAndIsr whose leader epoch the broker already has is answered
         # STALE_CONTROLLER_EPOCH per partition (Kafka's convention): expected after a failover
         errors = [e for e in response.partition_errors
                   if e.error_code not in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH)]
         if response.error_code != Errors.NONE or errors:
             log.warning("%s %s response from broker %d: error %s, %d partition errors (first: %s)",
-                        self._prefix, response.api, response.broker_id, response.error_code.name,
+                        self.prefix, response.api, response.broker_id, response.error_code.name,
                         len(errors), errors[0] if errors else None)
-
-    # -- applying plans: the one place that persists and propagates -------------
-
-    def _apply_partition_changes(self, plan: PartitionChanges, attempt: int = 0) -> None:
-        for tp, current in plan.invalid.items():
-            state_change_log.error("%s Controller %d epoch %d failed to change state for partition %s from %s "
-                                   "to %s", self._prefix, self.broker_id, self.ctx.epoch, tp, current.name,
-                                   plan.target.name)
-        for tp, reason in plan.failed.items():
-            state_change_log.error("%s Controller %d epoch %d failed to change state for partition %s to %s: %s",
-                                   self._prefix, self.broker_id, self.ctx.epoch, tp, plan.target.name, reason)
-        written: dict[TopicPartition, tuple[LeaderAndIsr, bool]] = {}
-        if plan.created:
-            created = self.zk.create_partition_states(
-                {tp: _znode(lai, self.ctx.epoch) for tp, lai in plan.created.items()}, self.ctx.epoch_zk_version)
-            for tp, error in created.items():
-                if error is None:
-                    written[tp] = (plan.created[tp], True)
-                else:
-                    state_change_log.error("%s Failed to create state of new partition %s: %s",
-                                           self._prefix, tp, type(error).__name__)
-        retry: list[TopicPartition] = []
-        if plan.elected:
-            updated = self.zk.update_partition_states(
-                {tp: (_znode(lai, self.ctx.epoch), lai.zk_version) for tp, lai in plan.elected.items()},
-                self.ctx.epoch_zk_version)
-            for tp, outcome in updated.items():
-                if isinstance(outcome, BadVersionError):
-                    retry.append(tp)
-                elif isinstance(outcome, Exception):
-                    state_change_log.error("%s Failed to update state of partition %s: %r", self._prefix, tp, outcome)
-                else:
-                    lai = plan.elected[tp]
-                    written[tp] = (LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr, outcome), False)
-        for tp, previous in plan.transitions.items():
-            if tp in plan.failed or ((tp in plan.created or tp in plan.elected) and tp not in written):
-                continue
-            self.ctx.partition_states[tp] = plan.target
-            if tp in written:
-                lai, is_new = written[tp]
-                self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
-                live = [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r)]
-                self.batch.add_leader_and_isr(self.ctx, live, tp, is_new=is_new)
-                state_change_log.info("%s Changed partition %s from %s to %s with state %s", self._prefix, tp,
-                                      previous.name, plan.target.name, lai)
-            else:
-                state_change_log.info("%s Changed partition %s state from %s to %s", self._prefix, tp,
-                                      previous.name, plan.target.name)
-        if retry and attempt < MAX_ELECTION_RETRIES:
-            # another writer (a partition leader changing its ISR) moved the znode: re-read and re-plan
-            for tp, record in self.zk.get_partition_states(retry).items():
-                self.ctx.partition_leadership[tp] = _leadership(record)
-            self._apply_partition_changes(plan_partition_state_changes(
-                self.ctx, retry, plan.target, self.unclean_leader_election_enabled), attempt + 1)
-
-    def _apply_replica_changes(self, plan: ReplicaChanges) -> None:
-        for (tp, r), current in plan.invalid.items():
-            state_change_log.error("%s Controller %d epoch %d failed to change state of replica %d for partition "
-                                   "%s from %s to %s", self._prefix, self.broker_id, self.ctx.epoch, r, tp,
-                                   current.name, plan.target.name)
-        for broker_id, tp in plan.leader_and_isr_to:
-            self.batch.add_leader_and_isr(self.ctx, [broker_id], tp)
-        for key, previous in plan.transitions.items():
-            self.ctx.replica_states[key] = plan.target
-        if plan.transitions:
-            state_change_log.info("%s Changed state of %d replicas to %s", self._prefix, len(plan.transitions),
-                                  plan.target.name)
 
     # -- read-only view for the actor ------------------------------------------
 
     def status(self) -> dict:
+        ctx = self.ctx
         return {
             "broker_id": self.broker_id,
             "active": self.active,
-            "epoch": self.ctx.epoch,
-            "epoch_zk_version": self.ctx.epoch_zk_version,
-            "live_brokers": sorted(self.ctx.live_brokers),
-            "partitions": len(self.ctx.partition_states),
-            "online_partitions": len(self.ctx.partitions_in_state(P.OnlinePartition)) if self.active else 0,
+            "epoch": ctx.epoch,
+            "epoch_zk_version": ctx.epoch_zk_version,
+            "live_brokers": sorted(ctx.live_brokers),
+            "shutting_down_brokers": sorted(ctx.shutting_down_broker_ids),
+            "topics": len(ctx.all_topics),
+            "partitions": len(ctx.partition_states),
+            "offline_partitions": len(ctx.partitions_in_state(P.OfflinePartition, P.NewPartition)) if self.active else 0,
+            "preferred_replica_imbalance": ctx.preferred_replica_imbalance_count() if self.active else 0,
+            "topics_to_be_deleted": sorted(ctx.topics_to_be_deleted),
+            "partitions_being_reassigned": len(ctx.partitions_being_reassigned),
+            "leader_elections": self.psm.elections,
+            "unclean_leader_elections": self.psm.unclean_elections,
         }
-
-
-def _znode(lai: LeaderAndIsr, controller_epoch: int) -> zkdata.PartitionStateZNode:
-    return zkdata.PartitionStateZNode(leader=lai.leader, leader_epoch=lai.leader_epoch,
-                                      controller_epoch=controller_epoch, isr=list(lai.isr))
-
-
-def _leadership(record) -> LeaderIsrAndControllerEpoch:
-    s = record.state
-    return LeaderIsrAndControllerEpoch(LeaderAndIsr(s.leader, s.leader_epoch, tuple(s.isr), record.zk_version),
-                                       s.controller_epoch)
-

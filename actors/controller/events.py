@@ -10,6 +10,7 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -55,6 +56,69 @@ class BrokerChange(ControllerEvent):
 @dataclass(frozen=True)
 class TopicChange(ControllerEvent):
     pass
+
+
+@dataclass(frozen=True)
+class PartitionModifications(ControllerEvent):
+    """/brokers/topics/T changed: partitions may have been added."""
+
+    topic: str = ""
+
+
+@dataclass(frozen=True)
+class TopicDeletion(ControllerEvent):
+    """/admin/delete_topics changed."""
+
+
+@dataclass(frozen=True)
+class IsrChangeNotification(ControllerEvent):
+    """A leader wrote /isr_change_notification/isr_change_N."""
+
+
+@dataclass(frozen=True)
+class PreferredReplicaElection(ControllerEvent):
+    """/admin/preferred_replica_election was created."""
+
+
+@dataclass(frozen=True)
+class PartitionReassignment(ControllerEvent):
+    """/admin/reassign_partitions was created."""
+
+
+@dataclass(frozen=True)
+class PartitionReassignmentIsrChange(ControllerEvent):
+    """The state znode of a partition being reassigned changed: its ISR may now hold the targets."""
+
+    topic_partition: object = None
+
+
+@dataclass(frozen=True)
+class AutoPreferredReplicaLeaderElection(ControllerEvent):
+    """The auto leader rebalance task's periodic check."""
+
+
+@dataclass(frozen=True)
+class ControlledShutdown(ControllerEvent):
+    """A broker asks to shut down; `reply` gets the partitions it still leads, or an Errors code."""
+
+    broker_id: int = -1
+    broker_epoch: int = -1
+    reply: Future | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ReplicaLeaderElection(ControllerEvent):
+    """An API-triggered preferred election (kray leader-election); `reply` gets per-partition errors."""
+
+    partitions: tuple = ()
+    reply: Future | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class DescribeController(ControllerEvent):
+    """A read of the controller's state, answered in order with the other events."""
+
+    reply: Future | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,160 @@
+"""TopicDeletionManager: walks a topic's replicas through the deletion states (Kafka's design).
+
+A topic queued in /admin/delete_topics has its partitions taken Offline then
+NonExistent, brokers are told (UpdateMetadata with leader -2), and each live
+replica goes OfflineReplica -> ReplicaDeletionStarted (StopReplica with delete).
+A successful StopReplica response moves it to ReplicaDeletionSuccessful; when
+every replica is there the topic's znodes are removed. A replica on a dead
+broker makes the topic ineligible (ReplicaDeletionIneligible) until that
+broker returns, and deletion resumes from where it stopped.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
+from actors.protocol import ControllerResponse
+from coordination import zkdata
+from coordination.errors import Errors
+from coordination.zkdata import TopicPartition
+
+if TYPE_CHECKING:
+    from actors.controller.controller import KafkaController
+
+log = logging.getLogger(__name__)
+
+
+class TopicDeletionManager:
+    def __init__(self, controller: KafkaController):
+        self.c = controller
+
+    @property
+    def enabled(self) -> bool:
+        return self.c.config.delete_topic_enable
+
+    def init(self) -> None:
+        """On failover: topics already queued are resumed; those with replicas on dead brokers
+        or in reassignment wait."""
+        c, ctx = self.c, self.c.ctx
+        queued = set(c.zk.children(zkdata.DELETE_TOPICS)) & ctx.all_topics
+        if not queued:
+            return
+        if not self.enabled:
+            log.info("%s Removing %s since delete topic is disabled", c.prefix, sorted(queued))
+            c.zk.delete_topic_deletions(queued, ctx.epoch_zk_version)
+            return
+        ctx.topics_to_be_deleted |= queued
+        with_offline = {t for t in queued
+                        if any(not ctx.is_replica_online(r) for _, r in ctx.replicas_for_topic(t))}
+        reassigning = {tp.topic for tp in ctx.partitions_being_reassigned}
+        ctx.topics_ineligible_for_deletion |= (with_offline | reassigning) & queued
+
+    def enqueue_topics_for_deletion(self, topics: set[str], ineligible: set[str] = frozenset(),
+                                    reason: str = "") -> None:
+        if self.enabled:
+            self.c.ctx.topics_to_be_deleted |= topics
+            self.mark_topic_ineligible_for_deletion(set(ineligible), reason)
+            self.resume_deletions()
+
+    def mark_topic_ineligible_for_deletion(self, topics: set[str], reason: str) -> None:
+        ctx = self.c.ctx
+        halted = topics & ctx.topics_to_be_deleted
+        if halted:
+            ctx.topics_ineligible_for_deletion |= halted
+            log.info("%s Halted deletion of topics %s due to %s", self.c.prefix, sorted(halted), reason)
+
+    def resume_deletion_for_topics(self, topics: set[str]) -> None:
+        ctx = self.c.ctx
+        to_resume = topics & ctx.topics_to_be_deleted
+        if to_resume:
+            ctx.topics_ineligible_for_deletion -= to_resume
+            self.resume_deletions()
+
+    def fail_replica_deletion(self, replicas: list[tuple[TopicPartition, int]]) -> None:
+        ctx = self.c.ctx
+        failed = [k for k in replicas if ctx.is_topic_queued_for_deletion(k[0].topic)]
+        if failed:
+            self.c.rsm.handle_state_changes(failed, R.ReplicaDeletionIneligible)
+            self.mark_topic_ineligible_for_deletion({tp.topic for tp, _ in failed}, "replica deletion failure")
+            self.resume_deletions()
+
+    def complete_replica_deletion(self, replicas: list[tuple[TopicPartition, int]]) -> None:
+        ctx = self.c.ctx
+        done = [k for k in replicas if ctx.is_topic_queued_for_deletion(k[0].topic)]
+        if done:
+            self.c.rsm.handle_state_changes(done, R.ReplicaDeletionSuccessful)
+            self.resume_deletions()
+
+    def on_stop_replica_response(self, response: ControllerResponse) -> None:
+        """StopReplica answers for replicas in ReplicaDeletionStarted decide their fate."""
+        ctx = self.c.ctx
+        ok, failed = [], []
+        for e in response.partition_errors:
+            key = (TopicPartition(e.topic, e.partition), response.broker_id)
+            if ctx.replica_states.get(key) is R.ReplicaDeletionStarted:
+                (ok if e.error_code == Errors.NONE else failed).append(key)
+        if response.error_code != Errors.NONE:  # the whole request was refused
+            failed += ok
+            ok = []
+        if failed:
+            self.fail_replica_deletion(failed)
+        if ok:
+            self.complete_replica_deletion(ok)
+
+    def _eligible(self, topic: str) -> bool:
+        ctx = self.c.ctx
+        return (topic in ctx.topics_to_be_deleted
+                and not ctx.is_any_replica_in_state(topic, R.ReplicaDeletionStarted)
+                and topic not in ctx.topics_ineligible_for_deletion)
+
+    def resume_deletions(self) -> None:
+        ctx = self.c.ctx
+        retry, eligible = set(), set()
+        for topic in sorted(ctx.topics_to_be_deleted):
+            if ctx.are_all_replicas_in_state(topic, R.ReplicaDeletionSuccessful):
+                self._complete_delete_topic(topic)
+                continue
+            if not ctx.is_any_replica_in_state(topic, R.ReplicaDeletionStarted) \
+                    and ctx.is_any_replica_in_state(topic, R.ReplicaDeletionIneligible):
+                retry.add(topic)
+            if self._eligible(topic):
+                eligible.add(topic)
+        if retry:
+            failed = [k for t in retry for k in ctx.replicas_in_state(t, R.ReplicaDeletionIneligible)]
+            self.c.rsm.handle_state_changes(failed, R.OfflineReplica)
+        if eligible:
+            self._on_topic_deletion(eligible)
+
+    def _on_topic_deletion(self, topics: set[str]) -> None:
+        c, ctx = self.c, self.c.ctx
+        unseen = topics - ctx.topics_with_deletion_started
+        if unseen:
+            partitions = [tp for t in sorted(unseen) for tp in ctx.partitions_for_topic(t)]
+            c.psm.handle_state_changes(partitions, P.OfflinePartition)
+            c.psm.handle_state_changes(partitions, P.NonExistentPartition)
+            ctx.topics_with_deletion_started |= unseen
+        # brokers drop the partitions from their caches (leader -2 in UpdateMetadata)
+        c.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids,
+                                    [tp for t in topics for tp in ctx.partitions_for_topic(t)])
+        dead, retry, ineligible = [], [], set()
+        for topic in sorted(topics):
+            replicas = ctx.replicas_for_topic(topic)
+            done = set(ctx.replicas_in_state(topic, R.ReplicaDeletionSuccessful))
+            topic_dead = [k for k in replicas if not ctx.is_replica_online(k[1])]
+            dead += topic_dead
+            retry += [k for k in replicas if ctx.is_replica_online(k[1]) and k not in done]
+            if topic_dead:
+                ineligible.add(topic)
+        c.rsm.handle_state_changes(dead, R.ReplicaDeletionIneligible)
+        c.rsm.handle_state_changes(retry, R.OfflineReplica)
+        c.rsm.handle_state_changes(retry, R.ReplicaDeletionStarted)
+        if ineligible:
+            self.mark_topic_ineligible_for_deletion(ineligible, "offline replicas")
+
+    def _complete_delete_topic(self, topic: str) -> None:
+        c, ctx = self.c, self.c.ctx
+        c.rsm.handle_state_changes(ctx.replicas_in_state(topic, R.ReplicaDeletionSuccessful), R.NonExistentReplica)
+        c.zk.delete_topic(topic, ctx.epoch_zk_version)
+        ctx.remove_topic(topic)
+        log.info("%s Deletion of topic %s successfully completed", c.prefix, topic)

@@ -1,0 +1,218 @@
+"""The partition and replica state machines: plan (pure, `changes.py`), then apply in one place.
+
+Applying means: persist leader/ISR changes to ZooKeeper in `multi` batches
+fenced on the controller epoch, then update ControllerContext, then add the
+requests to the event's batch. A partition whose znode moved under us (a
+leader changed its ISR) is re-read and planned again.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from kazoo.exceptions import BadVersionError
+
+from actors.controller.changes import (
+    ElectionStrategy,
+    OfflineElection,
+    PartitionChanges,
+    ReplicaChanges,
+    plan_partition_state_changes,
+    plan_replica_state_changes,
+)
+from actors.controller.channel import ControllerBrokerRequestBatch
+from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch, ReplicaAssignment
+from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
+from coordination import zkdata
+from coordination.zkclient import KrayZkClient, PartitionStateRecord
+from coordination.zkdata import TopicPartition
+
+state_change_log = logging.getLogger("state.change.logger")
+
+MAX_ZK_RETRIES = 5
+
+
+def leadership_from_record(record: PartitionStateRecord) -> LeaderIsrAndControllerEpoch:
+    s = record.state
+    return LeaderIsrAndControllerEpoch(LeaderAndIsr(s.leader, s.leader_epoch, tuple(s.isr), record.zk_version),
+                                       s.controller_epoch)
+
+
+def partition_state_znode(lai: LeaderAndIsr, controller_epoch: int) -> zkdata.PartitionStateZNode:
+    return zkdata.PartitionStateZNode(leader=lai.leader, leader_epoch=lai.leader_epoch,
+                                      controller_epoch=controller_epoch, isr=list(lai.isr))
+
+
+class _Machine:
+    def __init__(self, controller_id: int, ctx: ControllerContext, zk: KrayZkClient,
+                 batch: ControllerBrokerRequestBatch):
+        self.controller_id = controller_id
+        self.ctx = ctx
+        self.zk = zk
+        self.batch = batch
+
+    @property
+    def _prefix(self) -> str:
+        return f"[Controller id={self.controller_id} epoch={self.ctx.epoch}]"
+
+    def write_leaderships(self, updates: dict[TopicPartition, LeaderAndIsr]) -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
+        """Conditional writes; (written with their new zkVersion, moved under us and re-read into the context)."""
+        written, moved = {}, []
+        if not updates:
+            return written, moved
+        outcome = self.zk.update_partition_states(
+            {tp: (partition_state_znode(lai, self.ctx.epoch), lai.zk_version) for tp, lai in updates.items()},
+            self.ctx.epoch_zk_version)
+        for tp, result in outcome.items():
+            if isinstance(result, BadVersionError):
+                moved.append(tp)
+            elif isinstance(result, Exception):
+                state_change_log.error("%s Failed to update the state of partition %s: %r", self._prefix, tp, result)
+            else:
+                lai = updates[tp]
+                written[tp] = LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr, result)
+        if moved:
+            for tp, record in self.zk.get_partition_states(moved).items():
+                self.ctx.partition_leadership[tp] = leadership_from_record(record)
+        return written, moved
+
+
+class ZkPartitionStateMachine(_Machine):
+    """NonExistentPartition -> NewPartition -> OnlinePartition <-> OfflinePartition -> NonExistentPartition."""
+
+    def __init__(self, controller_id, ctx, zk, batch, unclean_leader_election_enabled: bool = False):
+        super().__init__(controller_id, ctx, zk, batch)
+        self.unclean_leader_election_enabled = unclean_leader_election_enabled
+        self.unclean_elections = 0
+        self.elections = 0
+
+    def trigger_online_partition_state_change(self) -> dict[TopicPartition, str]:
+        """Elect every New or Offline partition whose topic is not being deleted."""
+        partitions = [tp for tp in self.ctx.partitions_in_state(P.NewPartition, P.OfflinePartition)
+                      if not self.ctx.is_topic_queued_for_deletion(tp.topic)]
+        return self.handle_state_changes(partitions, P.OnlinePartition,
+                                         OfflineElection(self.unclean_leader_election_enabled))
+
+    def handle_state_changes(self, partitions: Iterable[TopicPartition], target: P,
+                             strategy: ElectionStrategy | None = None) -> dict[TopicPartition, str]:
+        """Apply the transitions; returns the partitions that failed, with the reason."""
+        strategy = strategy or OfflineElection(self.unclean_leader_election_enabled)
+        failures: dict[TopicPartition, str] = {}
+        pending = list(partitions)
+        for _ in range(MAX_ZK_RETRIES):
+            if not pending:
+                break
+            plan = plan_partition_state_changes(self.ctx, pending, target, strategy)
+            failures.update(self._log_rejections(plan))
+            pending = self._apply(plan)
+        for tp in pending:
+            failures[tp] = "the partition state kept changing in ZooKeeper"
+        return failures
+
+    def _log_rejections(self, plan: PartitionChanges) -> dict[TopicPartition, str]:
+        out = {}
+        for tp, current in plan.invalid.items():
+            reason = f"invalid transition from {current.name} to {plan.target.name}"
+            state_change_log.error("%s Controller %d epoch %d failed to change state for partition %s: %s",
+                                   self._prefix, self.controller_id, self.ctx.epoch, tp, reason)
+            out[tp] = reason
+        for tp, reason in plan.failed.items():
+            state_change_log.error("%s Controller %d epoch %d failed to change state for partition %s from %s to "
+                                   "%s: %s", self._prefix, self.controller_id, self.ctx.epoch, tp,
+                                   self.ctx.partition_states.get(tp, P.NonExistentPartition).name,
+                                   plan.target.name, reason)
+            out[tp] = reason
+        return out
+
+    def _apply(self, plan: PartitionChanges) -> list[TopicPartition]:
+        """Persist and apply a plan; returns the partitions to plan again (their znode moved)."""
+        created: dict[TopicPartition, LeaderAndIsr] = {}
+        if plan.created:
+            results = self.zk.create_partition_states(
+                {tp: partition_state_znode(lai, self.ctx.epoch) for tp, lai in plan.created.items()},
+                self.ctx.epoch_zk_version)
+            for tp, error in results.items():
+                if error is None:
+                    created[tp] = plan.created[tp]
+                else:
+                    state_change_log.error("%s Failed to create the state znode of new partition %s: %s",
+                                           self._prefix, tp, type(error).__name__)
+        elected, moved = self.write_leaderships({tp: e.leader_and_isr for tp, e in plan.elected.items()})
+        for tp, previous in plan.transitions.items():
+            if tp in moved or (tp in plan.created and tp not in created) or (tp in plan.elected and tp not in elected):
+                continue
+            self.ctx.partition_states[tp] = plan.target
+            if tp in created or tp in elected:
+                lai = created.get(tp) or elected[tp]
+                self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
+                if tp in created:
+                    recipients = [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r)]
+                else:
+                    recipients = plan.elected[tp].recipients
+                    self.elections += 1
+                    if plan.elected[tp].unclean:
+                        self.unclean_elections += 1
+                        state_change_log.warning("%s Unclean leader election for partition %s: leader %d was not "
+                                                 "in the ISR; data loss is possible", self._prefix, tp, lai.leader)
+                self.batch.add_leader_and_isr(self.ctx, recipients, tp, is_new=tp in created)
+                state_change_log.info("%s Changed partition %s from %s to %s with state %s", self._prefix, tp,
+                                      previous.name, plan.target.name, lai)
+            else:
+                if plan.target is P.NonExistentPartition:
+                    self.ctx.partition_states.pop(tp, None)
+                state_change_log.info("%s Changed partition %s state from %s to %s", self._prefix, tp,
+                                      previous.name, plan.target.name)
+        return moved
+
+
+class ZkReplicaStateMachine(_Machine):
+    """New / Online / Offline replicas, and the deletion states a topic deletion walks through."""
+
+    def handle_state_changes(self, replicas: Iterable[tuple[TopicPartition, int]], target: R) -> None:
+        by_broker: dict[int, list[tuple[TopicPartition, int]]] = defaultdict(list)
+        for tp, r in replicas:
+            by_broker[r].append((tp, r))
+        for broker_replicas in by_broker.values():  # one broker at a time, as Kafka does
+            pending = broker_replicas
+            for _ in range(MAX_ZK_RETRIES):
+                if not pending:
+                    break
+                pending = self._apply(plan_replica_state_changes(self.ctx, pending, target))
+
+    def _apply(self, plan: ReplicaChanges) -> list[tuple[TopicPartition, int]]:
+        for (tp, r), current in plan.invalid.items():
+            state_change_log.error("%s Controller %d epoch %d failed to change state of replica %d for partition "
+                                   "%s from %s to %s", self._prefix, self.controller_id, self.ctx.epoch, r, tp,
+                                   current.name, plan.target.name)
+        written, moved = self.write_leaderships(plan.isr_removals)
+        for tp, lai in written.items():
+            self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
+            state_change_log.info("%s Removed a replica from the ISR of %s: new state %s", self._prefix, tp, lai)
+        retry = [(tp, r) for (tp, r) in plan.transitions if tp in moved]
+        for broker_id, tp, is_new in plan.leader_and_isr_to:
+            if tp not in moved:
+                self.batch.add_leader_and_isr(self.ctx, [broker_id], tp, is_new=is_new)
+        for broker_id, tp, delete in plan.stop_replica_to:
+            if tp not in moved:
+                self.batch.add_stop_replica(broker_id, tp, delete)
+        if plan.update_metadata_for:
+            self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, plan.update_metadata_for)
+        for tp, r in plan.assignment_removals:
+            assignment = self.ctx.partition_full_assignment(tp)
+            self.ctx.update_partition_full_assignment(
+                tp, ReplicaAssignment(tuple(x for x in assignment.replicas if x != r),
+                                      tuple(x for x in assignment.adding if x != r),
+                                      tuple(x for x in assignment.removing if x != r)))
+        changed = 0
+        for key, previous in plan.transitions.items():
+            if key[0] in moved:
+                continue
+            if plan.target is R.NonExistentReplica:
+                self.ctx.replica_states.pop(key, None)
+            else:
+                self.ctx.replica_states[key] = plan.target
+            changed += 1
+        if changed:
+            state_change_log.info("%s Changed state of %d replicas to %s", self._prefix, changed, plan.target.name)
+        return retry
