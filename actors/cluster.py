@@ -75,6 +75,19 @@ class LocalCluster:
         """SIGKILL the candidate's process; Ray restarts it (its ZooKeeper session lingers until timeout)."""
         ray.kill(self.controller_actor(broker_id), no_restart=False)
 
+    def controlled_shutdown(self, broker_id: int) -> dict:
+        """Shut a broker down the controlled way, then end its actor for good."""
+        handle = self.brokers.pop(broker_id)
+        result = ray.get(handle.controlled_shutdown.remote())
+        ray.kill(handle, no_restart=True)
+        return result
+
+    def kill_broker(self, broker_id: int, restart: bool = False) -> None:
+        """SIGKILL a broker's process (its controller candidate dies with it); Ray restarts it if asked."""
+        ray.kill(self.brokers[broker_id], no_restart=not restart)
+        if not restart:
+            self.brokers.pop(broker_id)
+
     def stop(self) -> None:
         """Close every ZooKeeper session cleanly, then end the actors."""
         refs = [h.shutdown.remote() for h in self.brokers.values()]

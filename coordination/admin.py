@@ -10,11 +10,16 @@ import random
 import re
 from dataclasses import dataclass
 
+from kazoo.exceptions import BadVersionError, NodeExistsError
+from pydantic import ValidationError
+
 from coordination import zkdata
 from coordination.errors import (
     InvalidPartitionsException,
+    InvalidReplicaAssignmentException,
     InvalidReplicationFactorException,
     InvalidTopicException,
+    ReassignmentInProgressException,
     TopicExistsException,
     UnknownTopicOrPartitionException,
 )
@@ -167,3 +172,116 @@ def format_describe(descriptions: list[TopicDescription]) -> str:
             lines.append(f"\tTopic: {d.topic}\tPartition: {p.partition}\tLeader: {leader}\t"
                          f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
     return "\n".join(lines)
+
+
+def delete_topic(zk: KrayZkClient, topic: str) -> None:
+    """Mark a topic for deletion (/admin/delete_topics/T); the controller does the rest."""
+    if topic not in zk.get_all_topics():
+        raise UnknownTopicOrPartitionException(f"Topic '{topic}' does not exist as expected")
+    try:
+        zk.kazoo.create(zkdata.delete_topic_path(topic), b"", makepath=True)
+    except NodeExistsError:
+        raise TopicExistsException(f"Topic {topic} is already marked for deletion.") from None
+
+
+def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int) -> dict[int, list[int]]:
+    """Grow a topic to `total_partitions` (Kafka's AdminZkClient.createPartitions); returns the new ones."""
+    validate_topic_name(topic)
+    got = zk.get(zkdata.topic_path(topic))
+    if got is None:
+        raise UnknownTopicOrPartitionException(f"Topic '{topic}' does not exist as expected")
+    if zk.get(zkdata.delete_topic_path(topic)) is not None:
+        raise InvalidTopicException(f"The topic {topic} is queued for deletion.")
+    znode = zkdata.decode(zkdata.TopicZNode, zkdata.topic_path(topic), got[0])
+    existing = znode.assignment()
+    if total_partitions <= len(existing):
+        raise InvalidPartitionsException(
+            f"Topic currently has {len(existing)} partitions, {total_partitions} would not be an increase.")
+    brokers = zk.get_all_broker_ids()
+    first = existing[0][0]
+    start_index = next((i for i, b in enumerate(brokers) if b >= first), 0)
+    new = assign_replicas_to_brokers(brokers, total_partitions - len(existing), len(existing[0]),
+                                     start_index, len(existing))
+    updated = zkdata.TopicZNode(partitions={**znode.partitions, **{str(p): r for p, r in new.items()}},
+                                adding_replicas=znode.adding_replicas, removing_replicas=znode.removing_replicas,
+                                topic_id=znode.topic_id)
+    try:
+        zk.kazoo.set(zkdata.topic_path(topic), updated.encode(), version=got[1].version)
+    except BadVersionError:
+        raise InvalidPartitionsException(f"Topic {topic} was modified concurrently; try again") from None
+    return new
+
+
+def parse_reassignment(text: str) -> zkdata.ReassignPartitionsZNode:
+    """A kafka-reassign-partitions JSON file, checked for shape."""
+    try:
+        return zkdata.ReassignPartitionsZNode.model_validate_json(text)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "document"
+        raise InvalidReplicaAssignmentException(f"Malformed reassignment JSON at {where}: {first['msg']}") from None
+
+
+def reassign_partitions(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) -> None:
+    """Validate a reassignment against the cluster and write /admin/reassign_partitions."""
+    if zk.get(zkdata.REASSIGN_PARTITIONS) is not None:
+        raise ReassignmentInProgressException("There is an existing assignment running.")
+    if not plan.partitions:
+        raise InvalidReplicaAssignmentException("Partition reassignment list cannot be empty")
+    brokers = set(zk.get_all_broker_ids())
+    topics = zk.get_topic_znodes({p.topic for p in plan.partitions})
+    seen = set()
+    for p in plan.partitions:
+        tp = TopicPartition(p.topic, p.partition)
+        if tp in seen:
+            raise InvalidReplicaAssignmentException(f"Partition {tp} appears more than once in the reassignment")
+        seen.add(tp)
+        if p.topic not in topics or p.partition not in topics[p.topic].assignment():
+            raise UnknownTopicOrPartitionException(f"Partition {tp} does not exist")
+        if zk.get(zkdata.delete_topic_path(p.topic)) is not None:
+            raise InvalidTopicException(f"Topic {p.topic} is queued for deletion; it cannot be reassigned")
+        if not p.replicas:
+            raise InvalidReplicaAssignmentException(f"Partition {tp} has an empty replica list")
+        if len(set(p.replicas)) != len(p.replicas):
+            raise InvalidReplicaAssignmentException(f"Partition replica lists may not contain duplicate entries: {tp}")
+        unknown = sorted(set(p.replicas) - brokers)
+        if unknown:
+            raise InvalidReplicaAssignmentException(f"Unknown broker ids {unknown} in the replicas of {tp}")
+    try:
+        zk.kazoo.create(zkdata.REASSIGN_PARTITIONS, plan.encode(), makepath=True)
+    except NodeExistsError:
+        raise ReassignmentInProgressException("There is an existing assignment running.") from None
+
+
+def verify_reassignment(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) -> dict[TopicPartition, str]:
+    """kafka-reassign-partitions --verify: 'complete', 'in progress' or 'failed' per partition."""
+    running = set()
+    got = zk.get(zkdata.REASSIGN_PARTITIONS)
+    if got is not None:
+        running = {TopicPartition(p.topic, p.partition)
+                   for p in zkdata.decode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS, got[0]).partitions}
+    topics = zk.get_topic_znodes({p.topic for p in plan.partitions})
+    out = {}
+    for p in plan.partitions:
+        tp = TopicPartition(p.topic, p.partition)
+        current = topics[p.topic].assignment().get(p.partition) if p.topic in topics else None
+        if tp in running:
+            out[tp] = "in progress"
+        elif current == list(p.replicas):
+            out[tp] = "complete"
+        else:
+            out[tp] = "failed"
+    return out
+
+
+def preferred_replica_election(zk: KrayZkClient, partitions: list[TopicPartition] | None = None) -> list[TopicPartition]:
+    """Write /admin/preferred_replica_election (all partitions when None), as the old Kafka tool does."""
+    if zk.get(zkdata.PREFERRED_REPLICA_ELECTION) is not None:
+        raise ReassignmentInProgressException("Preferred replica leader election currently in progress")
+    if partitions is None:
+        znodes = zk.get_topic_znodes(zk.get_all_topics())
+        partitions = [TopicPartition(t, p) for t, z in sorted(znodes.items()) for p in sorted(z.assignment())]
+    znode = zkdata.PreferredReplicaElectionZNode(
+        partitions=[zkdata.PartitionRef(topic=tp.topic, partition=tp.partition) for tp in partitions])
+    zk.kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, znode.encode(), makepath=True)
+    return partitions

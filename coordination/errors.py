@@ -30,6 +30,7 @@ class Errors(IntEnum):
     INVALID_REPLICA_ASSIGNMENT = 39
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
+    REASSIGNMENT_IN_PROGRESS = 60
     FENCED_LEADER_EPOCH = 74
     STALE_BROKER_EPOCH = 77
 
@@ -57,6 +58,14 @@ class InvalidReplicationFactorException(KrayError):
 
 class TopicExistsException(KrayError):
     error = Errors.TOPIC_ALREADY_EXISTS
+
+
+class InvalidReplicaAssignmentException(KrayError):
+    error = Errors.INVALID_REPLICA_ASSIGNMENT
+
+
+class ReassignmentInProgressException(KrayError):
+    error = Errors.REASSIGNMENT_IN_PROGRESS
 
 
 class UnknownTopicOrPartitionException(KrayError):

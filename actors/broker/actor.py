@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import ray
 
@@ -75,6 +76,25 @@ class BrokerActor:
     def info(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),
                 "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id}
+
+    def controlled_shutdown(self) -> dict:
+        """Kafka's controlled shutdown: ask the controller to move our leaderships away (retrying with
+        backoff while some remain), then close our sessions and stop this actor for good."""
+        cfg = self.config.controller
+        remaining, attempts = None, 0
+        for attempts in range(1, cfg.controlled_shutdown_max_retries + 2):
+            try:
+                controller_id = self.zk.get_controller_id()
+                controller = ray.get_actor(controller_actor_name(controller_id), namespace=self.config.namespace)
+                remaining = ray.get(controller.controlled_shutdown.remote(self.broker_id, self.broker_epoch))
+            except Exception as e:  # no controller, or it moved: retry
+                remaining = f"{type(e).__name__}: {e}"
+            if remaining == []:
+                break
+            time.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
+        self.shutdown()
+        return {"broker_id": self.broker_id, "succeeded": remaining == [], "attempts": attempts,
+                "remaining": remaining if isinstance(remaining, list) else str(remaining)}
 
     def shutdown(self) -> None:
         """Close the controller's and our ZooKeeper sessions so ephemerals go at once."""

@@ -54,7 +54,7 @@ from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
 
-AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after failover
+AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after failover (sooner if the interval is)
 
 
 class KafkaController:
@@ -136,6 +136,9 @@ class KafkaController:
         except ControllerMovedException as e:
             log.warning("%s Controller moved to another broker: %s", self.prefix, e)
             self.resign("controller moved")
+            reply = getattr(event, "reply", None)
+            if reply is not None and not reply.done():
+                reply.set_result(Errors.NOT_CONTROLLER)
 
     def _on_session_state(self, state: KazooState) -> None:
         """kazoo's state listener: only enqueue (never block or call ZooKeeper here)."""
@@ -243,7 +246,7 @@ class KafkaController:
         interval = self.config.leader_imbalance_check_interval_seconds
 
         def run() -> None:
-            delay = AUTO_REBALANCE_FIRST_DELAY_S
+            delay = min(AUTO_REBALANCE_FIRST_DELAY_S, interval)
             while not stop.wait(delay):
                 self.put(AutoPreferredReplicaLeaderElection())
                 delay = interval

@@ -1,0 +1,82 @@
+"""Fixtures for tests that need their own cluster, and the leader-side ISR write the data plane will do."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from actors.cluster import LocalCluster
+from actors.config import ClusterConfig, ControllerConfig
+from coordination import zkdata
+from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
+
+SESSION_TIMEOUT_MS = 3000
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):
+    """Poll predicate until true; an actor that is restarting counts as 'not yet'."""
+    from ray.exceptions import RayError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except RayError:
+            value = False
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def new_cluster(zk_connect, ray_session):
+    """Start a cluster of brokers with a ControllerConfig of the test's choosing; stopped afterwards."""
+    started = []
+
+    def start(broker_ids=(1, 2, 3), **controller) -> tuple[LocalCluster, KrayZkClient]:
+        chroot = f"/kray-flow-{uuid.uuid4().hex[:8]}"
+        with KrayZkClient(zk_connect).start() as root:
+            root.kazoo.ensure_path(chroot)
+        config = ClusterConfig(zk_connect=zk_connect + chroot, namespace=f"flow-{uuid.uuid4().hex[:8]}",
+                               zk_session_timeout_ms=SESSION_TIMEOUT_MS,
+                               controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
+        zk = KrayZkClient(config.zk_connect).start()
+        cluster = LocalCluster(config, list(broker_ids)).start()
+        started.append((cluster, zk))
+        _, epoch = cluster.wait_for_controller(zk)
+        cluster.wait_for_metadata(lambda m: m["controller_epoch"] == epoch)
+        return cluster, zk
+
+    yield start
+    for cluster, zk in started:
+        cluster.stop()
+        zk.close()
+
+
+def zk_states(zk: KrayZkClient, topic: str) -> dict[TopicPartition, zkdata.PartitionStateZNode]:
+    tps = [TopicPartition(topic, p) for p in zk.get_topic_znodes([topic])[topic].assignment()]
+    return {tp: r.state for tp, r in zk.get_partition_states(tps).items()}
+
+
+def caches_match_zookeeper(cluster: LocalCluster, zk: KrayZkClient, topic: str) -> bool:
+    import ray
+
+    expected = {tp: (s.leader, s.leader_epoch, s.isr) for tp, s in zk_states(zk, topic).items()}
+    caches = ray.get([h.metadata.remote() for h in cluster.brokers.values()])
+    return all({tp: v for tp, v in c["partitions"].items() if tp.topic == topic} == expected for c in caches)
+
+
+def expand_isr_as_leader(zk: KrayZkClient, tp: TopicPartition, isr: list[int]) -> None:
+    """What a partition leader does when followers catch up: a zkVersion-conditional write of the
+    new ISR (same leader epoch) and an /isr_change_notification znode for the controller."""
+    data, stat = zk.get(zkdata.partition_state_path(tp))
+    state = zkdata.decode(zkdata.PartitionStateZNode, "", data)
+    zk.kazoo.set(zkdata.partition_state_path(tp), state.model_copy(update={"isr": isr}).encode(),
+                 version=stat.version)
+    zk.kazoo.create(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{zkdata.ISR_CHANGE_PREFIX}",
+                    zkdata.IsrChangeNotificationZNode(partitions=[
+                        zkdata.PartitionRef(topic=tp.topic, partition=tp.partition)]).encode(), sequence=True)
