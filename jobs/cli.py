@@ -5,6 +5,7 @@ User mistakes print one line and exit 1; no tracebacks.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from coordination import admin
 from coordination.errors import KrayError
 from coordination.server import ZooKeeperServer, ZooKeeperSettings, server_mode
 from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
 from jobs import local
 
 
@@ -158,6 +160,97 @@ def topics_describe(args) -> None:
         print(admin.format_describe(admin.describe_topics(zk, [args.topic] if args.topic else None)))
 
 
+def topics_delete(args) -> None:
+    with _zk(args) as zk:
+        admin.delete_topic(zk, args.topic)
+    print(f"Topic {args.topic} is marked for deletion.")
+
+
+def topics_alter(args) -> None:
+    with _zk(args) as zk:
+        added = admin.add_partitions(zk, args.topic, args.partitions)
+    print(f"Adding partitions succeeded: {len(added)} new partitions of {args.topic} "
+          f"({', '.join(f'{p}:{r}' for p, r in sorted(added.items()))})")
+
+
+def _read_plan(path: str):
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise KrayError(f"cannot read reassignment file {path}: {e.strerror}") from None
+    return admin.parse_reassignment(text)
+
+
+def reassign(args) -> None:
+    plan = _read_plan(args.reassignment_json_file)
+    with _zk(args) as zk:
+        if args.execute:
+            current = {t: z.assignment() for t, z in zk.get_topic_znodes({p.topic for p in plan.partitions}).items()}
+            print("Current partition replica assignment\n")
+            print(json.dumps({"version": 1, "partitions": [
+                {"topic": p.topic, "partition": p.partition, "replicas": current.get(p.topic, {}).get(p.partition, [])}
+                for p in plan.partitions]}))
+            admin.reassign_partitions(zk, plan)
+            print("\nSuccessfully started partition reassignment"
+                  f"{'s' if len(plan.partitions) > 1 else ''} for "
+                  f"{','.join(f'{p.topic}-{p.partition}' for p in plan.partitions)}")
+        else:
+            status = admin.verify_reassignment(zk, plan)
+            print("Status of partition reassignment:")
+            for tp, state in status.items():
+                print(f"Reassignment of partition {tp} is {state}.")
+            if any(s == "failed" for s in status.values()):
+                sys.exit(1)
+
+
+def leader_election(args) -> None:
+    if (args.topic is None) != (args.partition is None):
+        raise KrayError("--topic and --partition go together (or neither, for every partition)")
+    with _zk(args) as zk:
+        partitions = None if args.topic is None else [TopicPartition(args.topic, args.partition)]
+        chosen = admin.preferred_replica_election(zk, partitions)
+    print(f"Created preferred replica election for {len(chosen)} partitions")
+
+
+def broker_shutdown(args) -> None:
+    import ray
+    from actors.cluster import LocalCluster
+    from actors.config import ClusterConfig
+
+    state = local.read_state("cluster")
+    if not state:
+        raise KrayError("no kray cluster was started here (kray cluster up)")
+    _ray_connect()
+    config = ClusterConfig(**state["config"])
+    with KrayZkClient(config.zk_connect).start() as zk:
+        if args.broker_id not in zk.get_all_broker_ids():
+            raise KrayError(f"broker {args.broker_id} is not registered")
+        result = LocalCluster.attach(config, zk).controlled_shutdown(args.broker_id)
+    ray.shutdown()
+    if result["succeeded"]:
+        print(f"Broker {args.broker_id} shut down after moving its leaderships ({result['attempts']} attempt(s))")
+    else:
+        print(f"Broker {args.broker_id} shut down uncleanly: still leading {result['remaining']}")
+        sys.exit(1)
+
+
+def controller_status(args) -> None:
+    import ray
+    from actors.controller.channel import controller_actor_name
+
+    with _zk(args) as zk:
+        controller_id = zk.get_controller_id()
+        if controller_id is None:
+            raise KrayError("no active controller")
+    state = local.read_state("cluster") or {}
+    namespace = args.namespace or state.get("config", {}).get("namespace", "kray")
+    _ray_connect()
+    status = ray.get(ray.get_actor(controller_actor_name(controller_id), namespace=namespace).status.remote())
+    ray.shutdown()
+    for key, value in status.items():
+        print(f"{key}: {value}")
+
+
 def demo(args) -> None:
     from jobs.demo import run
     run(session_timeout_ms=args.session_timeout_ms)
@@ -196,6 +289,37 @@ def build_parser() -> argparse.ArgumentParser:
     s = tp.add_parser("describe")
     s.add_argument("--topic")
     s.set_defaults(func=topics_describe)
+
+    s = tp.add_parser("delete")
+    s.add_argument("--topic", required=True)
+    s.set_defaults(func=topics_delete)
+    s = tp.add_parser("alter")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--partitions", type=int, required=True)
+    s.set_defaults(func=topics_alter)
+
+    s = sub.add_parser("reassign", help="kafka-reassign-partitions")
+    mode = s.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--execute", action="store_true")
+    mode.add_argument("--verify", action="store_true")
+    s.add_argument("reassignment_json_file", metavar="FILE")
+    s.set_defaults(func=reassign)
+
+    s = sub.add_parser("leader-election", help="kafka-leader-election --election-type preferred")
+    s.add_argument("--preferred", action="store_true", required=True)
+    s.add_argument("--topic")
+    s.add_argument("--partition", type=int)
+    s.set_defaults(func=leader_election)
+
+    br = sub.add_parser("broker", help="brokers").add_subparsers(dest="action", required=True)
+    s = br.add_parser("shutdown", help="controlled shutdown")
+    s.add_argument("broker_id", type=int)
+    s.set_defaults(func=broker_shutdown)
+
+    ct = sub.add_parser("controller", help="the active controller").add_subparsers(dest="action", required=True)
+    s = ct.add_parser("status")
+    s.add_argument("--namespace")
+    s.set_defaults(func=controller_status)
 
     s = sub.add_parser("demo", help="the main job: election, topic, controller failover")
     s.add_argument("--session-timeout-ms", type=int, default=6000)

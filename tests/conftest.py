@@ -46,7 +46,11 @@ def zk(chroot_connect):
 def ray_session():
     import ray
 
+    from coordination.server import free_port
+
+    port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             namespace="kray-tests")
+             namespace="kray-tests", _metrics_export_port=port)
+    ray.metrics_export_port = port  # where tests scrape the Prometheus metrics
     yield ray
     ray.shutdown()

@@ -7,6 +7,7 @@ competes again once the old session's /controller has expired.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import Future
 
 import ray
@@ -14,6 +15,7 @@ import ray
 from actors.config import ClusterConfig
 from actors.controller.channel import ControllerChannelManager
 from actors.controller.controller import KafkaController
+from actors.controller.metrics import ControllerMetrics
 from actors.controller.events import (
     ControlledShutdown,
     ControllerEventManager,
@@ -35,6 +37,7 @@ class ControllerActor:
         self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
         me = ray.get_runtime_context().current_actor
         self.inbox = ControllerEventManager(f"controller-event-thread-{broker_id}", self._process)
+        self.metrics = ControllerMetrics(broker_id, config.namespace)
         self.controller = KafkaController(
             broker_id, self.zk, self.inbox.put,
             channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
@@ -44,7 +47,13 @@ class ControllerActor:
         self.inbox.put(Startup())
 
     def _process(self, event) -> None:
+        started = time.time() * 1000
         self.controller.process(event)
+        c = self.controller
+        self.metrics.record_event(self.inbox.last_queue_time_ms, time.time() * 1000 - started, self.inbox.depth(),
+                                  c.psm.elections, c.psm.unclean_elections)
+        if self.metrics.due():
+            self.metrics.record_status(c.status())
 
     def on_response(self, response: ControllerResponse, controller_epoch: int) -> None:
         self.inbox.put(ResponseReceived(response=response, controller_epoch=controller_epoch))

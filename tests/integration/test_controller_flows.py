@@ -6,6 +6,7 @@ import json
 import ray
 
 from coordination import admin, zkdata
+from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 from tests.integration.conftest import caches_match_zookeeper, expand_isr_as_leader, wait_until, zk_states
 
@@ -183,7 +184,7 @@ def test_auto_leader_rebalance(new_cluster):
     controller_id, controller = controller_of(cluster, zk)
     tp = next(tp for tp, s in zk_states(zk, "t").items() if s.leader != controller_id)
     preferred = zk_states(zk, "t")[tp].leader
-    # move the leadership away with an API-triggered election? Use a controlled shutdown request instead:
+    # move the leaderships of `preferred` away with a controlled-shutdown request (the broker stays up)
     assert ray.get(controller.controlled_shutdown.remote(
         preferred, ray.get(cluster.brokers[preferred].info.remote())["broker_epoch"])) == []
     assert zk_states(zk, "t")[tp].leader != preferred
@@ -223,3 +224,103 @@ def test_reassignment_full_protocol(new_cluster):
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "r"))
     assert admin.verify_reassignment(zk, admin.parse_reassignment(
         '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}')) == {tp: "complete"}
+
+
+def test_zombie_controller_is_fenced_and_resigns(new_cluster):
+    import os
+    import signal
+
+    cluster, zk = new_cluster()
+    admin.create_topic(zk, "t", 3, 3)
+    wait_until(lambda: len(zk_states(zk, "t")) == 3 and caches_match_zookeeper(cluster, zk, "t"))
+    old_id, old_epoch = cluster.wait_for_controller(zk)
+    zombie = cluster.controller_actor(old_id)
+    pid = ray.get(zombie.status.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)  # a GC pause longer than the session timeout
+    try:
+        new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
+        wait_until(lambda: all(m["controller_epoch"] == new_epoch
+                               for m in ray.get([h.metadata.remote() for h in cluster.brokers.values()])))
+        before = zk_states(zk, "t")
+        epoch_before = zk.get_controller_epoch()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # the zombie wakes up believing it is the controller; whatever it tries is fenced
+    answer = ray.get(zombie.elect_leaders.remote(), timeout=60)
+    wait_until(lambda: not ray.get(zombie.status.remote())["active"], what="the zombie to resign")
+    assert zk_states(zk, "t") == before and zk.get_controller_epoch() == epoch_before
+    assert answer == Errors.NOT_CONTROLLER or all(v for v in answer.values())  # refused, or every election failed
+    infos = ray.get([h.info.remote() for h in cluster.brokers.values()])
+    assert all(i["controller_epoch"] == new_epoch for i in infos)
+    assert [b for b in cluster.brokers if ray.get(cluster.controller_actor(b).status.remote())["active"]] == [new_id]
+
+
+def test_broker_dies_during_reassignment(new_cluster):
+    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4))
+    zk.kazoo.create(zkdata.topic_path("r"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
+    tp = TopicPartition("r", 0)
+    wait_until(lambda: len(zk_states(zk, "r")) == 1 and caches_match_zookeeper(cluster, zk, "r"))
+    controller_id, _ = cluster.wait_for_controller(zk)
+    admin.reassign_partitions(zk, admin.parse_reassignment(
+        '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}'))
+    wait_until(lambda: json.loads(zk.get(zkdata.topic_path("r"))[0]).get("adding_replicas") == {"0": [3, 4]})
+    victim = 1 if controller_id != 1 else 2  # the old leader (or its follower), not the controller's broker
+    cluster.kill_broker(victim)
+    wait_until(lambda: zk_states(zk, "r")[tp].leader not in (victim, -1) and victim not in zk_states(zk, "r")[tp].isr,
+               what="failover of the reassigning partition")
+    state = zk_states(zk, "r")[tp]
+    expand_isr_as_leader(zk, tp, state.isr + [3, 4])
+    wait_until(lambda: zk.get(zkdata.REASSIGN_PARTITIONS) is None, what="reassignment to complete")
+    state = zk_states(zk, "r")[tp]
+    assert state.leader == 3 and state.isr == [3, 4]
+    assert json.loads(zk.get(zkdata.topic_path("r"))[0])["partitions"] == {"0": [3, 4]}
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "r"))
+
+
+def test_controller_dies_in_the_middle_of_a_topic_deletion(new_cluster):
+    cluster, zk = new_cluster()
+    admin.create_topic(zk, "t", 3, 3)
+    wait_until(lambda: len(zk_states(zk, "t")) == 3 and caches_match_zookeeper(cluster, zk, "t"))
+    controller_id, controller = controller_of(cluster, zk)
+    _, epoch = cluster.wait_for_controller(zk)
+    victim = next(b for b in cluster.brokers if b != controller_id)
+    cluster.kill_broker(victim, restart=True)  # halts the deletion until it returns
+    wait_until(lambda: victim not in ray.get(controller.status.remote())["live_brokers"])
+    admin.delete_topic(zk, "t")
+    wait_until(lambda: ray.get(controller.status.remote())["topics_to_be_deleted"] == ["t"])
+    cluster.kill_controller(controller_id)
+    cluster.wait_for_controller(zk, min_epoch=epoch + 1, timeout=60)
+    wait_until(lambda: "t" not in zk.get_all_topics(), timeout=90, what="the new controller to finish the deletion")
+    assert zk.get(zkdata.delete_topic_path("t")) is None
+
+    def gone_from_brokers():
+        caches = ray.get([h.metadata.remote() for h in cluster.brokers.values()])
+        replicas = ray.get([h.replicas.remote() for h in cluster.brokers.values()])
+        return (all(tp.topic != "t" for c in caches for tp in c["partitions"])
+                and all(tp.topic != "t" for r in replicas for tp in r))
+    wait_until(gone_from_brokers, timeout=30, what="every broker to drop the topic")
+
+
+def test_controller_metrics_are_exported_with_kafka_names(new_cluster):
+    import urllib.request
+
+    cluster, zk = new_cluster()
+    admin.create_topic(zk, "m", 5, 2)
+    wait_until(lambda: len(zk_states(zk, "m")) == 5)
+    controller_id, _ = cluster.wait_for_controller(zk)
+    namespace = cluster.config.namespace
+
+    def scraped():
+        body = urllib.request.urlopen(f"http://127.0.0.1:{ray.metrics_export_port}/metrics", timeout=5).read().decode()
+        values = {}
+        for line in body.splitlines():
+            if line.startswith("ray_kafka_controller_") and f'cluster="{namespace}"' in line \
+                    and f'broker="{controller_id}"' in line:
+                values[line.split("{")[0]] = float(line.rsplit(" ", 1)[1])
+        return values
+    values = wait_until(lambda: (v := scraped()).get("ray_kafka_controller_globalpartitioncount") == 5 and v,
+                        timeout=60, what="metrics export")
+    assert values["ray_kafka_controller_activecontrollercount"] == 1
+    assert values["ray_kafka_controller_globaltopiccount"] == 1
+    assert values["ray_kafka_controller_offlinepartitionscount"] == 0
+    assert "ray_kafka_controller_eventqueuesize" in values
