@@ -42,8 +42,51 @@ def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
     assert "2 brokers up" in up.stdout
     status = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
     assert "Brokers registered: 1, 2" in status.stdout and "Active controller:" in status.stdout
+    _topic_and_controller_commands(tmp_path, chroot_connect)
     down = kray("cluster", "down", home=tmp_path, zk=chroot_connect)
     assert down.returncode == 0, down.stderr
     assert ray_session.is_initialized() and ray_session.cluster_resources()  # our Ray is untouched
     after = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
     assert "Brokers registered: none" in after.stdout  # sessions closed cleanly: ephemerals gone at once
+
+
+def _topic_and_controller_commands(home, zk):
+    from tests.integration.conftest import wait_until
+
+    def ok(*args):
+        result = kray(*args, home=home, zk=zk)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def fails(*args):
+        result = kray(*args, home=home, zk=zk)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        return result.stderr
+
+    assert ok("topics", "create", "--topic", "c", "--partitions", "2", "--replication-factor", "2") == "Created topic c.\n"
+    assert "Adding partitions succeeded: 2 new partitions" in ok("topics", "alter", "--topic", "c", "--partitions", "4")
+    assert "would not be an increase" in fails("topics", "alter", "--topic", "c", "--partitions", "3")
+    wait_until(lambda: "Leader: none" not in ok("topics", "describe", "--topic", "c")
+               and ok("topics", "describe", "--topic", "c").count("Partition:") == 4)
+    plan = home / "plan.json"
+    plan.write_text('{"version":1,"partitions":[{"topic":"c","partition":0,"replicas":[2,7]}]}')
+    assert "Unknown broker ids [7]" in fails("reassign", "--execute", str(plan))
+    plan.write_text('{"version":1,"partitions":[{"topic":"c","partition":0,"replicas":[2,2]}]}')
+    assert "duplicate" in fails("reassign", "--execute", str(plan))
+    plan.write_text('{"version":1,"partitions":[{"topic":"c"')
+    assert "Malformed reassignment JSON" in fails("reassign", "--execute", str(plan))
+    plan.write_text('{"version":1,"partitions":[{"topic":"c","partition":0,"replicas":[2,1]}]}')
+    out = ok("reassign", "--execute", str(plan))
+    assert "Current partition replica assignment" in out and "Successfully started partition reassignment" in out
+    wait_until(lambda: "is complete" in kray("reassign", "--verify", str(plan), home=home, zk=zk).stdout)
+    assert "Created preferred replica election for 1 partitions" in ok("leader-election", "--preferred", "--topic",
+                                                                          "c", "--partition", "1")
+    assert "go together" in fails("leader-election", "--preferred", "--topic", "c")
+    status = ok("controller", "status")
+    assert "active: True" in status and "partitions: 4" in status
+    assert "marked for deletion" in ok("topics", "delete", "--topic", "c")
+    wait_until(lambda: "c" not in ok("topics", "list").split())
+    assert "does not exist" in fails("topics", "delete", "--topic", "c")
+    assert "shut down after moving its leaderships" in ok("broker", "shutdown", "2")
+    wait_until(lambda: "Brokers registered: 1\n" in ok("cluster", "status"))
