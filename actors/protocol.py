@@ -44,6 +44,7 @@ class ControllerRequest(Message):
     controller_id: int
     controller_epoch: int
     broker_epoch: int
+    correlation_id: int = -1
 
 
 class LeaderAndIsrRequest(ControllerRequest):
@@ -81,6 +82,7 @@ class ControllerResponse(Message):
 
     api: str
     broker_id: int
+    correlation_id: int = -1
     error_code: Errors = Errors.NONE
     partition_errors: list[PartitionError] = Field(default_factory=list)
 

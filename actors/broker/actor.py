@@ -48,18 +48,18 @@ class BrokerActor:
 
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
         with self._lock:
-            return self.replica_manager.become_leader_or_follower(request, self.broker_epoch)
+            return _answer(request, self.replica_manager.become_leader_or_follower(request, self.broker_epoch))
 
     def update_metadata(self, request: UpdateMetadataRequest) -> ControllerResponse:
         with self._lock:
             error = self.replica_manager.check_request(request, self.broker_epoch)
             if error == 0:
                 self.metadata_cache.update(request)
-            return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
+            return _answer(request, ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error))
 
     def stop_replica(self, request: StopReplicaRequest) -> ControllerResponse:
         with self._lock:
-            return self.replica_manager.stop_replicas(request, self.broker_epoch)
+            return _answer(request, self.replica_manager.stop_replicas(request, self.broker_epoch))
 
     def metadata(self) -> dict:
         """The metadata cache as plain data: controller and its epoch, live brokers, (leader, epoch, isr) per partition."""
@@ -104,3 +104,8 @@ class BrokerActor:
             pass  # the candidate may be dead or restarting; its session then times out
         self.registration.stop()
         self.zk.close()
+
+
+def _answer(request, response: ControllerResponse) -> ControllerResponse:
+    """The response carries the request's correlation id back, as Kafka's response header does."""
+    return response.model_copy(update={"correlation_id": request.correlation_id})

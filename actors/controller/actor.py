@@ -43,6 +43,7 @@ class ControllerActor:
             channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
             config=config.controller,
         )
+        self.controller.inbox_depth = self.inbox.depth
         self.inbox.start()
         self.inbox.put(Startup())
 
@@ -67,6 +68,10 @@ class ControllerActor:
         status = self._ask(DescribeController(reply=Future()), timeout)
         return status | {"inbox_depth": self.inbox.depth(), "last_queue_time_ms": self.inbox.last_queue_time_ms,
                          "pid": os.getpid(), "session_id": self.zk.session_id}
+
+    def timelines(self) -> list[dict]:
+        """The failovers this candidate handled while active (most recent last)."""
+        return [t.record() for t in list(self.controller.timelines)]
 
     def controlled_shutdown(self, broker_id: int, broker_epoch: int, timeout: float = 60.0):
         """Kafka's ControlledShutdownRequest: the partitions the broker still leads, or an Errors code."""

@@ -30,6 +30,8 @@ def process_broker_change(c: KafkaController) -> None:
         return
     log.info("%s Newly added brokers: %s, deleted brokers: %s, bounced brokers: %s, all live brokers: %s",
              c.prefix, sorted(new), sorted(dead), sorted(bounced), sorted(registrations))
+    if dead | bounced:
+        c.begin_timeline("broker_failure", sorted(dead | bounced))
     for b in dead | bounced:
         c.channel.remove_broker(b)
     ctx.remove_live_brokers(dead | bounced)

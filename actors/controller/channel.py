@@ -9,6 +9,7 @@ inbox.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -70,6 +71,7 @@ class ControllerBrokerRequestBatch:
         self._update_metadata_brokers: set[int] = set()
         self._update_metadata_partitions: set[TopicPartition] = set()
         self._stop_replica: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> delete
+        self._correlation_ids = itertools.count()
 
     def is_empty(self) -> bool:
         return not (self._leader_and_isr or self._update_metadata_brokers or self._stop_replica)
@@ -102,6 +104,7 @@ class ControllerBrokerRequestBatch:
             leaders = {s.leader for s in states}
             out[broker_id].append(LeaderAndIsrRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                correlation_id=next(self._correlation_ids),
                 broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
                 live_leaders=[b for b in live_brokers if b.id in leaders],
             ))
@@ -113,6 +116,7 @@ class ControllerBrokerRequestBatch:
                 if broker_id in ctx.live_brokers:
                     out[broker_id].append(UpdateMetadataRequest(
                         controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                        correlation_id=next(self._correlation_ids),
                         broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
                         live_brokers=live_brokers,
                     ))
@@ -121,6 +125,7 @@ class ControllerBrokerRequestBatch:
                 continue
             out[broker_id].append(StopReplicaRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                correlation_id=next(self._correlation_ids),
                 broker_epoch=ctx.live_broker_epochs[broker_id],
                 partitions=[StopReplicaPartition(
                     topic=tp.topic, partition=tp.partition, delete_partition=delete,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Iterable
 from typing import Callable
 
@@ -42,8 +43,10 @@ from actors.controller.events import (
     Startup,
     TopicChange,
     TopicDeletion,
+    now_ms,
 )
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
+from actors.controller.timeline import FailoverTimeline
 from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine, leadership_from_record
 from actors.protocol import LiveBroker
 from coordination import zkdata
@@ -54,6 +57,7 @@ from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
 
+TIMELINES_KEPT = 1000
 AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after failover (sooner if the interval is)
 
 
@@ -71,6 +75,9 @@ class KafkaController:
         self._scheduler_stop = threading.Event()
         self.active = False
         self.channel = None
+        self.timelines: deque[FailoverTimeline] = deque(maxlen=TIMELINES_KEPT)
+        self.timeline: FailoverTimeline | None = None
+        self.inbox_depth: Callable[[], int] = lambda: 0
         self._reset()
 
     def _reset(self) -> None:
@@ -82,6 +89,7 @@ class KafkaController:
         self.rsm = ZkReplicaStateMachine(self.broker_id, self.ctx, self.zk, self.batch)
         self.deletion = TopicDeletionManager(self)
         self.watched_reassignments: set[TopicPartition] = set()
+        self._awaiting_ack: dict[int, FailoverTimeline] = {}
 
     @property
     def prefix(self) -> str:
@@ -89,7 +97,25 @@ class KafkaController:
 
     # -- dispatch ------------------------------------------------------------
 
+    def begin_timeline(self, kind: str, brokers: list[int]) -> None:
+        """Start recording a failover for the event being processed."""
+        self.timeline = FailoverTimeline(
+            kind=kind, controller_id=self.broker_id, epoch=self.ctx.epoch, brokers=sorted(brokers),
+            detected_ms=self._event.enqueued_ms, processing_started_ms=self._event_started_ms,
+            inbox_depth=self.inbox_depth())
+        self._writes_before = self.psm.leadership_writes + self.rsm.leadership_writes
+
+    def _finish_timeline_writes(self) -> None:
+        t = self.timeline
+        t.zk_written_ms = now_ms()
+        t.epoch = self.ctx.epoch
+        t.partitions_total = len(self.ctx.all_partitions())
+        t.live_brokers = len(self.ctx.live_brokers)
+        t.partitions_affected = self.psm.leadership_writes + self.rsm.leadership_writes - self._writes_before
+        self.timelines.append(t)
+
     def process(self, event: ControllerEvent) -> None:
+        self._event, self._event_started_ms, self.timeline = event, now_ms(), None
         try:
             if isinstance(event, DescribeController):
                 event.reply.set_result(self.status())
@@ -150,8 +176,16 @@ class KafkaController:
             self.put(Reelect())
 
     def send_batch(self) -> None:
-        if self.active and not self.batch.is_empty():
-            self.channel.send(self.batch.build(self.ctx))
+        if self.timeline is not None:
+            self._finish_timeline_writes()
+        requests = self.batch.build(self.ctx) if self.active and not self.batch.is_empty() else {}
+        if requests:
+            self.channel.send(requests)
+        if self.timeline is not None:
+            ids = [r.correlation_id for rs in requests.values() for r in rs]
+            self.timeline.sent(ids, now_ms())
+            for i in ids:
+                self._awaiting_ack[i] = self.timeline
 
     # -- election, failover, resignation -------------------------------------
 
@@ -162,6 +196,7 @@ class KafkaController:
             won = self.election.elect()
             if won is not None:
                 self.ctx.epoch, self.ctx.epoch_zk_version = won
+                self.begin_timeline("controller_failover", [self.broker_id])
                 log.info("%s %d successfully elected as the controller. Epoch incremented to %d and epoch "
                          "zk version is now %d", self.prefix, self.broker_id, won.epoch, won.zk_version)
                 self._on_controller_failover()
@@ -290,6 +325,10 @@ class KafkaController:
     def _process_response(self, response, epoch: int) -> None:
         if epoch != self.ctx.epoch:
             return
+        timeline = self._awaiting_ack.pop(response.correlation_id, None)
+        if timeline is not None and timeline.acked(response.correlation_id, now_ms()):
+            log.info("%s %s handled in %.0f ms from detection to the last broker acknowledgement", self.prefix,
+                     timeline.kind, timeline.requests_acked_ms - timeline.detected_ms)
         if response.api == "StopReplica":
             self.deletion.on_stop_replica_response(response)
         # a re-sent LeaderAndIsr whose leader epoch the broker already has is answered

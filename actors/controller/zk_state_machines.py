@@ -51,6 +51,7 @@ class _Machine:
         self.ctx = ctx
         self.zk = zk
         self.batch = batch
+        self.leadership_writes = 0
 
     @property
     def _prefix(self) -> str:
@@ -72,6 +73,7 @@ class _Machine:
             else:
                 lai = updates[tp]
                 written[tp] = LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr, result)
+        self.leadership_writes += len(written)
         if moved:
             for tp, record in self.zk.get_partition_states(moved).items():
                 self.ctx.partition_leadership[tp] = leadership_from_record(record)

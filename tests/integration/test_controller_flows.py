@@ -324,3 +324,25 @@ def test_controller_metrics_are_exported_with_kafka_names(new_cluster):
     assert values["ray_kafka_controller_globaltopiccount"] == 1
     assert values["ray_kafka_controller_offlinepartitionscount"] == 0
     assert "ray_kafka_controller_eventqueuesize" in values
+
+
+def test_failover_timelines_are_recorded(new_cluster):
+    cluster, zk = new_cluster()
+    admin.create_topic(zk, "t", 6, 3)
+    wait_until(lambda: len(zk_states(zk, "t")) == 6 and caches_match_zookeeper(cluster, zk, "t"))
+    controller_id, controller = controller_of(cluster, zk)
+    victim = next(b for b in cluster.brokers if b != controller_id)
+    led = sum(1 for s in zk_states(zk, "t").values() if s.leader == victim)
+    cluster.kill_broker(victim)
+
+    def broker_failures():
+        return [t for t in ray.get(controller.timelines.remote())
+                if t["kind"] == "broker_failure" and t["requests_acked_ms"] is not None]
+    (t,) = wait_until(broker_failures, what="a completed broker-failure timeline")
+    assert t["brokers"] == [victim] and t["partitions_total"] == 6 and t["live_brokers"] == 2
+    assert t["partitions_affected"] == 6  # `led` elections plus 6 - `led` ISR shrinks
+    assert led > 0 and t["requests"] >= 2
+    assert t["detected_ms"] <= t["processing_started_ms"] <= t["zk_written_ms"] <= t["requests_sent_ms"] \
+        <= t["requests_acked_ms"]
+    failovers = [x for x in ray.get(controller.timelines.remote()) if x["kind"] == "controller_failover"]
+    assert failovers and failovers[0]["requests_acked_ms"] is not None and failovers[0]["epoch"] == 1

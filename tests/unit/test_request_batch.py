@@ -44,6 +44,11 @@ ALL_LIVE = [BROKERS[1], BROKERS[2], BROKERS[3]]
 
 # -- partition_state ------------------------------------------------------------------------------
 
+def uncorrelated(request):
+    """The request without its correlation id, to compare with an expected one."""
+    return request.model_copy(update={"correlation_id": -1})
+
+
 def test_partition_state(ctx):
     assert partition_state(ctx, T0, ctx.partition_leadership[T0]) == expected_t0()
     assert partition_state(ctx, T1, ctx.partition_leadership[T1], is_new=True) == expected_t1(is_new=True)
@@ -67,13 +72,13 @@ def test_leader_and_isr_then_update_metadata(ctx):
     for b in (1, 2):
         assert [type(r) for r in out[b]] == [LeaderAndIsrRequest, UpdateMetadataRequest]
         lai = out[b][0]
-        assert lai == LeaderAndIsrRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+        assert uncorrelated(lai) == LeaderAndIsrRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
                                           broker_epoch=BROKER_EPOCHS[b], partition_states=[expected_t0()],
                                           live_leaders=[BROKERS[1]])
     assert [type(r) for r in out[3]] == [UpdateMetadataRequest]
     for b in (1, 2, 3):
         umr = out[b][-1]
-        assert umr == UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+        assert uncorrelated(umr) == UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
                                             broker_epoch=BROKER_EPOCHS[b], partition_states=[expected_t0()],
                                             live_brokers=ALL_LIVE)
 
@@ -183,7 +188,7 @@ def test_update_metadata_only(ctx):
     assert sorted(out) == [2, 3]
     for b in (2, 3):
         assert len(out[b]) == 1
-        assert out[b][0] == UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+        assert uncorrelated(out[b][0]) == UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
                                                   broker_epoch=BROKER_EPOCHS[b],
                                                   partition_states=[expected_t1()], live_brokers=ALL_LIVE)
 
@@ -192,7 +197,7 @@ def test_update_metadata_with_no_partitions_still_sent(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
     batch.add_update_metadata([1], [])
     out = batch.build(ctx)
-    assert out == {1: [UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
+    assert {b: [uncorrelated(r) for r in rs] for b, rs in out.items()} == {1: [UpdateMetadataRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
                                              broker_epoch=101, partition_states=[], live_brokers=ALL_LIVE)]}
 
 
@@ -214,3 +219,14 @@ def test_build_does_not_mutate_context(ctx):
     batch.add_update_metadata([1], [T1])
     batch.build(ctx)
     assert ctx == before
+
+
+def test_every_request_gets_its_own_correlation_id(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_leader_and_isr(ctx, [1, 2], T0)
+    batch.add_stop_replica(3, T1, delete=True)
+    first = [r.correlation_id for rs in batch.build(ctx).values() for r in rs]
+    batch.add_update_metadata([1, 2, 3], [T0])
+    second = [r.correlation_id for rs in batch.build(ctx).values() for r in rs]
+    ids = first + second
+    assert len(ids) == 9 and len(set(ids)) == 9 and min(ids) >= 0
