@@ -286,7 +286,7 @@ class KrayZkClient:
                 log.error("Skipping partition state: %s", e)
         return out
 
-    def create_partition_states(self, states: dict[TopicPartition, zkdata.PartitionStateZNode],
+    def create_partition_states(self, states: dict[TopicPartition, zkdata.PartitionStateZNode | bytes],
                                 epoch_zk_version: int) -> dict[TopicPartition, Exception | None]:
         """Create the partitions, partition and state znodes of new partitions, fenced.
 
@@ -300,7 +300,7 @@ class KrayZkClient:
         self.fenced_multi([CreateOp(p) for p in parents if p not in existing], epoch_zk_version)
         ops = {zkdata.partition_state_path(tp): tp for tp in states}
         results = self.fenced_multi(
-            [CreateOp(path, states[tp].encode()) for path, tp in ops.items()], epoch_zk_version
+            [CreateOp(path, _znode_bytes(states[tp])) for path, tp in ops.items()], epoch_zk_version
         )
         return {ops[r.op.path]: r.error for r in results}
 
@@ -341,12 +341,17 @@ class KrayZkClient:
                 if self.kazoo.exists(p)]
         self.fenced_multi(ops, epoch_zk_version)
 
-    def update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode, int]],
+    def update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode | bytes, int]],
                                 epoch_zk_version: int) -> dict[TopicPartition, int | Exception]:
         """Conditional (zkVersion) updates of partition states, fenced; new zkVersion or error per partition."""
         ops = {zkdata.partition_state_path(tp): tp for tp in updates}
         results = self.fenced_multi(
-            [SetDataOp(path, updates[tp][0].encode(), updates[tp][1]) for path, tp in ops.items()],
+            [SetDataOp(path, _znode_bytes(updates[tp][0]), updates[tp][1]) for path, tp in ops.items()],
             epoch_zk_version,
         )
         return {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in results}
+
+
+def _znode_bytes(state: zkdata.ZNodeModel | bytes) -> bytes:
+    """Callers on hot paths pass pre-encoded JSON; others pass the model."""
+    return state if isinstance(state, bytes) else state.encode()

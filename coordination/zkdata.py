@@ -164,6 +164,12 @@ class PartitionStateZNode(ZNodeModel):
     controller_epoch: int
     isr: list[int]
 
+    @staticmethod
+    def encode_fields(leader: int, leader_epoch: int, controller_epoch: int, isr) -> bytes:
+        """The same bytes as `encode()` without building a model: the controller writes thousands at once."""
+        return (f'{{"version":1,"leader":{int(leader)},"leader_epoch":{int(leader_epoch)},'
+                f'"controller_epoch":{int(controller_epoch)},"isr":[{",".join(str(int(r)) for r in isr)}]}}').encode()
+
 
 class TopicConfigZNode(ZNodeModel):
     version: int = 1

@@ -80,19 +80,26 @@ class ReplicaManager:
                     replica = LocalReplica(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
                                            st.zk_version)
                     self.replicas[tp] = replica
-                    state_change_log.info("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
-                                          "(controller %d epoch %d)", self.broker_id,
-                                          "Became leader of" if replica.role(self.broker_id) == "Leader"
-                                          else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
-                                          request.controller_id, request.controller_epoch)
+                    state_change_log.debug("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
+                                           "(controller %d epoch %d)", self.broker_id,
+                                           "Became leader of" if replica.role(self.broker_id) == "Leader"
+                                           else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
+                                           request.controller_id, request.controller_epoch)
                     code = Errors.NONE
             else:
-                state_change_log.info("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch %d "
+                state_change_log.debug("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch %d "
                                       "for partition %s since its associated leader epoch %d is not higher than "
                                       "the current leader epoch %d", self.broker_id, request.controller_id,
                                       request.controller_epoch, tp, st.leader_epoch, current_epoch)
                 code = Errors.STALE_CONTROLLER_EPOCH
             results.append(PartitionError(topic=tp.topic, partition=tp.partition, error_code=code))
+        counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION)}
+        for r in results:
+            counts[r.error_code] += 1
+        state_change_log.info("[Broker id=%d] Handled LeaderAndIsr request from controller %d epoch %d for %d "
+                              "partitions: %d applied, %d with a stale leader epoch, %d not assigned here",
+                              self.broker_id, request.controller_id, request.controller_epoch, len(results),
+                              *counts.values())
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=results)
 
     def stop_replicas(self, request: StopReplicaRequest, broker_epoch: int) -> ControllerResponse:

@@ -54,11 +54,9 @@ def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: Lead
     lai = leadership.leader_and_isr
     assignment = ctx.partition_full_assignment(tp)
     return PartitionState(
-        topic=tp.topic, partition=tp.partition, controller_epoch=leadership.controller_epoch,
-        leader=LEADER_DURING_DELETE if being_deleted else lai.leader, leader_epoch=lai.leader_epoch,
-        isr=list(lai.isr), zk_version=lai.zk_version, replicas=list(assignment.replicas),
-        adding_replicas=list(assignment.adding), removing_replicas=list(assignment.removing),
-        offline_replicas=[r for r in assignment.replicas if not ctx.is_replica_online(r)], is_new=is_new,
+        tp.topic, tp.partition, leadership.controller_epoch, LEADER_DURING_DELETE if being_deleted else lai.leader,
+        lai.leader_epoch, lai.isr, lai.zk_version, assignment.replicas, assignment.adding, assignment.removing,
+        tuple(r for r in assignment.replicas if r not in ctx.live_brokers), is_new,
     )
 
 
@@ -96,11 +94,18 @@ class ControllerBrokerRequestBatch:
         """Per live broker: LeaderAndIsr, then UpdateMetadata, then StopReplica (Kafka's order). Clears the batch."""
         live_brokers = [ctx.live_brokers[b] for b in sorted(ctx.live_brokers)]
         out: dict[int, list[ControllerRequestT]] = defaultdict(list)
+        cache: dict[tuple[TopicPartition, bool], PartitionState] = {}  # one state object serves every broker
+
+        def state(tp: TopicPartition, is_new: bool) -> PartitionState:
+            key = (tp, is_new)
+            if key not in cache:
+                cache[key] = partition_state(ctx, tp, ctx.partition_leadership[tp], is_new)
+            return cache[key]
+
         for broker_id, partitions in sorted(self._leader_and_isr.items()):
             if broker_id not in ctx.live_brokers:
                 continue
-            states = [partition_state(ctx, tp, ctx.partition_leadership[tp], is_new)
-                      for tp, is_new in partitions.items() if tp in ctx.partition_leadership]
+            states = [state(tp, is_new) for tp, is_new in partitions.items() if tp in ctx.partition_leadership]
             leaders = {s.leader for s in states}
             out[broker_id].append(LeaderAndIsrRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,

@@ -62,6 +62,9 @@ class ReplicaAssignment:
                    tuple(r for r in original if r not in target))
 
 
+NO_ASSIGNMENT = ReplicaAssignment(())
+
+
 @dataclass(frozen=True)
 class LeaderIsrAndControllerEpoch:
     leader_and_isr: LeaderAndIsr
@@ -117,7 +120,8 @@ class ControllerContext:
         return [TopicPartition(topic, p) for p in self.partition_assignments.get(topic, {})]
 
     def partition_full_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
-        return self.partition_assignments.get(tp.topic, {}).get(tp.partition, ReplicaAssignment(()))
+        topic = self.partition_assignments.get(tp.topic)
+        return topic.get(tp.partition, NO_ASSIGNMENT) if topic is not None else NO_ASSIGNMENT
 
     def partition_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.partition_full_assignment(tp).replicas

@@ -39,9 +39,9 @@ def leadership_from_record(record: PartitionStateRecord) -> LeaderIsrAndControll
                                        s.controller_epoch)
 
 
-def partition_state_znode(lai: LeaderAndIsr, controller_epoch: int) -> zkdata.PartitionStateZNode:
-    return zkdata.PartitionStateZNode(leader=lai.leader, leader_epoch=lai.leader_epoch,
-                                      controller_epoch=controller_epoch, isr=list(lai.isr))
+def partition_state_znode(lai: LeaderAndIsr, controller_epoch: int) -> bytes:
+    """The state znode's JSON for a LeaderAndIsr written by this controller epoch."""
+    return zkdata.PartitionStateZNode.encode_fields(lai.leader, lai.leader_epoch, controller_epoch, lai.isr)
 
 
 class _Machine:
@@ -141,6 +141,7 @@ class ZkPartitionStateMachine(_Machine):
                     state_change_log.error("%s Failed to create the state znode of new partition %s: %s",
                                            self._prefix, tp, type(error).__name__)
         elected, moved = self.write_leaderships({tp: e.leader_and_isr for tp, e in plan.elected.items()})
+        changed: dict[tuple[P, P], int] = {}
         for tp, previous in plan.transitions.items():
             if tp in moved or (tp in plan.created and tp not in created) or (tp in plan.elected and tp not in elected):
                 continue
@@ -158,13 +159,17 @@ class ZkPartitionStateMachine(_Machine):
                         state_change_log.warning("%s Unclean leader election for partition %s: leader %d was not "
                                                  "in the ISR; data loss is possible", self._prefix, tp, lai.leader)
                 self.batch.add_leader_and_isr(self.ctx, recipients, tp, is_new=tp in created)
-                state_change_log.info("%s Changed partition %s from %s to %s with state %s", self._prefix, tp,
-                                      previous.name, plan.target.name, lai)
+                state_change_log.debug("%s Changed partition %s from %s to %s with state %s", self._prefix, tp,
+                                       previous.name, plan.target.name, lai)
             else:
                 if plan.target is P.NonExistentPartition:
                     self.ctx.partition_states.pop(tp, None)
-                state_change_log.info("%s Changed partition %s state from %s to %s", self._prefix, tp,
-                                      previous.name, plan.target.name)
+                state_change_log.debug("%s Changed partition %s state from %s to %s", self._prefix, tp,
+                                       previous.name, plan.target.name)
+            changed[(previous, plan.target)] = changed.get((previous, plan.target), 0) + 1
+        for (previous, target), count in changed.items():
+            state_change_log.info("%s Changed %d partitions from %s to %s", self._prefix, count, previous.name,
+                                  target.name)
         return moved
 
 
@@ -190,7 +195,7 @@ class ZkReplicaStateMachine(_Machine):
         written, moved = self.write_leaderships(plan.isr_removals)
         for tp, lai in written.items():
             self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
-            state_change_log.info("%s Removed a replica from the ISR of %s: new state %s", self._prefix, tp, lai)
+            state_change_log.debug("%s Removed a replica from the ISR of %s: new state %s", self._prefix, tp, lai)
         retry = [(tp, r) for (tp, r) in plan.transitions if tp in moved]
         for broker_id, tp, is_new in plan.leader_and_isr_to:
             if tp not in moved:

@@ -32,24 +32,29 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):
         time.sleep(0.05)
 
 
+def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), **controller) -> tuple[LocalCluster, KrayZkClient]:
+    """Brokers in a fresh chroot and Ray namespace, up with a controller whose UpdateMetadata reached all."""
+    chroot = f"/kray-test-{uuid.uuid4().hex[:8]}"
+    with KrayZkClient(zk_connect).start() as root:
+        root.kazoo.ensure_path(chroot)
+    config = ClusterConfig(zk_connect=zk_connect + chroot, namespace=f"test-{uuid.uuid4().hex[:8]}",
+                           zk_session_timeout_ms=SESSION_TIMEOUT_MS,
+                           controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
+    zk = KrayZkClient(config.zk_connect).start()
+    cluster = LocalCluster(config, list(broker_ids)).start()
+    _, epoch = cluster.wait_for_controller(zk)
+    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == epoch)
+    return cluster, zk
+
+
 @pytest.fixture
 def new_cluster(zk_connect, ray_session):
     """Start a cluster of brokers with a ControllerConfig of the test's choosing; stopped afterwards."""
     started = []
 
     def start(broker_ids=(1, 2, 3), **controller) -> tuple[LocalCluster, KrayZkClient]:
-        chroot = f"/kray-flow-{uuid.uuid4().hex[:8]}"
-        with KrayZkClient(zk_connect).start() as root:
-            root.kazoo.ensure_path(chroot)
-        config = ClusterConfig(zk_connect=zk_connect + chroot, namespace=f"flow-{uuid.uuid4().hex[:8]}",
-                               zk_session_timeout_ms=SESSION_TIMEOUT_MS,
-                               controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
-        zk = KrayZkClient(config.zk_connect).start()
-        cluster = LocalCluster(config, list(broker_ids)).start()
-        started.append((cluster, zk))
-        _, epoch = cluster.wait_for_controller(zk)
-        cluster.wait_for_metadata(lambda m: m["controller_epoch"] == epoch)
-        return cluster, zk
+        started.append(start_cluster(zk_connect, broker_ids, **controller))
+        return started[-1]
 
     yield start
     for cluster, zk in started:

@@ -7,30 +7,19 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 
-from actors.cluster import LocalCluster
-from actors.config import ClusterConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState, UpdateMetadataRequest
 from coordination import admin, zkdata
 from coordination.errors import Errors
-from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
-
-SESSION_TIMEOUT_MS = 3000
+from tests.integration.conftest import start_cluster
 
 
 @pytest.fixture(scope="module")
 def env(zk_connect, ray_session):
-    chroot = f"/kray-cluster-{uuid.uuid4().hex[:8]}"
-    with KrayZkClient(zk_connect).start() as root:
-        root.kazoo.ensure_path(chroot)
-    config = ClusterConfig(zk_connect=zk_connect + chroot, namespace=f"kray-{uuid.uuid4().hex[:8]}",
-                           zk_session_timeout_ms=SESSION_TIMEOUT_MS)
-    zk = KrayZkClient(config.zk_connect).start()
-    cluster = LocalCluster(config, [1, 2, 3]).start()
+    cluster, zk = start_cluster(zk_connect)
     state = {"cluster": cluster, "zk": zk, "ray": ray_session}
     yield state
     cluster.stop()

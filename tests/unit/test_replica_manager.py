@@ -25,7 +25,7 @@ T2 = TopicPartition("t", 2)
 
 def ps(tp, leader, leader_epoch, isr=(1, 2, 3), replicas=(1, 2, 3), controller_epoch=1, zk_version=0):
     return PartitionState(topic=tp.topic, partition=tp.partition, controller_epoch=controller_epoch, leader=leader,
-                          leader_epoch=leader_epoch, isr=list(isr), zk_version=zk_version, replicas=list(replicas))
+                          leader_epoch=leader_epoch, isr=tuple(isr), zk_version=zk_version, replicas=tuple(replicas))
 
 
 def lai(*states, controller_epoch=1, broker_epoch=BROKER_EPOCH, controller_id=9):

@@ -30,13 +30,13 @@ def ctx() -> ControllerContext:
 
 
 def expected_t0(is_new=False) -> PartitionState:
-    return PartitionState(topic="t", partition=0, controller_epoch=6, leader=1, leader_epoch=3, isr=[1, 2, 3],
-                          zk_version=5, replicas=[1, 2, 3], offline_replicas=[], is_new=is_new)
+    return PartitionState(topic="t", partition=0, controller_epoch=6, leader=1, leader_epoch=3, isr=(1, 2, 3),
+                          zk_version=5, replicas=(1, 2, 3), offline_replicas=(), is_new=is_new)
 
 
 def expected_t1(is_new=False) -> PartitionState:
-    return PartitionState(topic="t", partition=1, controller_epoch=7, leader=2, leader_epoch=1, isr=[2, 3],
-                          zk_version=2, replicas=[2, 3, 4], offline_replicas=[4], is_new=is_new)
+    return PartitionState(topic="t", partition=1, controller_epoch=7, leader=2, leader_epoch=1, isr=(2, 3),
+                          zk_version=2, replicas=(2, 3, 4), offline_replicas=(4,), is_new=is_new)
 
 
 ALL_LIVE = [BROKERS[1], BROKERS[2], BROKERS[3]]
@@ -208,7 +208,7 @@ def test_build_reflects_context_at_build_time(ctx):
     out = batch.build(ctx)
     assert sorted(out) == [1, 2]
     assert out[1][1].live_brokers == [BROKERS[1], BROKERS[2]]
-    assert out[1][0].partition_states[0].offline_replicas == [3]
+    assert out[1][0].partition_states[0].offline_replicas == (3,)
 
 
 def test_build_does_not_mutate_context(ctx):

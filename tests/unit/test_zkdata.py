@@ -324,3 +324,14 @@ def test_new_topic_id_shape():
 def test_controller_epoch_with_underscore_is_garbage():
     with pytest.raises(MalformedZNodeError):
         zkdata.decode_controller_epoch(zkdata.CONTROLLER_EPOCH, b"1_0")
+
+
+@pytest.mark.parametrize("leader,leader_epoch,controller_epoch,isr", [
+    (1, 0, 1, [1, 2, 3]), (-1, 17, 4, [5]), (2, 2**31 - 1, 99, []), (1001, 3, 2, (3, 1001, 7))])
+def test_partition_state_fast_encoding_is_the_model_encoding(leader, leader_epoch, controller_epoch, isr):
+    from coordination.zkdata import PartitionStateZNode
+    fast = PartitionStateZNode.encode_fields(leader, leader_epoch, controller_epoch, isr)
+    model = PartitionStateZNode(leader=leader, leader_epoch=leader_epoch, controller_epoch=controller_epoch,
+                                isr=list(isr))
+    assert fast == model.encode()
+    assert PartitionStateZNode.model_validate_json(fast) == model

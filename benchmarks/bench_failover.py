@@ -1,0 +1,197 @@
+"""Failover benchmark: broker failure and controller failover at scale, beside floors from the same run.
+
+    .venv/bin/python -m benchmarks.bench_failover [--broker-failure 1000 10000] [--controller-failover 10000 50000]
+
+Broker failure: a broker leading P partitions (RF 3) is SIGKILLed; the figure is the
+controller's timeline from `detected` (BrokerChange in the inbox) to `requests_acked`
+(the last broker acknowledged the LeaderAndIsr/UpdateMetadata of that event). Floor: a raw
+fenced ZooKeeper multi write of P partition states, plus one actor call per surviving
+broker carrying P partition states, both measured in the same run.
+
+Controller failover: the active controller's actor is SIGKILLed with N partitions in the
+cluster; the figure is the new controller's timeline from `processing_started` (the
+event in which it wins the election) to `requests_acked`. Floor: a pipelined read of all N
+partition states from ZooKeeper.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+import uuid
+
+import ray
+
+from actors.cluster import LocalCluster
+from actors.config import ClusterConfig
+from actors.protocol import LeaderAndIsrRequest, PartitionState
+from coordination import admin, zkdata
+from coordination.server import ZooKeeperServer, connect_string
+from coordination.zkclient import CreateOp, KrayZkClient, SetDataOp
+from coordination.zkdata import TopicPartition
+
+SESSION_TIMEOUT_MS = 2000
+
+
+@ray.remote(num_cpus=0)
+class Echo:
+    """Receives a request the size of a LeaderAndIsr and answers: the transport floor."""
+
+    def take(self, request) -> int:
+        return len(request.partition_states)
+
+
+def wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except ray.exceptions.RayError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def new_cluster(connect: str, brokers=(1, 2, 3)) -> tuple[LocalCluster, KrayZkClient]:
+    chroot = f"/bench-{uuid.uuid4().hex[:8]}"
+    with KrayZkClient(connect).start() as root:
+        root.kazoo.ensure_path(chroot)
+    config = ClusterConfig(zk_connect=connect + chroot, namespace=f"bench-{uuid.uuid4().hex[:6]}",
+                           zk_session_timeout_ms=SESSION_TIMEOUT_MS)
+    zk = KrayZkClient(config.zk_connect, session_timeout_ms=30_000).start()
+    cluster = LocalCluster(config, list(brokers)).start()
+    _, epoch = cluster.wait_for_controller(zk)
+    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == epoch)
+    return cluster, zk
+
+
+def write_floor(zk: KrayZkClient, n: int) -> float:
+    """Seconds for a fenced multi write of n partition states (the znodes exist already)."""
+    base = f"/floor-{uuid.uuid4().hex[:6]}"
+    zk.kazoo.ensure_path(base)
+    state = zkdata.PartitionStateZNode(leader=2, leader_epoch=1, controller_epoch=1, isr=[2, 3]).encode()
+    _, version = zk.get_controller_epoch()
+    zk.fenced_multi([CreateOp(f"{base}/{i}", state) for i in range(n)], version)
+    start = time.perf_counter()
+    zk.fenced_multi([SetDataOp(f"{base}/{i}", state) for i in range(n)], version)
+    return time.perf_counter() - start
+
+
+def call_floor(n: int, brokers: int) -> float:
+    """Seconds for one call per broker, in parallel, each carrying n partition states."""
+    echoes = [Echo.remote() for _ in range(brokers)]
+    ray.get([e.take.remote(LeaderAndIsrRequest(controller_id=1, controller_epoch=1, broker_epoch=1,
+                                               partition_states=[], live_leaders=[])) for e in echoes])
+    states = [PartitionState(topic="bench", partition=i, controller_epoch=1, leader=2, leader_epoch=1, isr=[2, 3],
+                             zk_version=1, replicas=[1, 2, 3], offline_replicas=[1]) for i in range(n)]
+    start = time.perf_counter()
+    request = LeaderAndIsrRequest(controller_id=1, controller_epoch=1, broker_epoch=1, partition_states=states,
+                                  live_leaders=[])
+    ray.get([e.take.remote(request) for e in echoes])
+    elapsed = time.perf_counter() - start
+    for e in echoes:
+        ray.kill(e)
+    return elapsed
+
+
+def broker_failure(connect: str, p: int) -> dict:
+    cluster, zk = new_cluster(connect)
+    try:
+        controller_id, _ = cluster.wait_for_controller(zk)
+        victim = next(b for b in (1, 2, 3) if b != controller_id)
+        a, b = [x for x in (1, 2, 3) if x != victim]
+        assignment = {i: [victim, a, b] if i % 2 else [victim, b, a] for i in range(p)}
+        zk.kazoo.create(zkdata.topic_path("bench"), zkdata.TopicZNode.from_assignment(assignment, None).encode())
+        cluster.wait_for_metadata(lambda m: len(m["partitions"]) == p, timeout=600)
+        floor_zk = write_floor(zk, p)
+        floor_call = call_floor(p, 2)
+        controller = cluster.controller_actor(controller_id)
+        cluster.kill_broker(victim)
+        t = wait(lambda: next((t for t in ray.get(controller.timelines.remote())
+                               if t["kind"] == "broker_failure" and t["requests_acked_ms"]), None), 120, "timeline")
+        leaders = {s.state.leader for s in zk.get_partition_states(
+            [TopicPartition("bench", i) for i in range(p)]).values()}
+        assert victim not in leaders, "a partition is still led by the dead broker"
+        return _phases(t, "detected_ms") | {
+            "scenario": "broker_failure", "partitions_led_by_dead_broker": p,
+            "floor_zk_multi_s": round(floor_zk, 3), "floor_actor_calls_s": round(floor_call, 3),
+            "floor_s": round(floor_zk + floor_call, 3)}
+    finally:
+        cluster.stop()
+        zk.close()
+
+
+def controller_failover(connect: str, n: int) -> dict:
+    cluster, zk = new_cluster(connect)
+    try:
+        t0 = time.perf_counter()
+        admin.create_topic(zk, "bench", n, 3)
+        cluster.wait_for_metadata(lambda m: len(m["partitions"]) == n, timeout=1200)
+        created = time.perf_counter() - t0
+        old_id, old_epoch = cluster.wait_for_controller(zk)
+        with KrayZkClient(zk.connect).start() as reader:
+            start = time.perf_counter()
+            states = reader.get_partition_states([TopicPartition("bench", i) for i in range(n)])
+            floor = time.perf_counter() - start
+        assert len(states) == n
+        cluster.kill_controller(old_id)
+        new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=600)
+        controller = cluster.controller_actor(new_id)
+        t = wait(lambda: next((t for t in ray.get(controller.timelines.remote())
+                               if t["kind"] == "controller_failover" and t["epoch"] == old_epoch + 1
+                               and t["requests_acked_ms"]), None), 600, "timeline")
+        return _phases(t, "processing_started_ms") | {
+            "scenario": "controller_failover", "partitions": n, "topic_creation_to_all_caches_s": round(created, 2),
+            "floor_pipelined_read_s": round(floor, 3), "floor_s": round(floor, 3)}
+    finally:
+        cluster.stop()
+        zk.close()
+
+
+def _phases(t: dict, start_key: str) -> dict:
+    ms = lambda a, b: round(t[b] - t[a], 1)  # noqa: E731
+    return {"inbox_wait_ms": ms("detected_ms", "processing_started_ms"),
+            "zk_written_ms": ms("processing_started_ms", "zk_written_ms"),
+            "requests_sent_ms": ms("zk_written_ms", "requests_sent_ms"),
+            "requests_acked_ms": ms("requests_sent_ms", "requests_acked_ms"),
+            "total_s": round((t["requests_acked_ms"] - t[start_key]) / 1000, 3),
+            "partitions_affected": t["partitions_affected"], "requests": t["requests"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--broker-failure", type=int, nargs="*", default=[1000, 10000])
+    parser.add_argument("--controller-failover", type=int, nargs="*", default=[10000, 50000])
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    server = None
+    connect = connect_string()
+    if connect is None:
+        server = ZooKeeperServer().start()
+        connect = server.connect_string
+    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    print(json.dumps({"machine": f"{platform.node()} {platform.machine()}", "cpus": ray.cluster_resources().get("CPU")}))
+    try:
+        for p in args.broker_failure:
+            runs = [broker_failure(connect, p) for _ in range(args.repeats)]
+            for r in runs:
+                r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
+                print(json.dumps(r), flush=True)
+            if len(runs) > 1:
+                print(json.dumps({"median_total_s": statistics.median(r["total_s"] for r in runs), "p": p}))
+        for n in args.controller_failover:
+            r = controller_failover(connect, n)
+            r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
+            print(json.dumps(r), flush=True)
+    finally:
+        ray.shutdown()
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
