@@ -60,6 +60,12 @@ class LocalCluster:
             time.sleep(0.05)
         raise KrayError(f"no controller with epoch >= {min_epoch} within {timeout:.0f}s")
 
+    def wait_until_ready(self, zk: KrayZkClient, timeout: float = 60.0) -> tuple[int, int]:
+        """A controller elected and its UpdateMetadata in every broker's cache; (controller id, epoch)."""
+        controller_id, epoch = self.wait_for_controller(zk, timeout=timeout)
+        self.wait_for_metadata(lambda m: m["controller_epoch"] >= epoch, timeout=timeout)
+        return controller_id, epoch
+
     def wait_for_metadata(self, predicate, timeout: float = 60.0) -> dict[int, dict]:
         """Poll every broker's metadata cache until predicate(cache) holds for all of them."""
         deadline = time.monotonic() + timeout

@@ -14,12 +14,11 @@ import statistics
 import time
 import uuid
 
-import ray
 
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from coordination import admin
-from coordination.server import ZooKeeperServer, connect_string
+from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
 from coordination.zkclient import CreateOp, KrayZkClient
 
 
@@ -41,21 +40,12 @@ def raw_zk_write_rate(zk: KrayZkClient, n: int = 3000) -> dict:
 
 
 def run(partitions: int, repeats: int) -> dict:
-    server = None
-    connect = connect_string()
-    if connect is None:
-        server = ZooKeeperServer().start()
-        connect = server.connect_string
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     results: dict = {"machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
                      "partitions": partitions, "replication_factor": 3, "runs": []}
-    try:
+    with embedded_zookeeper_and_ray() as connect:
         for r in range(repeats):
-            chroot = f"/bench-{uuid.uuid4().hex[:8]}"
-            with KrayZkClient(connect).start() as root:
-                root.kazoo.ensure_path(chroot)
-            config = ClusterConfig(zk_connect=connect + chroot, namespace=f"bench-{uuid.uuid4().hex[:6]}",
-                                   zk_session_timeout_ms=6000)
+            config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"),
+                                   namespace=f"bench-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=6000)
             with KrayZkClient(config.zk_connect).start() as zk:
                 zk.ensure_persistent_paths()
                 baseline = raw_zk_write_rate(zk)
@@ -84,10 +74,6 @@ def run(partitions: int, repeats: int) -> dict:
             }
             results["runs"].append(run_result)
             print(json.dumps(run_result), flush=True)
-    finally:
-        ray.shutdown()
-        if server is not None:
-            server.stop()
     return results
 
 

@@ -28,9 +28,9 @@ from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination import admin, zkdata
-from coordination.server import ZooKeeperServer, connect_string
 from coordination.zkclient import CreateOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
+from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
 
 SESSION_TIMEOUT_MS = 2000
 
@@ -57,15 +57,11 @@ def wait(predicate, timeout: float, what: str):
 
 
 def new_cluster(connect: str, brokers=(1, 2, 3)) -> tuple[LocalCluster, KrayZkClient]:
-    chroot = f"/bench-{uuid.uuid4().hex[:8]}"
-    with KrayZkClient(connect).start() as root:
-        root.kazoo.ensure_path(chroot)
-    config = ClusterConfig(zk_connect=connect + chroot, namespace=f"bench-{uuid.uuid4().hex[:6]}",
+    config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
                            zk_session_timeout_ms=SESSION_TIMEOUT_MS)
     zk = KrayZkClient(config.zk_connect, session_timeout_ms=30_000).start()
     cluster = LocalCluster(config, list(brokers)).start()
-    _, epoch = cluster.wait_for_controller(zk)
-    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == epoch)
+    cluster.wait_until_ready(zk)
     return cluster, zk
 
 
@@ -168,14 +164,9 @@ def main() -> None:
     parser.add_argument("--controller-failover", type=int, nargs="*", default=[10000, 50000])
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    server = None
-    connect = connect_string()
-    if connect is None:
-        server = ZooKeeperServer().start()
-        connect = server.connect_string
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    print(json.dumps({"machine": f"{platform.node()} {platform.machine()}", "cpus": ray.cluster_resources().get("CPU")}))
-    try:
+    with embedded_zookeeper_and_ray() as connect:
+        print(json.dumps({"machine": f"{platform.node()} {platform.machine()}",
+                          "cpus": ray.cluster_resources().get("CPU")}))
         for p in args.broker_failure:
             runs = [broker_failure(connect, p) for _ in range(args.repeats)]
             for r in runs:
@@ -187,10 +178,6 @@ def main() -> None:
             r = controller_failover(connect, n)
             r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
             print(json.dumps(r), flush=True)
-    finally:
-        ray.shutdown()
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.protocol import LeaderAndIsrRequest
 from coordination import admin
-from coordination.server import ZooKeeperServer, ZooKeeperSettings, connect_string
 from coordination.zkclient import KrayZkClient
+from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
 
 
 def step(message: str) -> None:
@@ -31,20 +31,9 @@ def step(message: str) -> None:
 
 def run(brokers: int = 3, partitions: int = 6, replication_factor: int = 3, session_timeout_ms: int = 6000,
         topic: str = "kray-demo") -> None:
-    server = None
-    connect = connect_string()
-    if connect is None:
-        step("Starting an embedded ZooKeeper server on loopback")
-        server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()
-        connect = server.connect_string
-    chroot = f"/kray-demo-{uuid.uuid4().hex[:8]}"
-    try:
-        with KrayZkClient(connect).start() as root:
-            root.kazoo.ensure_path(chroot)
-        config = ClusterConfig(zk_connect=connect + chroot, namespace=f"kray-demo-{uuid.uuid4().hex[:6]}",
-                               zk_session_timeout_ms=session_timeout_ms)
-        step(f"ZooKeeper at {config.zk_connect}; starting a local Ray")
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    with embedded_zookeeper_and_ray(step) as connect:
+        config = ClusterConfig(zk_connect=fresh_chroot(connect, "kray-demo"),
+                               namespace=f"kray-demo-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=session_timeout_ms)
         zk = KrayZkClient(config.zk_connect).start()
         cluster = LocalCluster(config, list(range(1, brokers + 1)))
         try:
@@ -53,10 +42,6 @@ def run(brokers: int = 3, partitions: int = 6, replication_factor: int = 3, sess
             step("Stopping brokers, Ray and ZooKeeper")
             cluster.stop()
             zk.close()
-            ray.shutdown()
-    finally:
-        if server is not None:
-            server.stop()
     step("Done")
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from coordination.errors import KrayError
@@ -38,3 +40,38 @@ def zk_connect(explicit: str | None = None) -> str:
     if not connect:
         raise KrayError(f"no ZooKeeper: run `kray zk start`, set {ZK_CONNECT_ENV}, or pass --zookeeper")
     return connect
+
+
+def fresh_chroot(connect: str, prefix: str) -> str:
+    """A connect string rooted at a new, empty chroot, so runs can share one ZooKeeper."""
+    from coordination.zkclient import KrayZkClient
+
+    chroot = f"/{prefix}-{uuid.uuid4().hex[:8]}"
+    with KrayZkClient(connect).start() as root:
+        root.kazoo.ensure_path(chroot)
+    return connect + chroot
+
+
+@contextmanager
+def embedded_zookeeper_and_ray(step=lambda message: None):
+    """ZooKeeper (KRAY_ZK_CONNECT, else a server started here) and a local Ray; both stopped on exit."""
+    import ray
+
+    from coordination.server import ZooKeeperServer, ZooKeeperSettings
+
+    server = None
+    connect = os.environ.get(ZK_CONNECT_ENV)
+    if not connect:
+        step("Starting an embedded ZooKeeper server on loopback")
+        server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()
+        connect = server.connect_string
+    try:
+        step(f"ZooKeeper at {connect}; starting a local Ray")
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            yield connect
+        finally:
+            ray.shutdown()
+    finally:
+        if server is not None:
+            server.stop()

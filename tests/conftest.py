@@ -5,12 +5,12 @@ namespace each, so they can share the server and the Ray session.
 """
 from __future__ import annotations
 
-import uuid
 
 import pytest
 
 from coordination.server import ZooKeeperServer, ZooKeeperSettings, connect_string
 from coordination.zkclient import KrayZkClient
+from jobs.local import fresh_chroot
 
 
 @pytest.fixture(scope="session")
@@ -28,10 +28,7 @@ def zk_connect():
 @pytest.fixture
 def chroot_connect(zk_connect):
     """A connect string rooted at a fresh chroot: an empty ZooKeeper namespace for one test."""
-    chroot = f"/kray-test-{uuid.uuid4().hex[:10]}"
-    with KrayZkClient(zk_connect).start() as root:
-        root.kazoo.ensure_path(chroot)
-    return zk_connect + chroot
+    return fresh_chroot(zk_connect, "kray-test")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from actors.config import ClusterConfig, ControllerConfig
 from coordination import zkdata
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
+from jobs.local import fresh_chroot
 
 SESSION_TIMEOUT_MS = 3000
 
@@ -34,16 +35,12 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):
 
 def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), **controller) -> tuple[LocalCluster, KrayZkClient]:
     """Brokers in a fresh chroot and Ray namespace, up with a controller whose UpdateMetadata reached all."""
-    chroot = f"/kray-test-{uuid.uuid4().hex[:8]}"
-    with KrayZkClient(zk_connect).start() as root:
-        root.kazoo.ensure_path(chroot)
-    config = ClusterConfig(zk_connect=zk_connect + chroot, namespace=f"test-{uuid.uuid4().hex[:8]}",
+    config = ClusterConfig(zk_connect=fresh_chroot(zk_connect, "kray-test"), namespace=f"test-{uuid.uuid4().hex[:8]}",
                            zk_session_timeout_ms=SESSION_TIMEOUT_MS,
                            controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
     zk = KrayZkClient(config.zk_connect).start()
     cluster = LocalCluster(config, list(broker_ids)).start()
-    _, epoch = cluster.wait_for_controller(zk)
-    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == epoch)
+    cluster.wait_until_ready(zk)
     return cluster, zk
 
 
@@ -73,6 +70,15 @@ def caches_match_zookeeper(cluster: LocalCluster, zk: KrayZkClient, topic: str) 
     expected = {tp: (s.leader, s.leader_epoch, s.isr) for tp, s in zk_states(zk, topic).items()}
     caches = ray.get([h.metadata.remote() for h in cluster.brokers.values()])
     return all({tp: v for tp, v in c["partitions"].items() if tp.topic == topic} == expected for c in caches)
+
+
+def create_topic_and_wait(cluster: LocalCluster, zk: KrayZkClient, topic: str, partitions: int, rf: int) -> None:
+    """Create a topic and wait until its states are in ZooKeeper and every broker's cache agrees."""
+    from coordination import admin
+
+    admin.create_topic(zk, topic, partitions, rf)
+    wait_until(lambda: len(zk_states(zk, topic)) == partitions and caches_match_zookeeper(cluster, zk, topic),
+               what=f"topic {topic} online everywhere")
 
 
 def expand_isr_as_leader(zk: KrayZkClient, tp: TopicPartition, isr: list[int]) -> None:

@@ -8,7 +8,13 @@ import ray
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from tests.integration.conftest import caches_match_zookeeper, expand_isr_as_leader, wait_until, zk_states
+from tests.integration.conftest import (
+    caches_match_zookeeper,
+    create_topic_and_wait,
+    expand_isr_as_leader,
+    wait_until,
+    zk_states,
+)
 
 
 def controller_of(cluster, zk):
@@ -18,8 +24,7 @@ def controller_of(cluster, zk):
 
 def test_broker_failure_moves_leaders_and_shrinks_isrs(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 6, 3)
-    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t") and len(zk_states(zk, "t")) == 6, what="topic")
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
     controller_id, _ = controller_of(cluster, zk)
     victim = next(b for b in cluster.brokers if b != controller_id)
     before = zk_states(zk, "t")
@@ -40,8 +45,7 @@ def test_broker_failure_moves_leaders_and_shrinks_isrs(new_cluster):
 
 def test_partition_with_no_live_isr_goes_offline_with_leader_minus_one(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "single", 3, 1)
-    wait_until(lambda: len(zk_states(zk, "single")) == 3 and caches_match_zookeeper(cluster, zk, "single"))
+    create_topic_and_wait(cluster, zk, "single", 3, 1)
     controller_id, controller = controller_of(cluster, zk)
     victim = next(b for b in cluster.brokers if b != controller_id)
     hosted = [tp for tp, s in zk_states(zk, "single").items() if s.leader == victim]
@@ -57,8 +61,7 @@ def test_partition_with_no_live_isr_goes_offline_with_leader_minus_one(new_clust
 
 def test_restarted_broker_gets_its_replicas_back(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 4, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 4 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 4, 3)
     controller_id, controller = controller_of(cluster, zk)
     victim = next(b for b in cluster.brokers if b != controller_id)
     old_epoch = ray.get(cluster.brokers[victim].info.remote())["broker_epoch"]
@@ -104,8 +107,7 @@ def test_topic_deletion_disabled_ignores_the_request(new_cluster):
 
 def test_topic_deletion_waits_for_a_dead_replica_and_resumes(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 3, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 3 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, controller = controller_of(cluster, zk)
     victim = next(b for b in cluster.brokers if b != controller_id)
     cluster.kill_broker(victim, restart=True)
@@ -131,8 +133,7 @@ def test_partition_expansion(new_cluster):
 
 def test_isr_change_notification_reaches_every_cache(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 1, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 1 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 1, 3)
     tp = TopicPartition("t", 0)
     leader = zk_states(zk, "t")[tp].leader
     expand_isr_as_leader(zk, tp, [leader])  # a shrink, as the leader would write it
@@ -143,8 +144,7 @@ def test_isr_change_notification_reaches_every_cache(new_cluster):
 
 def test_controlled_shutdown_moves_leadership_first(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 6, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 6 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
     controller_id, controller = controller_of(cluster, zk)
     leaving = next(b for b in cluster.brokers if b != controller_id)
     led_before = [tp for tp, s in zk_states(zk, "t").items() if s.leader == leaving]
@@ -159,8 +159,7 @@ def test_controlled_shutdown_moves_leadership_first(new_cluster):
 
 def test_preferred_replica_election_via_znode(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 3, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 3 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, controller = controller_of(cluster, zk)
     result = ray.get(controller.controlled_shutdown.remote(2, ray.get(cluster.brokers[2].info.remote())["broker_epoch"]))
     assert result == []
@@ -179,8 +178,7 @@ def test_preferred_replica_election_via_znode(new_cluster):
 
 def test_auto_leader_rebalance(new_cluster):
     cluster, zk = new_cluster(leader_imbalance_check_interval_seconds=1)
-    admin.create_topic(zk, "t", 3, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 3 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, controller = controller_of(cluster, zk)
     tp = next(tp for tp, s in zk_states(zk, "t").items() if s.leader != controller_id)
     preferred = zk_states(zk, "t")[tp].leader
@@ -231,8 +229,7 @@ def test_zombie_controller_is_fenced_and_resigns(new_cluster):
     import signal
 
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 3, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 3 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 3, 3)
     old_id, old_epoch = cluster.wait_for_controller(zk)
     zombie = cluster.controller_actor(old_id)
     pid = ray.get(zombie.status.remote())["pid"]
@@ -279,8 +276,7 @@ def test_broker_dies_during_reassignment(new_cluster):
 
 def test_controller_dies_in_the_middle_of_a_topic_deletion(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 3, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 3 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, controller = controller_of(cluster, zk)
     _, epoch = cluster.wait_for_controller(zk)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -328,8 +324,7 @@ def test_controller_metrics_are_exported_with_kafka_names(new_cluster):
 
 def test_failover_timelines_are_recorded(new_cluster):
     cluster, zk = new_cluster()
-    admin.create_topic(zk, "t", 6, 3)
-    wait_until(lambda: len(zk_states(zk, "t")) == 6 and caches_match_zookeeper(cluster, zk, "t"))
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
     controller_id, controller = controller_of(cluster, zk)
     victim = next(b for b in cluster.brokers if b != controller_id)
     led = sum(1 for s in zk_states(zk, "t").values() if s.leader == victim)
