@@ -17,7 +17,13 @@ from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import controller_actor_name
 from actors.logs import configure_logging
-from actors.protocol import ControllerResponse, LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
+from actors.protocol import (
+    ControllerRequestT,
+    ControllerResponse,
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
 from coordination import zkdata
 from coordination.registration import BrokerRegistration
 from coordination.zkclient import KrayZkClient
@@ -45,6 +51,12 @@ class BrokerActor:
     @property
     def broker_epoch(self) -> int:
         return self.registration.broker_epoch
+
+    def handle(self, requests: list[ControllerRequestT]) -> list[ControllerResponse]:
+        """Controller requests delivered together by the RequestSender, applied in their order."""
+        handlers = {"LeaderAndIsr": self.leader_and_isr, "UpdateMetadata": self.update_metadata,
+                    "StopReplica": self.stop_replica}
+        return [handlers[r.api](r) for r in requests]
 
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
         with self._lock:

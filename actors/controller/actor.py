@@ -56,8 +56,9 @@ class ControllerActor:
         if self.metrics.due():
             self.metrics.record_status(c.status())
 
-    def on_response(self, response: ControllerResponse, controller_epoch: int) -> None:
-        self.inbox.put(ResponseReceived(response=response, controller_epoch=controller_epoch))
+    def on_responses(self, responses: list[ControllerResponse], controller_epochs: list[int]) -> None:
+        for response, epoch in zip(responses, controller_epochs):
+            self.inbox.put(ResponseReceived(response=response, controller_epoch=epoch))
 
     def _ask(self, event, timeout: float):
         self.inbox.put(event)

@@ -3,9 +3,9 @@
 `ControllerBrokerRequestBatch` is pure: during one event the controller adds
 partitions per broker; `build` turns them into one LeaderAndIsr and one
 UpdateMetadata request per broker. `RequestSender` is Kafka's RequestSendThread
-as a Ray actor: a FIFO queue for one broker, one request in flight, retried
-with backoff until it is answered, the response handed back to the controller's
-inbox.
+as a Ray actor: a FIFO queue for one broker, one call in flight (carrying
+every request queued so far, applied in order), retried with backoff until it
+is answered, the responses handed back to the controller's inbox.
 """
 from __future__ import annotations
 
@@ -32,10 +32,6 @@ from actors.protocol import (
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
-
-BROKER_METHOD = {"LeaderAndIsr": "leader_and_isr", "UpdateMetadata": "update_metadata",
-                 "StopReplica": "stop_replica"}
-
 
 def broker_actor_name(broker_id: int) -> str:
     return f"broker-{broker_id}"
@@ -167,24 +163,30 @@ class RequestSender:
     def queue_depth(self) -> int:
         return self._queue.qsize()
 
-    def _send(self, request: ControllerRequestT) -> ControllerResponse:
+    def _send(self, requests: list[ControllerRequestT]) -> list[ControllerResponse]:
         backoff = self.config.request_retry_backoff_ms / 1000
         while True:
             try:
                 broker = ray.get_actor(broker_actor_name(self.broker_id), namespace=self.config.namespace)
-                ref = getattr(broker, BROKER_METHOD[request.api]).remote(request)
-                return ray.get(ref, timeout=self.config.controller_socket_timeout_ms / 1000)
+                return ray.get(broker.handle.remote(requests), timeout=self.config.controller_socket_timeout_ms / 1000)
             except Exception as e:  # actor gone, restarting, or timed out: Kafka retries until removed
                 log.warning("[Controller id=%d, targetBrokerId=%d] Controller's connection to broker was "
                             "unsuccessful (%s); retrying %s", self.controller_id, self.broker_id,
-                            type(e).__name__, request.api)
+                            type(e).__name__, ", ".join(r.api for r in requests))
                 time.sleep(backoff)
 
     def _run(self) -> None:
+        """One call in flight: whatever is queued for the broker goes in it, in FIFO order, and the
+        broker applies the requests in that order (one round trip instead of one per request)."""
         while True:
-            request, _enqueued = self._queue.get()
-            response = self._send(request)
-            self.controller.on_response.remote(response, request.controller_epoch)
+            batch = [self._queue.get()[0]]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait()[0])
+                except queue.Empty:
+                    break
+            responses = self._send(batch)
+            self.controller.on_responses.remote(responses, [r.controller_epoch for r in batch])
 
 
 class ControllerChannelManager:
