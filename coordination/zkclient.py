@@ -273,17 +273,16 @@ class KrayZkClient:
 
     def get_partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionStateRecord]:
         partitions = list(partitions)
+        return decode_partition_states(partitions, self.get_partition_states_raw(partitions))
+
+    def get_partition_states_raw(self, partitions: list[TopicPartition]) -> list[tuple[bytes, int] | None]:
+        """(data, zkVersion) of each partition's state znode, in order; None where it does not exist.
+        Plain tuples: what a reader in another process sends back cheaply."""
         raw = self.get_many(zkdata.partition_state_path(tp) for tp in partitions)
-        out = {}
+        out = []
         for tp in partitions:
-            path = zkdata.partition_state_path(tp)
-            got = raw[path]
-            if got is None:
-                continue
-            try:
-                out[tp] = PartitionStateRecord(zkdata.decode(zkdata.PartitionStateZNode, path, got[0]), got[1].version)
-            except MalformedZNodeError as e:
-                log.error("Skipping partition state: %s", e)
+            got = raw[zkdata.partition_state_path(tp)]
+            out.append(None if got is None else (got[0], got[1].version))
         return out
 
     def create_partition_states(self, states: dict[TopicPartition, zkdata.PartitionStateZNode | bytes],
@@ -355,3 +354,18 @@ class KrayZkClient:
 def _znode_bytes(state: zkdata.ZNodeModel | bytes) -> bytes:
     """Callers on hot paths pass pre-encoded JSON; others pass the model."""
     return state if isinstance(state, bytes) else state.encode()
+
+
+def decode_partition_states(partitions: list[TopicPartition],
+                            raw: list[tuple[bytes, int] | None]) -> dict[TopicPartition, PartitionStateRecord]:
+    """Typed records from raw state znodes; malformed ones are logged and skipped."""
+    out = {}
+    for tp, got in zip(partitions, raw):
+        if got is None:
+            continue
+        try:
+            out[tp] = PartitionStateRecord(
+                zkdata.decode(zkdata.PartitionStateZNode, zkdata.partition_state_path(tp), got[0]), got[1])
+        except MalformedZNodeError as e:
+            log.error("Skipping partition state: %s", e)
+    return out

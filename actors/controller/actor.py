@@ -16,6 +16,7 @@ from actors.config import ClusterConfig
 from actors.controller.channel import ControllerChannelManager
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
+from actors.controller.reader import ParallelStateReader, ZkReader
 from actors.controller.events import (
     ControlledShutdown,
     ControllerEventManager,
@@ -42,6 +43,9 @@ class ControllerActor:
             broker_id, self.zk, self.inbox.put,
             channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
             config=config.controller,
+            read_partition_states=ParallelStateReader(self.zk, [
+                ZkReader.remote(config.zk_connect, config.zk_session_timeout_ms)
+                for _ in range(config.controller.failover_readers)]),
         )
         self.controller.inbox_depth = self.inbox.depth
         self.inbox.start()

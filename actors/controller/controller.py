@@ -63,12 +63,14 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
-                 channel_factory: Callable[[], object], config: ControllerConfig | None = None):
+                 channel_factory: Callable[[], object], config: ControllerConfig | None = None,
+                 read_partition_states: Callable | None = None):
         self.broker_id = broker_id
         self.zk = zk
         self.put = put
         self.config = config or ControllerConfig()
         self._channel_factory = channel_factory
+        self._read_partition_states = read_partition_states or zk.get_partition_states
         self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
@@ -288,10 +290,15 @@ class KafkaController:
         threading.Thread(target=run, name=f"auto-leader-rebalance-task-{self.broker_id}", daemon=True).start()
 
     def _initialize_context(self) -> None:
+        started = now_ms()
         self.ctx.add_live_brokers(self.read_brokers(self.zk.get_all_broker_ids()))
         self.add_topics(self.zk.get_all_topics())
-        for tp, record in self.zk.get_partition_states(self.ctx.all_partitions()).items():
+        assigned = now_ms()
+        for tp, record in self._read_partition_states(self.ctx.all_partitions()).items():
             self.ctx.partition_leadership[tp] = leadership_from_record(record)
+        log.info("%s Initialized the context: brokers and %d topic assignments in %.0f ms, %d partition states "
+                 "in %.0f ms", self.prefix, len(self.ctx.all_topics), assigned - started,
+                 len(self.ctx.partition_leadership), now_ms() - assigned)
 
     # -- shared helpers for the event groups ---------------------------------
 

@@ -341,3 +341,20 @@ def test_failover_timelines_are_recorded(new_cluster):
         <= t["requests_acked_ms"]
     failovers = [x for x in ray.get(controller.timelines.remote()) if x["kind"] == "controller_failover"]
     assert failovers and failovers[0]["requests_acked_ms"] is not None and failovers[0]["epoch"] == 1
+
+
+def test_failover_with_parallel_state_readers(new_cluster):
+    from actors.controller.reader import PARALLEL_READ_MIN
+
+    cluster, zk = new_cluster(failover_readers=2)
+    n = PARALLEL_READ_MIN + 500
+    admin.create_topic(zk, "big", n, 2)
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "big") and len(zk_states(zk, "big")) == n,
+               timeout=120, what="a topic large enough for parallel reads")
+    old_id, old_epoch = cluster.wait_for_controller(zk)
+    cluster.kill_controller(old_id)
+    new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
+    status = ray.get(cluster.controller_actor(new_id).status.remote())
+    assert status["partitions"] == n and status["offline_partitions"] == 0
+    assert status["preferred_replica_imbalance"] == 0  # every leadership read back as written
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "big"), timeout=60)
