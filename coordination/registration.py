@@ -74,9 +74,12 @@ class BrokerRegistration:
             if self._stopped.is_set():
                 return
             self._session_lost.clear()
-            while not self._stopped.is_set() and not self.zk.kazoo.connected:
-                time.sleep(0.05)
-            try:
-                self.register()
-            except Exception:
-                log.exception("Re-registration of broker %d failed", self.broker_id)
+            while not self._stopped.is_set():
+                while not self._stopped.is_set() and not self.zk.kazoo.connected:
+                    time.sleep(0.05)
+                try:
+                    self.register()
+                    break
+                except Exception:  # connection lost again, or the old znode outlived our wait: keep trying
+                    log.exception("Re-registration of broker %d failed; retrying", self.broker_id)
+                    time.sleep(1.0)

@@ -80,7 +80,7 @@ class KrayZkClient:
             hosts=connect,
             timeout=session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
-            command_retry=KazooRetry(max_tries=5, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=30, max_delay=1.0),  # reads ride out a reconnect
             read_only=read_only,
         )
 
@@ -121,18 +121,23 @@ class KrayZkClient:
 
     def get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
         try:
-            return self.kazoo.get(path)
+            return self.kazoo.retry(self.kazoo.get, path)
         except NoNodeError:
             return None
 
     def children(self, path: str) -> list[str]:
         try:
-            return self.kazoo.get_children(path)
+            return self.kazoo.retry(self.kazoo.get_children, path)
         except NoNodeError:
             return []
 
     def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        """Pipelined reads: issue every get, then collect; missing znodes map to None."""
+        """Pipelined reads: issue every get, then collect; missing znodes map to None. Retried whole
+        when the connection drops midway (reads are idempotent)."""
+        paths = list(paths)
+        return self.kazoo.retry(self._get_many_once, paths)
+
+    def _get_many_once(self, paths: list[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
         pending = [(p, self.kazoo.get_async(p)) for p in paths]
         out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
         for path, result in pending:
@@ -210,6 +215,8 @@ class KrayZkClient:
                 outcome = txn.commit()
                 failed = next((i for i, r in enumerate(outcome) if isinstance(r, Exception)
                                and type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency")), None)
+                if failed is None and any(isinstance(r, Exception) for r in outcome):
+                    raise KrayError(f"ZooKeeper rolled back a multi without naming the failing op: {outcome!r}")
                 if failed is None:
                     results.extend(OpResult(op, stat=r if isinstance(r, ZnodeStat) else None)
                                    for op, r in zip(batch, outcome[1:]))

@@ -92,14 +92,15 @@ class ControllerContext:
 
     @property
     def live_broker_ids(self) -> set[int]:
-        return set(self.live_brokers)
+        """Live and not shutting down: the brokers that may lead (Kafka's liveBrokerIds)."""
+        return set(self.live_brokers) - self.shutting_down_broker_ids
 
     @property
     def live_or_shutting_down_broker_ids(self) -> set[int]:
         return set(self.live_brokers) | self.shutting_down_broker_ids
 
     def is_replica_online(self, broker_id: int) -> bool:
-        return broker_id in self.live_brokers
+        return broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
 
     def add_live_brokers(self, brokers: dict[int, tuple[LiveBroker, int]]) -> None:
         for broker_id, (broker, epoch) in brokers.items():

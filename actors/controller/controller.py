@@ -74,6 +74,7 @@ class KafkaController:
         self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
+        self._watches: dict[str, object] = {}
         self._scheduler_stop = threading.Event()
         self.active = False
         self.channel = None
@@ -201,12 +202,30 @@ class KafkaController:
                 self.begin_timeline("controller_failover", [self.broker_id])
                 log.info("%s %d successfully elected as the controller. Epoch incremented to %d and epoch "
                          "zk version is now %d", self.prefix, self.broker_id, won.epoch, won.zk_version)
-                self._on_controller_failover()
+                try:
+                    self._on_controller_failover()
+                except ControllerMovedException:
+                    raise
+                except Exception:
+                    log.exception("%s Error while electing or becoming controller; triggering a controller move",
+                                  self.prefix)
+                    self._trigger_controller_move()
+
+    def _trigger_controller_move(self) -> None:
+        """Kafka's triggerControllerMove: resign, and give /controller up so another broker can try."""
+        epoch_zk_version = self.ctx.epoch_zk_version
+        self.resign("failover failed")
+        try:
+            if self.election.still_controller():
+                self.zk.delete_path_fenced(zkdata.CONTROLLER, epoch_zk_version)
+        except Exception:
+            log.exception("%s Could not delete /controller; it goes when the session expires", self.prefix)
 
     def resign(self, reason: str) -> None:
         """Kafka's onControllerResignation: stop watches, scheduler and senders; forget the context."""
         log.info("%s Resigning as controller: %s", self.prefix, reason)
         self.watch_generation += 1
+        self._stop_watches()
         self._scheduler_stop.set()
         self.active = False
         if self.channel is not None:
@@ -215,6 +234,9 @@ class KafkaController:
         self._reset()
 
     def watch_children(self, path: str, event: Callable[[], ControllerEvent]) -> None:
+        """Enqueue `event` whenever path's children change (and once now), for this term."""
+        if path in self._watches:
+            return
         generation = self.watch_generation
 
         def fired(_children) -> bool | None:
@@ -222,19 +244,33 @@ class KafkaController:
                 return False  # resigned: drop this watch
             self.put(event())
             return None
-        ChildrenWatch(self.zk.kazoo, path, fired, send_event=False)
+        self._watches[path] = ChildrenWatch(self.zk.kazoo, path, fired, send_event=False)
 
-    def watch_data(self, path: str, event: Callable[[], ControllerEvent], only_existing: bool = False) -> None:
-        """Enqueue `event` on every create/change/delete of path (only while it exists, if asked)."""
+    def watch_data(self, path: str, event: Callable[[], ControllerEvent], creation_only: bool = False) -> None:
+        """Enqueue `event` when path is created (creation_only) or created or changed, for this term.
+
+        The state at registration is not an event: failover reads it explicitly. The callback runs
+        on kazoo's thread and only enqueues.
+        """
+        if path in self._watches:
+            return
         generation = self.watch_generation
+        existed: list[bool | None] = [None]
 
         def fired(data, stat, _event=None) -> bool | None:
             if generation != self.watch_generation:
                 return False
-            if stat is not None or not only_existing:
+            exists, before = stat is not None, existed[0]
+            existed[0] = exists
+            if before is not None and exists and not (creation_only and before):
                 self.put(event())
             return None
-        DataWatch(self.zk.kazoo, path, fired)
+        self._watches[path] = DataWatch(self.zk.kazoo, path, fired)
+
+    def _stop_watches(self) -> None:
+        for watch in self._watches.values():
+            watch._stopped = True  # kazoo's own flag: the watch re-arms no more
+        self._watches = {}
 
     def _on_controller_failover(self) -> None:
         """Seed 000's on_controller_failover, in Kafka 2.8's order."""
@@ -244,8 +280,8 @@ class KafkaController:
         self.watch_children(zkdata.TOPICS, TopicChange)
         self.watch_children(zkdata.DELETE_TOPICS, TopicDeletion)
         self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
-        self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, only_existing=True)
-        self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, only_existing=True)
+        self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, creation_only=True)
+        self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, creation_only=True)
         leadership.delete_isr_change_notifications(self)
         self._initialize_context()
         self.deletion.init()
@@ -318,8 +354,7 @@ class KafkaController:
                     tuple(replicas), tuple(znode.adding_replicas.get(str(p), ())),
                     tuple(znode.removing_replicas.get(str(p), ()))))
                 added.append(tp)
-            self.watch_data(zkdata.topic_path(topic), lambda t=topic: PartitionModifications(topic=t),
-                            only_existing=True)
+            self.watch_data(zkdata.topic_path(topic), lambda t=topic: PartitionModifications(topic=t))
         return added
 
     def on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:

@@ -23,6 +23,7 @@ class ZkReader:
         self.zk = KrayZkClient(connect, session_timeout_ms).start()
 
     def read(self, partitions: list[TopicPartition]) -> list[tuple[bytes, int] | None]:
+        self.zk.kazoo.sync("/")  # see at least what the controller's session has seen
         return self.zk.get_partition_states_raw(partitions)
 
 

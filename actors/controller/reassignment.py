@@ -111,8 +111,8 @@ def _update_current_reassignment(c: KafkaController, tp: TopicPartition, reassig
         generation = c.watch_generation
 
         def isr_changed(data, stat, _event=None) -> bool | None:
-            if generation != c.watch_generation or tp not in c.watched_reassignments:
-                return False
+            if generation != c.watch_generation:
+                return False  # resigned; a finished reassignment's event is ignored by the handler
             c.put(PartitionReassignmentIsrChange(topic_partition=tp))
             return None
         DataWatch(c.zk.kazoo, zkdata.partition_state_path(tp), isr_changed)

@@ -157,21 +157,32 @@ def test_controlled_shutdown_moves_leadership_first(new_cluster):
     assert ray.get(controller.status.remote())["shutting_down_brokers"] == []
 
 
+def bounce(cluster, zk, controller, broker_id: int) -> None:
+    """Crash and restart a broker: its leaderships move away; once back, the leaders let it rejoin
+    the ISRs (as they would when it has caught up)."""
+    epoch = ray.get(cluster.brokers[broker_id].info.remote())["broker_epoch"]
+    cluster.kill_broker(broker_id, restart=True)
+    wait_until(lambda: ray.get(cluster.brokers[broker_id].info.remote())["broker_epoch"] > epoch
+               and broker_id in ray.get(controller.status.remote())["live_brokers"], timeout=60,
+               what=f"broker {broker_id} back")
+    wait_until(lambda: all(s.leader != -1 for s in zk_states(zk, "t").values()))
+    for tp, s in zk_states(zk, "t").items():
+        if broker_id not in s.isr:
+            expand_isr_as_leader(zk, tp, s.isr + [broker_id])
+    wait_until(lambda: all(broker_id in s.isr for s in zk_states(zk, "t").values()))
+
+
 def test_preferred_replica_election_via_znode(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, controller = controller_of(cluster, zk)
-    result = ray.get(controller.controlled_shutdown.remote(2, ray.get(cluster.brokers[2].info.remote())["broker_epoch"]))
-    assert result == []
-    moved = [tp for tp, s in zk_states(zk, "t").items() if zk.get_topic_znodes(["t"])["t"].assignment()[tp.partition][0] == 2]
-    assert moved and all(zk_states(zk, "t")[tp].leader != 2 for tp in moved)
-    # broker 2 stays up (it only asked); the leaders let it back into the ISR as it catches up
-    for tp in moved:
-        state = zk_states(zk, "t")[tp]
-        expand_isr_as_leader(zk, tp, state.isr + [2])
-    wait_until(lambda: all(2 in zk_states(zk, "t")[tp].isr for tp in moved))
+    preferred = next(b for b in cluster.brokers if b != controller_id)
+    moved = [tp for tp, s in zk_states(zk, "t").items() if s.leader == preferred]
+    bounce(cluster, zk, controller, preferred)
+    assert moved and all(zk_states(zk, "t")[tp].leader != preferred for tp in moved)
     admin.preferred_replica_election(zk, moved)
-    wait_until(lambda: all(zk_states(zk, "t")[tp].leader == 2 for tp in moved), what="preferred leaders back")
+    wait_until(lambda: all(zk_states(zk, "t")[tp].leader == preferred for tp in moved),
+               what="preferred leaders back")
     wait_until(lambda: zk.get(zkdata.PREFERRED_REPLICA_ELECTION) is None, what="znode removed")
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"))
 
@@ -182,13 +193,7 @@ def test_auto_leader_rebalance(new_cluster):
     controller_id, controller = controller_of(cluster, zk)
     tp = next(tp for tp, s in zk_states(zk, "t").items() if s.leader != controller_id)
     preferred = zk_states(zk, "t")[tp].leader
-    # move the leaderships of `preferred` away with a controlled-shutdown request (the broker stays up)
-    assert ray.get(controller.controlled_shutdown.remote(
-        preferred, ray.get(cluster.brokers[preferred].info.remote())["broker_epoch"])) == []
-    assert zk_states(zk, "t")[tp].leader != preferred
-    for p, s in zk_states(zk, "t").items():
-        if preferred not in s.isr:
-            expand_isr_as_leader(zk, p, s.isr + [preferred])
+    bounce(cluster, zk, controller, preferred)
     wait_until(lambda: zk_states(zk, "t")[tp].leader == preferred, timeout=20, what="auto rebalance")
 
 

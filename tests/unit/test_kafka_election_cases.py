@@ -113,3 +113,17 @@ def test_preferred_election_needed_and_auto_rebalance():
     led_by_preferred = ctx_with((1, 2, 3), 1, (1, 2, 3), (1, 2, 3))
     assert "ELECTION_NOT_NEEDED" in preferred_election_needed(led_by_preferred, [T])[1][T]
     assert auto_rebalance_candidates(ctx_with((2, 1, 3), 1, (1, 3), (1, 2, 3)), 10) == []  # 2 not in ISR
+
+
+def test_a_broker_shutting_down_cannot_become_leader():
+    from actors.controller.changes import OfflineElection, plan_partition_state_changes
+    from actors.controller.state_machines import PartitionStateName as P
+
+    ctx = ctx_with((1, 2, 3), 9, (1, 2, 3), (1, 2, 3), shutting_down={1})
+    ctx.partition_states[T] = P.OfflinePartition
+    assert elect_leader(ctx, T, OfflineElection()).leader_and_isr.leader == 2
+    new = TopicPartition("new", 0)
+    ctx.update_partition_replicas(new, (1, 3))
+    ctx.partition_states[new] = P.NewPartition
+    plan = plan_partition_state_changes(ctx, [new], P.OnlinePartition)
+    assert plan.created[new].leader == 3 and plan.created[new].isr == (3,)
