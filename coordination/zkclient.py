@@ -345,7 +345,10 @@ class KrayZkClient:
         ops = [DeleteOp(p) for p in reversed(paths)]
         ops += [DeleteOp(p) for p in (zkdata.topic_config_path(topic), zkdata.delete_topic_path(topic))
                 if self.kazoo.exists(p)]
-        self.fenced_multi(ops, epoch_zk_version)
+        failed = [r for r in self.fenced_multi(ops, epoch_zk_version)
+                  if r.error is not None and not isinstance(r.error, NoNodeError)]
+        if failed:  # e.g. a child created meanwhile: the caller keeps the topic queued and tries again
+            raise KrayError(f"could not delete topic {topic}: {failed[0].op.path}: {failed[0].error!r}")
 
     def update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode | bytes, int]],
                                 epoch_zk_version: int) -> dict[TopicPartition, int | Exception]:

@@ -197,11 +197,13 @@ class ZkReplicaStateMachine(_Machine):
             self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
             state_change_log.debug("%s Removed a replica from the ISR of %s: new state %s", self._prefix, tp, lai)
         retry = [(tp, r) for (tp, r) in plan.transitions if tp in moved]
+        # a failed ISR write (not a version race) leaves the replica where it was, as ZooKeeper says
+        skip = set(moved) | (set(plan.isr_removals) - set(written))
         for broker_id, tp, is_new in plan.leader_and_isr_to:
-            if tp not in moved:
+            if tp not in skip:
                 self.batch.add_leader_and_isr(self.ctx, [broker_id], tp, is_new=is_new)
         for broker_id, tp, delete in plan.stop_replica_to:
-            if tp not in moved:
+            if tp not in skip:
                 self.batch.add_stop_replica(broker_id, tp, delete)
         if plan.update_metadata_for:
             self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, plan.update_metadata_for)
@@ -213,7 +215,7 @@ class ZkReplicaStateMachine(_Machine):
                                       tuple(x for x in assignment.removing if x != r)))
         changed = 0
         for key, previous in plan.transitions.items():
-            if key[0] in moved:
+            if key[0] in skip:
                 continue
             if plan.target is R.NonExistentReplica:
                 self.ctx.replica_states.pop(key, None)
