@@ -7,12 +7,33 @@ from __future__ import annotations
 import time
 
 import ray
+from ray.exceptions import RayError
 
 from actors.broker.actor import BrokerActor
 from actors.config import ClusterConfig
 from actors.controller.channel import broker_actor_name, controller_actor_name
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
+
+
+ACTOR_NOT_READY = (RayError, ValueError)  # restarting or dead (RayError), not yet created (ValueError)
+
+
+def poll(predicate, timeout: float = 30.0, what: str = "a condition", tolerate: tuple[type[BaseException], ...] = ACTOR_NOT_READY,
+         interval: float = 0.05):
+    """Call predicate until it returns something truthy, and return that. The `tolerate`d errors
+    count as "not yet"; KrayError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except tolerate:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise KrayError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
 
 
 class LocalCluster:
@@ -46,19 +67,14 @@ class LocalCluster:
 
     def wait_for_controller(self, zk: KrayZkClient, min_epoch: int = 1, timeout: float = 60.0) -> tuple[int, int]:
         """Block until a controller with epoch >= min_epoch has finished failover; (broker id, epoch)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def elected() -> tuple[int, int] | None:
             controller_id = zk.get_controller_id()
             epoch = zk.get_controller_epoch()
-            if controller_id is not None and epoch and epoch[0] >= min_epoch:
-                try:
-                    status = ray.get(self.controller_actor(controller_id).status.remote(), timeout=5)
-                    if status["active"] and status["epoch"] == epoch[0]:
-                        return controller_id, epoch[0]
-                except Exception:
-                    pass  # restarting or not yet created: keep polling
-            time.sleep(0.05)
-        raise KrayError(f"no controller with epoch >= {min_epoch} within {timeout:.0f}s")
+            if controller_id is None or not epoch or epoch[0] < min_epoch:
+                return None
+            status = ray.get(self.controller_actor(controller_id).status.remote(), timeout=5)
+            return (controller_id, epoch[0]) if status["active"] and status["epoch"] == epoch[0] else None
+        return poll(elected, timeout, f"a controller with epoch >= {min_epoch}")
 
     def wait_until_ready(self, zk: KrayZkClient, timeout: float = 60.0) -> tuple[int, int]:
         """A controller elected and its UpdateMetadata in every broker's cache; (controller id, epoch)."""
@@ -68,14 +84,10 @@ class LocalCluster:
 
     def wait_for_metadata(self, predicate, timeout: float = 60.0) -> dict[int, dict]:
         """Poll every broker's metadata cache until predicate(cache) holds for all of them."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def converged() -> dict[int, dict] | None:
             caches = dict(zip(self.brokers, ray.get([h.metadata.remote() for h in self.brokers.values()])))
-            if all(predicate(c) for c in caches.values()):
-                return caches
-            if time.monotonic() > deadline:
-                raise KrayError(f"broker metadata caches did not converge within {timeout:.0f}s")
-            time.sleep(0.05)
+            return caches if all(predicate(c) for c in caches.values()) else None
+        return poll(converged, timeout, "broker metadata caches to converge", tolerate=())
 
     def kill_controller(self, broker_id: int) -> None:
         """SIGKILL the candidate's process; Ray restarts it (its ZooKeeper session lingers until timeout)."""

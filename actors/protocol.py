@@ -40,6 +40,9 @@ class PartitionState(NamedTuple):
     is_new: bool = False
 
 
+LEADER_DURING_DELETE = -2  # UpdateMetadata's leader for the partitions of a topic being deleted
+
+
 class LiveBroker(Message):
     id: int
     host: str

@@ -24,7 +24,7 @@ import uuid
 
 import ray
 
-from actors.cluster import LocalCluster
+from actors.cluster import LocalCluster, poll
 from actors.config import ClusterConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination import admin, zkdata
@@ -41,19 +41,6 @@ class Echo:
 
     def take(self, request) -> int:
         return len(request.partition_states)
-
-
-def wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except ray.exceptions.RayError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(what)
 
 
 def new_cluster(connect: str, brokers=(1, 2, 3)) -> tuple[LocalCluster, KrayZkClient]:
@@ -107,7 +94,7 @@ def broker_failure(connect: str, p: int) -> dict:
         floor_call = call_floor(p, 2)
         controller = cluster.controller_actor(controller_id)
         cluster.kill_broker(victim)
-        t = wait(lambda: next((t for t in ray.get(controller.timelines.remote())
+        t = poll(lambda: next((t for t in ray.get(controller.timelines.remote())
                                if t["kind"] == "broker_failure" and t["requests_acked_ms"]), None), 120, "timeline")
         leaders = {s.state.leader for s in zk.get_partition_states(
             [TopicPartition("bench", i) for i in range(p)]).values()}
@@ -137,7 +124,7 @@ def controller_failover(connect: str, n: int) -> dict:
         cluster.kill_controller(old_id)
         new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=600)
         controller = cluster.controller_actor(new_id)
-        t = wait(lambda: next((t for t in ray.get(controller.timelines.remote())
+        t = poll(lambda: next((t for t in ray.get(controller.timelines.remote())
                                if t["kind"] == "controller_failover" and t["epoch"] == old_epoch + 1
                                and t["requests_acked_ms"]), None), 600, "timeline")
         return _phases(t, "processing_started_ms") | {

@@ -255,11 +255,8 @@ def reassign_partitions(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) 
 
 def verify_reassignment(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) -> dict[TopicPartition, str]:
     """kafka-reassign-partitions --verify: 'complete', 'in progress' or 'failed' per partition."""
-    running = set()
-    got = zk.get(zkdata.REASSIGN_PARTITIONS)
-    if got is not None:
-        running = {TopicPartition(p.topic, p.partition)
-                   for p in zkdata.decode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS, got[0]).partitions}
+    in_progress = zk.get_znode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS)
+    running = {TopicPartition(p.topic, p.partition) for p in in_progress.partitions} if in_progress else set()
     topics = zk.get_topic_znodes({p.topic for p in plan.partitions})
     out = {}
     for p in plan.partitions:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -25,6 +25,7 @@ from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
 
+M = TypeVar("M", bound=zkdata.ZNodeModel)
 MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
 
 
@@ -56,10 +57,6 @@ class OpResult:
     op: ZkOp
     error: Exception | None = None
     stat: ZnodeStat | None = None  # for SetDataOp
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 @dataclass(frozen=True)
@@ -125,6 +122,11 @@ class KrayZkClient:
         except NoNodeError:
             return None
 
+    def get_znode(self, model: type[M], path: str) -> M | None:
+        """The znode's JSON as its model, None when absent; MalformedZNodeError when it is not Kafka's JSON."""
+        got = self.get(path)
+        return None if got is None else zkdata.decode(model, path, got[0])
+
     def children(self, path: str) -> list[str]:
         try:
             return self.kazoo.retry(self.kazoo.get_children, path)
@@ -150,10 +152,8 @@ class KrayZkClient:
     # -- controller ----------------------------------------------------------
 
     def get_controller_id(self) -> int | None:
-        got = self.get(zkdata.CONTROLLER)
-        if got is None:
-            return None
-        return zkdata.decode(zkdata.ControllerZNode, zkdata.CONTROLLER, got[0]).brokerid
+        znode = self.get_znode(zkdata.ControllerZNode, zkdata.CONTROLLER)
+        return None if znode is None else znode.brokerid
 
     def get_controller_epoch(self) -> tuple[int, int] | None:
         """(epoch, zkVersion of /controller_epoch), or None before the first election."""

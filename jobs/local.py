@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from coordination.errors import KrayError
-from coordination.server import ZK_CONNECT_ENV
+from coordination.server import ZK_CONNECT_ENV, connect_string
 
 
 def kray_home() -> Path:
@@ -36,7 +36,7 @@ def clear_state(name: str) -> None:
 
 def zk_connect(explicit: str | None = None) -> str:
     """--zookeeper, else KRAY_ZK_CONNECT, else the server `kray zk start` launched."""
-    connect = explicit or os.environ.get(ZK_CONNECT_ENV) or (read_state("zk") or {}).get("connect")
+    connect = explicit or connect_string((read_state("zk") or {}).get("connect"))
     if not connect:
         raise KrayError(f"no ZooKeeper: run `kray zk start`, set {ZK_CONNECT_ENV}, or pass --zookeeper")
     return connect
@@ -60,7 +60,7 @@ def embedded_zookeeper_and_ray(step=lambda message: None):
     from coordination.server import ZooKeeperServer, ZooKeeperSettings
 
     server = None
-    connect = os.environ.get(ZK_CONNECT_ENV)
+    connect = connect_string()
     if not connect:
         step("Starting an embedded ZooKeeper server on loopback")
         server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()

@@ -1,10 +1,8 @@
 """The broker's metadata cache, filled only by UpdateMetadata (as Kafka's ZkMetadataCache). No I/O."""
 from __future__ import annotations
 
-from actors.protocol import LiveBroker, PartitionState, UpdateMetadataRequest
+from actors.protocol import LEADER_DURING_DELETE, LiveBroker, PartitionState, UpdateMetadataRequest
 from coordination.zkdata import TopicPartition
-
-LEADER_DURING_DELETE = -2  # UpdateMetadata marks a deleted topic's partitions with this leader
 
 
 class MetadataCache:

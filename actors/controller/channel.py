@@ -21,6 +21,7 @@ import ray
 from actors.config import ClusterConfig
 from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
 from actors.protocol import (
+    LEADER_DURING_DELETE,
     ControllerRequestT,
     ControllerResponse,
     LeaderAndIsrRequest,
@@ -41,7 +42,6 @@ def controller_actor_name(broker_id: int) -> str:
     return f"controller-{broker_id}"
 
 
-LEADER_DURING_DELETE = -2  # UpdateMetadata's leader for partitions of a topic being deleted
 EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch when the replica is deleted
 
 
@@ -151,16 +151,13 @@ class RequestSender:
         self.broker_id = broker_id
         self.config = config
         self.controller = controller
-        self._queue: queue.Queue[tuple[ControllerRequestT, float]] = queue.Queue()
+        self._queue: queue.Queue[ControllerRequestT] = queue.Queue()
         threading.Thread(target=self._run, name=f"Controller-{controller_id}-to-broker-{broker_id}-send-thread",
                          daemon=True).start()
 
     def enqueue(self, requests: list[ControllerRequestT]) -> int:
         for request in requests:
-            self._queue.put((request, time.time() * 1000))
-        return self._queue.qsize()
-
-    def queue_depth(self) -> int:
+            self._queue.put(request)
         return self._queue.qsize()
 
     def _send(self, requests: list[ControllerRequestT]) -> list[ControllerResponse]:
@@ -179,10 +176,10 @@ class RequestSender:
         """One call in flight: whatever is queued for the broker goes in it, in FIFO order, and the
         broker applies the requests in that order (one round trip instead of one per request)."""
         while True:
-            batch = [self._queue.get()[0]]
+            batch = [self._queue.get()]
             while True:
                 try:
-                    batch.append(self._queue.get_nowait()[0])
+                    batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
             responses = self._send(batch)
@@ -212,9 +209,6 @@ class ControllerChannelManager:
         for broker_id, reqs in requests.items():
             if broker_id in self.senders and reqs:
                 self.senders[broker_id].enqueue.remote(reqs)
-
-    def queue_depths(self) -> dict[int, int]:
-        return dict(zip(self.senders, ray.get([s.queue_depth.remote() for s in self.senders.values()])))
 
     def shutdown(self) -> None:
         for broker_id in list(self.senders):

@@ -91,7 +91,6 @@ class KafkaController:
                                            self.config.unclean_leader_election_enable)
         self.rsm = ZkReplicaStateMachine(self.broker_id, self.ctx, self.zk, self.batch)
         self.deletion = TopicDeletionManager(self)
-        self.watched_reassignments: set[TopicPartition] = set()
         self._awaiting_ack: dict[int, FailoverTimeline] = {}
 
     @property
@@ -267,10 +266,14 @@ class KafkaController:
             return None
         self._watches[path] = DataWatch(self.zk.kazoo, path, fired)
 
-    def _stop_watches(self) -> None:
-        for watch in self._watches.values():
+    def unwatch(self, path: str) -> None:
+        watch = self._watches.pop(path, None)
+        if watch is not None:
             watch._stopped = True  # kazoo's own flag: the watch re-arms no more
-        self._watches = {}
+
+    def _stop_watches(self) -> None:
+        for path in list(self._watches):
+            self.unwatch(path)
 
     def _on_controller_failover(self) -> None:
         """Seed 000's on_controller_failover, in Kafka 2.8's order."""

@@ -31,11 +31,10 @@ def elect_preferred_leaders(c: KafkaController, partitions, trigger: str) -> dic
 
 
 def process_preferred_replica_election_znode(c: KafkaController) -> None:
-    got = c.zk.get(zkdata.PREFERRED_REPLICA_ELECTION)
-    if got is None:
-        return
     try:
-        znode = zkdata.decode(zkdata.PreferredReplicaElectionZNode, zkdata.PREFERRED_REPLICA_ELECTION, got[0])
+        znode = c.zk.get_znode(zkdata.PreferredReplicaElectionZNode, zkdata.PREFERRED_REPLICA_ELECTION)
+        if znode is None:
+            return
         results = elect_preferred_leaders(c, [TopicPartition(p.topic, p.partition) for p in znode.partitions],
                                           "ZooKeeper")
         failed = {tp: e for tp, e in results.items() if e}

@@ -15,12 +15,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable
 
-from kazoo.recipe.watchers import DataWatch
-
 from actors.controller.changes import ReassignElection
 from actors.controller.context import LeaderIsrAndControllerEpoch, ReplicaAssignment
 from actors.controller.events import PartitionReassignmentIsrChange
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
+from actors.controller.topics import write_topic_assignment
 from actors.controller.zk_state_machines import leadership_from_record
 from coordination import zkdata
 from coordination.errors import MalformedZNodeError
@@ -32,25 +31,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_reassignment(current: ReplicaAssignment, target: tuple[int, ...] | None) -> ReplicaAssignment | None:
-    """The assignment for a move to `target` (None: cancel a running move back to its original replicas)."""
-    if current.is_being_reassigned:
-        return ReplicaAssignment.for_reassignment(current.original_replicas,
-                                                  tuple(target) if target is not None else current.original_replicas)
-    return ReplicaAssignment.for_reassignment(current.replicas, tuple(target)) if target is not None else None
-
-
-def process_partition_reassignment_znode(c: KafkaController) -> None:
-    """Read /admin/reassign_partitions and start every valid move in it."""
-    got = c.zk.get(zkdata.REASSIGN_PARTITIONS)
-    if got is None:
-        return
+def _read_reassignments(c: KafkaController) -> zkdata.ReassignPartitionsZNode | None:
+    """/admin/reassign_partitions, or None; a malformed one is reported and removed so a new one can be sent."""
     try:
-        znode = zkdata.decode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS, got[0])
+        return c.zk.get_znode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS)
     except MalformedZNodeError as e:
         log.error("%s Ignoring and removing a malformed reassignment: %s", c.prefix, e)
         c.zk.delete_partition_reassignment(c.ctx.epoch_zk_version)
-        return
+        return None
+
+
+def process_partition_reassignment_znode(c: KafkaController) -> set[TopicPartition]:
+    """Read /admin/reassign_partitions and start every valid move in it; returns the partitions it named."""
+    znode = _read_reassignments(c)
+    if znode is None:
+        return set()
     failed = []
     for entry in znode.partitions:
         tp = TopicPartition(entry.topic, entry.partition)
@@ -60,6 +55,7 @@ def process_partition_reassignment_znode(c: KafkaController) -> None:
             failed.append(tp)
     if failed:
         remove_from_zk_reassignment(c, lambda tp, _replicas: tp in failed)
+    return {TopicPartition(e.topic, e.partition) for e in znode.partitions}
 
 
 def _trigger(c: KafkaController, tp: TopicPartition, target: tuple[int, ...]) -> str | None:
@@ -70,8 +66,9 @@ def _trigger(c: KafkaController, tp: TopicPartition, target: tuple[int, ...]) ->
         return "UNKNOWN_TOPIC_OR_PARTITION: the partition does not exist"
     if not target or len(set(target)) != len(target):
         return "INVALID_REPLICA_ASSIGNMENT: empty or duplicate replicas"
-    reassignment = build_reassignment(ctx.partition_full_assignment(tp), target)
-    on_partition_reassignment(c, tp, reassignment)
+    # a new target for a running move starts again from that move's original replicas
+    on_partition_reassignment(c, tp, ReplicaAssignment.for_reassignment(
+        ctx.partition_full_assignment(tp).original_replicas, target))
     return None
 
 
@@ -90,9 +87,9 @@ def on_partition_reassignment(c: KafkaController, tp: TopicPartition, reassignme
     c.ctx.update_partition_full_assignment(tp, completed)  # B2
     _move_leader_if_required(c, tp, completed)  # B3
     _stop_removed_replicas(c, tp, reassignment.removing)  # B4, B5
-    _persist_assignment(c, tp)  # B6
+    write_topic_assignment(c, tp.topic)  # B6
     remove_from_zk_reassignment(c, lambda p, replicas: p == tp and tuple(replicas) == completed.replicas)  # B7
-    c.watched_reassignments.discard(tp)
+    c.unwatch(zkdata.partition_state_path(tp))
     c.batch.add_update_metadata(c.ctx.live_or_shutting_down_broker_ids, [tp])  # B8
     c.deletion.resume_deletion_for_topics({tp.topic})
     log.info("%s Reassignment of %s to %s completed", c.prefix, tp, list(completed.replicas))
@@ -102,20 +99,11 @@ def _update_current_reassignment(c: KafkaController, tp: TopicPartition, reassig
     current = c.ctx.partition_full_assignment(tp)
     if current != reassignment:
         c.ctx.update_partition_full_assignment(tp, reassignment)
-        _persist_assignment(c, tp)
+        write_topic_assignment(c, tp.topic)
         unneeded = [r for r in current.replicas if r not in reassignment.replicas]
         if unneeded:
             _stop_removed_replicas(c, tp, tuple(unneeded))
-    if tp not in c.watched_reassignments:
-        c.watched_reassignments.add(tp)
-        generation = c.watch_generation
-
-        def isr_changed(data, stat, _event=None) -> bool | None:
-            if generation != c.watch_generation:
-                return False  # resigned; a finished reassignment's event is ignored by the handler
-            c.put(PartitionReassignmentIsrChange(topic_partition=tp))
-            return None
-        DataWatch(c.zk.kazoo, zkdata.partition_state_path(tp), isr_changed)
+    c.watch_data(zkdata.partition_state_path(tp), lambda: PartitionReassignmentIsrChange(topic_partition=tp))
 
 
 def _is_complete(c: KafkaController, tp: TopicPartition, assignment: ReplicaAssignment) -> bool:
@@ -159,23 +147,9 @@ def _stop_removed_replicas(c: KafkaController, tp: TopicPartition, removed: tupl
         c.rsm.handle_state_changes(replicas, target)
 
 
-def _persist_assignment(c: KafkaController, tp: TopicPartition) -> None:
-    parts = {p.partition: c.ctx.partition_full_assignment(p) for p in c.ctx.partitions_for_topic(tp.topic)}
-    c.zk.set_topic_znode(tp.topic, zkdata.TopicZNode(
-        partitions={str(p): list(a.replicas) for p, a in sorted(parts.items())},
-        adding_replicas={str(p): list(a.adding) for p, a in sorted(parts.items()) if a.adding},
-        removing_replicas={str(p): list(a.removing) for p, a in sorted(parts.items()) if a.removing},
-        topic_id=c.ctx.topic_ids.get(tp.topic) or None), c.ctx.epoch_zk_version)
-
-
 def remove_from_zk_reassignment(c: KafkaController, should_remove: Callable[[TopicPartition, list[int]], bool]) -> None:
-    got = c.zk.get(zkdata.REASSIGN_PARTITIONS)
-    if got is None:
-        return
-    try:
-        znode = zkdata.decode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS, got[0])
-    except MalformedZNodeError:
-        c.zk.delete_partition_reassignment(c.ctx.epoch_zk_version)
+    znode = _read_reassignments(c)
+    if znode is None:
         return
     keep = [e for e in znode.partitions if not should_remove(TopicPartition(e.topic, e.partition), e.replicas)]
     if not keep:
@@ -185,23 +159,14 @@ def remove_from_zk_reassignment(c: KafkaController, should_remove: Callable[[Top
 
 
 def process_partition_reassignment_isr_change(c: KafkaController, tp: TopicPartition) -> None:
-    if tp in c.watched_reassignments:
-        assignment = c.ctx.partition_full_assignment(tp)
-        if assignment.is_being_reassigned and _is_complete(c, tp, assignment):
-            on_partition_reassignment(c, tp, assignment)
+    assignment = c.ctx.partition_full_assignment(tp)
+    if assignment.is_being_reassigned and _is_complete(c, tp, assignment):
+        on_partition_reassignment(c, tp, assignment)
 
 
 def initialize_partition_reassignments(c: KafkaController) -> None:
     """On failover: moves written while no controller was active start; persisted ones resume."""
-    in_znode = set()
-    got = c.zk.get(zkdata.REASSIGN_PARTITIONS)
-    if got is not None:
-        try:
-            in_znode = {TopicPartition(e.topic, e.partition) for e in zkdata.decode(
-                zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS, got[0]).partitions}
-        except MalformedZNodeError:
-            pass  # reported and removed by the znode handler
-        process_partition_reassignment_znode(c)
+    in_znode = process_partition_reassignment_znode(c)
     maybe_resume_reassignments(c, lambda a: True, exclude=in_znode)
 
 

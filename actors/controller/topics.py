@@ -46,12 +46,12 @@ def process_partition_modifications(c: KafkaController, topic: str) -> None:
     if c.ctx.is_topic_queued_for_deletion(topic) and to_add:
         log.warning("%s Skipping adding partitions %s for topic %s since it is currently being deleted",
                     c.prefix, sorted(tp.partition for tp in to_add), topic)
-        restore_assignment(c, topic, znode)
+        write_topic_assignment(c, topic)
         return
     if changed or removed:
         log.error("%s Partition assignment of %s changed or partitions were removed in ZooKeeper; restoring it",
                   c.prefix, topic)
-        restore_assignment(c, topic, znode)
+        write_topic_assignment(c, topic)
     if to_add:
         log.info("%s New partitions to be added %s", c.prefix, sorted(to_add))
         for tp, replicas in to_add.items():
@@ -59,15 +59,14 @@ def process_partition_modifications(c: KafkaController, topic: str) -> None:
         c.on_new_partition_creation(sorted(to_add))
 
 
-def restore_assignment(c: KafkaController, topic: str, znode: zkdata.TopicZNode) -> None:
-    """Write the controller's view of the topic back (keeping nothing it does not know)."""
+def write_topic_assignment(c: KafkaController, topic: str) -> None:
+    """Write the controller's view of the topic's assignment (RS, AR, RR per partition) to /brokers/topics/T."""
     parts = {tp.partition: c.ctx.partition_full_assignment(tp) for tp in c.ctx.partitions_for_topic(topic)}
-    restored = zkdata.TopicZNode(
+    c.zk.set_topic_znode(topic, zkdata.TopicZNode(
         partitions={str(p): list(a.replicas) for p, a in sorted(parts.items())},
-        adding_replicas={str(p): list(a.adding) for p, a in parts.items() if a.adding},
-        removing_replicas={str(p): list(a.removing) for p, a in parts.items() if a.removing},
-        topic_id=znode.topic_id)
-    c.zk.set_topic_znode(topic, restored, c.ctx.epoch_zk_version)
+        adding_replicas={str(p): list(a.adding) for p, a in sorted(parts.items()) if a.adding},
+        removing_replicas={str(p): list(a.removing) for p, a in sorted(parts.items()) if a.removing},
+        topic_id=c.ctx.topic_ids.get(topic) or None), c.ctx.epoch_zk_version)
 
 
 def process_topic_deletion(c: KafkaController) -> None:

@@ -1,12 +1,11 @@
 """Fixtures for tests that need their own cluster, and the leader-side ISR write the data plane will do."""
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
-from actors.cluster import LocalCluster
+from actors.cluster import LocalCluster, poll as wait_until
 from actors.config import ClusterConfig, ControllerConfig
 from coordination import zkdata
 from coordination.zkclient import KrayZkClient
@@ -14,23 +13,6 @@ from coordination.zkdata import TopicPartition
 from jobs.local import fresh_chroot
 
 SESSION_TIMEOUT_MS = 3000
-
-
-def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):
-    """Poll predicate until true; an actor that is restarting counts as 'not yet'."""
-    from ray.exceptions import RayError
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except RayError:
-            value = False
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), **controller) -> tuple[LocalCluster, KrayZkClient]:

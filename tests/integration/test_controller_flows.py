@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import ray
 
@@ -17,16 +18,23 @@ from tests.integration.conftest import (
 )
 
 
-def controller_of(cluster, zk):
+class Controller(NamedTuple):
+    id: int
+    epoch: int
+    actor: object
+    other_broker: int  # a broker that is not the controller's: safe to kill without a controller failover
+
+
+def controller_of(cluster, zk) -> Controller:
     controller_id, epoch = cluster.wait_for_controller(zk)
-    return controller_id, cluster.controller_actor(controller_id)
+    return Controller(controller_id, epoch, cluster.controller_actor(controller_id),
+                      next(b for b in cluster.brokers if b != controller_id))
 
 
 def test_broker_failure_moves_leaders_and_shrinks_isrs(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 6, 3)
-    controller_id, _ = controller_of(cluster, zk)
-    victim = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, _, _, victim = controller_of(cluster, zk)
     before = zk_states(zk, "t")
     cluster.kill_broker(victim)
     wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values()), what="ISR shrink")
@@ -46,8 +54,7 @@ def test_broker_failure_moves_leaders_and_shrinks_isrs(new_cluster):
 def test_partition_with_no_live_isr_goes_offline_with_leader_minus_one(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "single", 3, 1)
-    controller_id, controller = controller_of(cluster, zk)
-    victim = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, _, controller, victim = controller_of(cluster, zk)
     hosted = [tp for tp, s in zk_states(zk, "single").items() if s.leader == victim]
     assert hosted
     cluster.kill_broker(victim)
@@ -62,8 +69,7 @@ def test_partition_with_no_live_isr_goes_offline_with_leader_minus_one(new_clust
 def test_restarted_broker_gets_its_replicas_back(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 4, 3)
-    controller_id, controller = controller_of(cluster, zk)
-    victim = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, _, controller, victim = controller_of(cluster, zk)
     old_epoch = ray.get(cluster.brokers[victim].info.remote())["broker_epoch"]
     cluster.kill_broker(victim, restart=True)
     wait_until(lambda: ray.get(controller.status.remote())["live_brokers"] == sorted(cluster.brokers)
@@ -108,8 +114,7 @@ def test_topic_deletion_disabled_ignores_the_request(new_cluster):
 def test_topic_deletion_waits_for_a_dead_replica_and_resumes(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 3, 3)
-    controller_id, controller = controller_of(cluster, zk)
-    victim = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, _, controller, victim = controller_of(cluster, zk)
     cluster.kill_broker(victim, restart=True)
     wait_until(lambda: victim not in ray.get(controller.status.remote())["live_brokers"], what="broker death")
     admin.delete_topic(zk, "t")
@@ -145,8 +150,7 @@ def test_isr_change_notification_reaches_every_cache(new_cluster):
 def test_controlled_shutdown_moves_leadership_first(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 6, 3)
-    controller_id, controller = controller_of(cluster, zk)
-    leaving = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, _, controller, leaving = controller_of(cluster, zk)
     led_before = [tp for tp, s in zk_states(zk, "t").items() if s.leader == leaving]
     assert led_before
     result = cluster.controlled_shutdown(leaving)
@@ -175,8 +179,7 @@ def bounce(cluster, zk, controller, broker_id: int) -> None:
 def test_preferred_replica_election_via_znode(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 3, 3)
-    controller_id, controller = controller_of(cluster, zk)
-    preferred = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, _, controller, preferred = controller_of(cluster, zk)
     moved = [tp for tp, s in zk_states(zk, "t").items() if s.leader == preferred]
     bounce(cluster, zk, controller, preferred)
     assert moved and all(zk_states(zk, "t")[tp].leader != preferred for tp in moved)
@@ -190,7 +193,7 @@ def test_preferred_replica_election_via_znode(new_cluster):
 def test_auto_leader_rebalance(new_cluster):
     cluster, zk = new_cluster(leader_imbalance_check_interval_seconds=1)
     create_topic_and_wait(cluster, zk, "t", 3, 3)
-    controller_id, controller = controller_of(cluster, zk)
+    controller_id, _, controller, _ = controller_of(cluster, zk)
     tp = next(tp for tp, s in zk_states(zk, "t").items() if s.leader != controller_id)
     preferred = zk_states(zk, "t")[tp].leader
     bounce(cluster, zk, controller, preferred)
@@ -282,9 +285,7 @@ def test_broker_dies_during_reassignment(new_cluster):
 def test_controller_dies_in_the_middle_of_a_topic_deletion(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 3, 3)
-    controller_id, controller = controller_of(cluster, zk)
-    _, epoch = cluster.wait_for_controller(zk)
-    victim = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, epoch, controller, victim = controller_of(cluster, zk)
     cluster.kill_broker(victim, restart=True)  # halts the deletion until it returns
     wait_until(lambda: victim not in ray.get(controller.status.remote())["live_brokers"])
     admin.delete_topic(zk, "t")
@@ -330,8 +331,7 @@ def test_controller_metrics_are_exported_with_kafka_names(new_cluster):
 def test_failover_timelines_are_recorded(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 6, 3)
-    controller_id, controller = controller_of(cluster, zk)
-    victim = next(b for b in cluster.brokers if b != controller_id)
+    controller_id, _, controller, victim = controller_of(cluster, zk)
     led = sum(1 for s in zk_states(zk, "t").values() if s.leader == victim)
     cluster.kill_broker(victim)
 
