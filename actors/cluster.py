@@ -46,13 +46,23 @@ class LocalCluster:
         self.brokers: dict[int, ray.actor.ActorHandle] = {}
 
     def start(self, timeout: float = 120.0) -> "LocalCluster":
+        for b in self.broker_ids:
+            self._spawn(b)
+        ray.get([h.info.remote() for h in self.brokers.values()], timeout=timeout)
+        return self
+
+    def _spawn(self, broker_id: int) -> None:
         opts = {"namespace": self.config.namespace, "max_restarts": self.config.broker_max_restarts}
         if self.detached:
             opts["lifetime"] = "detached"
-        for b in self.broker_ids:
-            self.brokers[b] = BrokerActor.options(name=broker_actor_name(b), **opts).remote(b, self.config)
-        ray.get([h.info.remote() for h in self.brokers.values()], timeout=timeout)
-        return self
+        self.brokers[broker_id] = BrokerActor.options(name=broker_actor_name(broker_id), **opts).remote(
+            broker_id, self.config)
+
+    def start_broker(self, broker_id: int, timeout: float = 60.0) -> None:
+        """Bring a broker that was killed for good back as a new actor (a new incarnation)."""
+        poll(lambda: self._spawn(broker_id) or True, timeout, f"broker-{broker_id}'s name to be free",
+             tolerate=(ValueError,))
+        ray.get(self.brokers[broker_id].info.remote(), timeout=timeout)
 
     @classmethod
     def attach(cls, config: ClusterConfig, zk: KrayZkClient) -> "LocalCluster":

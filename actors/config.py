@@ -16,10 +16,6 @@ class ControllerConfig(BaseModel):
                                                         description="leader.imbalance.per.broker.percentage")
     leader_imbalance_check_interval_seconds: float = Field(300, gt=0,
                                                            description="leader.imbalance.check.interval.seconds")
-    failover_readers: int = Field(0, ge=0, description="spare ZooKeeper sessions, each in its own process, that "
-                                                       "read a share of the partition states at failover (for "
-                                                       "nodes with cores to spare: on 2 cores ZooKeeper and "
-                                                       "one reader already use both)")
     controlled_shutdown_max_retries: int = Field(3, ge=0, description="controlled.shutdown.max.retries")
     controlled_shutdown_retry_backoff_ms: int = Field(5000, ge=0,
                                                       description="controlled.shutdown.retry.backoff.ms")

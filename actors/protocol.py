@@ -7,23 +7,24 @@ broker_epoch (a restarted broker rejects requests meant for its predecessor).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import pickle
+from functools import cache, partial
+from typing import Annotated, ClassVar, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter
 
 from coordination.errors import Errors
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 
 class PartitionState(NamedTuple):
     """One partition's leadership as the controller sees it (LeaderAndIsrPartitionState).
 
     A typed NamedTuple rather than a model: requests carry tens of thousands of
-    them, and the request model still validates every field, while construction
-    and pickling stay at tuple speed.
+    them (in `PartitionStates`), and construction stays at tuple speed.
     """
 
     topic: str
@@ -38,6 +39,41 @@ class PartitionState(NamedTuple):
     removing_replicas: tuple[int, ...] = ()
     offline_replicas: tuple[int, ...] = ()
     is_new: bool = False
+
+
+class Rows(tuple):
+    """The per-partition rows of one request or response (NamedTuples of one kind), as a tuple
+    that pickles as one blob of plain tuples, encoded once however many requests carry it.
+
+    A 10,000-partition request is 10,000 small tuples; pickled as NamedTuples each costs a
+    Python call on both sides (`__getnewargs__`, `__new__`), 10x the cost of plain tuples.
+    Rows built by kray's own code from typed state are trusted; anything else goes through
+    `validate`, which checks every field."""
+
+    row: ClassVar[type]
+
+    def __reduce__(self):
+        blob = self.__dict__.get("blob")
+        if blob is None:
+            blob = self.__dict__["blob"] = pickle.dumps([tuple(r) for r in self], pickle.HIGHEST_PROTOCOL)
+        return _unpack_rows, (type(self), blob)
+
+    @classmethod
+    def validate(cls, value):
+        return value if isinstance(value, cls) else cls(_row_list_adapter(cls.row).validate_python(value))
+
+
+@cache
+def _row_list_adapter(row: type) -> TypeAdapter:
+    return TypeAdapter(list[row])
+
+
+def _unpack_rows(cls: type[Rows], blob: bytes) -> Rows:
+    return cls(map(partial(tuple.__new__, cls.row), pickle.loads(blob)))
+
+
+class PartitionStates(Rows):
+    row = PartitionState
 
 
 LEADER_DURING_DELETE = -2  # UpdateMetadata's leader for the partitions of a topic being deleted
@@ -57,15 +93,20 @@ class ControllerRequest(Message):
     correlation_id: int = -1
 
 
+def rows(cls: type[Rows]):
+    """A request field holding Rows of cls: trusted as they are, or validated from a list."""
+    return Annotated[cls, BeforeValidator(cls.validate)]
+
+
 class LeaderAndIsrRequest(ControllerRequest):
     api: str = "LeaderAndIsr"
-    partition_states: list[PartitionState]
+    partition_states: rows(PartitionStates)
     live_leaders: list[LiveBroker]
 
 
 class UpdateMetadataRequest(ControllerRequest):
     api: str = "UpdateMetadata"
-    partition_states: list[PartitionState]
+    partition_states: rows(PartitionStates)
     live_brokers: list[LiveBroker]
 
 
@@ -76,15 +117,23 @@ class StopReplicaPartition(NamedTuple):
     delete_partition: bool = False
 
 
+class StopReplicaPartitions(Rows):
+    row = StopReplicaPartition
+
+
 class StopReplicaRequest(ControllerRequest):
     api: str = "StopReplica"
-    partitions: list[StopReplicaPartition]
+    partitions: rows(StopReplicaPartitions)
 
 
 class PartitionError(NamedTuple):
     topic: str
     partition: int
-    error_code: Errors
+    error_code: int  # an Errors code, as a plain int so that a 10,000-row response pickles fast
+
+
+class PartitionErrors(Rows):
+    row = PartitionError
 
 
 class ControllerResponse(Message):
@@ -94,7 +143,7 @@ class ControllerResponse(Message):
     broker_id: int
     correlation_id: int = -1
     error_code: Errors = Errors.NONE
-    partition_errors: list[PartitionError] = Field(default_factory=list)
+    partition_errors: rows(PartitionErrors) = PartitionErrors()
 
 
 ControllerRequestT = LeaderAndIsrRequest | UpdateMetadataRequest | StopReplicaRequest

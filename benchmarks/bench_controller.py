@@ -28,7 +28,7 @@ def raw_zk_write_rate(zk: KrayZkClient, n: int = 3000) -> dict:
     zk.kazoo.ensure_path(base)
     _, epoch_version = zk.register_controller_and_increment_epoch(0)
     start = time.perf_counter()
-    zk.fenced_multi([CreateOp(f"{base}/{i}", b'{"x":1}') for i in range(n)], epoch_version)
+    zk.fenced_multi([CreateOp(f"{base}/{i}", b'{"x":1}') for i in range(n)], epoch_version, pipelined=True)
     multi_rate = n / (time.perf_counter() - start)
     lat = []
     for i in range(200):

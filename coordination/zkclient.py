@@ -1,6 +1,7 @@
 """The typed ZooKeeper client that brokers and controllers share.
 
-- Reads of many znodes are pipelined (kazoo's async API), not issued one by one.
+- Reads of many znodes go in pipelined MultiRead requests (ZooKeeper 3.6+), a few
+  hundred paths each, not one request per znode.
 - Controller writes go through `fenced_multi`: ZooKeeper `multi` batches, each
   starting with a check of `/controller_epoch`'s zkVersion, so that a deposed
   controller's batch fails whole (Kafka's ControllerMovedException).
@@ -17,39 +18,21 @@ from typing import Callable, Iterable, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import OPEN_ACL_UNSAFE
 from kazoo.retry import KazooRetry
 
 from coordination import zkdata
 from coordination.errors import ControllerMovedException, KrayError, MalformedZNodeError
 from coordination.zkdata import TopicPartition
+from coordination.zkprotocol import CreateOp, DeleteOp, FencedMulti, MultiRead, SetDataOp, ZkOp
+
+__all__ = ["CreateOp", "DeleteOp", "KrayZkClient", "OpResult", "PartitionStateRecord", "SetDataOp", "ZkOp"]
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=zkdata.ZNodeModel)
 MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
-
-
-@dataclass(frozen=True)
-class CreateOp:
-    path: str
-    data: bytes = b""
-    ephemeral: bool = False
-
-
-@dataclass(frozen=True)
-class SetDataOp:
-    path: str
-    data: bytes
-    version: int = -1
-
-
-@dataclass(frozen=True)
-class DeleteOp:
-    path: str
-    version: int = -1
-
-
-ZkOp = CreateOp | SetDataOp | DeleteOp
+READ_BATCH = 500  # paths per MultiRead
 
 
 @dataclass(frozen=True)
@@ -134,20 +117,31 @@ class KrayZkClient:
             return []
 
     def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        """Pipelined reads: issue every get, then collect; missing znodes map to None. Retried whole
-        when the connection drops midway (reads are idempotent)."""
+        """Reads in pipelined MultiReads; missing znodes map to None. Retried whole when the
+        connection drops midway (reads are idempotent)."""
         paths = list(paths)
         return self.kazoo.retry(self._get_many_once, paths)
 
     def _get_many_once(self, paths: list[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        pending = [(p, self.kazoo.get_async(p)) for p in paths]
+        root = self.kazoo.chroot
+        pending = [self._send(MultiRead(root, tuple(paths[i:i + READ_BATCH])))
+                   for i in range(0, len(paths), READ_BATCH)]
+        results = [r for batch in pending for r in batch.get()]
         out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
-        for path, result in pending:
-            try:
-                out[path] = result.get()
-            except NoNodeError:
+        for path, result in zip(paths, results):
+            if isinstance(result, NoNodeError):
                 out[path] = None
+            elif isinstance(result, Exception):
+                raise result
+            else:
+                out[path] = result
         return out
+
+    def _send(self, request):
+        """Queue a wire request on kazoo's connection (as kazoo's own Transaction.commit does)."""
+        result = self.kazoo.handler.async_result()
+        self.kazoo._call(request, result)
+        return result
 
     # -- controller ----------------------------------------------------------
 
@@ -192,42 +186,57 @@ class KrayZkClient:
 
     # -- fenced writes -------------------------------------------------------
 
-    def fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int) -> list[OpResult]:
+    def fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int, pipelined: bool = False) -> list[OpResult]:
         """Apply ops in multis of MULTI_BATCH, each fenced by the controller epoch's zkVersion.
 
         An op that fails on its own (node exists, bad version) is dropped and the
         rest of its batch retried, so one stale partition does not block others;
         its OpResult carries the error. A failed fence raises ControllerMovedException.
+        `pipelined` sends every batch before waiting for the first, for callers whose ops
+        do not depend on each other (a batch may be retried after later ones applied).
         """
+        if pipelined:
+            return self.begin_fenced_multi(ops, epoch_zk_version)()
         results: list[OpResult] = []
-        for start in range(0, len(ops), MULTI_BATCH):
-            batch = list(ops[start:start + MULTI_BATCH])
-            while batch:
-                txn = self.kazoo.transaction()
-                txn.check(zkdata.CONTROLLER_EPOCH, epoch_zk_version)
-                for op in batch:
-                    if isinstance(op, CreateOp):
-                        txn.create(op.path, op.data, ephemeral=op.ephemeral)
-                    elif isinstance(op, SetDataOp):
-                        txn.set_data(op.path, op.data, version=op.version)
-                    else:
-                        txn.delete(op.path, version=op.version)
-                outcome = txn.commit()
-                failed = next((i for i, r in enumerate(outcome) if isinstance(r, Exception)
-                               and type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency")), None)
-                if failed is None and any(isinstance(r, Exception) for r in outcome):
-                    raise KrayError(f"ZooKeeper rolled back a multi without naming the failing op: {outcome!r}")
-                if failed is None:
-                    results.extend(OpResult(op, stat=r if isinstance(r, ZnodeStat) else None)
-                                   for op, r in zip(batch, outcome[1:]))
-                    break
-                if failed == 0:
-                    raise ControllerMovedException(
-                        f"controller epoch zkVersion {epoch_zk_version} is stale; another controller was elected"
-                    )
-                results.append(OpResult(batch[failed - 1], error=outcome[failed]))
-                del batch[failed - 1]
+        for i in range(0, len(ops), MULTI_BATCH):
+            batch = list(ops[i:i + MULTI_BATCH])
+            results += self._collect_multi(batch, self._send_multi(batch, epoch_zk_version), epoch_zk_version)
         return results
+
+    def begin_fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int) -> Callable[[], list[OpResult]]:
+        """Send every batch of a pipelined fenced_multi now; the returned function waits for their
+        outcome, so that the caller can work while ZooKeeper applies them."""
+        batches = [list(ops[i:i + MULTI_BATCH]) for i in range(0, len(ops), MULTI_BATCH)]
+        in_flight = [self._send_multi(b, epoch_zk_version) for b in batches]
+        return lambda: [r for batch, sent in zip(batches, in_flight)
+                        for r in self._collect_multi(batch, sent, epoch_zk_version)]
+
+    def _collect_multi(self, batch: list[ZkOp], sent, epoch_zk_version: int) -> list[OpResult]:
+        """Wait for one batch; while an op of it fails on its own, record that op and resend the rest."""
+        results: list[OpResult] = []
+        while batch:
+            outcome = sent.get()
+            errors = [i for i, r in enumerate(outcome) if isinstance(r, Exception)]
+            if not errors:
+                results.extend(OpResult(op, stat=r if isinstance(r, ZnodeStat) else None)
+                               for op, r in zip(batch, outcome[1:]))
+                break
+            failed = next((i for i in errors
+                           if type(outcome[i]).__name__ not in ("RolledBackError", "RuntimeInconsistency")), None)
+            if failed is None:
+                raise KrayError(f"ZooKeeper rolled back a multi without naming the failing op: {outcome!r}")
+            if failed == 0:
+                raise ControllerMovedException(
+                    f"controller epoch zkVersion {epoch_zk_version} is stale; another controller was elected")
+            results.append(OpResult(batch[failed - 1], error=outcome[failed]))
+            del batch[failed - 1]
+            if batch:
+                sent = self._send_multi(batch, epoch_zk_version)
+        return results
+
+    def _send_multi(self, batch: list[ZkOp], epoch_zk_version: int):
+        acl = tuple((a.perms, a.id.scheme, a.id.id) for a in (self.kazoo.default_acl or OPEN_ACL_UNSAFE))
+        return self._send(FencedMulti(self.kazoo.chroot, zkdata.CONTROLLER_EPOCH, epoch_zk_version, tuple(batch), acl))
 
     # -- brokers -------------------------------------------------------------
 
@@ -279,17 +288,19 @@ class KrayZkClient:
         return out
 
     def get_partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionStateRecord]:
-        partitions = list(partitions)
-        return decode_partition_states(partitions, self.get_partition_states_raw(partitions))
-
-    def get_partition_states_raw(self, partitions: list[TopicPartition]) -> list[tuple[bytes, int] | None]:
-        """(data, zkVersion) of each partition's state znode, in order; None where it does not exist.
-        Plain tuples: what a reader in another process sends back cheaply."""
-        raw = self.get_many(zkdata.partition_state_path(tp) for tp in partitions)
-        out = []
-        for tp in partitions:
-            got = raw[zkdata.partition_state_path(tp)]
-            out.append(None if got is None else (got[0], got[1].version))
+        """Typed records of the partitions' state znodes; absent ones are left out, malformed ones
+        logged and skipped."""
+        paths = {tp: zkdata.partition_state_path(tp) for tp in partitions}
+        raw = self.get_many(paths.values())
+        out = {}
+        for tp, path in paths.items():
+            got = raw[path]
+            if got is None:
+                continue
+            try:
+                out[tp] = PartitionStateRecord(zkdata.decode(zkdata.PartitionStateZNode, path, got[0]), got[1].version)
+            except MalformedZNodeError as e:
+                log.error("Skipping partition state: %s", e)
         return out
 
     def create_partition_states(self, states: dict[TopicPartition, zkdata.PartitionStateZNode | bytes],
@@ -306,7 +317,7 @@ class KrayZkClient:
         self.fenced_multi([CreateOp(p) for p in parents if p not in existing], epoch_zk_version)
         ops = {zkdata.partition_state_path(tp): tp for tp in states}
         results = self.fenced_multi(
-            [CreateOp(path, _znode_bytes(states[tp])) for path, tp in ops.items()], epoch_zk_version
+            [CreateOp(path, _znode_bytes(states[tp])) for path, tp in ops.items()], epoch_zk_version, pipelined=True
         )
         return {ops[r.op.path]: r.error for r in results}
 
@@ -353,29 +364,18 @@ class KrayZkClient:
     def update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode | bytes, int]],
                                 epoch_zk_version: int) -> dict[TopicPartition, int | Exception]:
         """Conditional (zkVersion) updates of partition states, fenced; new zkVersion or error per partition."""
+        return self.begin_update_partition_states(updates, epoch_zk_version)()
+
+    def begin_update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode | bytes, int]],
+                                      epoch_zk_version: int) -> Callable[[], dict[TopicPartition, int | Exception]]:
+        """update_partition_states in two steps: the writes leave now, the returned function waits for them."""
         ops = {zkdata.partition_state_path(tp): tp for tp in updates}
-        results = self.fenced_multi(
+        wait = self.begin_fenced_multi(
             [SetDataOp(path, _znode_bytes(updates[tp][0]), updates[tp][1]) for path, tp in ops.items()],
-            epoch_zk_version,
-        )
-        return {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in results}
+            epoch_zk_version)
+        return lambda: {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in wait()}
 
 
 def _znode_bytes(state: zkdata.ZNodeModel | bytes) -> bytes:
     """Callers on hot paths pass pre-encoded JSON; others pass the model."""
     return state if isinstance(state, bytes) else state.encode()
-
-
-def decode_partition_states(partitions: list[TopicPartition],
-                            raw: list[tuple[bytes, int] | None]) -> dict[TopicPartition, PartitionStateRecord]:
-    """Typed records from raw state znodes; malformed ones are logged and skipped."""
-    out = {}
-    for tp, got in zip(partitions, raw):
-        if got is None:
-            continue
-        try:
-            out[tp] = PartitionStateRecord(
-                zkdata.decode(zkdata.PartitionStateZNode, zkdata.partition_state_path(tp), got[0]), got[1])
-        except MalformedZNodeError as e:
-            log.error("Skipping partition state: %s", e)
-    return out

@@ -16,7 +16,7 @@ from actors.broker.replica_manager import ReplicaManager
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import controller_actor_name
-from actors.logs import configure_logging
+from actors.runtime import configure_actor_process
 from actors.protocol import (
     ControllerRequestT,
     ControllerResponse,
@@ -32,7 +32,7 @@ from coordination.zkclient import KrayZkClient
 @ray.remote(num_cpus=0, max_concurrency=8)
 class BrokerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
-        configure_logging()
+        configure_actor_process()
         self.broker_id = broker_id
         self.config = config
         self._lock = threading.Lock()

@@ -15,6 +15,7 @@ from actors.protocol import (
     ControllerResponse,
     LeaderAndIsrRequest,
     PartitionError,
+    PartitionErrors,
     StopReplicaRequest,
 )
 from coordination.errors import Errors
@@ -92,7 +93,7 @@ class ReplicaManager:
                                       "the current leader epoch %d", self.broker_id, request.controller_id,
                                       request.controller_epoch, tp, st.leader_epoch, current_epoch)
                 code = Errors.STALE_CONTROLLER_EPOCH
-            results.append(PartitionError(topic=tp.topic, partition=tp.partition, error_code=code))
+            results.append(PartitionError(tp.topic, tp.partition, int(code)))
         counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION)}
         for r in results:
             counts[r.error_code] += 1
@@ -100,7 +101,7 @@ class ReplicaManager:
                               "partitions: %d applied, %d with a stale leader epoch, %d not assigned here",
                               self.broker_id, request.controller_id, request.controller_epoch, len(results),
                               *counts.values())
-        return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=results)
+        return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
 
     def stop_replicas(self, request: StopReplicaRequest, broker_epoch: int) -> ControllerResponse:
         error = self.check_request(request, broker_epoch)
@@ -115,5 +116,5 @@ class ReplicaManager:
             else:
                 self.replicas.pop(tp, None)
                 code = Errors.NONE
-            results.append(PartitionError(topic=tp.topic, partition=tp.partition, error_code=code))
-        return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=results)
+            results.append(PartitionError(tp.topic, tp.partition, int(code)))
+        return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))

@@ -16,7 +16,6 @@ from actors.config import ClusterConfig
 from actors.controller.channel import ControllerChannelManager
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
-from actors.controller.reader import ParallelStateReader, ZkReader
 from actors.controller.events import (
     ControlledShutdown,
     ControllerEventManager,
@@ -25,7 +24,7 @@ from actors.controller.events import (
     ResponseReceived,
     Startup,
 )
-from actors.logs import configure_logging
+from actors.runtime import configure_actor_process
 from actors.protocol import ControllerResponse
 from coordination.zkclient import KrayZkClient
 
@@ -33,7 +32,7 @@ from coordination.zkclient import KrayZkClient
 @ray.remote(num_cpus=0, max_concurrency=4)
 class ControllerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
-        configure_logging()
+        configure_actor_process()
         self.broker_id = broker_id
         self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
         me = ray.get_runtime_context().current_actor
@@ -43,9 +42,6 @@ class ControllerActor:
             broker_id, self.zk, self.inbox.put,
             channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
             config=config.controller,
-            read_partition_states=ParallelStateReader(self.zk, [
-                ZkReader.remote(config.zk_connect, config.zk_session_timeout_ms)
-                for _ in range(config.controller.failover_readers)]),
         )
         self.controller.inbox_depth = self.inbox.depth
         self.inbox.start()

@@ -19,6 +19,7 @@ from collections import defaultdict
 import ray
 
 from actors.config import ClusterConfig
+from actors.runtime import configure_actor_process
 from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
 from actors.protocol import (
     LEADER_DURING_DELETE,
@@ -26,7 +27,9 @@ from actors.protocol import (
     ControllerResponse,
     LeaderAndIsrRequest,
     PartitionState,
+    PartitionStates,
     StopReplicaPartition,
+    StopReplicaPartitions,
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
@@ -49,10 +52,11 @@ def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: Lead
                     is_new: bool = False, being_deleted: bool = False) -> PartitionState:
     lai = leadership.leader_and_isr
     assignment = ctx.partition_full_assignment(tp)
+    live = ctx.live_brokers
     return PartitionState(
         tp.topic, tp.partition, leadership.controller_epoch, LEADER_DURING_DELETE if being_deleted else lai.leader,
         lai.leader_epoch, lai.isr, lai.zk_version, assignment.replicas, assignment.adding, assignment.removing,
-        tuple(r for r in assignment.replicas if r not in ctx.live_brokers), is_new,
+        tuple([r for r in assignment.replicas if r not in live]), is_new,
     )
 
 
@@ -63,20 +67,24 @@ class ControllerBrokerRequestBatch:
         self.controller_id = controller_id
         self._leader_and_isr: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> is_new
         self._update_metadata_brokers: set[int] = set()
+        self._update_metadata_to_all = False  # every broker live when the batch is built
         self._update_metadata_partitions: set[TopicPartition] = set()
         self._stop_replica: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> delete
         self._correlation_ids = itertools.count()
 
     def is_empty(self) -> bool:
-        return not (self._leader_and_isr or self._update_metadata_brokers or self._stop_replica)
+        return not (self._leader_and_isr or self._update_metadata_brokers or self._update_metadata_to_all
+                    or self._stop_replica)
 
-    def add_leader_and_isr(self, ctx: ControllerContext, broker_ids, tp: TopicPartition,
-                           is_new: bool = False) -> None:
-        """LeaderAndIsr for tp to the given brokers, and UpdateMetadata for tp to every live broker."""
+    def add_leader_and_isr(self, broker_ids, tp: TopicPartition, is_new: bool = False) -> None:
+        """LeaderAndIsr for tp to the given brokers, and UpdateMetadata for tp to every live or
+        shutting-down broker (those of the moment the batch is built)."""
+        requests = self._leader_and_isr
         for b in broker_ids:
             if b >= 0:
-                self._leader_and_isr[b][tp] = self._leader_and_isr[b].get(tp, False) or is_new
-        self.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [tp])
+                requests[b][tp] = requests[b].get(tp, False) or is_new
+        self._update_metadata_partitions.add(tp)
+        self._update_metadata_to_all = True
 
     def add_stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
         if broker_id >= 0:
@@ -101,7 +109,8 @@ class ControllerBrokerRequestBatch:
         for broker_id, partitions in sorted(self._leader_and_isr.items()):
             if broker_id not in ctx.live_brokers:
                 continue
-            states = [state(tp, is_new) for tp, is_new in partitions.items() if tp in ctx.partition_leadership]
+            states = PartitionStates(state(tp, is_new) for tp, is_new in partitions.items()
+                                     if tp in ctx.partition_leadership)
             leaders = {s.leader for s in states}
             out[broker_id].append(LeaderAndIsrRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
@@ -109,10 +118,13 @@ class ControllerBrokerRequestBatch:
                 broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
                 live_leaders=[b for b in live_brokers if b.id in leaders],
             ))
+        if self._update_metadata_to_all:
+            self._update_metadata_brokers |= ctx.live_or_shutting_down_broker_ids
         if self._update_metadata_brokers:
-            states = [partition_state(ctx, tp, ctx.partition_leadership[tp],
-                                      being_deleted=ctx.is_topic_queued_for_deletion(tp.topic))
-                      for tp in sorted(self._update_metadata_partitions) if tp in ctx.partition_leadership]
+            states = PartitionStates(  # one object for every broker, encoded once
+                partition_state(ctx, tp, ctx.partition_leadership[tp], being_deleted=True)
+                if ctx.is_topic_queued_for_deletion(tp.topic) else state(tp, False)
+                for tp in sorted(self._update_metadata_partitions) if tp in ctx.partition_leadership)
             for broker_id in sorted(self._update_metadata_brokers):
                 if broker_id in ctx.live_brokers:
                     out[broker_id].append(UpdateMetadataRequest(
@@ -128,16 +140,17 @@ class ControllerBrokerRequestBatch:
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
                 correlation_id=next(self._correlation_ids),
                 broker_epoch=ctx.live_broker_epochs[broker_id],
-                partitions=[StopReplicaPartition(
+                partitions=StopReplicaPartitions(StopReplicaPartition(
                     topic=tp.topic, partition=tp.partition, delete_partition=delete,
                     leader_epoch=EPOCH_DURING_DELETE if delete else (
                         ctx.partition_leadership[tp].leader_and_isr.leader_epoch
                         if tp in ctx.partition_leadership else -1))
-                    for tp, delete in sorted(partitions.items())],
+                    for tp, delete in sorted(partitions.items())),
             ))
         self._stop_replica.clear()
         self._leader_and_isr.clear()
         self._update_metadata_brokers.clear()
+        self._update_metadata_to_all = False
         self._update_metadata_partitions.clear()
         return dict(out)
 
@@ -147,6 +160,7 @@ class RequestSender:
     """Kafka's RequestSendThread for one target broker, as an actor owned by the active controller."""
 
     def __init__(self, controller_id: int, broker_id: int, config: ClusterConfig, controller):
+        configure_actor_process()
         self.controller_id = controller_id
         self.broker_id = broker_id
         self.config = config

@@ -4,7 +4,7 @@ Only the event thread touches it, so it needs no locks (seed 003).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from actors.controller.state_machines import PartitionStateName, ReplicaStateName
 from actors.protocol import LiveBroker
@@ -26,7 +26,7 @@ class LeaderAndIsr:
 
     def new_leader_and_isr(self, leader: int, isr: tuple[int, ...]) -> "LeaderAndIsr":
         """Every change of leader or ISR by the controller bumps the leader epoch."""
-        return replace(self, leader=leader, isr=tuple(isr), leader_epoch=self.leader_epoch + 1)
+        return LeaderAndIsr(leader, self.leader_epoch + 1, tuple(isr), self.zk_version)
 
     def __str__(self) -> str:
         return (f"(Leader:{self.leader},ISR:{','.join(map(str, self.isr))},"
@@ -117,6 +117,9 @@ class ControllerContext:
     def all_partitions(self) -> list[TopicPartition]:
         return [TopicPartition(t, p) for t, parts in self.partition_assignments.items() for p in parts]
 
+    def partition_count(self) -> int:
+        return sum(len(parts) for parts in self.partition_assignments.values())
+
     def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in self.partition_assignments.get(topic, {})]
 
@@ -139,7 +142,8 @@ class ControllerContext:
                 for p, a in parts.items() if a.is_being_reassigned]
 
     def replicas_on_brokers(self, broker_ids: set[int]) -> list[tuple[TopicPartition, int]]:
-        return [(tp, r) for tp in self.all_partitions() for r in self.partition_replicas(tp) if r in broker_ids]
+        return [(TopicPartition(t, p), r) for t, parts in self.partition_assignments.items()
+                for p, assignment in parts.items() for r in assignment.replicas if r in broker_ids]
 
     def replicas_for_topic(self, topic: str) -> list[tuple[TopicPartition, int]]:
         return [(tp, r) for tp in self.partitions_for_topic(topic) for r in self.partition_replicas(tp)]

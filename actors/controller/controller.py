@@ -63,14 +63,12 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
-                 channel_factory: Callable[[], object], config: ControllerConfig | None = None,
-                 read_partition_states: Callable | None = None):
+                 channel_factory: Callable[[], object], config: ControllerConfig | None = None):
         self.broker_id = broker_id
         self.zk = zk
         self.put = put
         self.config = config or ControllerConfig()
         self._channel_factory = channel_factory
-        self._read_partition_states = read_partition_states or zk.get_partition_states
         self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
@@ -111,7 +109,7 @@ class KafkaController:
         t = self.timeline
         t.zk_written_ms = now_ms()
         t.epoch = self.ctx.epoch
-        t.partitions_total = len(self.ctx.all_partitions())
+        t.partitions_total = self.ctx.partition_count()
         t.live_brokers = len(self.ctx.live_brokers)
         t.partitions_affected = self.psm.leadership_writes + self.rsm.leadership_writes - self._writes_before
         self.timelines.append(t)
@@ -315,7 +313,7 @@ class KafkaController:
         if self.config.auto_leader_rebalance_enable:
             self._start_auto_rebalance_task()
         log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions", self.prefix,
-                 len(self.ctx.live_brokers), len(self.ctx.all_topics), len(self.ctx.all_partitions()))
+                 len(self.ctx.live_brokers), len(self.ctx.all_topics), self.ctx.partition_count())
 
     def _start_auto_rebalance_task(self) -> None:
         self._scheduler_stop = stop = threading.Event()
@@ -333,7 +331,7 @@ class KafkaController:
         self.ctx.add_live_brokers(self.read_brokers(self.zk.get_all_broker_ids()))
         self.add_topics(self.zk.get_all_topics())
         assigned = now_ms()
-        for tp, record in self._read_partition_states(self.ctx.all_partitions()).items():
+        for tp, record in self.zk.get_partition_states(self.ctx.all_partitions()).items():
             self.ctx.partition_leadership[tp] = leadership_from_record(record)
         log.info("%s Initialized the context: brokers and %d topic assignments in %.0f ms, %d partition states "
                  "in %.0f ms", self.prefix, len(self.ctx.all_topics), assigned - started,

@@ -127,7 +127,7 @@ def _bump_leader_epoch_and_send(c: KafkaController, tp: TopicPartition, recipien
         written, moved = c.psm.write_leaderships({tp: lai.new_leader_and_isr(lai.leader, lai.isr)})
         if tp in written:
             c.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(written[tp], c.ctx.epoch)
-            c.batch.add_leader_and_isr(c.ctx, recipients, tp)
+            c.batch.add_leader_and_isr(recipients, tp)
             return
         if not moved:
             return

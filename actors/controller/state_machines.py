@@ -10,6 +10,8 @@ from enum import Enum
 
 
 class PartitionStateName(Enum):
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash runs Python code per lookup
+
     NonExistentPartition = 3
     NewPartition = 0
     OnlinePartition = 1
@@ -17,6 +19,8 @@ class PartitionStateName(Enum):
 
 
 class ReplicaStateName(Enum):
+    __hash__ = object.__hash__
+
     NewReplica = 1
     OnlineReplica = 2
     OfflineReplica = 3

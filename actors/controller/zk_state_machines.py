@@ -3,12 +3,14 @@
 Applying means: persist leader/ISR changes to ZooKeeper in `multi` batches
 fenced on the controller epoch, then update ControllerContext, then add the
 requests to the event's batch. A partition whose znode moved under us (a
-leader changed its ISR) is re-read and planned again.
+leader changed its ISR) is re-read and planned again. Large partition changes
+are planned in chunks whose writes leave as soon as each is planned, so that
+ZooKeeper and the planning overlap.
 """
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from kazoo.exceptions import BadVersionError
@@ -31,6 +33,7 @@ from coordination.zkdata import TopicPartition
 state_change_log = logging.getLogger("state.change.logger")
 
 MAX_ZK_RETRIES = 5
+PLAN_CHUNK = 1000  # partitions planned per step of an event; one multi's worth
 
 
 def leadership_from_record(record: PartitionStateRecord) -> LeaderIsrAndControllerEpoch:
@@ -59,25 +62,33 @@ class _Machine:
 
     def write_leaderships(self, updates: dict[TopicPartition, LeaderAndIsr]) -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
         """Conditional writes; (written with their new zkVersion, moved under us and re-read into the context)."""
-        written, moved = {}, []
+        return self.begin_leadership_writes(updates)()
+
+    def begin_leadership_writes(self, updates: dict[TopicPartition, LeaderAndIsr]):
+        """write_leaderships in two steps: the writes leave now; the returned function waits for them."""
         if not updates:
-            return written, moved
-        outcome = self.zk.update_partition_states(
+            return lambda: ({}, [])
+        wait = self.zk.begin_update_partition_states(
             {tp: (partition_state_znode(lai, self.ctx.epoch), lai.zk_version) for tp, lai in updates.items()},
             self.ctx.epoch_zk_version)
-        for tp, result in outcome.items():
-            if isinstance(result, BadVersionError):
-                moved.append(tp)
-            elif isinstance(result, Exception):
-                state_change_log.error("%s Failed to update the state of partition %s: %r", self._prefix, tp, result)
-            else:
-                lai = updates[tp]
-                written[tp] = LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr, result)
-        self.leadership_writes += len(written)
-        if moved:
-            for tp, record in self.zk.get_partition_states(moved).items():
-                self.ctx.partition_leadership[tp] = leadership_from_record(record)
-        return written, moved
+
+        def finish() -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
+            written, moved = {}, []
+            for tp, result in wait().items():
+                if isinstance(result, BadVersionError):
+                    moved.append(tp)
+                elif isinstance(result, Exception):
+                    state_change_log.error("%s Failed to update the state of partition %s: %r", self._prefix, tp,
+                                           result)
+                else:
+                    lai = updates[tp]
+                    written[tp] = LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr, result)
+            self.leadership_writes += len(written)
+            if moved:
+                for tp, record in self.zk.get_partition_states(moved).items():
+                    self.ctx.partition_leadership[tp] = leadership_from_record(record)
+            return written, moved
+        return finish
 
 
 class ZkPartitionStateMachine(_Machine):
@@ -101,16 +112,35 @@ class ZkPartitionStateMachine(_Machine):
         """Apply the transitions; returns the partitions that failed, with the reason."""
         strategy = strategy or OfflineElection(self.unclean_leader_election_enabled)
         failures: dict[TopicPartition, str] = {}
+        changed: Counter[tuple[P, P]] = Counter()
         pending = list(partitions)
         for _ in range(MAX_ZK_RETRIES):
             if not pending:
                 break
-            plan = plan_partition_state_changes(self.ctx, pending, target, strategy)
-            failures.update(self._log_rejections(plan))
-            pending = self._apply(plan)
+            pending = self._plan_and_apply(pending, target, strategy, failures, changed)
         for tp in pending:
             failures[tp] = "the partition state kept changing in ZooKeeper"
+        for (previous, current), count in changed.items():
+            state_change_log.info("%s Changed %d partitions from %s to %s", self._prefix, count, previous.name,
+                                  current.name)
         return failures
+
+    def _plan_and_apply(self, partitions: list[TopicPartition], target: P, strategy: ElectionStrategy,
+                        failures: dict[TopicPartition, str], changed: Counter) -> list[TopicPartition]:
+        """Plan in chunks and send each chunk's writes as soon as it is planned, so that ZooKeeper
+        applies one chunk while the next is planned; then apply the chunks in order. Returns the
+        partitions to plan again (their znode moved under us)."""
+        in_flight = []
+        for i in range(0, len(partitions), PLAN_CHUNK):
+            plan = plan_partition_state_changes(self.ctx, partitions[i:i + PLAN_CHUNK], target, strategy)
+            failures.update(self._log_rejections(plan))
+            created = self._create(plan)
+            in_flight.append((plan, created, self.begin_leadership_writes(
+                {tp: e.leader_and_isr for tp, e in plan.elected.items()})))
+        moved: list[TopicPartition] = []
+        for plan, created, writes in in_flight:
+            moved += self._apply(plan, created, *writes(), changed)
+        return moved
 
     def _log_rejections(self, plan: PartitionChanges) -> dict[TopicPartition, str]:
         out = {}
@@ -127,8 +157,8 @@ class ZkPartitionStateMachine(_Machine):
             out[tp] = reason
         return out
 
-    def _apply(self, plan: PartitionChanges) -> list[TopicPartition]:
-        """Persist and apply a plan; returns the partitions to plan again (their znode moved)."""
+    def _create(self, plan: PartitionChanges) -> dict[TopicPartition, LeaderAndIsr]:
+        """Create the state znodes of new partitions; the ones created."""
         created: dict[TopicPartition, LeaderAndIsr] = {}
         if plan.created:
             results = self.zk.create_partition_states(
@@ -140,8 +170,13 @@ class ZkPartitionStateMachine(_Machine):
                 else:
                     state_change_log.error("%s Failed to create the state znode of new partition %s: %s",
                                            self._prefix, tp, type(error).__name__)
-        elected, moved = self.write_leaderships({tp: e.leader_and_isr for tp, e in plan.elected.items()})
-        changed: dict[tuple[P, P], int] = {}
+        return created
+
+    def _apply(self, plan: PartitionChanges, created: dict[TopicPartition, LeaderAndIsr],
+               elected: dict[TopicPartition, LeaderAndIsr], moved: list[TopicPartition],
+               changed: Counter) -> list[TopicPartition]:
+        """Apply a plan whose writes are done to the context and the batch; returns `moved`."""
+        debug = state_change_log.isEnabledFor(logging.DEBUG)  # one line per partition, only when asked
         for tp, previous in plan.transitions.items():
             if tp in moved or (tp in plan.created and tp not in created) or (tp in plan.elected and tp not in elected):
                 continue
@@ -158,18 +193,17 @@ class ZkPartitionStateMachine(_Machine):
                         self.unclean_elections += 1
                         state_change_log.warning("%s Unclean leader election for partition %s: leader %d was not "
                                                  "in the ISR; data loss is possible", self._prefix, tp, lai.leader)
-                self.batch.add_leader_and_isr(self.ctx, recipients, tp, is_new=tp in created)
-                state_change_log.debug("%s Changed partition %s from %s to %s with state %s", self._prefix, tp,
-                                       previous.name, plan.target.name, lai)
+                self.batch.add_leader_and_isr(recipients, tp, is_new=tp in created)
+                if debug:
+                    state_change_log.debug("%s Changed partition %s from %s to %s with state %s", self._prefix, tp,
+                                           previous.name, plan.target.name, lai)
             else:
                 if plan.target is P.NonExistentPartition:
                     self.ctx.partition_states.pop(tp, None)
-                state_change_log.debug("%s Changed partition %s state from %s to %s", self._prefix, tp,
-                                       previous.name, plan.target.name)
-            changed[(previous, plan.target)] = changed.get((previous, plan.target), 0) + 1
-        for (previous, target), count in changed.items():
-            state_change_log.info("%s Changed %d partitions from %s to %s", self._prefix, count, previous.name,
-                                  target.name)
+                if debug:
+                    state_change_log.debug("%s Changed partition %s state from %s to %s", self._prefix, tp,
+                                           previous.name, plan.target.name)
+            changed[(previous, plan.target)] += 1
         return moved
 
 
@@ -201,7 +235,7 @@ class ZkReplicaStateMachine(_Machine):
         skip = set(moved) | (set(plan.isr_removals) - set(written))
         for broker_id, tp, is_new in plan.leader_and_isr_to:
             if tp not in skip:
-                self.batch.add_leader_and_isr(self.ctx, [broker_id], tp, is_new=is_new)
+                self.batch.add_leader_and_isr([broker_id], tp, is_new=is_new)
         for broker_id, tp, delete in plan.stop_replica_to:
             if tp not in skip:
                 self.batch.add_stop_replica(broker_id, tp, delete)

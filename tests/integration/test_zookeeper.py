@@ -20,7 +20,7 @@ from coordination.errors import (
 )
 from coordination.registration import BrokerRegistration
 from coordination.server import ZooKeeperEnsemble, ZooKeeperServer, server_mode
-from coordination.zkclient import KrayZkClient, SetDataOp
+from coordination.zkclient import CreateOp, DeleteOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
 
 
@@ -106,6 +106,36 @@ def test_deposed_controller_batch_fails_whole(zk, chroot_connect):
     with pytest.raises(ControllerMovedException):
         zk.fenced_multi([SetDataOp(path, b'{"x":1}'), SetDataOp(zkdata.CONTROLLER_EPOCH, b"99")], old_version)
     assert tree(zk) == before
+
+
+def test_multi_read_matches_single_reads_across_batches(zk):
+    """get_many sends MultiRead requests (opcode 22) of READ_BATCH paths: results in order, per path."""
+    paths = [f"/many/{i}" for i in range(1200)]
+    zk.kazoo.ensure_path("/many")
+    for i, p in enumerate(paths):
+        if i % 7:
+            zk.kazoo.create(p, b"" if i == 1 else str(i).encode())
+    got = zk.get_many(paths)
+    assert list(got) == paths
+    for i, p in enumerate(paths):
+        assert got[p] == (zk.kazoo.get(p) if i % 7 else None)
+    assert got[paths[1]][0] == b""
+
+
+def test_fenced_multi_applies_creates_sets_and_deletes_under_the_chroot(zk, chroot_connect):
+    _, version = zk.register_controller_and_increment_epoch(1)
+    zk.kazoo.create("/w/a", b"1", makepath=True)
+    zk.kazoo.create("/w/b", b"1")
+    ops = [CreateOp("/w/e", b"x", ephemeral=True), SetDataOp("/w/a", b"2", 0), SetDataOp("/w/b", b"2", 5),
+           DeleteOp("/w/b")]
+    results = {r.op: r for r in zk.fenced_multi(ops, version)}
+    assert [type(results[op].error) for op in ops] == [type(None), type(None), BadVersionError, type(None)]
+    assert results[ops[1]].stat.version == 1
+    assert zk.kazoo.get("/w/a")[0] == b"2" and zk.kazoo.exists("/w/b") is None
+    assert zk.kazoo.exists("/w/e").ephemeralOwner == zk.session_id
+    root, chroot = chroot_connect.split("/", 1)
+    with KrayZkClient(root).start() as unrooted:
+        assert unrooted.get(f"/{chroot}/w/a")[0] == b"2"
 
 
 def test_malformed_partition_state_is_skipped(zk, caplog):

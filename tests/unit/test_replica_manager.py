@@ -109,7 +109,7 @@ def test_lower_controller_epoch_refused_whole(rm):
     resp = rm.become_leader_or_follower(
         lai(ps(T0, leader=2, leader_epoch=9), ps(T1, leader=1, leader_epoch=0), controller_epoch=6), BROKER_EPOCH)
     assert resp.error_code == Errors.STALE_CONTROLLER_EPOCH
-    assert resp.partition_errors == []
+    assert resp.partition_errors == ()
     assert rm.replicas == before
     assert rm.controller_epoch == 7
 
@@ -128,7 +128,7 @@ def test_stale_broker_epoch_refused_whole(rm):
     resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=3,
                                             broker_epoch=BROKER_EPOCH - 1), BROKER_EPOCH)
     assert resp.error_code == Errors.STALE_BROKER_EPOCH
-    assert resp.partition_errors == []
+    assert resp.partition_errors == ()
     assert rm.replicas == {}
     assert rm.controller_epoch == 0  # a refused request does not adopt its controller epoch
 
@@ -158,7 +158,7 @@ def test_newer_broker_epoch_is_accepted(rm):
 
 def test_empty_request_adopts_controller_epoch(rm):
     resp = rm.become_leader_or_follower(lai(controller_epoch=12), BROKER_EPOCH)
-    assert resp.error_code == Errors.NONE and resp.partition_errors == []
+    assert resp.error_code == Errors.NONE and resp.partition_errors == ()
     assert rm.controller_epoch == 12
 
 
@@ -224,7 +224,7 @@ def test_stop_replicas_stale_controller_epoch(rm):
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=5), BROKER_EPOCH)
     resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0), controller_epoch=4), BROKER_EPOCH)
     assert resp.error_code == Errors.STALE_CONTROLLER_EPOCH
-    assert resp.partition_errors == []
+    assert resp.partition_errors == ()
     assert T0 in rm.replicas
 
 

@@ -64,7 +64,7 @@ def test_partition_state_uses_leadership_controller_epoch_not_ctx_epoch(ctx):
 def test_leader_and_isr_then_update_metadata(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
     assert batch.is_empty()
-    batch.add_leader_and_isr(ctx, [1, 2], T0)
+    batch.add_leader_and_isr([1, 2], T0)
     assert not batch.is_empty()
     out = batch.build(ctx)
 
@@ -85,8 +85,8 @@ def test_leader_and_isr_then_update_metadata(ctx):
 
 def test_each_request_carries_ctx_epoch_and_own_broker_epoch(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1, 2, 3], T0)
-    batch.add_leader_and_isr(ctx, [3], T1)
+    batch.add_leader_and_isr([1, 2, 3], T0)
+    batch.add_leader_and_isr([3], T1)
     out = batch.build(ctx)
     seen = 0
     for b, requests in out.items():
@@ -100,17 +100,17 @@ def test_each_request_carries_ctx_epoch_and_own_broker_epoch(ctx):
 
 def test_dead_broker_in_target_list_gets_nothing(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1, 4], T1)
+    batch.add_leader_and_isr([1, 4], T1)
     out = batch.build(ctx)
     assert 4 not in out
     assert sorted(out) == [1, 2, 3]
-    assert out[1][0].partition_states == [expected_t1()]
+    assert list(out[1][0].partition_states) == [expected_t1()]
     assert [r.api for r in out[2]] == ["UpdateMetadata"]
 
 
 def test_negative_broker_id_ignored(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [LeaderAndIsr.NO_LEADER, 2], T0)
+    batch.add_leader_and_isr([LeaderAndIsr.NO_LEADER, 2], T0)
     out = batch.build(ctx)
     assert -1 not in out
     assert [r.api for r in out[2]] == ["LeaderAndIsr", "UpdateMetadata"]
@@ -119,7 +119,7 @@ def test_negative_broker_id_ignored(ctx):
 
 def test_build_clears_the_batch(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1], T0)
+    batch.add_leader_and_isr([1], T0)
     first = batch.build(ctx)
     assert first
     assert batch.is_empty()
@@ -129,15 +129,15 @@ def test_build_clears_the_batch(ctx):
     out = batch.build(ctx)
     assert list(out) == [2]
     assert [r.api for r in out[2]] == ["UpdateMetadata"]
-    assert out[2][0].partition_states == []
+    assert list(out[2][0].partition_states) == []
 
 
 def test_is_new_preserved_when_added_twice(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1], T0, is_new=True)
-    batch.add_leader_and_isr(ctx, [1], T0, is_new=False)
-    batch.add_leader_and_isr(ctx, [1], T1)
-    batch.add_leader_and_isr(ctx, [1], T1, is_new=True)
+    batch.add_leader_and_isr([1], T0, is_new=True)
+    batch.add_leader_and_isr([1], T0, is_new=False)
+    batch.add_leader_and_isr([1], T1)
+    batch.add_leader_and_isr([1], T1, is_new=True)
     out = batch.build(ctx)
     states = {(s.topic, s.partition): s for s in out[1][0].partition_states}
     assert states[("t", 0)].is_new is True
@@ -148,17 +148,17 @@ def test_is_new_preserved_when_added_twice(ctx):
 
 def test_is_new_per_broker(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1], T0, is_new=True)
-    batch.add_leader_and_isr(ctx, [2], T0, is_new=False)
+    batch.add_leader_and_isr([1], T0, is_new=True)
+    batch.add_leader_and_isr([2], T0, is_new=False)
     out = batch.build(ctx)
-    assert out[1][0].partition_states == [expected_t0(is_new=True)]
-    assert out[2][0].partition_states == [expected_t0(is_new=False)]
+    assert list(out[1][0].partition_states) == [expected_t0(is_new=True)]
+    assert list(out[2][0].partition_states) == [expected_t0(is_new=False)]
 
 
 def test_one_leader_and_isr_per_broker_with_all_its_partitions(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [3], T0)
-    batch.add_leader_and_isr(ctx, [3], T1)
+    batch.add_leader_and_isr([3], T0)
+    batch.add_leader_and_isr([3], T1)
     out = batch.build(ctx)
     lais = [r for r in out[3] if r.api == "LeaderAndIsr"]
     assert len(lais) == 1
@@ -166,18 +166,18 @@ def test_one_leader_and_isr_per_broker_with_all_its_partitions(ctx):
     assert lais[0].live_leaders == [BROKERS[1], BROKERS[2]]
     ums = [r for r in out[3] if r.api == "UpdateMetadata"]
     assert len(ums) == 1
-    assert ums[0].partition_states == [expected_t0(), expected_t1()]
+    assert list(ums[0].partition_states) == [expected_t0(), expected_t1()]
 
 
 def test_partition_without_leadership_is_left_out(ctx):
     t2 = TopicPartition("t", 2)
     ctx.update_partition_replicas(t2, (1, 2))
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1], t2)
-    batch.add_leader_and_isr(ctx, [1], T0)
+    batch.add_leader_and_isr([1], t2)
+    batch.add_leader_and_isr([1], T0)
     out = batch.build(ctx)
-    assert out[1][0].partition_states == [expected_t0()]
-    assert out[1][1].partition_states == [expected_t0()]
+    assert list(out[1][0].partition_states) == [expected_t0()]
+    assert list(out[1][1].partition_states) == [expected_t0()]
 
 
 def test_update_metadata_only(ctx):
@@ -203,7 +203,7 @@ def test_update_metadata_with_no_partitions_still_sent(ctx):
 
 def test_build_reflects_context_at_build_time(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1, 2, 3], T0)
+    batch.add_leader_and_isr([1, 2, 3], T0)
     ctx.remove_live_brokers({3})
     out = batch.build(ctx)
     assert sorted(out) == [1, 2]
@@ -215,7 +215,7 @@ def test_build_does_not_mutate_context(ctx):
     import copy
     before = copy.deepcopy(ctx)
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1, 2, 3], T0, is_new=True)
+    batch.add_leader_and_isr([1, 2, 3], T0, is_new=True)
     batch.add_update_metadata([1], [T1])
     batch.build(ctx)
     assert ctx == before
@@ -223,7 +223,7 @@ def test_build_does_not_mutate_context(ctx):
 
 def test_every_request_gets_its_own_correlation_id(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
-    batch.add_leader_and_isr(ctx, [1, 2], T0)
+    batch.add_leader_and_isr([1, 2], T0)
     batch.add_stop_replica(3, T1, delete=True)
     first = [r.correlation_id for rs in batch.build(ctx).values() for r in rs]
     batch.add_update_metadata([1, 2, 3], [T0])
