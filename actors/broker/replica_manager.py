@@ -8,7 +8,7 @@ state is applied only when its leader epoch is newer than the one held.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from actors.protocol import (
     ControllerRequest,
@@ -26,8 +26,7 @@ state_change_log = logging.getLogger("state.change.logger")
 UNKNOWN_BROKER_EPOCH = -1
 
 
-@dataclass(frozen=True)
-class LocalReplica:
+class LocalReplica(NamedTuple):  # a broker holds one per partition, replaced on each LeaderAndIsr
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
@@ -66,6 +65,7 @@ class ReplicaManager:
         if error != Errors.NONE:
             return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
         results = []
+        debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
         for st in request.partition_states:
             tp = TopicPartition(st.topic, st.partition)
             current = self.replicas.get(tp)
@@ -81,17 +81,20 @@ class ReplicaManager:
                     replica = LocalReplica(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
                                            st.zk_version)
                     self.replicas[tp] = replica
-                    state_change_log.debug("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
-                                           "(controller %d epoch %d)", self.broker_id,
-                                           "Became leader of" if replica.role(self.broker_id) == "Leader"
-                                           else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
-                                           request.controller_id, request.controller_epoch)
+                    if debug:
+                        state_change_log.debug("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
+                                               "(controller %d epoch %d)", self.broker_id,
+                                               "Became leader of" if replica.role(self.broker_id) == "Leader"
+                                               else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
+                                               request.controller_id, request.controller_epoch)
                     code = Errors.NONE
             else:
-                state_change_log.debug("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch %d "
-                                      "for partition %s since its associated leader epoch %d is not higher than "
-                                      "the current leader epoch %d", self.broker_id, request.controller_id,
-                                      request.controller_epoch, tp, st.leader_epoch, current_epoch)
+                if debug:
+                    state_change_log.debug("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch "
+                                           "%d for partition %s since its associated leader epoch %d is not higher "
+                                           "than the current leader epoch %d", self.broker_id,
+                                           request.controller_id, request.controller_epoch, tp, st.leader_epoch,
+                                           current_epoch)
                 code = Errors.STALE_CONTROLLER_EPOCH
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
         counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION)}
