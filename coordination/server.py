@@ -35,6 +35,7 @@ class ZooKeeperSettings(BaseModel):
     max_session_timeout_ms: int = Field(60_000, ge=1)
     init_limit: int = 10
     sync_limit: int = 5
+    heap_mb: int = Field(1024, ge=64)  # every znode lives in the heap: 50,000 partitions are 100,000+ znodes
 
 
 def free_port() -> int:
@@ -68,8 +69,9 @@ def server_mode(port: int) -> str | None:
 class _ServerProcess:
     """One QuorumPeerMain JVM with its own config, data dir and log file."""
 
-    def __init__(self, directory: Path, client_port: int, config: str, myid: int | None):
+    def __init__(self, directory: Path, client_port: int, config: str, myid: int | None, heap_mb: int):
         self.directory = directory
+        self.heap_mb = heap_mb
         self.client_port = client_port
         self.data_dir = directory / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -88,7 +90,7 @@ class _ServerProcess:
             raise ZooKeeperServerError("java not found: install OpenJDK 17 (make setup checks)")
         with open(self.directory / "zookeeper.out", "ab") as out:
             self.process = subprocess.Popen(
-                ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
+                ["java", f"-Xmx{self.heap_mb}m", "-Dzookeeper.admin.enableServer=false",
                  "-cp", str(ZOOKEEPER_JAR), ZOOKEEPER_MAIN, str(self.config_file)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
@@ -191,7 +193,8 @@ class ZooKeeperServer(_Launcher):
         super().__init__(base_dir)
         self.settings = settings or ZooKeeperSettings()
         port = port or free_port()
-        self.servers = [_ServerProcess(self.base_dir, port, _common_config(self.settings, port), None)]
+        self.servers = [_ServerProcess(self.base_dir, port, _common_config(self.settings, port), None,
+                                       self.settings.heap_mb)]
 
 
 class ZooKeeperEnsemble(_Launcher):
@@ -208,7 +211,7 @@ class ZooKeeperEnsemble(_Launcher):
         extra = f"initLimit={self.settings.init_limit}\nsyncLimit={self.settings.sync_limit}\n"
         self.servers = [
             _ServerProcess(self.base_dir / f"server{i + 1}", client,
-                           _common_config(self.settings, client) + extra + peers, i + 1)
+                           _common_config(self.settings, client) + extra + peers, i + 1, self.settings.heap_mb)
             for i, (client, _, _) in enumerate(ports)
         ]
 

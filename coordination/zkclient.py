@@ -333,10 +333,17 @@ class KrayZkClient:
         self.delete_path_fenced(zkdata.REASSIGN_PARTITIONS, epoch_zk_version)
 
     def set_partition_reassignment(self, znode: zkdata.ReassignPartitionsZNode, epoch_zk_version: int) -> None:
-        self.fenced_multi([SetDataOp(zkdata.REASSIGN_PARTITIONS, znode.encode())], epoch_zk_version)
+        self._set_fenced(zkdata.REASSIGN_PARTITIONS, znode.encode(), epoch_zk_version)
 
     def set_topic_znode(self, topic: str, znode: zkdata.TopicZNode, epoch_zk_version: int) -> None:
-        self.fenced_multi([SetDataOp(zkdata.topic_path(topic), znode.encode())], epoch_zk_version)
+        self._set_fenced(zkdata.topic_path(topic), znode.encode(), epoch_zk_version)
+
+    def _set_fenced(self, path: str, data: bytes, epoch_zk_version: int) -> None:
+        """One fenced set; its own failure (the znode was deleted meanwhile) is logged, not raised, so
+        that the event goes on (the deletion's own event follows)."""
+        (result,) = self.fenced_multi([SetDataOp(path, data)], epoch_zk_version)
+        if result.error is not None:
+            log.error("Could not update %s: %r", path, result.error)
 
     def delete_topic_deletions(self, topics: Iterable[str], epoch_zk_version: int) -> None:
         """Remove /admin/delete_topics/T entries (already gone is fine)."""
