@@ -30,6 +30,7 @@ class Errors(IntEnum):
     INVALID_REPLICA_ASSIGNMENT = 39
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
+    KAFKA_STORAGE_ERROR = 56
     REASSIGNMENT_IN_PROGRESS = 60
     FENCED_LEADER_EPOCH = 74
     STALE_BROKER_EPOCH = 77
@@ -76,6 +77,16 @@ class ControllerMovedException(KrayError):
     """A fenced write failed: another controller holds a newer epoch."""
 
     error = Errors.NOT_CONTROLLER
+
+
+class OffsetOutOfRangeException(KrayError):
+    error = Errors.OFFSET_OUT_OF_RANGE
+
+
+class KafkaStorageException(KrayError):
+    """A log or checkpoint file on the broker's disk cannot be used as it is."""
+
+    error = Errors.KAFKA_STORAGE_ERROR
 
 
 class MalformedZNodeError(KrayError):

@@ -1,0 +1,50 @@
+"""LeaderEpochFileCache: the offset at which each leader epoch started in a replica's log.
+
+A follower that comes back asks the leader where its own latest epoch ended and
+truncates there (KIP-101), instead of trusting its high watermark alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, path: Path | None = None):
+        self.path = path
+        self.entries: list[tuple[int, int]] = read_checkpoint(path, (int, int)) if path else []
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else -1
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset` (only a newer epoch is recorded)."""
+        if epoch > self.latest_epoch:
+            self.entries.append((epoch, start_offset))
+            self._flush()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """Kafka's endOffsetFor: (the largest known epoch <= `epoch`, the offset where it ended). The
+        latest epoch ends at the log end; an older one where the next began; an epoch older than all
+        known ones is answered with the first start offset; an unknown newer one with (-1, -1)."""
+        if self.entries and epoch == self.latest_epoch:
+            return epoch, log_end_offset
+        higher = next((i for i, (e, _) in enumerate(self.entries) if e > epoch), None)
+        if epoch < 0 or higher is None:
+            return -1, UNDEFINED_EPOCH_OFFSET
+        return (self.entries[higher - 1][0] if higher > 0 else epoch), self.entries[higher][1]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget epochs starting at or after end_offset (the log was truncated there)."""
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.path is not None:
+            write_checkpoint(self.path, self.entries)

@@ -1,0 +1,64 @@
+"""The leader's replication arithmetic: follower fetch state, high watermark, ISR shrink and
+expand, and where a follower truncates. Pure functions over plain values (Kafka's
+Partition.maybeIncrementLeaderHW, getOutOfSyncReplicas, isFollowerInSync and
+Replica.updateFetchState; KIP-101 for truncation by leader epoch).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class FollowerState(NamedTuple):
+    """What the leader knows of one follower (Kafka's Replica)."""
+
+    log_end_offset: int = 0
+    last_caught_up_ms: int = 0  # the last time the follower had everything the leader had
+    last_fetch_leader_leo: int = 0  # the leader's LEO at the follower's previous fetch
+    last_fetch_ms: int = 0
+
+
+def update_fetch_state(state: FollowerState, fetch_offset: int, leader_leo: int, now_ms: int) -> FollowerState:
+    """A fetch from `fetch_offset` means the follower has everything below it. It is caught up now
+    if it reached the leader's LEO, or caught up as of its previous fetch if it reached the LEO the
+    leader had then (so a steady stream of produces does not make a keeping-up follower look lagging)."""
+    caught_up = state.last_caught_up_ms
+    if fetch_offset >= leader_leo:
+        caught_up = max(caught_up, now_ms)
+    elif fetch_offset >= state.last_fetch_leader_leo:
+        caught_up = max(caught_up, state.last_fetch_ms)
+    return FollowerState(fetch_offset, caught_up, leader_leo, now_ms)
+
+
+def high_watermark(current_hw: int, leader_id: int, leader_leo: int, followers: dict[int, FollowerState],
+                   isr: tuple[int, ...]) -> int:
+    """The smallest LEO in the ISR; the leader's high watermark never moves back."""
+    leos = [leader_leo if r == leader_id else followers[r].log_end_offset if r in followers else 0 for r in isr]
+    return max(current_hw, min(leos, default=leader_leo))
+
+
+def out_of_sync_replicas(leader_id: int, isr: tuple[int, ...], followers: dict[int, FollowerState], now_ms: int,
+                         replica_lag_time_max_ms: int) -> tuple[int, ...]:
+    """ISR followers that have not been caught up for longer than replica.lag.time.max.ms."""
+    return tuple(r for r in isr if r != leader_id
+                 and now_ms - followers.get(r, FollowerState()).last_caught_up_ms > replica_lag_time_max_ms)
+
+
+def in_sync_again(follower: FollowerState, high_watermark_: int, leader_epoch_start_offset: int) -> bool:
+    """A follower outside the ISR rejoins once it has reached the high watermark and has records
+    from the current leader epoch (Kafka's isFollowerInSync)."""
+    return follower.log_end_offset >= high_watermark_ and follower.log_end_offset >= leader_epoch_start_offset
+
+
+def truncation_offset(follower_leo: int, follower_high_watermark: int, leader_answer: tuple[int, int],
+                      follower_end_for_answer_epoch: int) -> int:
+    """Where a new follower truncates before fetching (KIP-101/KIP-279). The follower asked the leader
+    where its latest epoch ended; `leader_answer` is (epoch, end offset), the epoch being the largest
+    the leader knows up to the one asked. The follower keeps what both logs agree on: up to the
+    leader's end offset for that epoch and its own (`follower_end_for_answer_epoch`, -1 if unknown).
+    Without an answer ((-1, -1): the leader knows no such epoch) it falls back to its high watermark,
+    as seed 000 describes."""
+    epoch, end = leader_answer
+    if epoch < 0 or end < 0:
+        return min(follower_leo, follower_high_watermark)
+    own = follower_end_for_answer_epoch if follower_end_for_answer_epoch >= 0 else follower_leo
+    return min(follower_leo, end, own)

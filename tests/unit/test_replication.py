@@ -1,0 +1,59 @@
+"""The leader's replication arithmetic: fetch state, high watermark, ISR shrink and expand, truncation."""
+from __future__ import annotations
+
+from actors.broker.replication import (
+    FollowerState,
+    high_watermark,
+    in_sync_again,
+    out_of_sync_replicas,
+    truncation_offset,
+    update_fetch_state,
+)
+
+
+def test_fetch_at_the_leader_end_means_caught_up_now():
+    s = update_fetch_state(FollowerState(), fetch_offset=10, leader_leo=10, now_ms=1_000)
+    assert s == FollowerState(10, 1_000, 10, 1_000)
+
+
+def test_fetch_reaching_the_previous_leader_end_means_caught_up_as_of_the_previous_fetch():
+    s = update_fetch_state(FollowerState(), fetch_offset=5, leader_leo=10, now_ms=1_000)
+    assert s.last_caught_up_ms == 0  # behind, and behind at no earlier fetch either
+    s = update_fetch_state(s, fetch_offset=10, leader_leo=15, now_ms=1_200)  # the leader moved on meanwhile
+    assert s.last_caught_up_ms == 1_000 and s.log_end_offset == 10
+    s = update_fetch_state(s, fetch_offset=12, leader_leo=20, now_ms=1_400)  # fell behind what it saw last time
+    assert s.last_caught_up_ms == 1_000
+
+
+def test_high_watermark_is_the_smallest_leo_in_the_isr_and_never_goes_back():
+    followers = {2: FollowerState(log_end_offset=7), 3: FollowerState(log_end_offset=4)}
+    assert high_watermark(0, 1, 9, followers, (1, 2, 3)) == 4
+    assert high_watermark(0, 1, 9, followers, (1, 2)) == 7  # 3 left the ISR: it no longer holds the HW back
+    assert high_watermark(8, 1, 9, followers, (1, 2)) == 8  # never backwards
+    assert high_watermark(0, 1, 9, followers, (1,)) == 9  # alone in the ISR: its own LEO
+    assert high_watermark(0, 1, 9, {}, (1, 4)) == 0  # a member never heard from counts as 0
+
+
+def test_out_of_sync_replicas_lag_longer_than_the_limit():
+    followers = {2: FollowerState(last_caught_up_ms=9_000), 3: FollowerState(last_caught_up_ms=20_000)}
+    assert out_of_sync_replicas(1, (1, 2, 3), followers, now_ms=30_000, replica_lag_time_max_ms=10_000) == (2,)
+    assert out_of_sync_replicas(1, (1, 2, 3), followers, now_ms=19_000, replica_lag_time_max_ms=10_000) == ()
+    assert out_of_sync_replicas(1, (1, 4), {}, now_ms=30_000, replica_lag_time_max_ms=10_000) == (4,)
+
+
+def test_a_follower_rejoins_at_the_high_watermark_with_records_of_the_current_epoch():
+    assert in_sync_again(FollowerState(log_end_offset=10), high_watermark_=10, leader_epoch_start_offset=8)
+    assert not in_sync_again(FollowerState(log_end_offset=9), 10, 8)
+    assert not in_sync_again(FollowerState(log_end_offset=10), 10, 11)  # nothing yet from this leader's epoch
+
+
+def test_truncation_by_leader_epoch_and_fallback_to_the_high_watermark():
+    # the old leader wrote 20..24 in epoch 3 that the new leader (epoch 4 from offset 20) never had
+    assert truncation_offset(follower_leo=25, follower_high_watermark=18, leader_answer=(3, 20),
+                             follower_end_for_answer_epoch=25) == 20
+    # the leader knows only an older epoch: keep what both agree on
+    assert truncation_offset(25, 18, (2, 22), follower_end_for_answer_epoch=15) == 15
+    # a follower behind the leader's epoch end truncates nothing
+    assert truncation_offset(12, 10, (3, 20), 12) == 12
+    # no answer: seed 000's rule, truncate to the high watermark
+    assert truncation_offset(25, 18, (-1, -1), -1) == 18
