@@ -30,6 +30,7 @@ class Errors(IntEnum):
     INVALID_REPLICA_ASSIGNMENT = 39
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     KAFKA_STORAGE_ERROR = 56
     REASSIGNMENT_IN_PROGRESS = 60
     FENCED_LEADER_EPOCH = 74
@@ -81,6 +82,18 @@ class ControllerMovedException(KrayError):
 
 class OffsetOutOfRangeException(KrayError):
     error = Errors.OFFSET_OUT_OF_RANGE
+
+
+class NotLeaderOrFollowerException(KrayError):
+    error = Errors.NOT_LEADER_OR_FOLLOWER
+
+
+class NotEnoughReplicasException(KrayError):
+    error = Errors.NOT_ENOUGH_REPLICAS
+
+
+class OutOfOrderSequenceException(KrayError):
+    error = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class KafkaStorageException(KrayError):

@@ -72,13 +72,13 @@ class Log:
 
     # -- writes --------------------------------------------------------------
 
-    def append_as_leader(self, entries: list[tuple[bytes | None, bytes, int]], leader_epoch: int) -> tuple[int, int]:
-        """Append (key, value, timestamp_ms) entries at the log end under `leader_epoch`; the offsets
-        of the first and last record."""
+    def append_as_leader(self, batch: list[Record], leader_epoch: int) -> tuple[int, int]:
+        """Append records at the log end under `leader_epoch`, giving them their offsets (whatever
+        offset and epoch they carried); the offsets of the first and last record."""
         first = self.log_end_offset
         self.leader_epochs.assign(leader_epoch, first)
-        self.append([Record(first + i, leader_epoch, ts, key, value) for i, (key, value, ts) in enumerate(entries)])
-        return first, first + len(entries) - 1
+        self.append([r._replace(offset=first + i, leader_epoch=leader_epoch) for i, r in enumerate(batch)])
+        return first, first + len(batch) - 1
 
     def append(self, batch: list[Record]) -> None:
         """Append records that carry their offsets (a follower copying its leader); they must

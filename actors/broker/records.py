@@ -1,11 +1,13 @@
 """The on-disk record format of a replica's log: one CRC-checked entry per record.
 
     entry := length:int32 crc:uint32 offset:int64 leader_epoch:int32 timestamp_ms:int64
-             key_length:int32 key value_length:int32 value
+             producer_id:int64 sequence:int32 key_length:int32 key value_length:int32 value
 
 `length` counts the bytes after itself; `crc` is CRC-32 (zlib) of the bytes after
 itself (Kafka's v2 batches use CRC-32C, which Python's standard library lacks);
-a key length of -1 is a null key. Decoding stops at the first entry that is cut
+a key length of -1 is a null key. producer_id and sequence (-1 when the producer
+is not idempotent) let a leader recognise a retried produce, also after a leader
+change, since the new leader rebuilds that state from its log. Decoding stops at the first entry that is cut
 short, fails its CRC or breaks the offset sequence, and says why: that is where
 recovery truncates.
 """
@@ -16,7 +18,8 @@ import zlib
 from typing import NamedTuple
 
 _LENGTH = struct.Struct(">i")
-_HEAD = struct.Struct(">IqiqI")  # crc, offset, leader_epoch, timestamp, key length (as unsigned, -1 = null)
+_HEAD = struct.Struct(">IqiqqiI")  # crc, offset, epoch, timestamp, producer id, sequence, key length (-1 = null)
+_BODY = struct.Struct(">qiqqiI")
 _INT = struct.Struct(">i")
 NULL = 0xFFFFFFFF
 HEADER_BYTES = _LENGTH.size + _HEAD.size
@@ -28,12 +31,14 @@ class Record(NamedTuple):
     timestamp_ms: int
     key: bytes | None
     value: bytes
+    producer_id: int = -1
+    sequence: int = -1
 
 
 def encode(record: Record) -> bytes:
     key = record.key
-    body = struct.pack(">qiqI", record.offset, record.leader_epoch, record.timestamp_ms,
-                       NULL if key is None else len(key)) + (key or b"") + _INT.pack(len(record.value)) + record.value
+    body = _BODY.pack(record.offset, record.leader_epoch, record.timestamp_ms, record.producer_id, record.sequence,
+                      NULL if key is None else len(key)) + (key or b"") + _INT.pack(len(record.value)) + record.value
     crc = zlib.crc32(body)
     return _LENGTH.pack(len(body) + 4) + struct.pack(">I", crc) + body
 
@@ -55,7 +60,7 @@ def decode(buffer: bytes, expected_offset: int | None = None) -> Decoded:
         body_end = pos + _LENGTH.size + length
         if length < _HEAD.size + _INT.size or body_end > end:
             return Decoded(records, positions, pos, f"entry at byte {pos} claims {length} bytes")
-        crc, offset, epoch, timestamp, key_length = _HEAD.unpack_from(buffer, pos + _LENGTH.size)
+        crc, offset, epoch, timestamp, producer_id, sequence, key_length = _HEAD.unpack_from(buffer, pos + _LENGTH.size)
         if zlib.crc32(buffer[pos + 8:body_end]) != crc:
             return Decoded(records, positions, pos, f"CRC mismatch in the entry at byte {pos} (offset {offset})")
         if expected_offset is not None and offset != expected_offset:
@@ -70,7 +75,7 @@ def decode(buffer: bytes, expected_offset: int | None = None) -> Decoded:
         if value_length < 0 or cursor + value_length != body_end:
             return Decoded(records, positions, pos, f"entry at byte {pos} has inconsistent lengths")
         value = bytes(buffer[cursor:body_end])
-        records.append(Record(offset, epoch, timestamp, key, value))
+        records.append(Record(offset, epoch, timestamp, key, value, producer_id, sequence))
         positions.append(pos)
         expected_offset = offset + 1
         pos = body_end

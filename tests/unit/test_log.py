@@ -11,8 +11,8 @@ from actors.broker.records import Record
 from coordination.errors import KafkaStorageException, OffsetOutOfRangeException
 
 
-def entries(n: int, size: int = 10, start: int = 0) -> list[tuple[bytes | None, bytes, int]]:
-    return [(None if i % 3 == 0 else f"k{i}".encode(), bytes([i % 256]) * size, 1_000 + i)
+def entries(n: int, size: int = 10, start: int = 0) -> list[Record]:
+    return [Record(-1, -1, 1_000 + i, None if i % 3 == 0 else f"k{i}".encode(), bytes([i % 256]) * size, 7, i)
             for i in range(start, start + n)]
 
 
@@ -57,7 +57,8 @@ def test_leader_appends_assign_offsets_and_rolls_segments(tmp_path):
                                                                             for s in log.segments]
     got = log.read(0, max_bytes=10**6)
     assert [r.offset for r in got] == list(range(35))
-    assert [(r.key, r.value, r.timestamp_ms) for r in got] == entries(35)
+    assert [(r.key, r.value, r.timestamp_ms, r.producer_id, r.sequence) for r in got] == [
+        (e.key, e.value, e.timestamp_ms, 7, e.sequence) for e in entries(35)]
     assert {r.leader_epoch for r in got[:30]} == {1} and {r.leader_epoch for r in got[30:]} == {2}
     assert log.leader_epochs.entries == [(1, 0), (2, 30)]
 

@@ -1,0 +1,239 @@
+"""One replica of a partition on a broker: its log, its role, its high watermark, and as leader
+what it knows of its followers and of idempotent producers (Kafka's Partition).
+
+No Ray and no ZooKeeper: the broker's shell decides when to call these (a LeaderAndIsr,
+a produce, a follower's fetch, the ISR check), writes ISR changes to ZooKeeper and
+sends fetches. A Condition wakes produce calls waiting for acks=all when the high
+watermark moves, and anything else waiting on the partition.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from actors.broker.log import Log
+from actors.broker.records import Record
+from actors.broker.replication import (
+    FollowerState,
+    high_watermark,
+    in_sync_again,
+    out_of_sync_replicas,
+    update_fetch_state,
+)
+from coordination.errors import (
+    Errors,
+    NotEnoughReplicasException,
+    NotLeaderOrFollowerException,
+    OffsetOutOfRangeException,
+    OutOfOrderSequenceException,
+)
+
+
+class LeaderAndIsrState(NamedTuple):
+    """The part of a LeaderAndIsr partition state a replica acts on."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    zk_version: int
+
+
+class FetchResult(NamedTuple):
+    records: list[Record]
+    high_watermark: int
+    log_end_offset: int
+
+
+class Partition:
+    def __init__(self, topic: str, partition: int, broker_id: int, log: Log, high_watermark_: int = 0):
+        self.topic, self.partition, self.broker_id, self.log = topic, partition, broker_id, log
+        self.state = LeaderAndIsrState(-1, -1, (), (), -1)
+        self.high_watermark = min(high_watermark_, log.log_end_offset)
+        self.followers: dict[int, FollowerState] = {}
+        self.leader_epoch_start_offset = 0
+        self.producers = producer_state(log)  # producer id -> its last runs of appended sequences
+        self.changed = threading.Condition()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state.leader == self.broker_id
+
+    # -- role changes (LeaderAndIsr) -----------------------------------------
+
+    def make_leader(self, state: LeaderAndIsrState, now_ms: int) -> None:
+        """Kafka's makeLeader: a new epoch starts at the log end; every follower is given a fresh
+        fetch state (ISR members count as caught up now)."""
+        with self.changed:
+            self.state = state
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
+            self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in state.isr else 0)
+                              for r in state.replicas if r != self.broker_id}
+            self._advance_high_watermark()
+            self.changed.notify_all()
+
+    def make_follower(self, state: LeaderAndIsrState) -> None:
+        """Kafka's makeFollower: record the new leader; the fetcher truncates and then fetches."""
+        with self.changed:
+            self.state = state
+            self.followers = {}
+            self.changed.notify_all()  # waiting produce calls learn they are no longer leader
+
+    def update_isr(self, isr: tuple[int, ...], zk_version: int) -> None:
+        """The leader's own ISR change, once ZooKeeper has it."""
+        with self.changed:
+            self.state = self.state._replace(isr=isr, zk_version=zk_version)
+            self._advance_high_watermark()
+            self.changed.notify_all()
+
+    # -- leader: produce -----------------------------------------------------
+
+    def append_as_leader(self, batch: list[Record], required_acks: int, min_insync_replicas: int) -> tuple[int, int]:
+        """Append a producer's records; (first offset, last offset). A retried idempotent batch
+        (its sequence already in the log) gets its original offsets back and is not appended twice."""
+        with self.changed:
+            if not self.is_leader:
+                raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+            if required_acks == -1 and len(self.state.isr) < min_insync_replicas:
+                raise NotEnoughReplicasException(
+                    f"{self.topic}-{self.partition}: ISR {list(self.state.isr)} is smaller than "
+                    f"min.insync.replicas={min_insync_replicas}")
+            first, last = batch[0], batch[-1]
+            runs = self.producers.get(first.producer_id, []) if first.producer_id >= 0 else []
+            if runs:
+                known = find_run(runs, first.sequence, last.sequence)
+                if known is not None:  # a retry of what is already in the log
+                    return known
+                if first.sequence != runs[-1][1] + 1:
+                    raise OutOfOrderSequenceException(
+                        f"producer {first.producer_id}: sequence {first.sequence} after {runs[-1][1]}")
+            offsets = self.log.append_as_leader(batch, self.state.leader_epoch)
+            self._remember(batch, offsets[0])
+            self._advance_high_watermark()
+            self.changed.notify_all()
+            return offsets
+
+    def wait_for_high_watermark(self, offset: int, timeout_s: float) -> Errors:
+        """acks=all: block until the high watermark passes `offset` (the ISR has the record)."""
+        with self.changed:
+            epoch = self.state.leader_epoch
+            done = self.changed.wait_for(
+                lambda: self.high_watermark > offset or not self.is_leader or self.state.leader_epoch != epoch,
+                timeout_s)
+            if not done:
+                return Errors.REQUEST_TIMED_OUT
+            return Errors.NONE if self.high_watermark > offset and self.state.leader_epoch == epoch \
+                else Errors.NOT_LEADER_OR_FOLLOWER
+
+    # -- leader: follower fetches and the ISR --------------------------------
+
+    def fetch_for_follower(self, replica_id: int, fetch_offset: int, max_bytes: int, now_ms: int) -> FetchResult:
+        """A follower fetching from `fetch_offset` has everything below it: update what the leader
+        knows of it, advance the high watermark, and hand it what follows."""
+        with self.changed:
+            if not self.is_leader:
+                raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+            if replica_id in self.followers:
+                self.followers[replica_id] = update_fetch_state(self.followers[replica_id], fetch_offset,
+                                                                self.log.log_end_offset, now_ms)
+                if self._advance_high_watermark():
+                    self.changed.notify_all()
+            return FetchResult(self.log.read(fetch_offset, max_bytes), self.high_watermark, self.log.log_end_offset)
+
+    def isr_to_shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> tuple[int, ...] | None:
+        """The ISR without the followers that lag too long, or None when it stays."""
+        with self.changed:
+            if not self.is_leader:
+                return None
+            out = out_of_sync_replicas(self.broker_id, self.state.isr, self.followers, now_ms, replica_lag_time_max_ms)
+            return tuple(r for r in self.state.isr if r not in out) if out else None
+
+    def isr_to_expand(self) -> tuple[int, ...] | None:
+        """The ISR with the followers that caught up again, or None when it stays."""
+        with self.changed:
+            if not self.is_leader:
+                return None
+            back = [r for r, s in self.followers.items() if r not in self.state.isr and r in self.state.replicas
+                    and in_sync_again(s, self.high_watermark, self.leader_epoch_start_offset)]
+            return self.state.isr + tuple(sorted(back)) if back else None
+
+    def _advance_high_watermark(self) -> bool:
+        if not self.is_leader:
+            return False
+        new = high_watermark(self.high_watermark, self.broker_id, self.log.log_end_offset, self.followers,
+                             self.state.isr)
+        moved, self.high_watermark = new > self.high_watermark, new
+        return moved
+
+    def _remember(self, batch: list[Record], first_offset: int) -> None:
+        producer_id = batch[0].producer_id
+        if producer_id >= 0:
+            self.producers[producer_id] = add_run(self.producers.get(producer_id, []), batch[0].sequence,
+                                                  batch[-1].sequence, first_offset)
+
+    # -- follower ------------------------------------------------------------
+
+    def append_as_follower(self, batch: list[Record], leader_high_watermark: int) -> None:
+        with self.changed:
+            self.log.append(batch)
+            for r in batch:
+                self._remember([r], r.offset)
+            self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+
+    def truncate_to(self, offset: int) -> None:
+        with self.changed:
+            self.log.truncate_to(offset)
+            self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+            self.producers = producer_state(self.log)
+
+    # -- consumers -----------------------------------------------------------
+
+    def read_for_consumer(self, offset: int, max_bytes: int) -> FetchResult:
+        """Records below the high watermark only. An offset between the high watermark and the log
+        end gets nothing (seed 000: it may have been acknowledged by a previous leader); beyond the
+        log end is OFFSET_OUT_OF_RANGE."""
+        with self.changed:
+            if not self.is_leader:
+                raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+            if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
+                raise OffsetOutOfRangeException(
+                    f"{self.topic}-{self.partition}: offset {offset} outside [{self.log.log_start_offset}, "
+                    f"{self.log.log_end_offset}]")
+            records = self.log.read(offset, max_bytes, max_offset=self.high_watermark) \
+                if offset < self.high_watermark else []
+            return FetchResult(records, self.high_watermark, self.log.log_end_offset)
+
+
+Run = tuple[int, int, int]  # first sequence, last sequence, first offset: records appended back to back
+RUNS_KEPT = 5  # Kafka keeps the last five batches of each producer
+
+
+def add_run(runs: list[Run], first_sequence: int, last_sequence: int, first_offset: int) -> list[Run]:
+    """Extend the last run when the new records follow it in both sequence and offset."""
+    if runs and runs[-1][1] + 1 == first_sequence and runs[-1][2] + runs[-1][1] - runs[-1][0] + 1 == first_offset:
+        return runs[:-1] + [(runs[-1][0], last_sequence, runs[-1][2])]
+    return (runs + [(first_sequence, last_sequence, first_offset)])[-RUNS_KEPT:]
+
+
+def find_run(runs: list[Run], first_sequence: int, last_sequence: int) -> tuple[int, int] | None:
+    """The offsets of sequences already appended (a retried batch), or None."""
+    for run_first, run_last, offset in runs:
+        if run_first <= first_sequence and last_sequence <= run_last:
+            return offset + first_sequence - run_first, offset + last_sequence - run_first
+    return None
+
+
+def producer_state(log: Log) -> dict[int, list[Run]]:
+    """Every idempotent producer's last runs, read from the log (when it is opened or truncated;
+    appends keep them current), so that a follower turned leader recognises retries of batches
+    its old leader had appended."""
+    out: dict[int, list[Run]] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        chunk = log.read(offset, 1 << 20)
+        for r in chunk:
+            if r.producer_id >= 0:
+                out[r.producer_id] = add_run(out.get(r.producer_id, []), r.sequence, r.sequence, r.offset)
+        offset += len(chunk)
+    return out
