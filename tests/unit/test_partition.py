@@ -43,11 +43,17 @@ def test_high_watermark_waits_for_the_whole_isr(leader):
     assert leader.wait_for_high_watermark(4, timeout_s=0) == Errors.NONE
 
 
+def waiting(partition: Partition, offset: int) -> tuple[threading.Thread, list]:
+    """A produce waiting (acks=all) in another thread; its outcome lands in the list."""
+    outcome = []
+    waiter = threading.Thread(target=lambda: outcome.append(partition.wait_for_high_watermark(offset, timeout_s=5)))
+    waiter.start()
+    return waiter, outcome
+
+
 def test_acks_all_waits_until_followers_have_the_records(leader):
     leader.append_as_leader(batch(2), -1, 2)
-    outcome = []
-    waiter = threading.Thread(target=lambda: outcome.append(leader.wait_for_high_watermark(1, timeout_s=5)))
-    waiter.start()
+    waiter, outcome = waiting(leader, 1)
     leader.fetch_for_follower(2, 2, 1 << 20, now_ms=1)
     leader.fetch_for_follower(3, 2, 1 << 20, now_ms=1)
     waiter.join(5)
@@ -57,9 +63,7 @@ def test_acks_all_waits_until_followers_have_the_records(leader):
 
 def test_a_waiting_produce_learns_that_leadership_moved(leader):
     leader.append_as_leader(batch(1), -1, 2)
-    outcome = []
-    waiter = threading.Thread(target=lambda: outcome.append(leader.wait_for_high_watermark(0, timeout_s=5)))
-    waiter.start()
+    waiter, outcome = waiting(leader, 0)
     leader.make_follower(FOLLOWS._replace(leader_epoch=4))
     waiter.join(5)
     assert outcome == [Errors.NOT_LEADER_OR_FOLLOWER]
