@@ -12,7 +12,7 @@ import time
 import ray
 
 from actors.broker.metadata_cache import MetadataCache
-from actors.broker.replica_manager import ReplicaManager
+from actors.broker.replica_manager import ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import controller_actor_name
@@ -83,7 +83,7 @@ class BrokerActor:
 
     def replicas(self) -> dict:
         with self._lock:
-            return {tp: r.role(self.broker_id) for tp, r in self.replica_manager.replicas.items()}
+            return {tp: role(r, self.broker_id) for tp, r in self.replica_manager.replicas.items()}
 
     def info(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),

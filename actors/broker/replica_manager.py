@@ -1,14 +1,23 @@
-"""The broker's side of controller requests: epoch checks and local partition roles. No I/O.
+"""The broker's replicas: controller requests applied to Partitions and their logs.
 
-Kafka's ReplicaManager.becomeLeaderOrFollower / stopReplicas, without the logs
-(which arrive with the data plane): a request from a stale controller epoch, or
-meant for an earlier incarnation of this broker, is refused whole; a partition
-state is applied only when its leader epoch is newer than the one held.
+Kafka's ReplicaManager.becomeLeaderOrFollower / stopReplicas: a request from a
+stale controller epoch, or meant for an earlier incarnation of this broker, is
+refused whole; a partition state is applied only when its leader epoch is newer
+than the one held. Each replica's log lives under the broker's log directory,
+next to the high-watermark checkpoint. No Ray and no ZooKeeper: the broker's
+shell starts and stops fetchers for the role changes this returns.
 """
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from pathlib import Path
 from typing import NamedTuple
+
+from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.log import DEFAULT_SEGMENT_BYTES, Log
+from actors.broker.partition import LeaderAndIsrState, Partition
 
 from actors.protocol import (
     ControllerRequest,
@@ -26,22 +35,54 @@ state_change_log = logging.getLogger("state.change.logger")
 UNKNOWN_BROKER_EPOCH = -1
 
 
-class LocalReplica(NamedTuple):  # a broker holds one per partition, replaced on each LeaderAndIsr
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    zk_version: int
+HW_CHECKPOINT = "replication-offset-checkpoint"
 
-    def role(self, broker_id: int) -> str:
-        return "Leader" if self.leader == broker_id else "Follower"
+
+def role(state: LeaderAndIsrState, broker_id: int) -> str:
+    return "Leader" if state.leader == broker_id else "Follower"
+
+
+class RoleChanges(NamedTuple):
+    """What a LeaderAndIsr or StopReplica changed, for the shell's fetchers."""
+
+    leaders: list[TopicPartition] = []
+    followers: dict[TopicPartition, int] = {}  # partition -> its new leader
+    stopped: list[TopicPartition] = []
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int):
+    def __init__(self, broker_id: int, log_dir: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
         self.broker_id = broker_id
         self.controller_epoch = 0
-        self.replicas: dict[TopicPartition, LocalReplica] = {}
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._checkpointed = {TopicPartition(t, p): hw for t, p, hw in
+                              read_checkpoint(self.log_dir / HW_CHECKPOINT, (str, int, int))}
+        self._checkpoint_lock = threading.Lock()
+
+    @property
+    def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
+        return {tp: p.state for tp, p in list(self.partitions.items())}
+
+    def partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Kafka's replication-offset-checkpoint: where each replica's HW was, for the next start."""
+        with self._checkpoint_lock:
+            write_checkpoint(self.log_dir / HW_CHECKPOINT, [(tp.topic, tp.partition, p.high_watermark)
+                                                            for tp, p in sorted(list(self.partitions.items()))])
+
+    def _get_or_create(self, tp: TopicPartition) -> Partition:
+        if tp not in self.partitions:
+            log = Log(self.log_dir / f"{tp.topic}-{tp.partition}", self.segment_bytes)
+            if log.recovery:
+                state_change_log.warning("[Broker id=%d] Log of %s recovered: %s", self.broker_id, tp, log.recovery)
+            self.partitions[tp] = Partition(tp.topic, tp.partition, self.broker_id, log,
+                                            self._checkpointed.get(tp, 0))
+        return self.partitions[tp]
 
     def check_request(self, request: ControllerRequest, broker_epoch: int) -> Errors:
         """STALE_BROKER_EPOCH for a request meant for an earlier registration; STALE_CONTROLLER_EPOCH
@@ -66,10 +107,11 @@ class ReplicaManager:
             return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
         results = []
         debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
+        now_ms = int(time.time() * 1000)
         for st in request.partition_states:
             tp = TopicPartition(st.topic, st.partition)
-            current = self.replicas.get(tp)
-            current_epoch = current.leader_epoch if current else -1
+            current = self.partitions.get(tp)
+            current_epoch = current.state.leader_epoch if current else -1
             if st.leader_epoch > current_epoch:
                 if self.broker_id not in st.replicas:
                     state_change_log.warning("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d "
@@ -78,13 +120,17 @@ class ReplicaManager:
                                              request.controller_epoch, tp, st.replicas)
                     code = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 else:
-                    replica = LocalReplica(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
-                                           st.zk_version)
-                    self.replicas[tp] = replica
+                    state = LeaderAndIsrState(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
+                                              st.zk_version)
+                    partition = self._get_or_create(tp)
+                    if st.leader == self.broker_id:
+                        partition.make_leader(state, now_ms)
+                    else:
+                        partition.make_follower(state)
                     if debug:
                         state_change_log.debug("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
                                                "(controller %d epoch %d)", self.broker_id,
-                                               "Became leader of" if replica.role(self.broker_id) == "Leader"
+                                               "Became leader of" if st.leader == self.broker_id
                                                else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
                                                request.controller_id, request.controller_epoch)
                     code = Errors.NONE
@@ -113,11 +159,17 @@ class ReplicaManager:
         results = []
         for p in request.partitions:
             tp = TopicPartition(p.topic, p.partition)
-            current = self.replicas.get(tp)
-            if current is not None and 0 <= p.leader_epoch <= current.leader_epoch:
+            current = self.partitions.get(tp)
+            if current is not None and 0 <= p.leader_epoch <= current.state.leader_epoch:
                 code = Errors.FENCED_LEADER_EPOCH  # -1 (no epoch) and -2 (deleting) always stop
             else:
-                self.replicas.pop(tp, None)
+                stopped = self.partitions.pop(tp, None)
+                if stopped is not None:
+                    stopped.make_follower(stopped.state._replace(leader=-1))  # waiting produce calls give up
+                    if p.delete_partition:
+                        stopped.log.delete()
+                    else:
+                        stopped.log.close()
                 code = Errors.NONE
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
-from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, LocalReplica, ReplicaManager
+from actors.broker.partition import LeaderAndIsrState
+from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, ReplicaManager, role
 from actors.protocol import (
     LeaderAndIsrRequest,
     LiveBroker,
@@ -43,12 +44,12 @@ def errors(response):
 
 
 def roles(rm):
-    return {tp: r.role(rm.broker_id) for tp, r in rm.replicas.items()}
+    return {tp: role(r, rm.broker_id) for tp, r in rm.replicas.items()}
 
 
 @pytest.fixture
-def rm():
-    return ReplicaManager(BROKER)
+def rm(tmp_path):
+    return ReplicaManager(BROKER, tmp_path)
 
 
 # -- LeaderAndIsr ----------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def test_first_leader_and_isr_applies_roles(rm):
     assert [(e.topic, e.partition, e.error_code) for e in resp.partition_errors] == [
         ("t", 0, Errors.NONE), ("t", 1, Errors.NONE)]
     assert roles(rm) == {T0: "Leader", T1: "Follower"}
-    assert rm.replicas[T0] == LocalReplica(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0)
+    assert rm.replicas[T0] == LeaderAndIsrState(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0)
     assert rm.controller_epoch == 1
 
 
@@ -72,7 +73,7 @@ def test_newer_leader_epoch_replaces_state(rm):
                                         BROKER_EPOCH)
     assert errors(resp) == {T0: Errors.NONE}
     assert roles(rm) == {T0: "Follower"}
-    assert rm.replicas[T0] == LocalReplica(2, 4, (2, 3), (1, 2, 3), 7)
+    assert rm.replicas[T0] == LeaderAndIsrState(2, 4, (2, 3), (1, 2, 3), 7)
 
 
 @pytest.mark.parametrize("epoch", [5, 4, 0])
@@ -236,9 +237,32 @@ def test_stop_replicas_stale_broker_epoch(rm):
 
 
 def test_local_replica_role():
-    r = LocalReplica(leader=3, leader_epoch=0, isr=(3,), replicas=(3, 4), zk_version=0)
-    assert r.role(3) == "Leader"
-    assert r.role(4) == "Follower"
+    r = LeaderAndIsrState(leader=3, leader_epoch=0, isr=(3,), replicas=(3, 4), zk_version=0)
+    assert role(r, 3) == "Leader"
+    assert role(r, 4) == "Follower"
+
+
+def test_replicas_get_logs_that_stop_replica_keeps_or_deletes(rm, tmp_path):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)),
+                                 BROKER_EPOCH)
+    assert (tmp_path / "t-0").is_dir() and (tmp_path / "t-1").is_dir()
+    assert rm.partition(T0).is_leader and not rm.partition(T1).is_leader
+    rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, delete_partition=True),
+                          StopReplicaPartition(topic="t", partition=1)), BROKER_EPOCH)
+    assert not (tmp_path / "t-0").exists()  # deleted with the topic
+    assert (tmp_path / "t-1").is_dir()  # only stopped: the log stays for when the replica returns
+
+
+def test_high_watermarks_are_checkpointed_and_read_back(rm, tmp_path):
+    from actors.broker.records import Record
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,))), BROKER_EPOCH)
+    rm.partition(T0).append_as_leader([Record(-1, -1, 0, None, b"x")] * 3, 1, 1)
+    assert rm.partition(T0).high_watermark == 3  # alone in the ISR
+    rm.checkpoint_high_watermarks()
+    assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
+    again = ReplicaManager(BROKER, tmp_path)
+    again.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1)), BROKER_EPOCH)
+    assert again.partition(T0).high_watermark == 3 and again.partition(T0).log.log_end_offset == 3
 
 
 # -- MetadataCache ----------------------------------------------------------------------------------
