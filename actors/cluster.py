@@ -4,6 +4,8 @@ Used by the main job, the CLI, the tests and the benchmarks alike.
 """
 from __future__ import annotations
 
+import contextlib
+import shutil
 import time
 
 import ray
@@ -116,8 +118,9 @@ class LocalCluster:
         if not restart:
             self.brokers.pop(broker_id)
 
-    def stop(self) -> None:
-        """Close every ZooKeeper session cleanly, then end the actors."""
+    def stop(self, delete_logs: bool = False) -> None:
+        """Close every ZooKeeper session cleanly, then end the actors; with delete_logs, remove the
+        brokers' log directories too (a throwaway cluster: tests, benchmarks, the demo)."""
         refs = [h.shutdown.remote() for h in self.brokers.values()]
         try:
             ray.get(refs, timeout=20)
@@ -125,4 +128,9 @@ class LocalCluster:
             pass  # a broker that is already gone has nothing to close
         for h in self.brokers.values():
             ray.kill(h, no_restart=True)
+        if delete_logs:
+            for b in set(self.broker_ids) | set(self.brokers):
+                shutil.rmtree(self.config.log_dir(b), ignore_errors=True)
+            with contextlib.suppress(OSError):  # the cluster's own directory, when nothing else is in it
+                self.config.log_dir(self.broker_ids[0]).parent.rmdir()
         self.brokers.clear()

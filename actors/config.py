@@ -1,6 +1,9 @@
 """Configuration shared by brokers, controllers and tools, with Kafka's names where Kafka has one."""
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -21,6 +24,25 @@ class ControllerConfig(BaseModel):
                                                       description="controlled.shutdown.retry.backoff.ms")
 
 
+class BrokerConfig(BaseModel):
+    """The broker's data-plane settings, with Kafka's names and defaults (shorter where a laptop wants it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    log_dirs: str | None = Field(None, description="log.dirs; broker N keeps its replicas under <log_dirs>/broker-N "
+                                                   "(default: <temp dir>/kray-logs/<namespace>)")
+    log_segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="log.segment.bytes")
+    min_insync_replicas: int = Field(1, ge=1, description="min.insync.replicas")
+    replica_lag_time_max_ms: int = Field(30_000, ge=10, description="replica.lag.time.max.ms")
+    replica_fetch_wait_max_ms: int = Field(500, ge=0, description="replica.fetch.wait.max.ms")
+    replica_fetch_max_bytes: int = Field(1024 * 1024, ge=1, description="replica.fetch.max.bytes")
+    replica_fetch_backoff_ms: int = Field(1000, ge=0, description="replica.fetch.backoff.ms")
+    replica_high_watermark_checkpoint_interval_ms: int = Field(
+        5000, ge=10, description="replica.high.watermark.checkpoint.interval.ms")
+    isr_change_propagation_interval_ms: int = Field(2500, ge=10, description="how often ISR changes are "
+                                                                             "announced under /isr_change_notification")
+
+
 class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -33,3 +55,9 @@ class ClusterConfig(BaseModel):
     request_retry_backoff_ms: int = Field(100, ge=1, description="RequestSendThread's backoff")
     broker_max_restarts: int = Field(-1, description="Ray restarts of a broker actor (-1: forever)")
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    broker: BrokerConfig = Field(default_factory=BrokerConfig)
+
+    def log_dir(self, broker_id: int) -> Path:
+        base = Path(self.broker.log_dirs) if self.broker.log_dirs else \
+            Path(tempfile.gettempdir()) / "kray-logs" / self.namespace
+        return base / f"broker-{broker_id}"

@@ -61,7 +61,7 @@ def run(partitions: int, repeats: int) -> dict:
                 cluster.wait_for_metadata(lambda m: sum(tp.topic == "bench" for tp in m["partitions"]) == partitions,
                                           timeout=300)
                 created = time.perf_counter() - t1
-                cluster.stop()
+                cluster.stop(delete_logs=True)
             # the controller writes 2 znodes per partition (partition + state) plus one per topic
             raw_equivalent = (2 * partitions + 1) / baseline["multi_znodes_per_s"]
             run_result = baseline | {

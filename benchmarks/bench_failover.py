@@ -107,7 +107,7 @@ def broker_failure(connect: str, p: int) -> dict:
             "floor_zk_multi_s": round(floor_zk, 3), "floor_actor_calls_s": round(floor_call, 3),
             "floor_s": round(floor_zk + floor_call, 3)}
     finally:
-        cluster.stop()
+        cluster.stop(delete_logs=True)
         zk.close()
 
 
@@ -139,7 +139,7 @@ def controller_failover(connect: str, n: int) -> dict:
             "floor_pipelined_read_s": round(floor, 3), "floor_s": round(floor, 3),
             "multi_read_s": round(multi_read, 3)}
     finally:
-        cluster.stop()
+        cluster.stop(delete_logs=True)
         zk.close()
 
 

@@ -40,7 +40,7 @@ def run(brokers: int = 3, partitions: int = 6, replication_factor: int = 3, sess
             _scenario(cluster, zk, config, topic, partitions, replication_factor)
         finally:
             step("Stopping brokers, Ray and ZooKeeper")
-            cluster.stop()
+            cluster.stop(delete_logs=True)
             zk.close()
     step("Done")
 

@@ -36,7 +36,7 @@ class BrokerActor:
         self.broker_id = broker_id
         self.config = config
         self._lock = threading.Lock()
-        self.replica_manager = ReplicaManager(broker_id)
+        self.replica_manager = ReplicaManager(broker_id, config.log_dir(broker_id), config.broker.log_segment_bytes)
         self.metadata_cache = MetadataCache()
         self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
         self.zk.ensure_persistent_paths()

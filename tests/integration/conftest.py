@@ -37,7 +37,7 @@ def new_cluster(zk_connect, ray_session):
 
     yield start
     for cluster, zk in started:
-        cluster.stop()
+        cluster.stop(delete_logs=True)
         zk.close()
 
 

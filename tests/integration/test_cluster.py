@@ -22,7 +22,7 @@ def env(zk_connect, ray_session):
     cluster, zk = start_cluster(zk_connect)
     state = {"cluster": cluster, "zk": zk, "ray": ray_session}
     yield state
-    cluster.stop()
+    cluster.stop(delete_logs=True)
     zk.close()
 
 
