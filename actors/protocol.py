@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import pickle
 from functools import cache, partial
-from typing import Annotated, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic_core import core_schema
 
 from coordination.errors import Errors
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class PartitionState(NamedTuple):
@@ -62,6 +63,11 @@ class Rows(tuple):
     def validate(cls, value):
         return value if isinstance(value, cls) else cls(_row_list_adapter(cls.row).validate_python(value))
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler) -> core_schema.CoreSchema:
+        """As a model field (or inside another row): trusted as it is, or validated from a list."""
+        return core_schema.no_info_plain_validator_function(cls.validate)
+
 
 @cache
 def _row_list_adapter(row: type) -> TypeAdapter:
@@ -93,20 +99,15 @@ class ControllerRequest(Message):
     correlation_id: int = -1
 
 
-def rows(cls: type[Rows]):
-    """A request field holding Rows of cls: trusted as they are, or validated from a list."""
-    return Annotated[cls, BeforeValidator(cls.validate)]
-
-
 class LeaderAndIsrRequest(ControllerRequest):
     api: str = "LeaderAndIsr"
-    partition_states: rows(PartitionStates)
+    partition_states: PartitionStates
     live_leaders: list[LiveBroker]
 
 
 class UpdateMetadataRequest(ControllerRequest):
     api: str = "UpdateMetadata"
-    partition_states: rows(PartitionStates)
+    partition_states: PartitionStates
     live_brokers: list[LiveBroker]
 
 
@@ -123,7 +124,7 @@ class StopReplicaPartitions(Rows):
 
 class StopReplicaRequest(ControllerRequest):
     api: str = "StopReplica"
-    partitions: rows(StopReplicaPartitions)
+    partitions: StopReplicaPartitions
 
 
 class PartitionError(NamedTuple):
@@ -143,7 +144,7 @@ class ControllerResponse(Message):
     broker_id: int
     correlation_id: int = -1
     error_code: Errors = Errors.NONE
-    partition_errors: rows(PartitionErrors) = PartitionErrors()
+    partition_errors: PartitionErrors = PartitionErrors()
 
 
 ControllerRequestT = LeaderAndIsrRequest | UpdateMetadataRequest | StopReplicaRequest

@@ -96,6 +96,10 @@ class OutOfOrderSequenceException(KrayError):
     error = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
+class FencedLeaderEpochException(KrayError):
+    error = Errors.FENCED_LEADER_EPOCH
+
+
 class KafkaStorageException(KrayError):
     """A log or checkpoint file on the broker's disk cannot be used as it is."""
 

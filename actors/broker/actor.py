@@ -1,21 +1,36 @@
-"""The Broker actor: registers in ZooKeeper, hosts its controller candidate, answers the controller.
+"""The Broker actor: registers in ZooKeeper, hosts its controller candidate, answers the
+controller, serves produce and fetch, and replicates the partitions it follows.
 
-A thin shell: epoch checks and role changes are ReplicaManager's, the cache is
-MetadataCache's. Requests run on Ray's thread pool, so one lock serialises them.
+A thin shell: epoch checks, role changes, produce and fetch are ReplicaManager's
+(and its Partitions'), the cache is MetadataCache's, pulling from leaders is the
+fetchers', ISR writes are IsrManager's. Requests run on Ray's thread pool: one lock
+serialises controller requests; produce and fetch only take their partitions'
+locks, since they may wait (acks=all, long-polling fetches).
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 
 import ray
 
+from actors.broker.fetcher import ReplicaFetcherManager
+from actors.broker.isr import IsrManager
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.replica_manager import ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
-from actors.controller.channel import controller_actor_name
+from actors.controller.channel import broker_actor_name, controller_actor_name
+from actors.data_protocol import (
+    FetchRequest,
+    FetchResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 from actors.runtime import configure_actor_process
 from actors.protocol import (
     ControllerRequestT,
@@ -25,11 +40,15 @@ from actors.protocol import (
     UpdateMetadataRequest,
 )
 from coordination import zkdata
+from coordination.errors import Errors
 from coordination.registration import BrokerRegistration
 from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=0, max_concurrency=8)
+@ray.remote(num_cpus=0, max_concurrency=64)
 class BrokerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process()
@@ -44,9 +63,31 @@ class BrokerActor:
             self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.host, config.base_port + broker_id))
         self.registration.register()
         self.registration.keep_registered()
+        self.fetchers = ReplicaFetcherManager(broker_id, lambda leader: ray.get_actor(
+            broker_actor_name(leader), namespace=config.namespace), config.broker)
+        self.isr = IsrManager(broker_id, self.zk, self.replica_manager)
+        self._stopped = threading.Event()
+        threading.Thread(target=self._scheduler, name=f"kafka-scheduler-{broker_id}", daemon=True).start()
         self.controller = ControllerActor.options(
             name=controller_actor_name(broker_id), namespace=config.namespace, max_restarts=-1,
         ).remote(broker_id, config)
+
+    def _scheduler(self) -> None:
+        """Kafka's periodic replica tasks: ISR shrink (every half replica.lag.time.max.ms), ISR change
+        propagation, high-watermark checkpoints."""
+        cfg = self.config.broker
+        tasks = [(cfg.replica_lag_time_max_ms / 2, lambda: self.isr.shrink(now_ms(), cfg.replica_lag_time_max_ms)),
+                 (cfg.isr_change_propagation_interval_ms, self.isr.propagate),
+                 (cfg.replica_high_watermark_checkpoint_interval_ms, self.replica_manager.checkpoint_high_watermarks)]
+        due = [time.monotonic() + interval / 1000 for interval, _ in tasks]
+        while not self._stopped.wait(max(0.0, min(due) - time.monotonic())):
+            for i, (interval, task) in enumerate(tasks):
+                if time.monotonic() >= due[i]:
+                    due[i] = time.monotonic() + interval / 1000
+                    try:
+                        task()
+                    except Exception:  # a ZooKeeper hiccup must not end the scheduler
+                        log.exception("Scheduled task failed")
 
     @property
     def broker_epoch(self) -> int:
@@ -59,8 +100,18 @@ class BrokerActor:
         return [handlers[r.api](r) for r in requests]
 
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
+        """Apply the roles, then stop fetching for new leaders and (re)start it for new followers."""
         with self._lock:
-            return _answer(request, self.replica_manager.become_leader_or_follower(request, self.broker_epoch))
+            response = self.replica_manager.become_leader_or_follower(request, self.broker_epoch)
+            for st, result in zip(request.partition_states, response.partition_errors):
+                if result.error_code != Errors.NONE:
+                    continue
+                tp = TopicPartition(st.topic, st.partition)
+                if st.leader == self.broker_id or st.leader < 0:
+                    self.fetchers.unfollow(tp)
+                else:
+                    self.fetchers.follow(tp, self.replica_manager.partition(tp), st.leader)
+            return _answer(request, response)
 
     def update_metadata(self, request: UpdateMetadataRequest) -> ControllerResponse:
         with self._lock:
@@ -71,7 +122,25 @@ class BrokerActor:
 
     def stop_replica(self, request: StopReplicaRequest) -> ControllerResponse:
         with self._lock:
-            return _answer(request, self.replica_manager.stop_replicas(request, self.broker_epoch))
+            response = self.replica_manager.stop_replicas(request, self.broker_epoch)
+            for p, result in zip(request.partitions, response.partition_errors):
+                if result.error_code == Errors.NONE:
+                    self.fetchers.unfollow(TopicPartition(p.topic, p.partition))
+            return _answer(request, response)
+
+    # -- the data plane ------------------------------------------------------
+
+    def produce(self, request: ProduceRequest) -> ProduceResponse:
+        return self.replica_manager.append_records(request, self.config.broker.min_insync_replicas)
+
+    def fetch(self, request: FetchRequest) -> FetchResponse:
+        response, expand = self.replica_manager.fetch(request, now_ms)
+        if expand:
+            self.isr.expand(expand)
+        return response
+
+    def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+        return self.replica_manager.offsets_for_leader_epoch(request)
 
     def metadata(self) -> dict:
         """The metadata cache as plain data: controller and its epoch, live brokers, (leader, epoch, isr) per partition."""
@@ -109,13 +178,21 @@ class BrokerActor:
                 "remaining": remaining if isinstance(remaining, list) else str(remaining)}
 
     def shutdown(self) -> None:
-        """Close the controller's and our ZooKeeper sessions so ephemerals go at once."""
+        """Stop fetching, checkpoint the high watermarks, and close the controller's and our ZooKeeper
+        sessions so ephemerals go at once."""
+        self._stopped.set()
+        self.fetchers.shutdown()
+        self.replica_manager.checkpoint_high_watermarks()
         try:
             ray.get(self.controller.shutdown.remote(), timeout=10)
         except Exception:
             pass  # the candidate may be dead or restarting; its session then times out
         self.registration.stop()
         self.zk.close()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _answer(request, response: ControllerResponse) -> ControllerResponse:

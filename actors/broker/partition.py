@@ -37,6 +37,7 @@ class LeaderAndIsrState(NamedTuple):
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     zk_version: int
+    controller_epoch: int = 0  # of the controller that chose this leader; the leader writes it back with ISR changes
 
 
 class FetchResult(NamedTuple):
@@ -80,9 +81,12 @@ class Partition:
             self.followers = {}
             self.changed.notify_all()  # waiting produce calls learn they are no longer leader
 
-    def update_isr(self, isr: tuple[int, ...], zk_version: int) -> None:
-        """The leader's own ISR change, once ZooKeeper has it."""
+    def update_isr(self, isr: tuple[int, ...], zk_version: int, leader_epoch: int | None = None) -> None:
+        """The leader's own ISR change, once ZooKeeper has it (ignored if a LeaderAndIsr for another
+        leader epoch came in meanwhile)."""
         with self.changed:
+            if leader_epoch is not None and leader_epoch != self.state.leader_epoch:
+                return
             self.state = self.state._replace(isr=isr, zk_version=zk_version)
             self._advance_high_watermark()
             self.changed.notify_all()

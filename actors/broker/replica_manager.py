@@ -13,11 +13,26 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable
 
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.log import DEFAULT_SEGMENT_BYTES, Log
 from actors.broker.partition import LeaderAndIsrState, Partition
+from actors.data_protocol import (
+    EpochEndOffset,
+    EpochEndOffsets,
+    FetchedPartition,
+    FetchedPartitions,
+    FetchRequest,
+    FetchResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceResult,
+    ProduceResults,
+    Records,
+)
 
 from actors.protocol import (
     ControllerRequest,
@@ -27,7 +42,12 @@ from actors.protocol import (
     PartitionErrors,
     StopReplicaRequest,
 )
-from coordination.errors import Errors
+from coordination.errors import (
+    Errors,
+    FencedLeaderEpochException,
+    KrayError,
+    NotLeaderOrFollowerException,
+)
 from coordination.zkdata import TopicPartition
 
 state_change_log = logging.getLogger("state.change.logger")
@@ -42,14 +62,6 @@ def role(state: LeaderAndIsrState, broker_id: int) -> str:
     return "Leader" if state.leader == broker_id else "Follower"
 
 
-class RoleChanges(NamedTuple):
-    """What a LeaderAndIsr or StopReplica changed, for the shell's fetchers."""
-
-    leaders: list[TopicPartition] = []
-    followers: dict[TopicPartition, int] = {}  # partition -> its new leader
-    stopped: list[TopicPartition] = []
-
-
 class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
         self.broker_id = broker_id
@@ -61,6 +73,7 @@ class ReplicaManager:
         self._checkpointed = {TopicPartition(t, p): hw for t, p, hw in
                               read_checkpoint(self.log_dir / HW_CHECKPOINT, (str, int, int))}
         self._checkpoint_lock = threading.Lock()
+        self.data_arrived = threading.Condition()  # wakes long-polling fetches after every append
 
     @property
     def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
@@ -121,7 +134,7 @@ class ReplicaManager:
                     code = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     state = LeaderAndIsrState(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
-                                              st.zk_version)
+                                              st.zk_version, st.controller_epoch)
                     partition = self._get_or_create(tp)
                     if st.leader == self.broker_id:
                         partition.make_leader(state, now_ms)
@@ -173,3 +186,89 @@ class ReplicaManager:
                 code = Errors.NONE
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
+
+    # -- the data plane ------------------------------------------------------
+
+    def append_records(self, request: ProduceRequest, min_insync_replicas: int) -> ProduceResponse:
+        """Append each partition's records on its leader; with acks=all, wait (up to the request's
+        timeout) until the ISR has them."""
+        appended, results = [], {}
+        for p in request.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            partition = self.partitions.get(tp)
+            try:
+                if partition is None:
+                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
+                first, last = partition.append_as_leader(list(p.records), request.acks, min_insync_replicas)
+                appended.append((tp, partition, last))
+                results[tp] = ProduceResult(p.topic, p.partition, int(Errors.NONE), first, last)
+            except KrayError as e:
+                results[tp] = ProduceResult(p.topic, p.partition, int(e.error), error_message=str(e))
+        if appended:
+            with self.data_arrived:
+                self.data_arrived.notify_all()
+        if request.acks == -1:
+            deadline = time.monotonic() + request.timeout_ms / 1000
+            for tp, partition, last in appended:
+                error = partition.wait_for_high_watermark(last, max(0.0, deadline - time.monotonic()))
+                if error != Errors.NONE:
+                    results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
+        return ProduceResponse(broker_id=self.broker_id, results=ProduceResults(results.values()))
+
+    def fetch(self, request: FetchRequest, now_ms: Callable[[], int]) -> tuple[FetchResponse, list[TopicPartition]]:
+        """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes.
+        Also returns the partitions whose ISR this fetch lets grow (for the shell to write)."""
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        while True:
+            out, size = self._fetch_once(request, now_ms())
+            remaining = deadline - time.monotonic()
+            if size >= request.min_bytes or remaining <= 0:
+                break
+            with self.data_arrived:
+                self.data_arrived.wait(remaining)
+        expand = []
+        if request.replica_id >= 0:
+            expand = [tp for tp in (TopicPartition(p.topic, p.partition) for p in request.partitions)
+                      if tp in self.partitions and self.partitions[tp].isr_to_expand() is not None]
+        return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(out)), expand
+
+    def _fetch_once(self, request: FetchRequest, now_ms: int) -> tuple[list[FetchedPartition], int]:
+        out, size = [], 0
+        for p in request.partitions:
+            partition = self.partitions.get(TopicPartition(p.topic, p.partition))
+            try:
+                if partition is None:
+                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {p.topic}-{p.partition}")
+                if p.current_leader_epoch >= 0 and p.current_leader_epoch != partition.state.leader_epoch:
+                    raise FencedLeaderEpochException(
+                        f"{p.topic}-{p.partition}: leader epoch {p.current_leader_epoch}, "
+                        f"this broker has {partition.state.leader_epoch}")
+                got = partition.fetch_for_follower(request.replica_id, p.fetch_offset, p.partition_max_bytes, now_ms) \
+                    if request.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, p.partition_max_bytes)
+                size += sum(len(r.value) for r in got.records)
+                out.append(FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
+                                            got.log_end_offset, Records(got.records)))
+            except KrayError as e:
+                out.append(FetchedPartition(p.topic, p.partition, int(e.error)))
+        return out, size
+
+    def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+        """Where each asked epoch ended in this leader's log (KIP-101), for a follower about to truncate."""
+        out = []
+        for q in request.partitions:
+            partition = self.partitions.get(TopicPartition(q.topic, q.partition))
+            if partition is None or not partition.is_leader:
+                out.append(EpochEndOffset(q.topic, q.partition, int(Errors.NOT_LEADER_OR_FOLLOWER)))
+                continue
+            epoch, end = partition.log.leader_epochs.end_offset_for(q.leader_epoch, partition.log.log_end_offset)
+            out.append(EpochEndOffset(q.topic, q.partition, int(Errors.NONE), epoch, end))
+        return OffsetsForLeaderEpochResponse(broker_id=self.broker_id, partitions=EpochEndOffsets(out))
+
+    def isr_shrinks(self, now_ms: int, replica_lag_time_max_ms: int) -> dict[TopicPartition, tuple[int, ...]]:
+        """For each partition led here, the ISR without followers that lag too long (only those that change)."""
+        out = {}
+        for tp, partition in list(self.partitions.items()):
+            isr = partition.isr_to_shrink(now_ms, replica_lag_time_max_ms)
+            if isr is not None:
+                out[tp] = isr
+        return out

@@ -1,1 +1,1 @@
-"""Producer and consumer clients (the data plane arrives with issue 4)."""
+"""Producer and consumer for load generators and tests, talking to broker actors as Kafka clients do."""

@@ -63,7 +63,8 @@ def test_first_leader_and_isr_applies_roles(rm):
     assert [(e.topic, e.partition, e.error_code) for e in resp.partition_errors] == [
         ("t", 0, Errors.NONE), ("t", 1, Errors.NONE)]
     assert roles(rm) == {T0: "Leader", T1: "Follower"}
-    assert rm.replicas[T0] == LeaderAndIsrState(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0)
+    assert rm.replicas[T0] == LeaderAndIsrState(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0,
+                                                controller_epoch=1)
     assert rm.controller_epoch == 1
 
 
@@ -73,7 +74,7 @@ def test_newer_leader_epoch_replaces_state(rm):
                                         BROKER_EPOCH)
     assert errors(resp) == {T0: Errors.NONE}
     assert roles(rm) == {T0: "Follower"}
-    assert rm.replicas[T0] == LeaderAndIsrState(2, 4, (2, 3), (1, 2, 3), 7)
+    assert rm.replicas[T0] == LeaderAndIsrState(2, 4, (2, 3), (1, 2, 3), 7, controller_epoch=1)
 
 
 @pytest.mark.parametrize("epoch", [5, 4, 0])

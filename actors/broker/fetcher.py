@@ -1,0 +1,156 @@
+"""Followers pull: one fetcher thread per source broker, covering every partition this broker
+follows there (Kafka's ReplicaFetcherManager / ReplicaFetcherThread).
+
+A partition joins a fetcher in the truncating state: the fetcher asks the leader
+where the follower's latest leader epoch ended (OffsetsForLeaderEpoch) and truncates
+there (KIP-101; its high watermark when the leader cannot tell), then fetches from
+its log end. Fetches long-poll on the leader (replica.fetch.wait.max.ms), so an
+idle fetcher waits instead of spinning. A partition whose leader epoch changed
+while a fetch was in flight ignores that fetch's answer.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+import ray
+
+from actors.broker.partition import Partition
+from actors.broker.replication import truncation_offset
+from actors.config import BrokerConfig
+from actors.data_protocol import (
+    EpochQueries,
+    EpochQuery,
+    FetchPartition,
+    FetchPartitions,
+    FetchRequest,
+    OffsetsForLeaderEpochRequest,
+)
+from coordination.errors import Errors
+from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaFetcher:
+    """Fetches for the partitions led by one source broker."""
+
+    def __init__(self, broker_id: int, source_id: int, leader: Callable[[], object], config: BrokerConfig):
+        self.broker_id, self.source_id, self.leader, self.config = broker_id, source_id, leader, config
+        self._lock = threading.Lock()
+        self.partitions: dict[TopicPartition, tuple[Partition, int, bool]] = {}  # partition, its epoch, truncated?
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._handle = None  # the source broker's actor, looked up again after an error
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"ReplicaFetcherThread-{broker_id}-from-{source_id}")
+        self.thread.start()
+
+    def add(self, tp: TopicPartition, partition: Partition) -> None:
+        with self._lock:
+            self.partitions[tp] = (partition, partition.state.leader_epoch, False)
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self.partitions.pop(tp, None)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            with self._lock:
+                current = dict(self.partitions)
+            if not current:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            try:
+                if self._handle is None:
+                    self._handle = self.leader()
+                leader = self._handle
+                pending = {tp: v for tp, v in current.items() if not v[2]}
+                if pending:
+                    self._truncate(leader, pending)
+                else:
+                    self._fetch(leader, current)
+            except Exception as e:  # the leader is gone or restarting: back off, the controller will move it
+                self._handle = None
+                log.warning("[ReplicaFetcher replicaId=%d, leaderId=%d] Error fetching: %s: %s", self.broker_id,
+                            self.source_id, type(e).__name__, e)
+                self._stopped.wait(self.config.replica_fetch_backoff_ms / 1000)
+
+    def _truncate(self, leader, pending: dict[TopicPartition, tuple[Partition, int, bool]]) -> None:
+        queries = EpochQueries(EpochQuery(tp.topic, tp.partition, p.log.leader_epochs.latest_epoch)
+                               for tp, (p, _, _) in pending.items())
+        response = ray.get(leader.offsets_for_leader_epoch.remote(
+            OffsetsForLeaderEpochRequest(replica_id=self.broker_id, partitions=queries)), timeout=30)
+        for answer in response.partitions:
+            tp = TopicPartition(answer.topic, answer.partition)
+            partition, epoch, _ = pending[tp]
+            if answer.error_code != Errors.NONE:
+                continue  # not the leader (yet): asked again on the next round
+            own = partition.log.leader_epochs.end_offset_for(answer.leader_epoch, partition.log.log_end_offset)[1]
+            offset = truncation_offset(partition.log.log_end_offset, partition.high_watermark,
+                                       (answer.leader_epoch, answer.end_offset), own)
+            partition.truncate_to(offset)
+            with self._lock:
+                if self.partitions.get(tp, (None, None))[1] == epoch:
+                    self.partitions[tp] = (partition, epoch, True)
+        if any(a.error_code != Errors.NONE for a in response.partitions):
+            self._stopped.wait(self.config.replica_fetch_backoff_ms / 1000)
+
+    def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]]) -> None:
+        request = FetchRequest(
+            replica_id=self.broker_id, max_wait_ms=self.config.replica_fetch_wait_max_ms, min_bytes=1,
+            partitions=FetchPartitions(FetchPartition(tp.topic, tp.partition, p.log.log_end_offset, epoch,
+                                                      self.config.replica_fetch_max_bytes)
+                                       for tp, (p, epoch, _) in current.items()))
+        response = ray.get(leader.fetch.remote(request), timeout=self.config.replica_fetch_wait_max_ms / 1000 + 30)
+        failed = False
+        for fetched in response.partitions:
+            tp = TopicPartition(fetched.topic, fetched.partition)
+            partition, epoch, _ = current[tp]
+            if partition.state.leader_epoch != epoch or self.partitions.get(tp, (None, None))[1] != epoch:
+                continue  # the leadership moved while the fetch was in flight
+            if fetched.error_code == Errors.NONE:
+                partition.append_as_follower(list(fetched.records), fetched.high_watermark)
+            else:
+                failed = True
+                log.debug("[ReplicaFetcher replicaId=%d, leaderId=%d] %s for %s", self.broker_id, self.source_id,
+                          Errors(fetched.error_code).name, tp)
+        if failed:
+            self._stopped.wait(self.config.replica_fetch_backoff_ms / 1000)
+
+
+class ReplicaFetcherManager:
+    """Fetchers by source broker, created when a partition first follows there."""
+
+    def __init__(self, broker_id: int, leader_handle: Callable[[int], object], config: BrokerConfig):
+        self.broker_id, self.leader_handle, self.config = broker_id, leader_handle, config
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.assigned: dict[TopicPartition, int] = {}  # partition -> the broker it fetches from
+
+    def follow(self, tp: TopicPartition, partition: Partition, leader_id: int) -> None:
+        self.unfollow(tp)
+        if leader_id not in self.fetchers:
+            self.fetchers[leader_id] = ReplicaFetcher(self.broker_id, leader_id,
+                                                      lambda: self.leader_handle(leader_id), self.config)
+        self.fetchers[leader_id].add(tp, partition)
+        self.assigned[tp] = leader_id
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        source = self.assigned.pop(tp, None)
+        if source is not None:
+            self.fetchers[source].remove(tp)
+
+    def shutdown(self) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+        deadline = time.monotonic() + 5
+        for fetcher in self.fetchers.values():
+            fetcher.thread.join(max(0.0, deadline - time.monotonic()))

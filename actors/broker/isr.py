@@ -1,0 +1,66 @@
+"""The leader's ISR changes in ZooKeeper (Kafka's Partition.shrinkIsr / expandIsr with the
+ZooKeeper-mode AlterIsr, and ReplicaManager's ISR change propagation).
+
+A change is written to the partition state znode conditionally on the zkVersion the
+leader was given: if the controller or another leader wrote since, the write fails
+and this broker stops changing that ISR until a LeaderAndIsr brings it a new one.
+Changed partitions are announced in batches under /isr_change_notification, where
+the controller picks them up and sends UpdateMetadata.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from actors.broker.replica_manager import ReplicaManager
+from coordination import zkdata
+from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class IsrManager:
+    def __init__(self, broker_id: int, zk: KrayZkClient, replica_manager: ReplicaManager):
+        self.broker_id, self.zk, self.rm = broker_id, zk, replica_manager
+        self._lock = threading.Lock()
+        self._changed: set[TopicPartition] = set()
+
+    def shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
+        for tp, isr in self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms).items():
+            self._change(tp, isr, "Shrinking")
+
+    def expand(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            partition = self.rm.partition(tp)
+            isr = partition.isr_to_expand() if partition is not None else None
+            if isr is not None:
+                self._change(tp, isr, "Expanding")
+
+    def _change(self, tp: TopicPartition, isr: tuple[int, ...], verb: str) -> None:
+        partition = self.rm.partition(tp)
+        state = partition.state
+        data = zkdata.PartitionStateZNode.encode_fields(state.leader, state.leader_epoch, state.controller_epoch, isr)
+        try:
+            stat = self.zk.kazoo.set(zkdata.partition_state_path(tp), data, version=state.zk_version)
+        except (BadVersionError, NoNodeError):
+            log.info("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper, skip updating "
+                     "ISR", tp, self.broker_id, state.zk_version)
+            return
+        partition.update_isr(isr, stat.version, state.leader_epoch)
+        log.info("[Partition %s broker=%d] %s ISR from %s to %s; zkVersion updated to %d", tp, self.broker_id, verb,
+                 ",".join(map(str, state.isr)), ",".join(map(str, isr)), stat.version)
+        with self._lock:
+            self._changed.add(tp)
+
+    def propagate(self) -> None:
+        """One /isr_change_notification/isr_change_N znode for everything changed since the last one."""
+        with self._lock:
+            changed, self._changed = sorted(self._changed), set()
+        if changed:
+            self.zk.kazoo.create(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{zkdata.ISR_CHANGE_PREFIX}",
+                                 zkdata.IsrChangeNotificationZNode(partitions=[
+                                     zkdata.PartitionRef(topic=tp.topic, partition=tp.partition) for tp in changed
+                                 ]).encode(), sequence=True)

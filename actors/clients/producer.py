@@ -1,0 +1,133 @@
+"""An idempotent producer (Kafka's KafkaProducer with enable.idempotence), synchronous per call.
+
+`send` batches the records per partition, sends one ProduceRequest per leader broker
+(in parallel), and retries what failed with a retriable error after refreshing the
+metadata, until delivery.timeout.ms. Every record carries the producer id and a
+per-partition sequence number, so a retry of a batch that the old leader had already
+appended (and replicated) is recognised by the new leader and not written twice;
+ordering per partition holds because a partition's records go in one batch per call.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import time
+import zlib
+from typing import NamedTuple
+
+import ray
+
+from actors.broker.records import Record
+from actors.clients.metadata import ClusterMetadata
+from actors.data_protocol import ProducePartition, ProducePartitions, ProduceRequest, Records
+from coordination.errors import Errors, KrayError
+from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
+
+RETRIABLE = {Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE, Errors.REQUEST_TIMED_OUT,
+             Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+             Errors.FENCED_LEADER_EPOCH, Errors.KAFKA_STORAGE_ERROR}
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int  # -1 with acks=0
+
+
+class ProducerError(KrayError):
+    """A record could not be delivered: a non-retriable error, or delivery.timeout.ms ran out."""
+
+
+class Producer:
+    def __init__(self, namespace: str, bootstrap: list[int], acks: int = -1, request_timeout_ms: int = 30_000,
+                 delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100):
+        self.metadata = ClusterMetadata(namespace, bootstrap)
+        self.acks, self.request_timeout_ms = acks, request_timeout_ms
+        self.delivery_timeout_ms, self.retry_backoff_ms = delivery_timeout_ms, retry_backoff_ms
+        self.producer_id = random.getrandbits(62)
+        self.sequences: dict[TopicPartition, int] = {}
+        self._round_robin = itertools.count()
+        self.retries = 0  # batches sent again, for load reports
+
+    def partition_for(self, topic: str, key: bytes | None) -> int:
+        """Keyed records always go to the same partition (CRC-32 of the key; Kafka uses murmur2), others in turn."""
+        partitions = self.metadata.partitions_for(topic)
+        if not partitions:
+            self.metadata.refresh()
+            partitions = self.metadata.partitions_for(topic)
+            if not partitions:
+                raise ProducerError(f"UnknownTopicOrPartitionException: topic {topic} has no partitions in metadata")
+        index = zlib.crc32(key) if key is not None else next(self._round_robin)
+        return partitions[index % len(partitions)]
+
+    def send(self, topic: str, values: list[bytes], keys: list[bytes | None] | None = None,
+             partition: int | None = None) -> list[RecordMetadata]:
+        """Deliver the records; their (topic, partition, offset) in the order given."""
+        keys = keys or [None] * len(values)
+        now = int(time.time() * 1000)
+        batches: dict[TopicPartition, list[Record]] = {}
+        where: list[tuple[TopicPartition, int]] = []
+        for key, value in zip(keys, values):
+            tp = TopicPartition(topic, partition if partition is not None else self.partition_for(topic, key))
+            batch = batches.setdefault(tp, [])
+            where.append((tp, len(batch)))
+            batch.append(Record(-1, -1, now, key, value, self.producer_id, self.sequences.get(tp, 0) + len(batch)))
+        for tp, batch in batches.items():
+            self.sequences[tp] = self.sequences.get(tp, 0) + len(batch)
+        base = self._deliver({tp: Records(b) for tp, b in batches.items()})
+        return [RecordMetadata(tp.topic, tp.partition, base[tp] + i if base[tp] >= 0 else -1) for tp, i in where]
+
+    def _deliver(self, pending: dict[TopicPartition, Records]) -> dict[TopicPartition, int]:
+        deadline = time.monotonic() + self.delivery_timeout_ms / 1000
+        delivered: dict[TopicPartition, int] = {}
+        last_error: dict[TopicPartition, str] = {}
+        while pending:
+            if any(self.metadata.leader(tp) < 0 for tp in pending):
+                self.metadata.refresh()
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                by_leader.setdefault(self.metadata.leader(tp), []).append(tp)
+            calls = {}
+            for leader, tps in by_leader.items():
+                if leader < 0:
+                    for tp in tps:
+                        last_error[tp] = "LEADER_NOT_AVAILABLE"
+                    continue
+                request = ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms, partitions=ProducePartitions(
+                    ProducePartition(tp.topic, tp.partition, pending[tp]) for tp in tps))
+                try:
+                    calls[leader] = (tps, self.metadata.broker(leader).produce.remote(request))
+                except Exception as e:  # the leader's actor cannot be found: refresh and retry
+                    self.metadata.forget(leader)
+                    for tp in tps:
+                        last_error[tp] = type(e).__name__
+            if self.acks == 0:
+                return {tp: -1 for tp in pending}
+            for leader, (tps, ref) in calls.items():
+                try:
+                    response = ray.get(ref, timeout=self.request_timeout_ms / 1000 + 10)
+                except Exception as e:  # the leader died or the call timed out: retriable
+                    self.metadata.forget(leader)
+                    for tp in tps:
+                        last_error[tp] = type(e).__name__
+                    continue
+                for result in response.results:
+                    tp = TopicPartition(result.topic, result.partition)
+                    if result.error_code == Errors.NONE:
+                        delivered[tp] = result.base_offset
+                        pending.pop(tp)
+                    elif Errors(result.error_code) in RETRIABLE:
+                        last_error[tp] = Errors(result.error_code).name
+                    else:
+                        raise ProducerError(f"{tp}: {Errors(result.error_code).name}: {result.error_message}")
+            if pending:
+                if time.monotonic() > deadline:
+                    raise ProducerError(f"delivery.timeout.ms expired for {sorted(pending)}: "
+                                        f"{ {str(tp): last_error.get(tp) for tp in pending} }")
+                self.retries += len(pending)
+                time.sleep(self.retry_backoff_ms / 1000)
+                self.metadata.refresh()
+        return delivered

@@ -1,0 +1,123 @@
+"""The data plane's requests and responses: Produce, Fetch, OffsetsForLeaderEpoch.
+
+Field names follow Kafka's schemas (ProduceRequest.json, FetchRequest.json,
+OffsetForLeaderEpochRequest.json) in snake case, flattened to one row per
+partition. Records travel as `Record` rows (see `actors.protocol.Rows`).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pydantic import Field
+
+from actors.broker.records import Record
+from actors.protocol import Message, Rows
+
+CONSUMER_REPLICA_ID = -1  # a fetch from a client rather than a follower
+
+
+class Records(Rows):
+    row = Record
+
+
+class ProducePartition(NamedTuple):
+    topic: str
+    partition: int
+    records: Records
+
+
+class ProducePartitions(Rows):
+    row = ProducePartition
+
+
+class ProduceRequest(Message):
+    acks: int = Field(-1, ge=-1, le=1, description="0: no answer awaited, 1: the leader's log, -1: the whole ISR")
+    timeout_ms: int = Field(30_000, ge=0)
+    partitions: ProducePartitions
+
+
+class ProduceResult(NamedTuple):
+    topic: str
+    partition: int
+    error_code: int
+    base_offset: int = -1
+    last_offset: int = -1
+    error_message: str = ""
+
+
+class ProduceResults(Rows):
+    row = ProduceResult
+
+
+class ProduceResponse(Message):
+    broker_id: int
+    results: ProduceResults
+
+
+class FetchPartition(NamedTuple):
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int = -1
+    partition_max_bytes: int = 1024 * 1024
+
+
+class FetchPartitions(Rows):
+    row = FetchPartition
+
+
+class FetchRequest(Message):
+    replica_id: int = CONSUMER_REPLICA_ID
+    max_wait_ms: int = Field(500, ge=0)
+    min_bytes: int = Field(1, ge=0)
+    partitions: FetchPartitions
+
+
+class FetchedPartition(NamedTuple):
+    topic: str
+    partition: int
+    error_code: int
+    high_watermark: int = -1
+    log_end_offset: int = -1
+    records: Records = Records()
+
+
+class FetchedPartitions(Rows):
+    row = FetchedPartition
+
+
+class FetchResponse(Message):
+    broker_id: int
+    partitions: FetchedPartitions
+
+
+class EpochQuery(NamedTuple):
+    topic: str
+    partition: int
+    leader_epoch: int
+
+
+class EpochQueries(Rows):
+    row = EpochQuery
+
+
+class OffsetsForLeaderEpochRequest(Message):
+    replica_id: int
+    partitions: EpochQueries
+
+
+class EpochEndOffset(NamedTuple):
+    topic: str
+    partition: int
+    error_code: int
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+class EpochEndOffsets(Rows):
+    row = EpochEndOffset
+
+
+class OffsetsForLeaderEpochResponse(Message):
+    broker_id: int
+    partitions: EpochEndOffsets

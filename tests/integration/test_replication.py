@@ -1,0 +1,141 @@
+"""The replication data plane end to end: produce, fetch, failover, ISR, truncation (real ZooKeeper, real Ray)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+import ray
+
+from actors.broker.records import Record
+from actors.clients.consumer import Consumer
+from actors.clients.producer import Producer
+from actors.config import BrokerConfig
+from actors.data_protocol import ProducePartition, ProduceRequest
+from coordination import admin, zkdata
+from coordination.errors import Errors
+from coordination.zkdata import TopicPartition
+from tests.integration.conftest import wait_until, zk_states
+
+FAST = BrokerConfig(min_insync_replicas=2, replica_lag_time_max_ms=2000, replica_fetch_wait_max_ms=200,
+                    isr_change_propagation_interval_ms=200, replica_fetch_backoff_ms=200)
+
+
+def read_all(cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, list[Record]]:
+    """Every record below each partition's high watermark, from its current leader."""
+    consumer = Consumer(cluster.config.namespace, list(cluster.brokers), max_wait_ms=100)
+    consumer.assign(partitions)
+    out: dict[TopicPartition, list[Record]] = {tp: [] for tp in partitions}
+    idle = 0
+    while idle < 5:
+        got = consumer.poll()
+        idle = 0 if got else idle + 1
+        for tp, r in got:
+            out[tp].append(r)
+    return out
+
+
+def test_acks_all_survives_the_leaders_death_without_losing_or_duplicating(new_cluster):
+    cluster, zk = new_cluster(broker=FAST)
+    admin.create_topic(zk, "orders", 3, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 3)
+    producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1, delivery_timeout_ms=60_000)
+    acked: list[tuple[TopicPartition, int, bytes]] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        n = 0
+        while not stop.is_set():
+            values = [f"r{n + i}".encode() for i in range(30)]
+            for meta, value in zip(producer.send("orders", values), values):
+                acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
+            n += len(values)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    wait_until(lambda: len(acked) > 300, what="records acknowledged before the fault")
+    victim = ray.get(cluster.brokers[1].metadata.remote())["partitions"][TopicPartition("orders", 0)][0]
+    before = len(acked)
+    cluster.kill_broker(victim)  # SIGKILL: its session lingers until it times out, then the controller elects
+    wait_until(lambda: len(acked) > before + 600, timeout=60, what="records acknowledged after the failover")
+    stop.set()
+    thread.join(60)
+    assert not thread.is_alive()
+
+    logs = read_all(cluster, [TopicPartition("orders", p) for p in range(3)])
+    in_log = {(tp, r.offset): r.value for tp, records in logs.items() for r in records}
+    for tp, offset, value in acked:  # every acknowledged record is there, where its acknowledgement said
+        assert in_log.get((tp, offset)) == value, f"acknowledged {value!r} at {tp}@{offset} is missing"
+    values = [r.value for records in logs.values() for r in records]
+    assert len(values) == len(set(values)), "a record was written twice"
+    for tp, records in logs.items():  # offsets are dense and acknowledged records in send order
+        assert [r.offset for r in records] == list(range(len(records)))
+        sent = [int(v[1:]) for t, _, v in acked if t == tp]
+        assert sent == sorted(sent)
+    assert producer.retries > 0  # the fault did hit the produce path
+
+
+def test_produce_to_a_follower_is_refused_and_consumers_read_below_the_high_watermark(new_cluster):
+    cluster, zk = new_cluster(broker=FAST)
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    state = zk_states(zk, "t")[tp]
+    follower = next(b for b in state.isr if b != state.leader)
+    records = [Record(-1, -1, 0, None, b"x")]
+    response = ray.get(cluster.brokers[follower].produce.remote(
+        ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, records)])))
+    assert response.results[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER
+    producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1)
+    metas = producer.send("t", [f"v{i}".encode() for i in range(10)])
+    assert [m.offset for m in metas] == list(range(10))
+    logs = read_all(cluster, [tp])
+    assert [r.value for r in logs[tp]] == [f"v{i}".encode() for i in range(10)]
+
+
+def test_isr_shrinks_and_expands_in_zookeeper_and_the_controller_hears_of_it(new_cluster):
+    """A follower paused for longer than replica.lag.time.max.ms (but not long enough to lose its
+    ZooKeeper session) is dropped from the ISR by its leader, and taken back once it has caught up;
+    both changes reach ZooKeeper with the same leader epoch and, through the notifications, every cache."""
+    cluster, zk = new_cluster(broker=FAST.model_copy(update={"replica_lag_time_max_ms": 600}))
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    state = zk_states(zk, "t")[tp]
+    follower = next(b for b in state.isr if b != state.leader)
+    pid = ray.get(cluster.brokers[follower].info.remote())["pid"]
+
+    def caches_show(isr: list[int]) -> bool:
+        return all(sorted(m["partitions"][tp][2]) == sorted(isr)
+                   for m in ray.get([h.metadata.remote() for h in cluster.brokers.values()]))
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: follower not in zk_states(zk, "t")[tp].isr, timeout=2, interval=0.02,
+                   what="the leader to shrink the ISR")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    shrunk = zk_states(zk, "t")[tp]
+    assert shrunk.leader == state.leader and shrunk.leader_epoch == state.leader_epoch  # the leader's own write
+    Producer(cluster.config.namespace, list(cluster.brokers), acks=1).send("t", [b"a"] * 10)
+    wait_until(lambda: sorted(zk_states(zk, "t")[tp].isr) == sorted(state.isr), timeout=30,
+               what="the follower back in the ISR")
+    assert zk_states(zk, "t")[tp].leader_epoch == state.leader_epoch
+    wait_until(lambda: caches_show(state.isr), timeout=30, what="UpdateMetadata after the ISR change notifications")
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+def test_not_enough_replicas(new_cluster, acks):
+    cluster, zk = new_cluster(broker=FAST)
+    admin.create_topic(zk, "t", 1, 2)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    state = zk_states(zk, "t")[tp]
+    other = next(b for b in state.isr if b != state.leader)
+    cluster.kill_broker(other)
+    wait_until(lambda: zk_states(zk, "t")[tp].isr == [state.leader], timeout=30, what="the ISR to shrink to the leader")
+    response = ray.get(cluster.brokers[state.leader].produce.remote(
+        ProduceRequest(acks=acks, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])))
+    expected = Errors.NOT_ENOUGH_REPLICAS if acks == -1 else Errors.NONE
+    assert response.results[0].error_code == expected
