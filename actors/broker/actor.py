@@ -136,7 +136,7 @@ class BrokerActor:
     def fetch(self, request: FetchRequest) -> FetchResponse:
         response, expand = self.replica_manager.fetch(request, now_ms)
         if expand:
-            self.isr.expand(expand)
+            self.isr.expand(expand, request.replica_id)
         return response
 
     def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:

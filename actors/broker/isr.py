@@ -32,10 +32,10 @@ class IsrManager:
         for tp, isr in self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms).items():
             self._change(tp, isr, "Shrinking")
 
-    def expand(self, partitions: list[TopicPartition]) -> None:
+    def expand(self, partitions: list[TopicPartition], replica_id: int) -> None:
         for tp in partitions:
             partition = self.rm.partition(tp)
-            isr = partition.isr_to_expand() if partition is not None else None
+            isr = partition.isr_to_expand(replica_id) if partition is not None else None
             if isr is not None:
                 self._change(tp, isr, "Expanding")
 

@@ -63,14 +63,18 @@ class Partition:
     # -- role changes (LeaderAndIsr) -----------------------------------------
 
     def make_leader(self, state: LeaderAndIsrState, now_ms: int) -> None:
-        """Kafka's makeLeader: a new epoch starts at the log end; every follower is given a fresh
-        fetch state (ISR members count as caught up now)."""
+        """Kafka's makeLeader: a new epoch starts at the log end; every follower's last caught-up time
+        restarts (now for ISR members); a new leader knows no follower's log end until it fetches."""
         with self.changed:
+            was_leader = self.is_leader
             self.state = state
             self.leader_epoch_start_offset = self.log.log_end_offset
             self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
-            self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in state.isr else 0)
-                              for r in state.replicas if r != self.broker_id}
+            self.followers = {
+                r: FollowerState(log_end_offset=self.followers[r].log_end_offset
+                                 if was_leader and r in self.followers else -1,
+                                 last_caught_up_ms=now_ms if r in state.isr else 0)
+                for r in state.replicas if r != self.broker_id}
             self._advance_high_watermark()
             self.changed.notify_all()
 
@@ -118,17 +122,19 @@ class Partition:
             self.changed.notify_all()
             return offsets
 
-    def wait_for_high_watermark(self, offset: int, timeout_s: float) -> Errors:
-        """acks=all: block until the high watermark passes `offset` (the ISR has the record)."""
+    def wait_for_high_watermark(self, offset: int, timeout_s: float, min_insync_replicas: int = 1) -> Errors:
+        """acks=all: block until the high watermark passes `offset` (the ISR has the record), as Kafka's
+        DelayedProduce: NOT_LEADER_OR_FOLLOWER if this broker stopped leading meanwhile,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that has it is smaller than min.insync.replicas."""
         with self.changed:
-            epoch = self.state.leader_epoch
-            done = self.changed.wait_for(
-                lambda: self.high_watermark > offset or not self.is_leader or self.state.leader_epoch != epoch,
-                timeout_s)
+            done = self.changed.wait_for(lambda: self.high_watermark > offset or not self.is_leader, timeout_s)
+            if not self.is_leader:
+                return Errors.NOT_LEADER_OR_FOLLOWER
             if not done:
                 return Errors.REQUEST_TIMED_OUT
-            return Errors.NONE if self.high_watermark > offset and self.state.leader_epoch == epoch \
-                else Errors.NOT_LEADER_OR_FOLLOWER
+            if len(self.state.isr) < min_insync_replicas:
+                return Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return Errors.NONE
 
     # -- leader: follower fetches and the ISR --------------------------------
 
@@ -153,14 +159,15 @@ class Partition:
             out = out_of_sync_replicas(self.broker_id, self.state.isr, self.followers, now_ms, replica_lag_time_max_ms)
             return tuple(r for r in self.state.isr if r not in out) if out else None
 
-    def isr_to_expand(self) -> tuple[int, ...] | None:
-        """The ISR with the followers that caught up again, or None when it stays."""
+    def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
+        """The ISR with this follower added when it has caught up (checked as it fetches, as Kafka's
+        maybeExpandIsr), or None when it stays."""
         with self.changed:
-            if not self.is_leader:
+            follower = self.followers.get(replica_id)
+            if not self.is_leader or follower is None or replica_id in self.state.isr \
+                    or not in_sync_again(follower, self.high_watermark, self.leader_epoch_start_offset):
                 return None
-            back = [r for r, s in self.followers.items() if r not in self.state.isr and r in self.state.replicas
-                    and in_sync_again(s, self.high_watermark, self.leader_epoch_start_offset)]
-            return self.state.isr + tuple(sorted(back)) if back else None
+            return self.state.isr + (replica_id,)
 
     def _advance_high_watermark(self) -> bool:
         if not self.is_leader:

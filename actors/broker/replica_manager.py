@@ -210,14 +210,15 @@ class ReplicaManager:
         if request.acks == -1:
             deadline = time.monotonic() + request.timeout_ms / 1000
             for tp, partition, last in appended:
-                error = partition.wait_for_high_watermark(last, max(0.0, deadline - time.monotonic()))
+                error = partition.wait_for_high_watermark(last, max(0.0, deadline - time.monotonic()),
+                                                          min_insync_replicas)
                 if error != Errors.NONE:
                     results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
         return ProduceResponse(broker_id=self.broker_id, results=ProduceResults(results.values()))
 
     def fetch(self, request: FetchRequest, now_ms: Callable[[], int]) -> tuple[FetchResponse, list[TopicPartition]]:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes.
-        Also returns the partitions whose ISR this fetch lets grow (for the shell to write)."""
+        Also returns the partitions whose ISR the fetching follower may now join (for the shell to write)."""
         deadline = time.monotonic() + request.max_wait_ms / 1000
         while True:
             out, size = self._fetch_once(request, now_ms())
@@ -229,7 +230,7 @@ class ReplicaManager:
         expand = []
         if request.replica_id >= 0:
             expand = [tp for tp in (TopicPartition(p.topic, p.partition) for p in request.partitions)
-                      if tp in self.partitions and self.partitions[tp].isr_to_expand() is not None]
+                      if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
         return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(out)), expand
 
     def _fetch_once(self, request: FetchRequest, now_ms: int) -> tuple[list[FetchedPartition], int]:

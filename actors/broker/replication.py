@@ -9,9 +9,10 @@ from typing import NamedTuple
 
 
 class FollowerState(NamedTuple):
-    """What the leader knows of one follower (Kafka's Replica)."""
+    """What the leader knows of one follower (Kafka's Replica); its log end is unknown (-1) until it
+    fetches from this leader."""
 
-    log_end_offset: int = 0
+    log_end_offset: int = -1
     last_caught_up_ms: int = 0  # the last time the follower had everything the leader had
     last_fetch_leader_leo: int = 0  # the leader's LEO at the follower's previous fetch
     last_fetch_ms: int = 0
@@ -32,7 +33,7 @@ def update_fetch_state(state: FollowerState, fetch_offset: int, leader_leo: int,
 def high_watermark(current_hw: int, leader_id: int, leader_leo: int, followers: dict[int, FollowerState],
                    isr: tuple[int, ...]) -> int:
     """The smallest LEO in the ISR; the leader's high watermark never moves back."""
-    leos = [leader_leo if r == leader_id else followers[r].log_end_offset if r in followers else 0 for r in isr]
+    leos = [leader_leo if r == leader_id else followers[r].log_end_offset if r in followers else -1 for r in isr]
     return max(current_hw, min(leos, default=leader_leo))
 
 

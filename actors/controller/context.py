@@ -87,6 +87,9 @@ class ControllerContext:
     topics_to_be_deleted: set[str] = field(default_factory=set)
     topics_with_deletion_started: set[str] = field(default_factory=set)
     topics_ineligible_for_deletion: set[str] = field(default_factory=set)
+    # partitions whose leadership this controller wrote to or read from ZooKeeper during the current
+    # event (cleared per event): for them the context's ISR is ZooKeeper's, leaders may have changed others
+    leaderships_synced: set[TopicPartition] = field(default_factory=set)
 
     # -- brokers -------------------------------------------------------------
 

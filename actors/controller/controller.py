@@ -116,6 +116,7 @@ class KafkaController:
 
     def process(self, event: ControllerEvent) -> None:
         self._event, self._event_started_ms, self.timeline = event, now_ms(), None
+        self.ctx.leaderships_synced.clear()
         try:
             if isinstance(event, DescribeController):
                 event.reply.set_result(self.status())

@@ -84,11 +84,17 @@ class _Machine:
                     lai = updates[tp]
                     written[tp] = LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr, result)
             self.leadership_writes += len(written)
-            if moved:
-                for tp, record in self.zk.get_partition_states(moved).items():
-                    self.ctx.partition_leadership[tp] = leadership_from_record(record)
+            self.ctx.leaderships_synced.update(written)
+            self.read_leaderships(moved)
             return written, moved
         return finish
+
+    def read_leaderships(self, partitions: list[TopicPartition]) -> None:
+        """Bring the context's leader/ISR of these partitions up to ZooKeeper's."""
+        if partitions:
+            for tp, record in self.zk.get_partition_states(partitions).items():
+                self.ctx.partition_leadership[tp] = leadership_from_record(record)
+            self.ctx.leaderships_synced.update(partitions)
 
 
 class ZkPartitionStateMachine(_Machine):
@@ -111,29 +117,43 @@ class ZkPartitionStateMachine(_Machine):
                              strategy: ElectionStrategy | None = None) -> dict[TopicPartition, str]:
         """Apply the transitions; returns the partitions that failed, with the reason."""
         strategy = strategy or OfflineElection(self.unclean_leader_election_enabled)
-        failures: dict[TopicPartition, str] = {}
+        failures: dict[TopicPartition, str] = {}  # elections that failed
+        invalid: dict[TopicPartition, str] = {}
         changed: Counter[tuple[P, P]] = Counter()
         pending = list(partitions)
         for _ in range(MAX_ZK_RETRIES):
             if not pending:
                 break
-            pending = self._plan_and_apply(pending, target, strategy, failures, changed)
+            pending = self._plan_and_apply(pending, target, strategy, failures, invalid, changed)
+            # an election that failed on a leader/ISR this event has not read may have failed on what a
+            # leader has since changed (its notification still on the way): read ZooKeeper's, try again
+            stale = [tp for tp in failures if tp in self.ctx.partition_leadership
+                     and tp not in self.ctx.leaderships_synced]
+            self.read_leaderships(stale)
+            for tp in stale:
+                del failures[tp]
+            pending += stale
         for tp in pending:
             failures[tp] = "the partition state kept changing in ZooKeeper"
+        failures.update(invalid)
+        self._log_failures(failures, target)
         for (previous, current), count in changed.items():
             state_change_log.info("%s Changed %d partitions from %s to %s", self._prefix, count, previous.name,
                                   current.name)
         return failures
 
     def _plan_and_apply(self, partitions: list[TopicPartition], target: P, strategy: ElectionStrategy,
-                        failures: dict[TopicPartition, str], changed: Counter) -> list[TopicPartition]:
+                        failures: dict[TopicPartition, str], invalid: dict[TopicPartition, str],
+                        changed: Counter) -> list[TopicPartition]:
         """Plan in chunks and send each chunk's writes as soon as it is planned, so that ZooKeeper
         applies one chunk while the next is planned; then apply the chunks in order. Returns the
         partitions to plan again (their znode moved under us)."""
         in_flight = []
         for i in range(0, len(partitions), PLAN_CHUNK):
             plan = plan_partition_state_changes(self.ctx, partitions[i:i + PLAN_CHUNK], target, strategy)
-            failures.update(self._log_rejections(plan))
+            invalid.update({tp: f"invalid transition from {current.name} to {plan.target.name}"
+                            for tp, current in plan.invalid.items()})
+            failures.update(plan.failed)
             created = self._create(plan)
             in_flight.append((plan, created, self.begin_leadership_writes(
                 {tp: e.leader_and_isr for tp, e in plan.elected.items()})))
@@ -142,20 +162,11 @@ class ZkPartitionStateMachine(_Machine):
             moved += self._apply(plan, created, *writes(), changed)
         return moved
 
-    def _log_rejections(self, plan: PartitionChanges) -> dict[TopicPartition, str]:
-        out = {}
-        for tp, current in plan.invalid.items():
-            reason = f"invalid transition from {current.name} to {plan.target.name}"
-            state_change_log.error("%s Controller %d epoch %d failed to change state for partition %s: %s",
-                                   self._prefix, self.controller_id, self.ctx.epoch, tp, reason)
-            out[tp] = reason
-        for tp, reason in plan.failed.items():
+    def _log_failures(self, failures: dict[TopicPartition, str], target: P) -> None:
+        for tp, reason in failures.items():
             state_change_log.error("%s Controller %d epoch %d failed to change state for partition %s from %s to "
                                    "%s: %s", self._prefix, self.controller_id, self.ctx.epoch, tp,
-                                   self.ctx.partition_states.get(tp, P.NonExistentPartition).name,
-                                   plan.target.name, reason)
-            out[tp] = reason
-        return out
+                                   self.ctx.partition_states.get(tp, P.NonExistentPartition).name, target.name, reason)
 
     def _create(self, plan: PartitionChanges) -> dict[TopicPartition, LeaderAndIsr]:
         """Create the state znodes of new partitions; the ones created."""
@@ -214,6 +225,10 @@ class ZkReplicaStateMachine(_Machine):
         by_broker: dict[int, list[tuple[TopicPartition, int]]] = defaultdict(list)
         for tp, r in replicas:
             by_broker[r].append((tp, r))
+        if target is R.OfflineReplica:  # leaders change ISRs too: read them as Kafka's removeReplicasFromIsr does
+            self.read_leaderships(sorted({tp for rs in by_broker.values() for tp, _ in rs
+                                          if tp in self.ctx.partition_leadership
+                                          and tp not in self.ctx.leaderships_synced}))
         for broker_replicas in by_broker.values():  # one broker at a time, as Kafka does
             pending = broker_replicas
             for _ in range(MAX_ZK_RETRIES):

@@ -64,7 +64,7 @@ def create_topic_and_wait(cluster: LocalCluster, zk: KrayZkClient, topic: str, p
                what=f"topic {topic} online everywhere")
 
 
-def expand_isr_as_leader(zk: KrayZkClient, tp: TopicPartition, isr: list[int]) -> None:
+def write_isr_as_leader(zk: KrayZkClient, tp: TopicPartition, isr: list[int]) -> None:
     """What a partition leader does when followers catch up: a zkVersion-conditional write of the
     new ISR (same leader epoch) and an /isr_change_notification znode for the controller."""
     data, stat = zk.get(zkdata.partition_state_path(tp))

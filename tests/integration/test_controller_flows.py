@@ -7,13 +7,14 @@ from typing import NamedTuple
 
 import ray
 
+from actors.config import BrokerConfig
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 from tests.integration.conftest import (
     caches_match_zookeeper,
     create_topic_and_wait,
-    expand_isr_as_leader,
+    write_isr_as_leader,
     wait_until,
     zk_states,
 )
@@ -144,7 +145,7 @@ def test_isr_change_notification_reaches_every_cache(new_cluster):
     create_topic_and_wait(cluster, zk, "t", 1, 3)
     tp = TopicPartition("t", 0)
     leader = zk_states(zk, "t")[tp].leader
-    expand_isr_as_leader(zk, tp, [leader])  # a shrink, as the leader would write it
+    write_isr_as_leader(zk, tp, [leader])  # a shrink, as the leader would write it
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="UpdateMetadata with the new ISR")
     assert ray.get(cluster.brokers[leader].metadata.remote())["partitions"][tp][2] == [leader]
     wait_until(lambda: zk.children(zkdata.ISR_CHANGE_NOTIFICATION) == [], what="notifications deleted")
@@ -158,29 +159,28 @@ def test_controlled_shutdown_moves_leadership_first(new_cluster):
     assert led_before
     result = cluster.controlled_shutdown(leaving)
     assert result["succeeded"] and result["remaining"] == [] and result["attempts"] == 1
-    states = zk_states(zk, "t")
-    assert all(s.leader != leaving and leaving not in s.isr for s in states.values())
+    assert all(s.leader != leaving for s in zk_states(zk, "t").values())  # moved before the broker went
     wait_until(lambda: leaving not in ray.get(controller.status.remote())["live_brokers"], what="deregistration")
     assert ray.get(controller.status.remote())["shutting_down_brokers"] == []
+    # until it stopped, it followed (and leaders may have let it back in); once gone, it is out of every ISR
+    wait_until(lambda: all(leaving not in s.isr for s in zk_states(zk, "t").values()), what="ISRs without it")
 
 
 def bounce(cluster, zk, controller, broker_id: int) -> None:
-    """Crash and restart a broker: its leaderships move away; once back, the leaders let it rejoin
-    the ISRs (as they would when it has caught up)."""
+    """Crash and restart a broker: its leaderships move away; once back and caught up, the leaders
+    let it rejoin the ISRs."""
     epoch = ray.get(cluster.brokers[broker_id].info.remote())["broker_epoch"]
     cluster.kill_broker(broker_id, restart=True)
     wait_until(lambda: ray.get(cluster.brokers[broker_id].info.remote())["broker_epoch"] > epoch
                and broker_id in ray.get(controller.status.remote())["live_brokers"], timeout=60,
                what=f"broker {broker_id} back")
     wait_until(lambda: all(s.leader != -1 for s in zk_states(zk, "t").values()))
-    for tp, s in zk_states(zk, "t").items():
-        if broker_id not in s.isr:
-            expand_isr_as_leader(zk, tp, s.isr + [broker_id])
-    wait_until(lambda: all(broker_id in s.isr for s in zk_states(zk, "t").values()))
+    wait_until(lambda: all(broker_id in s.isr for s in zk_states(zk, "t").values()), timeout=60,
+               what=f"broker {broker_id} back in the ISRs")
 
 
 def test_preferred_replica_election_via_znode(new_cluster):
-    cluster, zk = new_cluster()
+    cluster, zk = new_cluster(auto_leader_rebalance_enable=False)  # the election must be the znode's
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, _, controller, preferred = controller_of(cluster, zk)
     moved = [tp for tp, s in zk_states(zk, "t").items() if s.leader == preferred]
@@ -203,8 +203,11 @@ def test_auto_leader_rebalance(new_cluster):
     wait_until(lambda: zk_states(zk, "t")[tp].leader == preferred, timeout=20, what="auto rebalance")
 
 
+SLOW_CATCH_UP = BrokerConfig(replica_fetch_wait_max_ms=4000)  # a new replica's first (empty) fetch waits 4 s
+
+
 def test_reassignment_full_protocol(new_cluster):
-    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4))
+    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4), broker=SLOW_CATCH_UP)
     zk.kazoo.create(zkdata.topic_path("r"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
     tp = TopicPartition("r", 0)
     wait_until(lambda: len(zk_states(zk, "r")) == 1 and caches_match_zookeeper(cluster, zk, "r"))
@@ -219,12 +222,11 @@ def test_reassignment_full_protocol(new_cluster):
     assert zk_states(zk, "r")[tp].leader_epoch == epoch0 + 1
     assert admin.verify_reassignment(zk, admin.parse_reassignment(
         '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}')) == {tp: "in progress"}
-    # the new replicas catch up: the leader adds them to the ISR
-    expand_isr_as_leader(zk, tp, [1, 2, 3, 4])
-    # phase B: leader from TRS, old replicas removed and deleted, assignment final, znode gone
-    wait_until(lambda: zk.get(zkdata.REASSIGN_PARTITIONS) is None, what="reassignment to complete")
+    # the new replicas catch up and the leader adds them to the ISR; then phase B: leader from TRS,
+    # old replicas removed and deleted, assignment final, znode gone
+    wait_until(lambda: zk.get(zkdata.REASSIGN_PARTITIONS) is None, timeout=60, what="reassignment to complete")
     state = zk_states(zk, "r")[tp]
-    assert state.leader == 3 and state.isr == [3, 4]
+    assert state.leader == 3 and sorted(state.isr) == [3, 4]
     doc = json.loads(zk.get(zkdata.topic_path("r"))[0])
     assert doc["partitions"] == {"0": [3, 4]} and doc.get("adding_replicas", {}) == {} \
         and doc.get("removing_replicas", {}) == {}
@@ -264,7 +266,7 @@ def test_zombie_controller_is_fenced_and_resigns(new_cluster):
 
 
 def test_broker_dies_during_reassignment(new_cluster):
-    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4))
+    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4), broker=SLOW_CATCH_UP)
     zk.kazoo.create(zkdata.topic_path("r"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
     tp = TopicPartition("r", 0)
     wait_until(lambda: len(zk_states(zk, "r")) == 1 and caches_match_zookeeper(cluster, zk, "r"))
@@ -276,11 +278,10 @@ def test_broker_dies_during_reassignment(new_cluster):
     cluster.kill_broker(victim)
     wait_until(lambda: zk_states(zk, "r")[tp].leader not in (victim, -1) and victim not in zk_states(zk, "r")[tp].isr,
                what="failover of the reassigning partition")
+    # the new replicas catch up and the leader adds them to the ISR; the reassignment then completes
+    wait_until(lambda: zk.get(zkdata.REASSIGN_PARTITIONS) is None, timeout=60, what="reassignment to complete")
     state = zk_states(zk, "r")[tp]
-    expand_isr_as_leader(zk, tp, state.isr + [3, 4])
-    wait_until(lambda: zk.get(zkdata.REASSIGN_PARTITIONS) is None, what="reassignment to complete")
-    state = zk_states(zk, "r")[tp]
-    assert state.leader == 3 and state.isr == [3, 4]
+    assert state.leader == 3 and sorted(state.isr) == [3, 4]
     assert json.loads(zk.get(zkdata.topic_path("r"))[0])["partitions"] == {"0": [3, 4]}
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "r"))
 

@@ -134,7 +134,9 @@ def test_not_enough_replicas(new_cluster, acks):
     state = zk_states(zk, "t")[tp]
     other = next(b for b in state.isr if b != state.leader)
     cluster.kill_broker(other)
-    wait_until(lambda: zk_states(zk, "t")[tp].isr == [state.leader], timeout=30, what="the ISR to shrink to the leader")
+    wait_until(lambda: all(m["partitions"][tp][2] == [state.leader]  # the leader's LeaderAndIsr came first
+                           for m in ray.get([h.metadata.remote() for h in cluster.brokers.values()])),
+               timeout=30, what="the ISR to shrink to the leader")
     response = ray.get(cluster.brokers[state.leader].produce.remote(
         ProduceRequest(acks=acks, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])))
     expected = Errors.NOT_ENOUGH_REPLICAS if acks == -1 else Errors.NONE

@@ -61,6 +61,15 @@ def test_acks_all_waits_until_followers_have_the_records(leader):
     assert leader.wait_for_high_watermark(5, timeout_s=0.01) == Errors.REQUEST_TIMED_OUT
 
 
+def test_a_leader_epoch_bump_does_not_fail_a_waiting_produce_but_a_small_isr_does(leader):
+    leader.append_as_leader(batch(1), -1, 2)
+    leader.make_leader(LEADS._replace(leader_epoch=4, isr=(1, 2)), now_ms=1)  # the controller dropped 3
+    leader.fetch_for_follower(2, 1, 1 << 20, now_ms=2)
+    assert leader.wait_for_high_watermark(0, timeout_s=1, min_insync_replicas=2) == Errors.NONE
+    leader.update_isr((1,), zk_version=2)
+    assert leader.wait_for_high_watermark(0, 1, min_insync_replicas=2) == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
 def test_a_waiting_produce_learns_that_leadership_moved(leader):
     leader.append_as_leader(batch(1), -1, 2)
     waiter, outcome = waiting(leader, 0)
@@ -124,11 +133,12 @@ def test_isr_shrinks_for_a_lagging_follower_and_expands_when_it_catches_up(leade
     assert leader.isr_to_shrink(now_ms=10_001, replica_lag_time_max_ms=10_000) == (1, 2)
     leader.update_isr((1, 2), zk_version=1)
     assert leader.high_watermark == 3  # 3 no longer holds it back
-    assert leader.isr_to_expand() is None
+    assert leader.isr_to_expand(3) is None  # it has not fetched since
     leader.fetch_for_follower(3, 2, 1 << 20, now_ms=10_100)
-    assert leader.isr_to_expand() is None  # below the high watermark
+    assert leader.isr_to_expand(3) is None  # below the high watermark
     leader.fetch_for_follower(3, 3, 1 << 20, now_ms=10_200)
-    assert leader.isr_to_expand() == (1, 2, 3)
+    assert leader.isr_to_expand(3) == (1, 2, 3)
+    assert leader.isr_to_expand(2) is None  # already in
 
 
 def test_follower_high_watermark_and_truncation(tmp_path, leader):

@@ -31,7 +31,8 @@ def test_high_watermark_is_the_smallest_leo_in_the_isr_and_never_goes_back():
     assert high_watermark(0, 1, 9, followers, (1, 2)) == 7  # 3 left the ISR: it no longer holds the HW back
     assert high_watermark(8, 1, 9, followers, (1, 2)) == 8  # never backwards
     assert high_watermark(0, 1, 9, followers, (1,)) == 9  # alone in the ISR: its own LEO
-    assert high_watermark(0, 1, 9, {}, (1, 4)) == 0  # a member never heard from counts as 0
+    assert high_watermark(2, 1, 9, {4: FollowerState()}, (1, 4)) == 2  # a member not heard from holds it
+    assert high_watermark(2, 1, 9, {}, (1, 4)) == 2
 
 
 def test_out_of_sync_replicas_lag_longer_than_the_limit():
@@ -42,6 +43,7 @@ def test_out_of_sync_replicas_lag_longer_than_the_limit():
 
 
 def test_a_follower_rejoins_at_the_high_watermark_with_records_of_the_current_epoch():
+    assert not in_sync_again(FollowerState(), high_watermark_=0, leader_epoch_start_offset=0)  # never fetched
     assert in_sync_again(FollowerState(log_end_offset=10), high_watermark_=10, leader_epoch_start_offset=8)
     assert not in_sync_again(FollowerState(log_end_offset=9), 10, 8)
     assert not in_sync_again(FollowerState(log_end_offset=10), 10, 11)  # nothing yet from this leader's epoch
