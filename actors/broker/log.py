@@ -77,7 +77,7 @@ class Log:
         offset and epoch they carried); the offsets of the first and last record."""
         first = self.log_end_offset
         self.leader_epochs.assign(leader_epoch, first)
-        self.append([r._replace(offset=first + i, leader_epoch=leader_epoch) for i, r in enumerate(batch)])
+        self._write([records.encode(r, first + i, leader_epoch) for i, r in enumerate(batch)])
         return first, first + len(batch) - 1
 
     def append(self, batch: list[Record]) -> None:
@@ -87,16 +87,27 @@ class Log:
             return
         if batch[0].offset != self.log_end_offset:
             raise KrayError(f"{self.dir.name}: append at offset {batch[0].offset}, log end is {self.log_end_offset}")
+        epochs = self.leader_epochs
         for r in batch:
-            if r.leader_epoch > self.leader_epochs.latest_epoch:
-                self.leader_epochs.assign(r.leader_epoch, r.offset)
+            if r.leader_epoch > epochs.latest_epoch:
+                epochs.assign(r.leader_epoch, r.offset)
+        self._write([records.encode(r) for r in batch])
+
+    def _write(self, entries: list[bytes]) -> None:
+        """Append encoded entries: one write per segment they reach, positions indexed."""
+        start = 0
+        while start < len(entries):
             segment = self.segments[-1]
             if segment.size >= self.segment_bytes:
                 segment = self._roll()
-            data = records.encode(r)
-            self._file.write(data)
-            segment.positions.append(segment.size)
-            segment.size += len(data)
+            size, positions, end = segment.size, segment.positions, start
+            while end < len(entries) and size < self.segment_bytes:
+                positions.append(size)
+                size += len(entries[end])
+                end += 1
+            self._file.write(b"".join(entries[start:end]))
+            segment.size = size
+            start = end
         self._file.flush()
 
     def truncate_to(self, offset: int) -> None:

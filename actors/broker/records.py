@@ -35,10 +35,13 @@ class Record(NamedTuple):
     sequence: int = -1
 
 
-def encode(record: Record) -> bytes:
+def encode(record: Record, offset: int | None = None, leader_epoch: int | None = None) -> bytes:
+    """The entry for a record, at `offset` in `leader_epoch` when given (a leader assigning them)."""
     key = record.key
-    body = _BODY.pack(record.offset, record.leader_epoch, record.timestamp_ms, record.producer_id, record.sequence,
-                      NULL if key is None else len(key)) + (key or b"") + _INT.pack(len(record.value)) + record.value
+    body = _BODY.pack(record.offset if offset is None else offset,
+                      record.leader_epoch if leader_epoch is None else leader_epoch, record.timestamp_ms,
+                      record.producer_id, record.sequence, NULL if key is None else len(key)) \
+        + (key or b"") + _INT.pack(len(record.value)) + record.value
     crc = zlib.crc32(body)
     return _LENGTH.pack(len(body) + 4) + struct.pack(">I", crc) + body
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 import ray
@@ -141,3 +142,40 @@ def test_not_enough_replicas(new_cluster, acks):
         ProduceRequest(acks=acks, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])))
     expected = Errors.NOT_ENOUGH_REPLICAS if acks == -1 else Errors.NONE
     assert response.results[0].error_code == expected
+
+
+def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
+    """The leader appends records (acks=1) that no follower fetched, then dies. A follower takes over
+    and gets other records at the same offsets. The old leader, back, truncates its divergent records
+    (by leader epoch), catches up, and once it leads again serves exactly the new leader's log."""
+    cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1,
+                                                              "replica_lag_time_max_ms": 10_000}))
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    state = zk_states(zk, "t")[tp]
+    old_leader, followers = state.leader, [b for b in state.isr if b != state.leader]
+    producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1)
+    producer.send("t", [f"shared-{i}".encode() for i in range(5)], partition=0)
+    pids = [ray.get(cluster.brokers[b].info.remote())["pid"] for b in followers]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.6)  # fetches already on their way to the leader come back empty meanwhile
+        alone = ray.get(cluster.brokers[old_leader].produce.remote(ProduceRequest(acks=1, partitions=[
+            ProducePartition("t", 0, [Record(-1, -1, 0, None, f"lost-{i}".encode()) for i in range(3)])])))
+        assert alone.results[0].error_code == Errors.NONE and alone.results[0].base_offset == 5
+        cluster.kill_broker(old_leader, restart=True)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: zk_states(zk, "t")[tp].leader in followers, timeout=30, what="a follower to take over")
+    Producer(cluster.config.namespace, followers, acks=-1).send("t", [f"new-{i}".encode() for i in range(4)],
+                                                               partition=0)
+    expected = [f"shared-{i}".encode() for i in range(5)] + [f"new-{i}".encode() for i in range(4)]
+    assert [r.value for r in read_all(cluster, [tp])[tp]] == expected
+    wait_until(lambda: old_leader in zk_states(zk, "t")[tp].isr, timeout=60, what="the old leader back in the ISR")
+    admin.preferred_replica_election(zk, [tp])
+    wait_until(lambda: zk_states(zk, "t")[tp].leader == old_leader, timeout=30, what="the old leader leading again")
+    wait_until(lambda: [r.value for r in read_all(cluster, [tp])[tp]] == expected, timeout=30,
+               what="the old leader's log to equal the new leader's")
