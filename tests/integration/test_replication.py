@@ -179,3 +179,27 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
     wait_until(lambda: zk_states(zk, "t")[tp].leader == old_leader, timeout=30, what="the old leader leading again")
     wait_until(lambda: [r.value for r in read_all(cluster, [tp])[tp]] == expected, timeout=30,
                what="the old leader's log to equal the new leader's")
+
+
+def test_a_corrupted_segment_is_recovered_and_refilled_from_the_leader(new_cluster):
+    """A broker's segment is damaged while it is down: on restart its log is truncated at the first bad
+    record, the rest comes again from the new leader, and once it leads again it serves every record."""
+    cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1}))
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    victim = zk_states(zk, "t")[tp].leader
+    values = [f"v{i}".encode() for i in range(20)]
+    Producer(cluster.config.namespace, list(cluster.brokers), acks=-1).send("t", values, partition=0)
+    cluster.kill_broker(victim)
+    segment = cluster.config.log_dir(victim) / "t-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside record 10 or so
+    segment.write_bytes(bytes(data))
+    wait_until(lambda: zk_states(zk, "t")[tp].leader not in (victim, -1), timeout=30, what="a new leader")
+    cluster.start_broker(victim)
+    wait_until(lambda: victim in zk_states(zk, "t")[tp].isr, timeout=60, what="the recovered broker back in the ISR")
+    admin.preferred_replica_election(zk, [tp])
+    wait_until(lambda: zk_states(zk, "t")[tp].leader == victim, timeout=30, what="the recovered broker leading")
+    wait_until(lambda: [r.value for r in read_all(cluster, [tp])[tp]] == values, timeout=30,
+               what="every record from the recovered broker")
