@@ -3,7 +3,8 @@ ZooKeeper-mode AlterIsr, and ReplicaManager's ISR change propagation).
 
 A change is written to the partition state znode conditionally on the zkVersion the
 leader was given: if the controller or another leader wrote since, the write fails
-and this broker stops changing that ISR until a LeaderAndIsr brings it a new one.
+and this broker stops acting as that partition's leader (no produce, no fetches
+served) until a LeaderAndIsr brings it a new state.
 Changed partitions are announced in batches under /isr_change_notification, where
 the controller picks them up and sends UpdateMetadata.
 """
@@ -46,8 +47,10 @@ class IsrManager:
         try:
             stat = self.zk.kazoo.set(zkdata.partition_state_path(tp), data, version=state.zk_version)
         except (BadVersionError, NoNodeError):
-            log.info("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper, skip updating "
-                     "ISR", tp, self.broker_id, state.zk_version)
+            if partition.stop_leading(state.leader_epoch):
+                log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
+                            "updating the ISR, and no longer acting as leader until a LeaderAndIsr arrives",
+                            tp, self.broker_id, state.zk_version)
             return
         partition.update_isr(isr, stat.version, state.leader_epoch)
         log.info("[Partition %s broker=%d] %s ISR from %s to %s; zkVersion updated to %d", tp, self.broker_id, verb,

@@ -85,6 +85,18 @@ class Partition:
             self.followers = {}
             self.changed.notify_all()  # waiting produce calls learn they are no longer leader
 
+    def stop_leading(self, leader_epoch: int) -> bool:
+        """This leader's ISR write found a newer partition state in ZooKeeper: someone else (a new
+        controller's election) has moved on, so stop serving as leader until a LeaderAndIsr says
+        otherwise. Ignored when a LeaderAndIsr for another epoch arrived meanwhile."""
+        with self.changed:
+            if not self.is_leader or self.state.leader_epoch != leader_epoch:
+                return False
+            self.state = self.state._replace(leader=-1)
+            self.followers = {}
+            self.changed.notify_all()
+            return True
+
     def update_isr(self, isr: tuple[int, ...], zk_version: int, leader_epoch: int | None = None) -> None:
         """The leader's own ISR change, once ZooKeeper has it (ignored if a LeaderAndIsr for another
         leader epoch came in meanwhile)."""

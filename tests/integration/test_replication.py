@@ -13,11 +13,11 @@ from actors.broker.records import Record
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.config import BrokerConfig
-from actors.data_protocol import ProducePartition, ProduceRequest
+from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from tests.integration.conftest import wait_until, zk_states
+from tests.integration.conftest import wait_until, write_isr_as_leader, zk_states
 
 FAST = BrokerConfig(min_insync_replicas=2, replica_lag_time_max_ms=2000, replica_fetch_wait_max_ms=200,
                     isr_change_propagation_interval_ms=200, replica_fetch_backoff_ms=200)
@@ -203,3 +203,55 @@ def test_a_corrupted_segment_is_recovered_and_refilled_from_the_leader(new_clust
     wait_until(lambda: zk_states(zk, "t")[tp].leader == victim, timeout=30, what="the recovered broker leading")
     wait_until(lambda: [r.value for r in read_all(cluster, [tp])[tp]] == values, timeout=30,
                what="every record from the recovered broker")
+
+
+def consumer_fetch(cluster, broker: int, offset: int):
+    return ray.get(cluster.brokers[broker].fetch.remote(
+        FetchRequest(max_wait_ms=0, partitions=[FetchPartition("t", 0, offset)]))).partitions[0]
+
+
+def test_high_watermark_semantics_for_consumers(new_cluster):
+    """Records the followers do not have yet sit between the HW and the log end: a consumer asking for
+    them gets nothing (no error) until the followers fetch; beyond the log end is OFFSET_OUT_OF_RANGE."""
+    cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1}))
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    state = zk_states(zk, "t")[TopicPartition("t", 0)]
+    Producer(cluster.config.namespace, list(cluster.brokers), acks=-1).send("t", [b"a"] * 10, partition=0)
+    pids = [ray.get(cluster.brokers[b].info.remote())["pid"] for b in state.isr if b != state.leader]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.6)  # in-flight fetches come back empty
+        ray.get(cluster.brokers[state.leader].produce.remote(ProduceRequest(acks=1, partitions=[
+            ProducePartition("t", 0, [Record(-1, -1, 0, None, b"b")] * 3)])))
+        between = consumer_fetch(cluster, state.leader, 10)
+        assert (between.error_code, between.high_watermark, between.log_end_offset, len(between.records)) == \
+            (Errors.NONE, 10, 13, 0)
+        assert consumer_fetch(cluster, state.leader, 14).error_code == Errors.OFFSET_OUT_OF_RANGE
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: len(consumer_fetch(cluster, state.leader, 10).records) == 3, what="the HW to pass them")
+
+
+def test_a_leader_whose_isr_write_is_refused_stops_acting_as_leader(new_cluster):
+    """Someone else wrote the partition state (as a new controller would have); the leader's next ISR
+    change fails on the zkVersion and it stops serving produce until a LeaderAndIsr arrives."""
+    cluster, zk = new_cluster(broker=FAST.model_copy(update={"replica_lag_time_max_ms": 600}))
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    state = zk_states(zk, "t")[tp]
+    write_isr_as_leader(zk, tp, state.isr)  # same content, newer zkVersion: the leader's copy is stale
+    pid = ray.get(cluster.brokers[next(b for b in state.isr if b != state.leader)].info.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)  # a lagging follower makes the leader try to shrink the ISR
+    try:
+        wait_until(lambda: consumer_fetch(cluster, state.leader, 0).error_code == Errors.NOT_LEADER_OR_FOLLOWER,
+                   timeout=2, interval=0.02, what="the leader to stop leading")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert sorted(zk_states(zk, "t")[tp].isr) == sorted(state.isr)  # its write did not land
+    response = ray.get(cluster.brokers[state.leader].produce.remote(
+        ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])))
+    assert response.results[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER

@@ -152,3 +152,15 @@ def test_follower_high_watermark_and_truncation(tmp_path, leader):
     assert (follower.log.log_end_offset, follower.high_watermark) == (3, 2)
     with pytest.raises(NotLeaderOrFollowerException):
         follower.read_for_consumer(0, 100)
+
+
+def test_a_leader_whose_isr_write_was_refused_stops_leading(leader):
+    assert not leader.stop_leading(leader_epoch=2)  # about another epoch: ignored
+    assert leader.is_leader
+    assert leader.stop_leading(leader_epoch=3)
+    with pytest.raises(NotLeaderOrFollowerException):
+        leader.append_as_leader(batch(1), 1, 1)
+    with pytest.raises(NotLeaderOrFollowerException):
+        leader.fetch_for_follower(2, 0, 100, now_ms=1)
+    leader.make_leader(LEADS._replace(leader_epoch=4, zk_version=5), now_ms=2)  # the controller's word
+    assert leader.append_as_leader(batch(1), 1, 1) == (0, 0)
