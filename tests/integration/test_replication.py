@@ -37,6 +37,14 @@ def read_all(cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, 
     return out
 
 
+def one_partition_topic(cluster, zk, replication_factor: int = 3):
+    """Topic t with one partition, in every broker's cache; (its TopicPartition, its state in ZooKeeper)."""
+    admin.create_topic(zk, "t", 1, replication_factor)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    return tp, zk_states(zk, "t")[tp]
+
+
 def test_acks_all_survives_the_leaders_death_without_losing_or_duplicating(new_cluster):
     cluster, zk = new_cluster(broker=FAST)
     admin.create_topic(zk, "orders", 3, 3)
@@ -79,10 +87,7 @@ def test_acks_all_survives_the_leaders_death_without_losing_or_duplicating(new_c
 
 def test_produce_to_a_follower_is_refused_and_consumers_read_below_the_high_watermark(new_cluster):
     cluster, zk = new_cluster(broker=FAST)
-    admin.create_topic(zk, "t", 1, 3)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    tp = TopicPartition("t", 0)
-    state = zk_states(zk, "t")[tp]
+    tp, state = one_partition_topic(cluster, zk)
     follower = next(b for b in state.isr if b != state.leader)
     records = [Record(-1, -1, 0, None, b"x")]
     response = ray.get(cluster.brokers[follower].produce.remote(
@@ -100,10 +105,7 @@ def test_isr_shrinks_and_expands_in_zookeeper_and_the_controller_hears_of_it(new
     ZooKeeper session) is dropped from the ISR by its leader, and taken back once it has caught up;
     both changes reach ZooKeeper with the same leader epoch and, through the notifications, every cache."""
     cluster, zk = new_cluster(broker=FAST.model_copy(update={"replica_lag_time_max_ms": 600}))
-    admin.create_topic(zk, "t", 1, 3)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    tp = TopicPartition("t", 0)
-    state = zk_states(zk, "t")[tp]
+    tp, state = one_partition_topic(cluster, zk)
     follower = next(b for b in state.isr if b != state.leader)
     pid = ray.get(cluster.brokers[follower].info.remote())["pid"]
 
@@ -129,10 +131,7 @@ def test_isr_shrinks_and_expands_in_zookeeper_and_the_controller_hears_of_it(new
 @pytest.mark.parametrize("acks", [1, -1])
 def test_not_enough_replicas(new_cluster, acks):
     cluster, zk = new_cluster(broker=FAST)
-    admin.create_topic(zk, "t", 1, 2)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    tp = TopicPartition("t", 0)
-    state = zk_states(zk, "t")[tp]
+    tp, state = one_partition_topic(cluster, zk, replication_factor=2)
     other = next(b for b in state.isr if b != state.leader)
     cluster.kill_broker(other)
     wait_until(lambda: all(m["partitions"][tp][2] == [state.leader]  # the leader's LeaderAndIsr came first
@@ -150,10 +149,7 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
     (by leader epoch), catches up, and once it leads again serves exactly the new leader's log."""
     cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1,
                                                               "replica_lag_time_max_ms": 10_000}))
-    admin.create_topic(zk, "t", 1, 3)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    tp = TopicPartition("t", 0)
-    state = zk_states(zk, "t")[tp]
+    tp, state = one_partition_topic(cluster, zk)
     old_leader, followers = state.leader, [b for b in state.isr if b != state.leader]
     producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1)
     producer.send("t", [f"shared-{i}".encode() for i in range(5)], partition=0)
@@ -185,10 +181,8 @@ def test_a_corrupted_segment_is_recovered_and_refilled_from_the_leader(new_clust
     """A broker's segment is damaged while it is down: on restart its log is truncated at the first bad
     record, the rest comes again from the new leader, and once it leads again it serves every record."""
     cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1}))
-    admin.create_topic(zk, "t", 1, 3)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    tp = TopicPartition("t", 0)
-    victim = zk_states(zk, "t")[tp].leader
+    tp, state = one_partition_topic(cluster, zk)
+    victim = state.leader
     values = [f"v{i}".encode() for i in range(20)]
     Producer(cluster.config.namespace, list(cluster.brokers), acks=-1).send("t", values, partition=0)
     cluster.kill_broker(victim)
@@ -214,9 +208,7 @@ def test_high_watermark_semantics_for_consumers(new_cluster):
     """Records the followers do not have yet sit between the HW and the log end: a consumer asking for
     them gets nothing (no error) until the followers fetch; beyond the log end is OFFSET_OUT_OF_RANGE."""
     cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1}))
-    admin.create_topic(zk, "t", 1, 3)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    state = zk_states(zk, "t")[TopicPartition("t", 0)]
+    _, state = one_partition_topic(cluster, zk)
     Producer(cluster.config.namespace, list(cluster.brokers), acks=-1).send("t", [b"a"] * 10, partition=0)
     pids = [ray.get(cluster.brokers[b].info.remote())["pid"] for b in state.isr if b != state.leader]
     for pid in pids:
@@ -239,10 +231,7 @@ def test_a_leader_whose_isr_write_is_refused_stops_acting_as_leader(new_cluster)
     """Someone else wrote the partition state (as a new controller would have); the leader's next ISR
     change fails on the zkVersion and it stops serving produce until a LeaderAndIsr arrives."""
     cluster, zk = new_cluster(broker=FAST.model_copy(update={"replica_lag_time_max_ms": 600}))
-    admin.create_topic(zk, "t", 1, 3)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    tp = TopicPartition("t", 0)
-    state = zk_states(zk, "t")[tp]
+    tp, state = one_partition_topic(cluster, zk)
     write_isr_as_leader(zk, tp, state.isr)  # same content, newer zkVersion: the leader's copy is stale
     pid = ray.get(cluster.brokers[next(b for b in state.isr if b != state.leader)].info.remote())["pid"]
     os.kill(pid, signal.SIGSTOP)  # a lagging follower makes the leader try to shrink the ISR
