@@ -79,7 +79,7 @@ def _ray_connect() -> None:
 def cluster_up(args) -> None:
     import ray
     from actors.cluster import LocalCluster
-    from actors.config import ClusterConfig
+    from actors.config import BrokerConfig, ClusterConfig
 
     connect = local.zk_connect(args.zookeeper)
     started_ray = subprocess.run([RAY, "status"], capture_output=True).returncode != 0
@@ -88,7 +88,8 @@ def cluster_up(args) -> None:
                        check=True, capture_output=True)
     _ray_connect()
     config = ClusterConfig(zk_connect=connect, namespace=args.namespace,
-                           zk_session_timeout_ms=args.session_timeout_ms)
+                           zk_session_timeout_ms=args.session_timeout_ms,
+                           broker=BrokerConfig(log_dirs=str(local.kray_home() / "logs" / args.namespace)))
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
     with KrayZkClient(connect).start() as zk:
         controller, epoch = cluster.wait_for_controller(zk)

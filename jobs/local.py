@@ -1,7 +1,8 @@
 """Where a kray cluster's ZooKeeper and Ray are, for the CLI and the main job.
 
 State lives in $KRAY_HOME (default ~/.kray): zk.json for a server started with
-`kray zk start`, cluster.json for brokers started with `kray cluster up`.
+`kray zk start`, cluster.json for brokers started with `kray cluster up`, and the
+brokers' logs under logs/<namespace>/broker-N.
 """
 from __future__ import annotations
 
