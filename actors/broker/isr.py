@@ -28,20 +28,25 @@ class IsrManager:
         self.broker_id, self.zk, self.rm = broker_id, zk, replica_manager
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
+        self._writing = threading.Lock()  # one ISR change at a time: two at once would fence each other
 
     def shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
-        for tp, isr in self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms).items():
-            self._change(tp, isr, "Shrinking")
+        for tp in self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms):
+            self._change(tp, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms), "Shrinking")
 
     def expand(self, partitions: list[TopicPartition], replica_id: int) -> None:
         for tp in partitions:
-            partition = self.rm.partition(tp)
-            isr = partition.isr_to_expand(replica_id) if partition is not None else None
-            if isr is not None:
-                self._change(tp, isr, "Expanding")
+            self._change(tp, lambda p: p.isr_to_expand(replica_id), "Expanding")
 
-    def _change(self, tp: TopicPartition, isr: tuple[int, ...], verb: str) -> None:
-        partition = self.rm.partition(tp)
+    def _change(self, tp: TopicPartition, new_isr, verb: str) -> None:
+        """Write `new_isr(partition)` (computed again here, on the state the previous change left)."""
+        with self._writing:
+            partition = self.rm.partition(tp)
+            isr = new_isr(partition) if partition is not None else None
+            if isr is not None:
+                self._write(tp, partition, isr, verb)
+
+    def _write(self, tp: TopicPartition, partition, isr: tuple[int, ...], verb: str) -> None:
         state = partition.state
         data = zkdata.PartitionStateZNode.encode_fields(state.leader, state.leader_epoch, state.controller_epoch, isr)
         try:

@@ -61,18 +61,38 @@ def test_acks_all_survives_the_leaders_death_without_losing_or_duplicating(new_c
                 acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
             n += len(values)
 
-    thread = threading.Thread(target=produce)
-    thread.start()
+    partitions = [TopicPartition("orders", p) for p in range(3)]
+    live = Consumer(cluster.config.namespace, list(cluster.brokers), max_wait_ms=100)
+    live.assign(partitions)
+    seen: dict[TopicPartition, list[Record]] = {tp: [] for tp in partitions}
+    caught_up = threading.Event()
+
+    def consume() -> None:  # one consumer all along: it has to follow the leader change
+        while not caught_up.is_set():
+            for tp, r in live.poll():
+                seen[tp].append(r)
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for t in threads:
+        t.start()
     wait_until(lambda: len(acked) > 300, what="records acknowledged before the fault")
     victim = ray.get(cluster.brokers[1].metadata.remote())["partitions"][TopicPartition("orders", 0)][0]
     before = len(acked)
     cluster.kill_broker(victim)  # SIGKILL: its session lingers until it times out, then the controller elects
     wait_until(lambda: len(acked) > before + 600, timeout=60, what="records acknowledged after the failover")
     stop.set()
-    thread.join(60)
-    assert not thread.is_alive()
+    threads[0].join(60)
+    assert not threads[0].is_alive()
 
-    logs = read_all(cluster, [TopicPartition("orders", p) for p in range(3)])
+    logs = read_all(cluster, partitions)
+    try:
+        wait_until(lambda: all(len(seen[tp]) >= len(logs[tp]) for tp in partitions), timeout=30,
+                   what="the live consumer to catch up")
+    finally:
+        caught_up.set()
+        threads[1].join(30)
+    assert {tp: [(r.offset, r.value) for r in rs] for tp, rs in seen.items()} == \
+        {tp: [(r.offset, r.value) for r in rs] for tp, rs in logs.items()}
     in_log = {(tp, r.offset): r.value for tp, records in logs.items() for r in records}
     for tp, offset, value in acked:  # every acknowledged record is there, where its acknowledgement said
         assert in_log.get((tp, offset)) == value, f"acknowledged {value!r} at {tp}@{offset} is missing"
@@ -161,7 +181,7 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
         alone = ray.get(cluster.brokers[old_leader].produce.remote(ProduceRequest(acks=1, partitions=[
             ProducePartition("t", 0, [Record(-1, -1, 0, None, f"lost-{i}".encode()) for i in range(3)])])))
         assert alone.results[0].error_code == Errors.NONE and alone.results[0].base_offset == 5
-        cluster.kill_broker(old_leader, restart=True)
+        cluster.kill_broker(old_leader)  # for good: back only after a follower took over
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
@@ -170,6 +190,7 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
                                                                partition=0)
     expected = [f"shared-{i}".encode() for i in range(5)] + [f"new-{i}".encode() for i in range(4)]
     assert [r.value for r in read_all(cluster, [tp])[tp]] == expected
+    cluster.start_broker(old_leader)
     wait_until(lambda: old_leader in zk_states(zk, "t")[tp].isr, timeout=60, what="the old leader back in the ISR")
     admin.preferred_replica_election(zk, [tp])
     wait_until(lambda: zk_states(zk, "t")[tp].leader == old_leader, timeout=30, what="the old leader leading again")
