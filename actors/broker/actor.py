@@ -124,7 +124,7 @@ class BrokerActor:
         with self._lock:
             response = self.replica_manager.stop_replicas(request, self.broker_epoch)
             for p, result in zip(request.partitions, response.partition_errors):
-                if result.error_code == Errors.NONE:
+                if result.error_code == Errors.NONE:  # the partition is stopped: its fetcher ignores it already
                     self.fetchers.unfollow(TopicPartition(p.topic, p.partition))
             return _answer(request, response)
 

@@ -97,7 +97,8 @@ class ReplicaFetcher:
             own = partition.log.leader_epochs.end_offset_for(answer.leader_epoch, partition.log.log_end_offset)[1]
             offset = truncation_offset(partition.log.log_end_offset, partition.high_watermark,
                                        (answer.leader_epoch, answer.end_offset), own)
-            partition.truncate_to(offset)
+            if not partition.truncate_to(offset, epoch):
+                continue  # no longer following in that epoch: a newer LeaderAndIsr decides
             with self._lock:
                 if self.partitions.get(tp, (None, None))[1] == epoch:
                     self.partitions[tp] = (partition, epoch, True)
@@ -118,7 +119,12 @@ class ReplicaFetcher:
             if partition.state.leader_epoch != epoch or self.partitions.get(tp, (None, None))[1] != epoch:
                 continue  # the leadership moved while the fetch was in flight
             if fetched.error_code == Errors.NONE:
-                partition.append_as_follower(list(fetched.records), fetched.high_watermark)
+                partition.append_as_follower(list(fetched.records), fetched.high_watermark, epoch)
+            elif fetched.error_code == Errors.OFFSET_OUT_OF_RANGE:  # diverged: ask where to truncate again
+                with self._lock:
+                    if self.partitions.get(tp, (None, None))[1] == epoch:
+                        self.partitions[tp] = (partition, epoch, False)
+                failed = True
             else:
                 failed = True
                 log.debug("[ReplicaFetcher replicaId=%d, leaderId=%d] %s for %s", self.broker_id, self.source_id,

@@ -42,12 +42,14 @@ class IsrManager:
         """Write `new_isr(partition)` (computed again here, on the state the previous change left)."""
         with self._writing:
             partition = self.rm.partition(tp)
-            isr = new_isr(partition) if partition is not None else None
+            if partition is None:
+                return
+            with partition.changed:  # the ISR and the state it was computed from, together
+                isr, state = new_isr(partition), partition.state
             if isr is not None:
-                self._write(tp, partition, isr, verb)
+                self._write(tp, partition, state, isr, verb)
 
-    def _write(self, tp: TopicPartition, partition, isr: tuple[int, ...], verb: str) -> None:
-        state = partition.state
+    def _write(self, tp: TopicPartition, partition, state, isr: tuple[int, ...], verb: str) -> None:
         data = zkdata.PartitionStateZNode.encode_fields(state.leader, state.leader_epoch, state.controller_epoch, isr)
         try:
             stat = self.zk.kazoo.set(zkdata.partition_state_path(tp), data, version=state.zk_version)

@@ -156,7 +156,7 @@ class Log:
             first = offset - segment.base_offset
             last = min(limit, segment.next_offset) - segment.base_offset
             start = segment.positions[first]
-            stop = max(first + 1, bisect.bisect_right(segment.positions, start + budget, first + 1, last))
+            stop = max(first + 1, bisect.bisect_left(segment.positions, start + budget, first + 1, last))
             end = segment.positions[stop] if stop < len(segment.positions) else segment.size
             with open(segment.path, "rb") as f:
                 f.seek(start)

@@ -54,7 +54,9 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.leader_epoch_start_offset = 0
         self.producers = producer_state(log)  # producer id -> its last runs of appended sequences
-        self.changed = threading.Condition()
+        self.changed = threading.Condition()  # reentrant: the shell may hold it around a call
+        self.leader_term = 0  # counts the times this replica started leading: a wait belongs to one term
+        self.stopped = False  # StopReplica: a fetcher still holding this object must leave it alone
 
     @property
     def is_leader(self) -> bool:
@@ -67,6 +69,7 @@ class Partition:
         restarts (now for ISR members); a new leader knows no follower's log end until it fetches."""
         with self.changed:
             was_leader = self.is_leader
+            self.leader_term += 0 if was_leader else 1
             self.state = state
             self.leader_epoch_start_offset = self.log.log_end_offset
             self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
@@ -81,6 +84,7 @@ class Partition:
     def make_follower(self, state: LeaderAndIsrState) -> None:
         """Kafka's makeFollower: record the new leader; the fetcher truncates and then fetches."""
         with self.changed:
+            self.leader_term += 1 if self.is_leader else 0
             self.state = state
             self.followers = {}
             self.changed.notify_all()  # waiting produce calls learn they are no longer leader
@@ -92,6 +96,7 @@ class Partition:
         with self.changed:
             if not self.is_leader or self.state.leader_epoch != leader_epoch:
                 return False
+            self.leader_term += 1
             self.state = self.state._replace(leader=-1)
             self.followers = {}
             self.changed.notify_all()
@@ -134,13 +139,17 @@ class Partition:
             self.changed.notify_all()
             return offsets
 
-    def wait_for_high_watermark(self, offset: int, timeout_s: float, min_insync_replicas: int = 1) -> Errors:
+    def wait_for_high_watermark(self, offset: int, timeout_s: float, min_insync_replicas: int = 1,
+                                term: int | None = None) -> Errors:
         """acks=all: block until the high watermark passes `offset` (the ISR has the record), as Kafka's
-        DelayedProduce: NOT_LEADER_OR_FOLLOWER if this broker stopped leading meanwhile,
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that has it is smaller than min.insync.replicas."""
+        DelayedProduce: NOT_LEADER_OR_FOLLOWER if this broker stopped leading meanwhile (even if it
+        leads again: the record may have been truncated), NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR
+        that has it is smaller than min.insync.replicas. `term` is leader_term when it was appended."""
         with self.changed:
-            done = self.changed.wait_for(lambda: self.high_watermark > offset or not self.is_leader, timeout_s)
-            if not self.is_leader:
+            term = self.leader_term if term is None else term
+            lost = lambda: not self.is_leader or self.leader_term != term  # noqa: E731
+            done = self.changed.wait_for(lambda: self.high_watermark > offset or lost(), timeout_s)
+            if lost():
                 return Errors.NOT_LEADER_OR_FOLLOWER
             if not done:
                 return Errors.REQUEST_TIMED_OUT
@@ -156,6 +165,9 @@ class Partition:
         with self.changed:
             if not self.is_leader:
                 raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+            if not self.log.log_start_offset <= fetch_offset <= self.log.log_end_offset:
+                raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: follower {replica_id} fetches "
+                                                f"{fetch_offset}, the log ends at {self.log.log_end_offset}")
             if replica_id in self.followers:
                 self.followers[replica_id] = update_fetch_state(self.followers[replica_id], fetch_offset,
                                                                 self.log.log_end_offset, now_ms)
@@ -197,18 +209,38 @@ class Partition:
 
     # -- follower ------------------------------------------------------------
 
-    def append_as_follower(self, batch: list[Record], leader_high_watermark: int) -> None:
+    def following(self, leader_epoch: int) -> bool:
+        """Still a follower in this leader epoch (a fetcher's answer may come after a role change)."""
+        return not self.stopped and not self.is_leader and self.state.leader_epoch == leader_epoch
+
+    def append_as_follower(self, batch: list[Record], leader_high_watermark: int, leader_epoch: int) -> bool:
         with self.changed:
+            if not self.following(leader_epoch):
+                return False
             self.log.append(batch)
             for r in batch:
                 self._remember([r], r.offset)
             self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+            return True
 
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int, leader_epoch: int) -> bool:
         with self.changed:
-            self.log.truncate_to(offset)
-            self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-            self.producers = producer_state(self.log)
+            if not self.following(leader_epoch):
+                return False
+            if offset < self.log.log_end_offset:
+                self.log.truncate_to(offset)
+                self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+                self.producers = producer_state(self.log)
+            return True
+
+    def stop(self) -> None:
+        """StopReplica: no more leading or following through this object."""
+        with self.changed:
+            self.stopped = True
+            self.leader_term += 1 if self.is_leader else 0
+            self.state = self.state._replace(leader=-1)
+            self.followers = {}
+            self.changed.notify_all()
 
     # -- consumers -----------------------------------------------------------
 

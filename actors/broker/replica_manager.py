@@ -178,7 +178,7 @@ class ReplicaManager:
             else:
                 stopped = self.partitions.pop(tp, None)
                 if stopped is not None:
-                    stopped.make_follower(stopped.state._replace(leader=-1))  # waiting produce calls give up
+                    stopped.stop()  # waiting produce calls give up; fetchers leave it alone
                     if p.delete_partition:
                         stopped.log.delete()
                     else:
@@ -199,8 +199,10 @@ class ReplicaManager:
             try:
                 if partition is None:
                     raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
-                first, last = partition.append_as_leader(list(p.records), request.acks, min_insync_replicas)
-                appended.append((tp, partition, last))
+                with partition.changed:  # the term the records were appended in
+                    first, last = partition.append_as_leader(list(p.records), request.acks, min_insync_replicas)
+                    term = partition.leader_term
+                appended.append((tp, partition, last, term))
                 results[tp] = ProduceResult(p.topic, p.partition, int(Errors.NONE), first, last)
             except KrayError as e:
                 results[tp] = ProduceResult(p.topic, p.partition, int(e.error), error_message=str(e))
@@ -209,9 +211,9 @@ class ReplicaManager:
                 self.data_arrived.notify_all()
         if request.acks == -1:
             deadline = time.monotonic() + request.timeout_ms / 1000
-            for tp, partition, last in appended:
+            for tp, partition, last, term in appended:
                 error = partition.wait_for_high_watermark(last, max(0.0, deadline - time.monotonic()),
-                                                          min_insync_replicas)
+                                                          min_insync_replicas, term)
                 if error != Errors.NONE:
                     results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
         return ProduceResponse(broker_id=self.broker_id, results=ProduceResults(results.values()))

@@ -106,7 +106,7 @@ def test_a_follower_turned_leader_recognises_retries_of_the_old_leaders_batches(
     follower = Partition("t", 0, 2, Log(tmp_path / "f"))
     follower.make_follower(FOLLOWS._replace(leader=1))
     fetched = leader.fetch_for_follower(2, 0, 1 << 20, now_ms=1)
-    follower.append_as_follower(fetched.records, fetched.high_watermark)
+    assert follower.append_as_follower(fetched.records, fetched.high_watermark, leader_epoch=3)
     follower.make_leader(LeaderAndIsrState(2, 4, (2, 3), (1, 2, 3), 1), now_ms=2)
     assert follower.append_as_leader(batch(4, producer_id=7), 1, 1) == (0, 3)
     assert follower.append_as_leader(batch(1, producer_id=7, first_sequence=4), 1, 1) == (4, 4)
@@ -146,9 +146,9 @@ def test_follower_high_watermark_and_truncation(tmp_path, leader):
     follower = Partition("t", 0, 2, Log(tmp_path / "f"))
     follower.make_follower(FOLLOWS._replace(leader=1))
     fetched = leader.fetch_for_follower(2, 0, 1 << 20, now_ms=1)
-    follower.append_as_follower(fetched.records, leader_high_watermark=2)
+    follower.append_as_follower(fetched.records, leader_high_watermark=2, leader_epoch=3)
     assert (follower.log.log_end_offset, follower.high_watermark) == (5, 2)
-    follower.truncate_to(3)
+    assert follower.truncate_to(3, leader_epoch=3)
     assert (follower.log.log_end_offset, follower.high_watermark) == (3, 2)
     with pytest.raises(NotLeaderOrFollowerException):
         follower.read_for_consumer(0, 100)
@@ -164,3 +164,33 @@ def test_a_leader_whose_isr_write_was_refused_stops_leading(leader):
         leader.fetch_for_follower(2, 0, 100, now_ms=1)
     leader.make_leader(LEADS._replace(leader_epoch=4, zk_version=5), now_ms=2)  # the controller's word
     assert leader.append_as_leader(batch(1), 1, 1) == (0, 0)
+
+
+def test_a_fetchers_late_answer_does_not_touch_a_replica_that_moved_on(tmp_path, leader):
+    leader.append_as_leader(batch(5), 1, 1)
+    follower = Partition("t", 0, 2, Log(tmp_path / "f"))
+    follower.make_follower(FOLLOWS._replace(leader=1))
+    fetched = leader.fetch_for_follower(2, 0, 1 << 20, now_ms=1)
+    follower.make_leader(LeaderAndIsrState(2, 4, (2, 3), (1, 2, 3), 1), now_ms=2)  # it leads now
+    assert not follower.append_as_follower(fetched.records, 5, leader_epoch=3)
+    assert not follower.truncate_to(0, leader_epoch=3)
+    assert follower.log.log_end_offset == 0
+    follower.make_follower(FOLLOWS._replace(leader=1, leader_epoch=5))
+    follower.stop()
+    assert not follower.append_as_follower(fetched.records, 5, leader_epoch=5)
+
+
+def test_an_acks_all_wait_fails_once_leadership_was_lost_even_if_regained(leader):
+    leader.append_as_leader(batch(1), -1, 1)
+    term = leader.leader_term
+    leader.make_follower(FOLLOWS._replace(leader_epoch=4))
+    leader.make_leader(LEADS._replace(leader_epoch=5, isr=(1,)), now_ms=1)
+    assert leader.high_watermark == 1  # alone in the ISR: the HW passes the offset again...
+    assert leader.wait_for_high_watermark(0, 1, 1, term) == Errors.NOT_LEADER_OR_FOLLOWER  # ...but not that record
+
+
+def test_a_follower_fetching_beyond_the_log_end_is_out_of_range(leader):
+    leader.append_as_leader(batch(2), 1, 1)
+    with pytest.raises(OffsetOutOfRangeException):
+        leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1)
+    assert leader.followers[2].log_end_offset == -1  # not counted as having anything
