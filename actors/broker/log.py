@@ -55,8 +55,9 @@ class Log:
         self.segment_bytes = segment_bytes
         self.segments: list[Segment] = []
         self.recovery: str | None = None
-        self._recover()
         self.leader_epochs = LeaderEpochCache(self.dir / "leader-epoch-checkpoint")
+        for epoch, offset in self._recover():  # what the checkpoint may have missed
+            self.leader_epochs.assign(epoch, offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._file = open(self.segments[-1].path, "ab")
 
@@ -172,13 +173,16 @@ class Log:
 
     def close(self) -> None:
         self._file.close()
+        self.leader_epochs.flush()
 
     def delete(self) -> None:
         """Remove the log from disk (StopReplica with delete)."""
-        self.close()
+        self._file.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _recover(self) -> None:
+    def _recover(self) -> list[tuple[int, int]]:
+        """Read every segment, cut at the first bad entry; returns where each leader epoch starts."""
+        epochs: list[tuple[int, int]] = []
         paths = sorted(self.dir.glob(f"*{SEGMENT_SUFFIX}"))
         expected = int(paths[0].stem) if paths else 0
         for i, path in enumerate(paths):
@@ -188,6 +192,9 @@ class Log:
                 break
             data = path.read_bytes()
             decoded = records.decode(data, base)
+            for r in decoded.records:
+                if not epochs or r.leader_epoch > epochs[-1][0]:
+                    epochs.append((r.leader_epoch, r.offset))
             segment = Segment(base, path, array("q", decoded.positions), decoded.valid_bytes)
             self.segments.append(segment)
             expected = segment.next_offset
@@ -198,6 +205,7 @@ class Log:
         if not self.segments:
             self.segments.append(Segment(expected, self.dir / segment_name(expected)))
             self.segments[0].path.touch()
+        return epochs
 
     def _cut(self, later: list[Path], reason: str) -> None:
         for path in later:

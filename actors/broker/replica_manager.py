@@ -83,7 +83,12 @@ class ReplicaManager:
         return self.partitions.get(tp)
 
     def checkpoint_high_watermarks(self) -> None:
-        """Kafka's replication-offset-checkpoint: where each replica's HW was, for the next start."""
+        """Kafka's replication-offset-checkpoint: where each replica's HW was, for the next start; and
+        each log's leader-epoch checkpoint, if it changed."""
+        for partition in list(self.partitions.values()):
+            with partition.changed:
+                if not partition.stopped:
+                    partition.log.leader_epochs.flush()
         with self._checkpoint_lock:
             write_checkpoint(self.log_dir / HW_CHECKPOINT, [(tp.topic, tp.partition, p.high_watermark)
                                                             for tp, p in sorted(list(self.partitions.items()))])

@@ -163,3 +163,17 @@ def test_leader_epoch_end_offsets_follow_kafka():
     assert cache.end_offset_for(5, 40) == (-1, -1)  # newer than all known
     cache.truncate_from_end(12)
     assert cache.entries == [(1, 0), (3, 10)]
+
+
+def test_leader_epochs_are_checkpointed_on_close_and_rebuilt_from_records_without_it(tmp_path):
+    log = Log(tmp_path / "t-0")
+    log.append_as_leader(entries(3), leader_epoch=1)
+    log.append_as_leader(entries(2, start=3), leader_epoch=4)
+    log.leader_epochs.assign(6, log.log_end_offset)  # a leader that has appended nothing yet
+    assert not (tmp_path / "t-0" / "leader-epoch-checkpoint").exists()  # kept in memory until flushed
+    log.close()
+    assert read_checkpoint(tmp_path / "t-0" / "leader-epoch-checkpoint", (int, int)) == [(1, 0), (4, 3), (6, 5)]
+    # reopening forgets the epoch that starts at the log end (Kafka's truncateFromEnd at recovery)
+    assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]
+    (tmp_path / "t-0" / "leader-epoch-checkpoint").unlink()  # lost (a crash before the flush)
+    assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]  # what the records tell
