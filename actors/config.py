@@ -22,6 +22,9 @@ class ControllerConfig(BaseModel):
     controlled_shutdown_max_retries: int = Field(3, ge=0, description="controlled.shutdown.max.retries")
     controlled_shutdown_retry_backoff_ms: int = Field(5000, ge=0,
                                                       description="controlled.shutdown.retry.backoff.ms")
+    ray_failure_detector_enable: bool = Field(
+        True, description="kray only: learn of broker deaths from Ray at once and remove the dead broker's "
+                          "registration; off gives Kafka's behaviour (deaths found when the ZooKeeper session expires)")
 
 
 class BrokerConfig(BaseModel):

@@ -6,6 +6,9 @@ Failure cases:
   session lives until its timeout): wait for the znode to go, then register.
 - our session expires: the znode is gone; re-register as soon as a new session
   is connected. The state listener only sets a flag; a worker thread registers.
+- the znode is deleted while our session lives (the controller's Ray-based failure
+  detector took us for dead): register again, with a new broker epoch, so that the
+  controller sees a broker come back. A watch on the znode only sets the flag too.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Callable
 
 from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError
+from kazoo.recipe.watchers import DataWatch
 
 from coordination import zkdata
 from coordination.errors import KrayError
@@ -31,7 +35,7 @@ class BrokerRegistration:
         self.broker_id = broker_id
         self._info = info
         self._on_registered = on_registered
-        self._session_lost = threading.Event()
+        self._reregister = threading.Event()
         self._stopped = threading.Event()
         self.broker_epoch = -1
 
@@ -55,25 +59,35 @@ class BrokerRegistration:
         return self.broker_epoch
 
     def keep_registered(self) -> None:
-        """Re-register after every session expiry, from a worker thread."""
+        """Re-register after every session expiry or removal, from a worker thread."""
         self.zk.add_state_listener(self._listener)
+        DataWatch(self.zk.kazoo, zkdata.broker_path(self.broker_id), self._watch)
         threading.Thread(target=self._reregister_loop, name=f"broker-{self.broker_id}-registration",
                          daemon=True).start()
 
     def stop(self) -> None:
         self._stopped.set()
-        self._session_lost.set()
+        self._reregister.set()
 
     def _listener(self, state: KazooState) -> None:
         if state == KazooState.LOST:
-            self._session_lost.set()
+            self._reregister.set()
+
+    def _watch(self, data, stat, event=None) -> bool | None:
+        if self._stopped.is_set():
+            return False
+        if stat is None and self.broker_epoch >= 0:
+            log.warning("Registration of broker %d at %s disappeared while its session lives; registering again",
+                        self.broker_id, zkdata.broker_path(self.broker_id))
+            self._reregister.set()
+        return None
 
     def _reregister_loop(self) -> None:
         while not self._stopped.is_set():
-            self._session_lost.wait()
+            self._reregister.wait()
             if self._stopped.is_set():
                 return
-            self._session_lost.clear()
+            self._reregister.clear()
             while not self._stopped.is_set():
                 while not self._stopped.is_set() and not self.zk.kazoo.connected:
                     time.sleep(0.05)

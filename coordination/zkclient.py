@@ -254,6 +254,16 @@ class KrayZkClient:
                 raise
         return self.kazoo.exists(path).czxid
 
+    def delete_broker_registration(self, broker_id: int, broker_epoch: int, epoch_zk_version: int) -> bool:
+        """Remove /brokers/ids/N if it is still the registration of that broker epoch (its czxid), fenced
+        on the controller epoch; whether it was removed. A newer incarnation's registration stays."""
+        path = zkdata.broker_path(broker_id)
+        stat = self.kazoo.exists(path)
+        if stat is None or stat.czxid != broker_epoch:
+            return False
+        (result,) = self.fenced_multi([DeleteOp(path, stat.version)], epoch_zk_version)
+        return result.error is None
+
     def get_all_broker_ids(self) -> list[int]:
         return sorted(int(c) for c in self.children(zkdata.BROKER_IDS) if c.isdigit())
 
@@ -386,3 +396,12 @@ class KrayZkClient:
 def _znode_bytes(state: zkdata.ZNodeModel | bytes) -> bytes:
     """Callers on hot paths pass pre-encoded JSON; others pass the model."""
     return state if isinstance(state, bytes) else state.encode()
+
+
+def expire_session(connect: str, client_id: tuple[int, bytes]) -> None:
+    """End another client's session as a long network partition would: take it over with its id and
+    password, then close it. Its ephemerals go at once; its owner sees the session expire."""
+    thief = KazooClient(hosts=connect, client_id=client_id)
+    thief.start(timeout=15)
+    thief.stop()
+    thief.close()

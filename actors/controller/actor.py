@@ -13,7 +13,8 @@ from concurrent.futures import Future
 import ray
 
 from actors.config import ClusterConfig
-from actors.controller.channel import ControllerChannelManager
+from actors.controller.channel import ControllerChannelManager, broker_actor_name
+from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
 from actors.controller.events import (
@@ -42,6 +43,8 @@ class ControllerActor:
             broker_id, self.zk, self.inbox.put,
             channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
             config=config.controller,
+            detector_factory=(lambda on_death: RayFailureDetector(config.namespace, broker_actor_name, on_death))
+            if config.controller.ray_failure_detector_enable else None,
         )
         self.controller.inbox_depth = self.inbox.depth
         self.inbox.start()

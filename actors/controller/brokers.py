@@ -42,6 +42,20 @@ def process_broker_change(c: KafkaController) -> None:
         c.channel.add_broker(b)
     if new | bounced:
         on_broker_startup(c, new | bounced)
+    if c.detector is not None:
+        c.detector.watch(set(ctx.live_brokers))
+
+
+def process_broker_actor_died(c: KafkaController, broker_id: int, state: str) -> None:
+    """Ray says broker N's process died. ZooKeeper stays the source of truth: remove the registration
+    of the incarnation we know (not a newer one), then handle it as the /brokers/ids watch would."""
+    epoch = c.ctx.live_broker_epochs.get(broker_id)
+    if epoch is None:
+        return  # already handled (its session expired first, or the watch fired)
+    if c.zk.delete_broker_registration(broker_id, epoch, c.ctx.epoch_zk_version):
+        log.info("%s Ray reports broker %d's actor %s: removed its registration (broker epoch %d)", c.prefix,
+                 broker_id, state, epoch)
+    process_broker_change(c)
 
 
 def on_broker_failure(c: KafkaController, dead: set[int]) -> None:

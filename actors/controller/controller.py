@@ -26,6 +26,7 @@ from actors.controller.context import ControllerContext, ReplicaAssignment
 from actors.controller.deletion import TopicDeletionManager
 from actors.controller.events import (
     AutoPreferredReplicaLeaderElection,
+    BrokerActorDied,
     BrokerChange,
     ControlledShutdown,
     ControllerChange,
@@ -63,12 +64,15 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
-                 channel_factory: Callable[[], object], config: ControllerConfig | None = None):
+                 channel_factory: Callable[[], object], config: ControllerConfig | None = None,
+                 detector_factory: Callable[[Callable[[int, str], None]], object] | None = None):
         self.broker_id = broker_id
         self.zk = zk
         self.put = put
         self.config = config or ControllerConfig()
         self._channel_factory = channel_factory
+        self._detector_factory = detector_factory  # None: deaths are learnt from ZooKeeper only, as in Kafka
+        self.detector = None
         self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
@@ -137,6 +141,8 @@ class KafkaController:
                     return
                 case BrokerChange():
                     brokers.process_broker_change(self)
+                case BrokerActorDied(broker_id=b, state=state):
+                    brokers.process_broker_actor_died(self, b, state)
                 case ControlledShutdown(broker_id=b, broker_epoch=e, reply=reply):
                     brokers.process_controlled_shutdown(self, b, e, reply)
                 case TopicChange():
@@ -229,6 +235,9 @@ class KafkaController:
         if self.channel is not None:
             self.channel.shutdown()
             self.channel = None
+        if self.detector is not None:
+            self.detector.stop()
+            self.detector = None
         self._reset()
 
     def watch_children(self, path: str, event: Callable[[], ControllerEvent]) -> None:
@@ -290,6 +299,9 @@ class KafkaController:
         self.channel = self._channel_factory()
         for broker_id in self.ctx.live_brokers:
             self.channel.add_broker(broker_id)
+        if self._detector_factory is not None:
+            self.detector = self._detector_factory(lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
+            self.detector.watch(set(self.ctx.live_brokers))
         self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
         # replica state machine startup: live replicas Online (each is sent its LeaderAndIsr)
         for tp in self.ctx.all_partitions():

@@ -54,6 +54,14 @@ class BrokerChange(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class BrokerActorDied(ControllerEvent):
+    """Ray reports that a broker's actor process died (RayFailureDetector), before ZooKeeper knows."""
+
+    broker_id: int = -1
+    state: str = ""
+
+
+@dataclass(frozen=True)
 class TopicChange(ControllerEvent):
     pass
 

@@ -16,10 +16,10 @@ SESSION_TIMEOUT_MS = 3000
 
 
 def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), broker: BrokerConfig | None = None,
-                  **controller) -> tuple[LocalCluster, KrayZkClient]:
+                  session_timeout_ms: int = SESSION_TIMEOUT_MS, **controller) -> tuple[LocalCluster, KrayZkClient]:
     """Brokers in a fresh chroot and Ray namespace, up with a controller whose UpdateMetadata reached all."""
     config = ClusterConfig(zk_connect=fresh_chroot(zk_connect, "kray-test"), namespace=f"test-{uuid.uuid4().hex[:8]}",
-                           zk_session_timeout_ms=SESSION_TIMEOUT_MS, broker=broker or BrokerConfig(),
+                           zk_session_timeout_ms=session_timeout_ms, broker=broker or BrokerConfig(),
                            controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
     zk = KrayZkClient(config.zk_connect).start()
     cluster = LocalCluster(config, list(broker_ids)).start()
@@ -32,8 +32,9 @@ def new_cluster(zk_connect, ray_session):
     """Start a cluster of brokers with a ControllerConfig of the test's choosing; stopped afterwards."""
     started = []
 
-    def start(broker_ids=(1, 2, 3), broker: BrokerConfig | None = None, **controller) -> tuple[LocalCluster, KrayZkClient]:
-        started.append(start_cluster(zk_connect, broker_ids, broker, **controller))
+    def start(broker_ids=(1, 2, 3), broker: BrokerConfig | None = None, session_timeout_ms: int = SESSION_TIMEOUT_MS,
+              **controller) -> tuple[LocalCluster, KrayZkClient]:
+        started.append(start_cluster(zk_connect, broker_ids, broker, session_timeout_ms, **controller))
         return started[-1]
 
     yield start

@@ -1,0 +1,110 @@
+"""RayFailureDetector: learns of broker deaths from Ray within milliseconds, instead of waiting
+for the dead broker's ZooKeeper session to time out (zookeeper.session.timeout.ms).
+
+When a worker process exits, its raylet tells Ray's GCS at once, and the GCS publishes the
+actor's new state (RESTARTING, or DEAD) on its actor channel. The active controller
+subscribes to that channel and puts a `BrokerActorDied` event in its inbox for each broker
+actor it watches; the handler removes the dead incarnation's registration from
+/brokers/ids, so ZooKeeper stays the source of truth and every reader agrees.
+
+Failure cases:
+- a paused process (SIGSTOP, a long GC) is alive to Ray: nothing is published, nothing is
+  suspected; the broker's ZooKeeper session decides, as in Kafka.
+- a live broker wrongly reported (Ray lost its node, the process lives on): its registration
+  is removed, its leaderships move with newer leader epochs (its writes are fenced), and it
+  registers again as soon as it sees its znode gone.
+- the GCS subscription breaks: the detector resubscribes; meanwhile ZooKeeper's session
+  timeout still finds every death, only later.
+
+Uses Ray's GCS pub/sub client (`ray._private.gcs_pubsub`), which Ray's dashboard uses for
+the same purpose; Ray has no public API for actor-state notifications.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Callable
+
+import ray
+
+log = logging.getLogger(__name__)
+
+POLL_TIMEOUT_S = 1.0  # how often the subscriber thread looks at its stop flag
+RESOLVE_RETRY_S = 0.2
+
+
+class RayFailureDetector:
+    """Calls `on_death(broker_id, state)` from its own thread when a watched broker actor's
+    process dies (state: "RESTARTING" or "DEAD"). `on_death` must only enqueue."""
+
+    def __init__(self, namespace: str, actor_name: Callable[[int], str], on_death: Callable[[int, str], None]):
+        self.namespace, self.actor_name, self.on_death = namespace, actor_name, on_death
+        self._lock = threading.Lock()
+        self._watched: set[int] = set()
+        self._actors: dict[bytes, int] = {}  # actor id -> broker id
+        self._stopped = threading.Event()
+        self._resolve = threading.Event()
+        self._gcs_address = ray.get_runtime_context().gcs_address
+        self._threads = [threading.Thread(target=self._subscribe_loop, name="ray-failure-detector", daemon=True),
+                         threading.Thread(target=self._resolve_loop, name="ray-failure-detector-names", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def watch(self, broker_ids: set[int]) -> None:
+        """Watch exactly these brokers (the live ones); their actor ids are looked up off the inbox thread."""
+        with self._lock:
+            self._watched = set(broker_ids)
+            self._actors = {a: b for a, b in self._actors.items() if b in self._watched}
+        self._resolve.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._resolve.set()
+
+    def _resolve_loop(self) -> None:
+        """Look up the actor id of each watched broker (a broker started anew gets a new actor id;
+        one restarted by Ray keeps it)."""
+        while not self._stopped.is_set():
+            self._resolve.wait()
+            self._resolve.clear()
+            with self._lock:
+                missing = self._watched - set(self._actors.values())
+            for broker_id in missing:
+                try:
+                    actor_id = ray.get_actor(self.actor_name(broker_id), namespace=self.namespace)._actor_id.binary()
+                except ValueError:  # not (yet) created under that name: try again shortly
+                    self._stopped.wait(RESOLVE_RETRY_S)
+                    self._resolve.set()
+                    continue
+                with self._lock:
+                    if broker_id in self._watched:
+                        self._actors = {a: b for a, b in self._actors.items() if b != broker_id}
+                        self._actors[actor_id] = broker_id
+
+    def _subscribe_loop(self) -> None:
+        asyncio.run(self._subscribe())
+
+    async def _subscribe(self) -> None:
+        from ray._private.gcs_pubsub import GcsAioActorSubscriber
+        from ray.core.generated import gcs_pb2
+
+        died = {gcs_pb2.ActorTableData.RESTARTING: "RESTARTING", gcs_pb2.ActorTableData.DEAD: "DEAD"}
+        while not self._stopped.is_set():
+            subscriber = GcsAioActorSubscriber(address=self._gcs_address)
+            try:
+                await subscriber.subscribe()
+                while not self._stopped.is_set():
+                    for actor_id, data in await subscriber.poll(batch_size=1000, timeout=POLL_TIMEOUT_S):
+                        with self._lock:
+                            broker_id = self._actors.get(actor_id)
+                        if broker_id is not None and data.state in died:
+                            log.info("Ray reports broker %d's actor %s (pid %s)", broker_id, died[data.state],
+                                     data.pid or "?")
+                            self.on_death(broker_id, died[data.state])
+            except Exception as e:  # GCS restarting or unreachable: subscribe again
+                log.warning("Ray failure detector lost its GCS subscription (%s: %s); resubscribing",
+                            type(e).__name__, e)
+                await asyncio.sleep(RESOLVE_RETRY_S)
+            finally:
+                await subscriber.close()

@@ -1,0 +1,327 @@
+"""The invariant checker: reads a chaos run's directory (jobs/rundir.py) and counts violations
+of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader election off.
+
+    lost                       A record the leader acknowledged is in the log for good: every Ack
+                               is found, same record_id at the same topic/partition/offset, in the
+                               final read-back (consumed.jsonl, final=True). Not checkable, and a
+                               note says so, when the run has no final read-back.
+    duplicated                 A record is written once: no record_id at more than one offset of
+                               the final read-back.
+    reordered                  A partition keeps one producer's records in send order: a producer's
+                               acked sequences have increasing offsets. And a log has no holes: the
+                               final read-back of each partition is offsets 0, 1, 2, ... with no gap
+                               and no offset read twice.
+    multiple_controllers       One controller per controller epoch (the zombie-controller fence):
+                               brokers' first requests of an epoch and active controller events
+                               name one controller_id per epoch.
+    multiple_leaders           One leader per leader epoch: acks of a partition's leader epoch come
+                               from one broker.
+    leader_not_live_or_in_isr  A leader is in its ISR (unclean election off), always; and it is a
+                               live broker, once the controller has had grace_ms to notice a death.
+                               Checked on the periodic ZooKeeper samples (each partition and leader
+                               epoch counts once) and on the final ZooKeeper state.
+    caches_not_converged       After the faults stop every broker's metadata cache agrees with
+                               ZooKeeper (leader, leader epoch, ISR) and knows the live brokers;
+                               one violation per broker that differs.
+
+Memory is linear in the run: the final read-back is indexed by (topic, partition, offset) and
+produced.jsonl is streamed against it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from jobs.rundir import (
+    CONSUMED,
+    CONTROLLER_EVENTS,
+    CONTROLLER_REQUESTS,
+    FINAL_STATE,
+    PARTITION_STATES,
+    PRODUCED,
+    Ack,
+    Consumed,
+    ControllerEventRecord,
+    ControllerRequestRecord,
+    FinalState,
+    JsonlReader,
+    PartitionLeadership,
+    StateSample,
+    tp_key,
+)
+
+INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "multiple_leaders",
+              "leader_not_live_or_in_isr", "caches_not_converged")
+MAX_EXAMPLES = 5
+
+Key = tuple[str, int, int]  # topic, partition, offset
+
+
+class Violations:
+    """A count and the first few examples of one invariant's violations."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+
+    def add(self, example: str) -> None:
+        self.count += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(example)
+
+
+class CheckReport(BaseModel):
+    run_dir: str
+    invariants: dict[str, int]
+    examples: dict[str, list[str]]
+    notes: list[str] = Field(default_factory=list)
+    malformed_lines: dict[str, int] = Field(default_factory=dict)
+    malformed_examples: dict[str, str] = Field(default_factory=dict)  # file -> its first bad line's error
+    counts: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.invariants.values())
+
+    def render(self) -> str:
+        lines = [f"{'Invariant':<30} {'Violations':>10}  Example"]
+        for name, count in self.invariants.items():
+            example = self.examples.get(name) or [""]
+            lines.append(f"{name:<30} {count:>10}  {example[0]}".rstrip())
+        lines.append("Counts: " + ", ".join(f"{k} {v}" for k, v in self.counts.items()))
+        lines += [f"Note: {note}" for note in self.notes]
+        if self.malformed_lines:
+            lines.append("Malformed lines: " + "; ".join(
+                f"{name}: {n} ({self.malformed_examples.get(name, '')})"
+                for name, n in self.malformed_lines.items()))
+        lines.append("OK" if self.ok else "FAILED")
+        return "\n".join(lines)
+
+
+def _at(key: Key) -> str:
+    topic, partition, offset = key
+    return f"{tp_key(topic, partition)}@{offset}"
+
+
+def read_final(reader: JsonlReader) -> tuple[dict[Key, str], int, list[Key]]:
+    """The final read-back by location, the live-consumed count, and offsets read more than once."""
+    final: dict[Key, str] = {}
+    repeats: list[Key] = []
+    live = 0
+    for c in reader.lines(CONSUMED, Consumed):
+        if not c.final:
+            live += 1
+            continue
+        key = (sys.intern(c.topic), c.partition, c.offset)
+        if key in final:
+            repeats.append(key)
+        else:
+            final[key] = c.record_id
+    return final, live, repeats
+
+
+def check_duplicated(final: dict[Key, str]) -> Violations:
+    v = Violations()
+    first_at: dict[str, Key] = {}
+    reported: set[str] = set()
+    for key, record_id in final.items():
+        seen = first_at.setdefault(record_id, key)
+        if seen != key and record_id not in reported:
+            reported.add(record_id)
+            v.add(f"record {record_id} at {_at(seen)} and {_at(key)}")
+    return v
+
+
+def check_dense(final: dict[Key, str], repeats: list[Key], v: Violations) -> None:
+    """Each partition's final read-back is offsets 0..n-1: a gap or a repeated offset is a violation."""
+    for key in repeats:
+        v.add(f"offset {_at(key)} read twice in the final read-back")
+    offsets: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for topic, partition, offset in final:
+        offsets[(topic, partition)].append(offset)
+    for (topic, partition), found in sorted(offsets.items()):
+        expected = 0
+        for offset in sorted(found):
+            if offset > expected:
+                v.add(f"gap in {tp_key(topic, partition)}: offsets {expected}..{offset - 1} missing")
+            expected = offset + 1
+
+
+def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
+               notes: list[str]) -> tuple[Violations, Violations, Violations, int]:
+    """Streams produced.jsonl once: lost, per-producer order, and one leader per leader epoch.
+
+    Returns (lost, reordered, multiple_leaders, acks read)."""
+    lost, reordered, leaders = Violations(), Violations(), Violations()
+    sent: dict[tuple[str, int, str], list[tuple[int, int]]] = defaultdict(list)  # tp, producer -> (seq, offset)
+    epoch_brokers: dict[tuple[str, int, int], set[int]] = defaultdict(set)
+    acked = unparsed = 0
+    for a in reader.lines(PRODUCED, Ack):
+        acked += 1
+        topic = sys.intern(a.topic)
+        key = (topic, a.partition, a.offset)
+        if judge_lost and final.get(key) != a.record_id:
+            found = final.get(key)
+            where = f"holds {found}" if found is not None else "is missing"
+            lost.add(f"record {a.record_id} acked at {_at(key)} by broker {a.broker_id} "
+                     f"(leader epoch {a.leader_epoch}); the final read-back {where}")
+        producer, _, seq = a.record_id.rpartition("-")
+        if producer and seq.isdigit():
+            sent[(topic, a.partition, producer)].append((int(seq), a.offset))
+        else:
+            unparsed += 1
+        epoch_brokers[(topic, a.partition, a.leader_epoch)].add(a.broker_id)
+    if unparsed:
+        notes.append(f"{unparsed} acks have a record_id not of the form <producer>-<sequence>; "
+                     "their order was not checked")
+    for (topic, partition, producer), pairs in sorted(sent.items()):
+        pairs.sort()
+        for (s1, o1), (s2, o2) in zip(pairs, pairs[1:]):
+            if s1 != s2 and o2 <= o1:
+                reordered.add(f"{tp_key(topic, partition)}: {producer}-{s1} at offset {o1} "
+                              f"but {producer}-{s2} at offset {o2}")
+    for (topic, partition, epoch), brokers in sorted(epoch_brokers.items()):
+        if len(brokers) > 1:
+            leaders.add(f"{tp_key(topic, partition)} leader epoch {epoch} acked by brokers {sorted(brokers)}")
+    return lost, reordered, leaders, acked
+
+
+def check_controllers(reader: JsonlReader) -> tuple[Violations, int]:
+    v = Violations()
+    by_epoch: dict[int, set[int]] = defaultdict(set)
+    for r in reader.lines(CONTROLLER_REQUESTS, ControllerRequestRecord):
+        by_epoch[r.controller_epoch].add(r.controller_id)
+    for e in reader.lines(CONTROLLER_EVENTS, ControllerEventRecord):
+        if e.active:
+            by_epoch[e.controller_epoch].add(e.controller_id)
+    for epoch, controllers in sorted(by_epoch.items()):
+        if len(controllers) > 1:
+            v.add(f"controller epoch {epoch} acted on by controllers {sorted(controllers)}")
+    return v, len(by_epoch)
+
+
+def _leader_ok(p: PartitionLeadership, live: list[int]) -> bool:
+    return p.leader == -1 or (p.leader in live and p.leader in p.isr)
+
+
+def check_leaders(reader: JsonlReader, final_state: FinalState | None,
+                  grace_ms: float) -> tuple[Violations, int]:
+    """A leader outside its ISR at once; outside the live brokers for at least grace_ms."""
+    v = Violations()
+    samples = sorted(reader.lines(PARTITION_STATES, StateSample), key=lambda s: s.ts_ms)
+    reported: set[tuple[str, int]] = set()
+    dead_since: dict[str, tuple[int, int, float]] = {}  # partition -> (leader, epoch, first ts seen dead)
+    for s in samples:
+        live = set(s.live_brokers)
+        for tp, p in s.partitions.items():
+            if p.leader == -1:
+                dead_since.pop(tp, None)
+                continue
+            if p.leader not in p.isr and (tp, p.leader_epoch) not in reported:
+                reported.add((tp, p.leader_epoch))
+                v.add(f"{tp} leader {p.leader} not in ISR {p.isr} (leader epoch {p.leader_epoch}, "
+                      f"at {s.ts_ms:.0f})")
+            if p.leader in live:
+                dead_since.pop(tp, None)
+                continue
+            leader, epoch, since = dead_since.get(tp, (None, None, s.ts_ms))
+            if (leader, epoch) != (p.leader, p.leader_epoch):
+                since = s.ts_ms
+                dead_since[tp] = (p.leader, p.leader_epoch, since)
+            if s.ts_ms - since >= grace_ms and (tp, p.leader_epoch) not in reported:
+                reported.add((tp, p.leader_epoch))
+                v.add(f"{tp} leader {p.leader} not live for {s.ts_ms - since:.0f} ms "
+                      f"(leader epoch {p.leader_epoch})")
+    if final_state is not None:
+        for tp, p in sorted(final_state.zookeeper.items()):
+            if not _leader_ok(p, final_state.live_brokers):
+                v.add(f"final state: {tp} leader {p.leader} with ISR {p.isr}, "
+                      f"live brokers {sorted(final_state.live_brokers)}")
+    return v, len(samples)
+
+
+def _leadership(p: PartitionLeadership) -> tuple[int, int, list[int]]:
+    return p.leader, p.leader_epoch, sorted(p.isr)
+
+
+def _show(leadership: tuple[int, int, list[int]] | None) -> str:
+    if leadership is None:
+        return "absent"
+    leader, epoch, isr = leadership
+    return f"leader {leader} epoch {epoch} ISR {isr}"
+
+
+def check_caches(final_state: FinalState) -> Violations:
+    v = Violations()
+    expected = {tp: _leadership(p) for tp, p in final_state.zookeeper.items()}
+    live = sorted(final_state.live_brokers)
+    for broker, cache in sorted(final_state.caches.items()):
+        cached = {tp: _leadership(p) for tp, p in cache.partitions.items()}
+        differing = sorted(tp for tp in expected.keys() | cached.keys() if expected.get(tp) != cached.get(tp))
+        if differing:
+            tp = differing[0]
+            v.add(f"broker {broker} caches {tp} as {_show(cached.get(tp))}, ZooKeeper has "
+                  f"{_show(expected.get(tp))} ({len(differing)} of {len(expected)} partitions differ)")
+        elif sorted(cache.brokers) != live:
+            v.add(f"broker {broker} caches brokers {sorted(cache.brokers)}, live brokers are {live}")
+    return v
+
+
+def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
+    reader = JsonlReader(Path(run_dir))
+    notes: list[str] = []
+    results: dict[str, Violations] = {}
+
+    final, consumed_live, repeats = read_final(reader)
+    if not final:
+        notes.append("no final read-back in consumed.jsonl: lost, duplicated and log density not checked")
+    lost, reordered, leaders, acked = check_acks(reader, final, bool(final), notes)
+    check_dense(final, repeats, reordered)
+    results["lost"] = lost
+    results["duplicated"] = check_duplicated(final)
+    results["reordered"] = reordered
+    results["multiple_controllers"], controller_epochs = check_controllers(reader)
+    results["multiple_leaders"] = leaders
+
+    final_state = reader.document(FINAL_STATE, FinalState)
+    if final_state is None:
+        notes.append(f"no readable {FINAL_STATE}: final leaders and cache convergence not checked")
+    results["leader_not_live_or_in_isr"], state_samples = check_leaders(reader, final_state, grace_ms)
+    results["caches_not_converged"] = check_caches(final_state) if final_state else Violations()
+    if final_state:
+        silent = sorted(set(final_state.live_brokers) - set(final_state.caches))
+        if silent:
+            notes.append(f"live brokers {silent} did not report their metadata cache")
+
+    return CheckReport(
+        run_dir=str(run_dir),
+        invariants={name: results[name].count for name in INVARIANTS},
+        examples={name: results[name].examples for name in INVARIANTS},
+        notes=notes,
+        malformed_lines=dict(reader.malformed),
+        malformed_examples=dict(reader.examples),
+        counts={"acked": acked, "consumed_final": len(final) + len(repeats), "consumed_live": consumed_live,
+                "state_samples": state_samples, "controller_epochs": controller_epochs},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kray check", description="Check a chaos run's invariants.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    parser.add_argument("--grace-ms", type=float, default=5000,
+                        help="how long a dead leader is tolerated before the controller must have moved it")
+    args = parser.parse_args(argv)
+    if not args.run_dir.is_dir():
+        print(f"Error: {args.run_dir} is not a run directory", file=sys.stderr)
+        return 2
+    report = check_run(args.run_dir, args.grace_ms)
+    print(report.render())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

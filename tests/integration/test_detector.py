@@ -1,0 +1,102 @@
+"""The Ray-based failure detector: deaths found long before the ZooKeeper session times out, no
+false suspicion of a paused broker, and a wrongly removed broker comes back (real ZooKeeper, real Ray).
+
+The clusters here use a 30 s session timeout, so that anything handled within seconds was
+found by Ray rather than by ZooKeeper.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import ray
+
+from coordination import zkdata
+from tests.integration.conftest import create_topic_and_wait, caches_match_zookeeper, wait_until, zk_states
+
+LONG_SESSION_MS = 30_000
+
+
+def broker_failures(cluster, controller_id: int) -> list[dict]:
+    return [t for t in ray.get(cluster.controller_actor(controller_id).timelines.remote())
+            if t["kind"] == "broker_failure"]
+
+
+def test_a_killed_broker_is_handled_before_its_session_expires(new_cluster):
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    controller_id, _ = cluster.wait_for_controller(zk)
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
+    victim = next(b for b in cluster.brokers if b != controller_id)
+    killed_ms = time.time() * 1000
+    cluster.kill_broker(victim)  # for good: only Ray can tell
+    wait_until(lambda: broker_failures(cluster, controller_id), timeout=10, what="the broker failure handled")
+    failure = broker_failures(cluster, controller_id)[0]
+    assert failure["brokers"] == [victim]
+    assert failure["detected_ms"] - killed_ms < LONG_SESSION_MS / 3  # Ray's report, not the session timeout
+    assert victim not in zk.get_all_broker_ids()  # ZooKeeper says so too
+    assert all(s.leader != victim and victim not in s.isr for s in zk_states(zk, "t").values())
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
+
+
+def test_a_restarted_broker_registers_again_at_once_and_gets_its_replicas_back(new_cluster):
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    controller_id, _ = cluster.wait_for_controller(zk)
+    create_topic_and_wait(cluster, zk, "t", 3, 3)
+    victim = next(b for b in cluster.brokers if b != controller_id)
+    before = ray.get(cluster.brokers[victim].info.remote())
+    cluster.kill_broker(victim, restart=True)
+    wait_until(lambda: ray.get(cluster.brokers[victim].info.remote())["broker_epoch"] > before["broker_epoch"],
+               timeout=15, what="the restarted broker to register (its old registration removed)")
+    wait_until(lambda: all(victim in s.isr for s in zk_states(zk, "t").values()), timeout=30,
+               what="the restarted broker back in every ISR")
+
+
+def test_a_paused_broker_is_not_suspected(new_cluster):
+    """SIGSTOP is invisible to Ray: nothing is published, the registration stays, no failover."""
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    controller_id, _ = cluster.wait_for_controller(zk)
+    create_topic_and_wait(cluster, zk, "t", 3, 3)
+    victim = next(b for b in cluster.brokers if b != controller_id)
+    epoch = ray.get(cluster.brokers[victim].info.remote())["broker_epoch"]
+    pid = ray.get(cluster.brokers[victim].info.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(3)
+        assert victim in zk.get_all_broker_ids()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert broker_failures(cluster, controller_id) == []
+    assert ray.get(cluster.brokers[victim].info.remote())["broker_epoch"] == epoch
+
+
+def test_a_live_broker_whose_registration_was_removed_registers_again_and_is_fenced_meanwhile(new_cluster):
+    """What a false suspicion leaves behind: the controller moves the broker's leaderships with newer
+    leader epochs (its old epoch is fenced), the broker registers again with a new broker epoch, and
+    it gets its replicas back."""
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    controller_id, _ = cluster.wait_for_controller(zk)
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
+    victim = next(b for b in cluster.brokers if b != controller_id)
+    led = {tp: s.leader_epoch for tp, s in zk_states(zk, "t").items() if s.leader == victim}
+    assert led
+    old_epoch = ray.get(cluster.brokers[victim].info.remote())["broker_epoch"]
+    zk.kazoo.delete(zkdata.broker_path(victim))  # as the detector does on a (here: false) report
+    wait_until(lambda: ray.get(cluster.brokers[victim].info.remote())["broker_epoch"] > old_epoch, timeout=10,
+               what="the broker to register again")
+    states = zk_states(zk, "t")
+    assert all(states[tp].leader_epoch > epoch for tp, epoch in led.items())  # the old leaderships are fenced
+    wait_until(lambda: all(victim in s.isr for s in zk_states(zk, "t").values()), timeout=30,
+               what="the broker back in every ISR")
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
+
+
+def test_with_the_detector_off_deaths_wait_for_the_session(new_cluster):
+    """Kafka's behaviour: a killed broker stays registered until its session times out."""
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, ray_failure_detector_enable=False)
+    controller_id, _ = cluster.wait_for_controller(zk)
+    victim = next(b for b in cluster.brokers if b != controller_id)
+    cluster.kill_broker(victim)
+    time.sleep(3)
+    assert victim in zk.get_all_broker_ids()
+    assert broker_failures(cluster, controller_id) == []

@@ -1,0 +1,385 @@
+"""jobs.check: the invariant checker on fabricated run directories."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from jobs import check
+from jobs.rundir import (
+    CONSUMED,
+    CONTROLLER_EVENTS,
+    CONTROLLER_REQUESTS,
+    FINAL_STATE,
+    PARTITION_STATES,
+    PRODUCED,
+    Ack,
+    BrokerCache,
+    Consumed,
+    ControllerEventRecord,
+    ControllerRequestRecord,
+    FinalState,
+    JsonlWriter,
+    PartitionLeadership,
+    StateSample,
+    tp_key,
+)
+
+PARTITIONS = [("orders", 0), ("orders", 1), ("my-events", 0)]  # a topic with a dash, as Kafka allows
+RECORDS_PER_PARTITION = 8  # offsets 0..7; leader epoch 1 (broker 0) for 0..3, epoch 2 (broker 1) for 4..7
+BROKERS = [0, 1, 2]
+
+
+@dataclass
+class Run:
+    acks: list[Ack] = field(default_factory=list)
+    consumed: list[Consumed] = field(default_factory=list)
+    requests: list[ControllerRequestRecord] = field(default_factory=list)
+    events: list[ControllerEventRecord] = field(default_factory=list)
+    samples: list[StateSample] = field(default_factory=list)
+    final_state: FinalState | None = None
+
+    def final(self, topic: str, partition: int, offset: int) -> Consumed:
+        return next(c for c in self.consumed
+                    if c.final and (c.topic, c.partition, c.offset) == (topic, partition, offset))
+
+    def ack(self, topic: str, partition: int, offset: int) -> Ack:
+        return next(a for a in self.acks if (a.topic, a.partition, a.offset) == (topic, partition, offset))
+
+    def set_leadership(self, tp: str, p: PartitionLeadership) -> None:
+        """Changes a partition in ZooKeeper's final state and in every cache alike."""
+        self.final_state.zookeeper[tp] = p
+        for cache in self.final_state.caches.values():
+            cache.partitions[tp] = p.model_copy()
+
+    def write(self, run_dir: Path) -> Path:
+        w = JsonlWriter(run_dir)
+        w.write(PRODUCED, self.acks)
+        w.write(CONSUMED, self.consumed)
+        w.write(CONTROLLER_REQUESTS, self.requests)
+        w.write(CONTROLLER_EVENTS, self.events)
+        w.write(PARTITION_STATES, self.samples)
+        if self.final_state is not None:
+            w.document(FINAL_STATE, self.final_state)
+        w.close()
+        return run_dir
+
+
+def clean_run() -> Run:
+    """Two producers interleaved on three partitions, one leader change per partition, two
+    controller epochs (one controller each), healthy samples, converged caches."""
+    run = Run()
+    t = 1_000_000.0
+    for i, (topic, partition) in enumerate(PARTITIONS):
+        for offset in range(RECORDS_PER_PARTITION):
+            producer = ("p1", "p2")[offset % 2]
+            record_id = f"{producer}-{i * 100 + offset // 2}"  # unique, increasing per producer
+            epoch, broker = (1, 0) if offset < 4 else (2, 1)
+            run.acks.append(Ack(topic=topic, partition=partition, offset=offset, record_id=record_id,
+                                broker_id=broker, leader_epoch=epoch, sent_ms=t + offset, acked_ms=t + offset + 5))
+            run.consumed.append(Consumed(topic=topic, partition=partition, offset=offset, record_id=record_id,
+                                         leader_epoch=epoch, ts_ms=t + offset + 10))
+    run.consumed += [c.model_copy(update={"final": True, "ts_ms": c.ts_ms + 60_000}) for c in list(run.consumed)]
+    for epoch, controller in ((1, 0), (2, 1)):
+        for broker in BROKERS:
+            run.requests.append(ControllerRequestRecord(broker_id=broker, controller_id=controller,
+                                                        controller_epoch=epoch, api="UpdateMetadata", ts_ms=t))
+        run.events.append(ControllerEventRecord(controller_id=controller, controller_epoch=epoch, active=True,
+                                                event="BrokerChange", enqueued_ms=t, started_ms=t, finished_ms=t))
+    # the old controller still logs events in epoch 2, but inactive: not acting
+    run.events.append(ControllerEventRecord(controller_id=0, controller_epoch=2, active=False, event="Expire",
+                                            enqueued_ms=t, started_ms=t, finished_ms=t))
+    leadership = {tp_key(*tp): PartitionLeadership(leader=1, leader_epoch=2, isr=[1, 2, 0]) for tp in PARTITIONS}
+    for i in range(5):
+        partitions = {tp: p.model_copy() for tp, p in leadership.items()}
+        if i == 0:  # offline for a moment: leader -1 with an empty ISR is allowed
+            partitions[tp_key("orders", 1)] = PartitionLeadership(leader=-1, leader_epoch=1, isr=[])
+        run.samples.append(StateSample(ts_ms=t + i * 1000, live_brokers=BROKERS, partitions=partitions))
+    run.final_state = FinalState(
+        ts_ms=t + 70_000, live_brokers=[2, 0, 1], zookeeper=leadership,
+        caches={b: BrokerCache(controller_epoch=2, brokers=[0, 1, 2],
+                               partitions={tp: PartitionLeadership(leader=p.leader, leader_epoch=p.leader_epoch,
+                                                                   isr=sorted(p.isr))
+                                           for tp, p in leadership.items()})
+                for b in BROKERS})
+    return run
+
+
+def only(name: str) -> dict[str, int]:
+    return {n: int(n == name) for n in check.INVARIANTS}
+
+
+NONE = only("")
+ACKED = len(PARTITIONS) * RECORDS_PER_PARTITION
+
+
+def test_clean_run_has_no_violations(tmp_path, capsys):
+    report = check.check_run(clean_run().write(tmp_path))
+    assert list(report.invariants) == list(check.INVARIANTS)
+    assert report.invariants == NONE
+    assert report.examples == {n: [] for n in check.INVARIANTS}
+    assert report.notes == [] and report.malformed_lines == {}
+    assert report.counts == {"acked": ACKED, "consumed_final": ACKED, "consumed_live": ACKED,
+                             "state_samples": 5, "controller_epochs": 2}
+    assert report.ok
+    assert check.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Invariant                      Violations  Example"
+    assert out[1] == "lost                                    0"
+    assert out[-1] == "OK"
+
+
+# each breaks its invariant exactly once
+def lose_last_record(run):
+    run.consumed.remove(run.final("orders", 1, RECORDS_PER_PARTITION - 1))
+
+
+def lose_to_overwrite(run):  # the offset was truncated and rewritten by another record
+    run.final("orders", 0, 5).record_id = "p3-0"
+
+
+def duplicate_at_end(run):
+    c = run.final("orders", 0, 3)
+    run.consumed.append(c.model_copy(update={"offset": RECORDS_PER_PARTITION}))
+
+
+def duplicate_twice(run):  # one record at three offsets is one duplicated record
+    c = run.final("orders", 0, 3)
+    run.consumed += [c.model_copy(update={"offset": o}) for o in (RECORDS_PER_PARTITION, RECORDS_PER_PARTITION + 1)]
+
+
+def duplicate_across_partitions(run):
+    c = run.final("orders", 0, 3)
+    run.consumed.append(c.model_copy(update={"partition": 1, "offset": RECORDS_PER_PARTITION}))
+
+
+def swap_producer_order(run):  # p1's first two records of orders-0 at offsets 0 and 2, swapped
+    for offset, record_id in ((0, "p1-1"), (2, "p1-0")):
+        run.ack("orders", 0, offset).record_id = record_id
+        run.final("orders", 0, offset).record_id = record_id
+
+
+def gap_in_log(run):
+    c = run.final("my-events", 0, 0)
+    run.consumed.append(c.model_copy(update={"offset": RECORDS_PER_PARTITION + 1, "record_id": "p9-0"}))
+
+
+def log_not_from_zero(run):
+    for c in run.consumed:
+        if c.final and (c.topic, c.partition) == ("orders", 1):
+            c.offset += 3
+    for a in run.acks:
+        if (a.topic, a.partition) == ("orders", 1):
+            a.offset += 3
+
+
+def offset_read_twice(run):
+    run.consumed.append(run.final("orders", 1, 2).model_copy())
+
+
+def second_controller_request(run):
+    run.requests.append(ControllerRequestRecord(broker_id=2, controller_id=2, controller_epoch=1,
+                                                api="LeaderAndIsr", ts_ms=1.0))
+
+
+def second_controller_event(run):
+    run.events.append(ControllerEventRecord(controller_id=0, controller_epoch=2, active=True, event="TopicChange",
+                                            enqueued_ms=1.0, started_ms=1.0, finished_ms=1.0))
+
+
+def second_leader(run):
+    run.ack("orders", 1, 5).broker_id = 2
+
+
+def leader_not_in_isr(run):
+    for s in run.samples[2:]:  # three samples, one (partition, leader epoch): counted once
+        s.partitions[tp_key("orders", 0)] = PartitionLeadership(leader=1, leader_epoch=2, isr=[0, 2])
+
+
+def final_leader_not_in_isr(run):
+    run.set_leadership(tp_key("orders", 0), PartitionLeadership(leader=1, leader_epoch=2, isr=[0, 2]))
+
+
+def final_leader_not_live(run):
+    run.set_leadership(tp_key("orders", 0), PartitionLeadership(leader=7, leader_epoch=3, isr=[7, 0]))
+
+
+def stale_cache_epoch(run):
+    run.final_state.caches[2].partitions[tp_key("orders", 1)].leader_epoch = 1
+
+
+def stale_cache_isr(run):
+    run.final_state.caches[0].partitions[tp_key("my-events", 0)].isr = [1, 2]
+
+
+def cache_missing_partition(run):
+    del run.final_state.caches[1].partitions[tp_key("orders", 0)]
+
+
+def stale_cache_brokers(run):
+    run.final_state.caches[1].brokers = [0, 1]
+
+
+BREAKS = [
+    ("lost", lose_last_record, "p2-103 acked at orders-1@7"),
+    ("lost", lose_to_overwrite, "holds p3-0"),
+    ("duplicated", duplicate_at_end, "record p2-1 at orders-0@3 and orders-0@8"),
+    ("duplicated", duplicate_twice, "record p2-1 at orders-0@3 and orders-0@8"),
+    ("duplicated", duplicate_across_partitions, "record p2-1 at orders-0@3 and orders-1@8"),
+    ("reordered", swap_producer_order, "orders-0: p1-0 at offset 2 but p1-1 at offset 0"),
+    ("reordered", gap_in_log, "gap in my-events-0: offsets 8..8 missing"),
+    ("reordered", log_not_from_zero, "gap in orders-1: offsets 0..2 missing"),
+    ("reordered", offset_read_twice, "offset orders-1@2 read twice"),
+    ("multiple_controllers", second_controller_request, "controller epoch 1 acted on by controllers [0, 2]"),
+    ("multiple_controllers", second_controller_event, "controller epoch 2 acted on by controllers [0, 1]"),
+    ("multiple_leaders", second_leader, "orders-1 leader epoch 2 acked by brokers [1, 2]"),
+    ("leader_not_live_or_in_isr", leader_not_in_isr, "orders-0 leader 1 not in ISR [0, 2]"),
+    ("leader_not_live_or_in_isr", final_leader_not_in_isr, "final state: orders-0 leader 1 with ISR [0, 2]"),
+    ("leader_not_live_or_in_isr", final_leader_not_live, "final state: orders-0 leader 7"),
+    ("caches_not_converged", stale_cache_epoch, "broker 2 caches orders-1 as leader 1 epoch 1 ISR [0, 1, 2], ZooKeeper has leader 1 epoch 2 ISR [0, 1, 2] (1 of 3"),
+    ("caches_not_converged", stale_cache_isr, "broker 0 caches my-events-0 as leader 1 epoch 2 ISR [1, 2], ZooKeeper has leader 1 epoch 2 ISR [0, 1, 2]"),
+    ("caches_not_converged", cache_missing_partition, "broker 1 caches orders-0 as absent"),
+    ("caches_not_converged", stale_cache_brokers, "broker 1 caches brokers [0, 1], live brokers are [0, 1, 2]"),
+]
+
+
+@pytest.mark.parametrize("name, breaker, example", BREAKS, ids=[b[1].__name__ for b in BREAKS])
+def test_each_invariant_broken_once(tmp_path, capsys, name, breaker, example):
+    run = clean_run()
+    breaker(run)
+    report = check.check_run(run.write(tmp_path))
+    assert report.invariants == only(name)
+    assert len(report.examples[name]) == 1 and example in report.examples[name][0]
+    assert not report.ok
+    assert check.main([str(tmp_path)]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(name + " "))
+    assert row.split()[1] == "1" and example in row
+
+
+def test_examples_are_capped_but_counts_are_not(tmp_path):
+    run = clean_run()
+    for c in [c for c in run.consumed if c.final and c.topic == "orders"]:
+        run.consumed.remove(c)
+    report = check.check_run(run.write(tmp_path))
+    assert report.invariants == {**NONE, "lost": 2 * RECORDS_PER_PARTITION}
+    assert len(report.examples["lost"]) == check.MAX_EXAMPLES
+
+
+def dead_leader_run(durations_ms: list[float]) -> Run:
+    """Leader 2 of orders-0 outside the live brokers for each duration in turn, live in between."""
+    run = clean_run()
+    run.samples, t = [], 2_000_000.0
+    for duration in durations_ms:
+        for ts, live in ((t, [0, 1, 2]), (t + 1, [0, 1]), (t + 1 + duration, [0, 1])):
+            run.samples.append(StateSample(ts_ms=ts, live_brokers=live, partitions={
+                tp_key("orders", 0): PartitionLeadership(leader=2, leader_epoch=4, isr=[2, 0])}))
+        t += duration + 1000
+    run.samples.reverse()  # the checker orders samples by time itself
+    return run
+
+
+@pytest.mark.parametrize("durations, grace_ms, violations", [
+    ([4999], 5000, 0),
+    ([5000], 5000, 1),
+    ([4000, 4000], 5000, 0),  # the leader came back in between: two short outages, not one long one
+    ([7000, 7000], 5000, 1),  # one (partition, leader epoch), counted once
+    ([2000], 1000, 1),
+])
+def test_dead_leader_grace_period(tmp_path, durations, grace_ms, violations):
+    report = check.check_run(dead_leader_run(durations).write(tmp_path), grace_ms=grace_ms)
+    assert report.invariants == {**NONE, "leader_not_live_or_in_isr": violations}
+    assert len(report.examples["leader_not_live_or_in_isr"]) == violations
+    assert check.main([str(tmp_path), "--grace-ms", str(grace_ms)]) == int(violations > 0)
+
+
+def test_new_leader_epoch_restarts_the_grace_period(tmp_path):
+    run = clean_run()
+    run.samples = [StateSample(ts_ms=ts, live_brokers=[0, 1], partitions={
+        tp_key("orders", 0): PartitionLeadership(leader=2, leader_epoch=epoch, isr=[2])})
+        for ts, epoch in ((0, 4), (3000, 4), (3001, 5), (6000, 5))]
+    assert check.check_run(run.write(tmp_path)).invariants == NONE
+
+
+def test_malformed_lines_are_counted_and_the_rest_checked(tmp_path, capsys):
+    run = clean_run()
+    lose_last_record(run)
+    run.write(tmp_path)
+    with open(tmp_path / PRODUCED, "a") as f:
+        f.write('{"topic": "orders", "partition": 0, "off\n')  # cut short by a crash
+        f.write('{"topic": "orders"}\n')
+    with open(tmp_path / PARTITION_STATES, "a") as f:
+        f.write("not json\n")
+    report = check.check_run(tmp_path)
+    assert report.malformed_lines == {PRODUCED: 2, PARTITION_STATES: 1}
+    assert report.malformed_examples[PRODUCED].startswith(f"line {ACKED + 1}: ")
+    assert report.invariants == only("lost")
+    assert report.counts["acked"] == ACKED and report.counts["state_samples"] == 5
+    assert check.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"Malformed lines: {PRODUCED}: 2 (line {ACKED + 1}: " in out
+    assert f"{PARTITION_STATES}: 1 (line 6: " in out
+
+
+def test_malformed_final_state_is_a_note(tmp_path):
+    run = clean_run()
+    stale_cache_epoch(run)
+    run.write(tmp_path)
+    (tmp_path / FINAL_STATE).write_text('{"ts_ms": 1}')
+    report = check.check_run(tmp_path)
+    assert report.malformed_lines == {FINAL_STATE: 1}
+    assert report.invariants == NONE
+    assert len(report.notes) == 1 and FINAL_STATE in report.notes[0]
+
+
+@pytest.mark.parametrize("drop_file", [False, True])
+def test_missing_final_read_back_is_a_note(tmp_path, drop_file):
+    run = clean_run()
+    run.consumed = [c for c in run.consumed if not c.final]
+    run.write(tmp_path)
+    if drop_file:
+        (tmp_path / CONSUMED).unlink()
+    report = check.check_run(tmp_path)
+    assert report.invariants == NONE
+    assert len(report.notes) == 1 and "no final read-back" in report.notes[0]
+    assert report.counts["consumed_final"] == 0
+    assert report.counts["consumed_live"] == (0 if drop_file else ACKED)
+    assert check.main([str(tmp_path)]) == 0
+
+
+def test_missing_final_state_is_a_note(tmp_path, capsys):
+    run = clean_run()
+    run.final_state = None
+    report = check.check_run(run.write(tmp_path))
+    assert report.invariants == NONE
+    assert len(report.notes) == 1 and FINAL_STATE in report.notes[0]
+    assert check.main([str(tmp_path)]) == 0
+    assert f"Note: no readable {FINAL_STATE}" in capsys.readouterr().out
+
+
+def test_silent_broker_is_a_note_not_a_violation(tmp_path):
+    run = clean_run()
+    del run.final_state.caches[2]
+    report = check.check_run(run.write(tmp_path))
+    assert report.invariants == NONE
+    assert report.notes == ["live brokers [2] did not report their metadata cache"]
+
+
+def test_empty_run_dir_checks_nothing(tmp_path):
+    report = check.check_run(tmp_path)
+    assert report.invariants == NONE and report.ok
+    assert report.counts == dict.fromkeys(["acked", "consumed_final", "consumed_live", "state_samples",
+                                           "controller_epochs"], 0)
+    assert len(report.notes) == 2
+
+
+@pytest.mark.parametrize("make_file", [False, True])
+def test_missing_run_dir_returns_2(tmp_path, capsys, make_file):
+    path = tmp_path / "runs" / "nope"
+    if make_file:
+        path.parent.mkdir()
+        path.write_text("")
+    assert check.main([str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("Error: ") and captured.err.count("\n") == 1
