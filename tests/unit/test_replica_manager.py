@@ -266,6 +266,27 @@ def test_high_watermarks_are_checkpointed_and_read_back(rm, tmp_path):
     assert again.partition(T0).high_watermark == 3 and again.partition(T0).log.log_end_offset == 3
 
 
+def test_an_idle_fetch_long_polls_and_an_append_wakes_it(rm):
+    """A follower's fetch with nothing to read waits up to max_wait_ms (no spinning), and returns as
+    soon as a produce appends."""
+    import threading
+    import time
+
+    from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
+    from actors.broker.records import Record
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+    request = FetchRequest(replica_id=2, max_wait_ms=400, partitions=[FetchPartition("t", 0, 0, 0)])
+    started = time.monotonic()
+    response, _ = rm.fetch(request, lambda: 0)
+    assert time.monotonic() - started >= 0.35 and list(response.partitions[0].records) == []
+    produce = ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])
+    threading.Timer(0.1, rm.append_records, (produce, 1)).start()
+    request = request.model_copy(update={"max_wait_ms": 30_000})
+    response, _ = rm.fetch(request, lambda: 0)
+    assert [r.value for r in response.partitions[0].records] == [b"x"]  # woken by the append, not the timeout
+
+
 # -- MetadataCache ----------------------------------------------------------------------------------
 
 def um(*states, brokers=(1, 2, 3), controller_id=9):
