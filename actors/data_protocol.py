@@ -43,6 +43,7 @@ class ProduceResult(NamedTuple):
     base_offset: int = -1
     last_offset: int = -1
     error_message: str = ""
+    leader_epoch: int = -1  # the epoch the records were appended in (as KIP-951's current leader); -1 on error
 
 
 class ProduceResults(Rows):

@@ -204,11 +204,11 @@ class ReplicaManager:
             try:
                 if partition is None:
                     raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
-                with partition.changed:  # the term the records were appended in
+                with partition.changed:  # the term and epoch the records were appended in
                     first, last = partition.append_as_leader(list(p.records), request.acks, min_insync_replicas)
-                    term = partition.leader_term
+                    term, epoch = partition.leader_term, partition.state.leader_epoch
                 appended.append((tp, partition, last, term))
-                results[tp] = ProduceResult(p.topic, p.partition, int(Errors.NONE), first, last)
+                results[tp] = ProduceResult(p.topic, p.partition, int(Errors.NONE), first, last, leader_epoch=epoch)
             except KrayError as e:
                 results[tp] = ProduceResult(p.topic, p.partition, int(e.error), error_message=str(e))
         if appended:

@@ -35,6 +35,14 @@ class RecordMetadata(NamedTuple):
     topic: str
     partition: int
     offset: int  # -1 with acks=0
+    leader_epoch: int = -1  # of the leader that acknowledged it
+    broker_id: int = -1  # that leader
+
+
+class Delivered(NamedTuple):
+    base_offset: int
+    leader_epoch: int
+    broker_id: int
 
 
 class ProducerError(KrayError):
@@ -43,10 +51,11 @@ class ProducerError(KrayError):
 
 class Producer:
     def __init__(self, namespace: str, bootstrap: list[int], acks: int = -1, request_timeout_ms: int = 30_000,
-                 delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100):
+                 delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100, leader_check_ms: int = 100):
         self.metadata = ClusterMetadata(namespace, bootstrap)
         self.acks, self.request_timeout_ms = acks, request_timeout_ms
         self.delivery_timeout_ms, self.retry_backoff_ms = delivery_timeout_ms, retry_backoff_ms
+        self.leader_check_ms = leader_check_ms  # how long a call waits before the metadata is looked at again
         self.producer_id = random.getrandbits(62)
         self.sequences: dict[TopicPartition, int] = {}
         self._round_robin = itertools.count()
@@ -77,47 +86,25 @@ class Producer:
             batch.append(Record(-1, -1, now, key, value, self.producer_id, self.sequences.get(tp, 0) + len(batch)))
         for tp, batch in batches.items():
             self.sequences[tp] = self.sequences.get(tp, 0) + len(batch)
-        base = self._deliver({tp: Records(b) for tp, b in batches.items()})
-        return [RecordMetadata(tp.topic, tp.partition, base[tp] + i if base[tp] >= 0 else -1) for tp, i in where]
+        done = self._deliver({tp: Records(b) for tp, b in batches.items()})
+        return [RecordMetadata(tp.topic, tp.partition, done[tp].base_offset + i if done[tp].base_offset >= 0 else -1,
+                               done[tp].leader_epoch, done[tp].broker_id) for tp, i in where]
 
-    def _deliver(self, pending: dict[TopicPartition, Records]) -> dict[TopicPartition, int]:
+    def _deliver(self, pending: dict[TopicPartition, Records]) -> dict[TopicPartition, Delivered]:
         deadline = time.monotonic() + self.delivery_timeout_ms / 1000
-        delivered: dict[TopicPartition, int] = {}
+        delivered: dict[TopicPartition, Delivered] = {}
         last_error: dict[TopicPartition, str] = {}
         while pending:
             if any(self.metadata.leader(tp) < 0 for tp in pending):
                 self.metadata.refresh()
-            by_leader: dict[int, list[TopicPartition]] = {}
-            for tp in pending:
-                by_leader.setdefault(self.metadata.leader(tp), []).append(tp)
-            calls = {}
-            for leader, tps in by_leader.items():
-                if leader < 0:
-                    for tp in tps:
-                        last_error[tp] = "LEADER_NOT_AVAILABLE"
-                    continue
-                request = ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms, partitions=ProducePartitions(
-                    ProducePartition(tp.topic, tp.partition, pending[tp]) for tp in tps))
-                try:
-                    calls[leader] = (tps, self.metadata.broker(leader).produce.remote(request))
-                except Exception as e:  # the leader's actor cannot be found: refresh and retry
-                    self.metadata.forget(leader)
-                    for tp in tps:
-                        last_error[tp] = type(e).__name__
+            calls = self._send(pending, last_error)
             if self.acks == 0:
-                return {tp: -1 for tp in pending}
-            for leader, (tps, ref) in calls.items():
-                try:
-                    response = ray.get(ref, timeout=self.request_timeout_ms / 1000 + 10)
-                except Exception as e:  # the leader died or the call timed out: retriable
-                    self.metadata.forget(leader)
-                    for tp in tps:
-                        last_error[tp] = type(e).__name__
-                    continue
+                return {tp: Delivered(-1, -1, -1) for tp in pending}
+            for leader, tps, response in self._responses(calls, last_error):
                 for result in response.results:
                     tp = TopicPartition(result.topic, result.partition)
                     if result.error_code == Errors.NONE:
-                        delivered[tp] = result.base_offset
+                        delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader)
                         pending.pop(tp)
                     elif Errors(result.error_code) in RETRIABLE:
                         last_error[tp] = Errors(result.error_code).name
@@ -131,3 +118,60 @@ class Producer:
                 time.sleep(self.retry_backoff_ms / 1000)
                 self.metadata.refresh()
         return delivered
+
+    def _send(self, pending: dict[TopicPartition, Records], last_error: dict) -> dict:
+        """One ProduceRequest per leader: {ref: (leader, its partitions, their leaders as sent)}."""
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in pending:
+            by_leader.setdefault(self.metadata.leader(tp), []).append(tp)
+        calls = {}
+        for leader, tps in by_leader.items():
+            if leader < 0:
+                for tp in tps:
+                    last_error[tp] = "LEADER_NOT_AVAILABLE"
+                continue
+            request = ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms, partitions=ProducePartitions(
+                ProducePartition(tp.topic, tp.partition, pending[tp]) for tp in tps))
+            try:
+                ref = self.metadata.broker(leader).produce.remote(request)
+            except Exception as e:  # the leader's actor cannot be found: refresh and retry
+                self.metadata.forget(leader)
+                for tp in tps:
+                    last_error[tp] = type(e).__name__
+                continue
+            calls[ref] = (leader, tps, {tp: self.metadata.leaders.get(tp) for tp in tps})
+        return calls
+
+    def _responses(self, calls: dict, last_error: dict):
+        """(leader, partitions, ProduceResponse) as calls complete. A call still waiting after
+        leader_check_ms is given up once the metadata names another leader for one of its partitions
+        (a dead broker's restartable actor leaves calls hanging; a Kafka client would see its
+        connection close): its partitions are sent again, and the idempotent sequence numbers keep
+        a batch the old leader did append from being written twice."""
+        sent_at = time.monotonic()
+        request_deadline = sent_at + self.request_timeout_ms / 1000 + 10
+        while calls:
+            ready, waiting = ray.wait(list(calls), num_returns=len(calls), timeout=self.leader_check_ms / 1000)
+            for ref in ready:
+                leader, tps, _ = calls.pop(ref)
+                try:
+                    yield leader, tps, ray.get(ref)
+                except Exception as e:  # the leader died: retriable
+                    self.metadata.forget(leader)
+                    for tp in tps:
+                        last_error[tp] = type(e).__name__
+            if not waiting:
+                return
+            if time.monotonic() > request_deadline:
+                for ref in waiting:
+                    for tp in calls.pop(ref)[1]:
+                        last_error[tp] = "REQUEST_TIMED_OUT"
+                return
+            self.metadata.refresh()
+            for ref in waiting:
+                leader, tps, as_sent = calls[ref]
+                if any(self.metadata.leaders.get(tp) != as_sent[tp] for tp in tps):
+                    del calls[ref]
+                    self.metadata.forget(leader)
+                    for tp in tps:
+                        last_error[tp] = f"leader moved from broker {leader}"
