@@ -57,6 +57,8 @@ class ClusterConfig(BaseModel):
     controller_socket_timeout_ms: int = Field(30_000, ge=100, description="controller.socket.timeout.ms")
     request_retry_backoff_ms: int = Field(100, ge=1, description="RequestSendThread's backoff")
     broker_max_restarts: int = Field(-1, description="Ray restarts of a broker actor (-1: forever)")
+    recorder: str | None = Field(None, description="the RunRecorder actor (in `namespace`) that experiment "
+                                                   "records go to; None records nothing")
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     broker: BrokerConfig = Field(default_factory=BrokerConfig)
 

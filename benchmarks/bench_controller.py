@@ -42,7 +42,8 @@ def raw_zk_write_rate(zk: KrayZkClient, n: int = 3000) -> dict:
 def run(partitions: int, repeats: int) -> dict:
     results: dict = {"machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
                      "partitions": partitions, "replication_factor": 3, "runs": []}
-    with embedded_zookeeper_and_ray() as connect:
+    with embedded_zookeeper_and_ray() as env:
+        connect = env.connect
         for r in range(repeats):
             config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"),
                                    namespace=f"bench-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=6000)

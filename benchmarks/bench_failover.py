@@ -159,7 +159,8 @@ def main() -> None:
     parser.add_argument("--controller-failover", type=int, nargs="*", default=[10000, 50000])
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    with embedded_zookeeper_and_ray() as connect:
+    with embedded_zookeeper_and_ray() as env:
+        connect = env.connect
         print(json.dumps({"machine": f"{platform.node()} {platform.machine()}",
                           "cpus": ray.cluster_resources().get("CPU")}))
         for p in args.broker_failure:

@@ -133,7 +133,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=6)
     args = parser.parse_args()
-    with embedded_zookeeper_and_ray() as connect:
+    with embedded_zookeeper_and_ray() as env:
+        connect = env.connect
         print(json.dumps({"machine": f"{platform.node()} {platform.machine()}", "cpus": os.cpu_count(),
                           "producers": args.producers, "batch": args.batch, "partitions": args.partitions,
                           "seconds": args.seconds}), flush=True)

@@ -151,6 +151,19 @@ class _Launcher:
         self.stop()
         raise ZooKeeperServerError(f"ZooKeeper at {self.connect_string} not ready after {timeout:.0f}s")
 
+    def kill_server(self, index: int) -> None:
+        self.servers[index].kill()
+
+    def restart_server(self, index: int, timeout: float = 30.0) -> None:
+        """Start a killed server again on its data directory (a standalone server's sessions survive a
+        restart shorter than their timeout; an ensemble member rejoins the quorum)."""
+        self.servers[index].start()
+        deadline = time.monotonic() + timeout
+        while server_mode(self.servers[index].client_port) is None:
+            if time.monotonic() > deadline:
+                raise ZooKeeperServerError(f"server {index + 1} did not come back within {timeout:.0f}s")
+            time.sleep(0.1)
+
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
@@ -220,17 +233,6 @@ class ZooKeeperEnsemble(_Launcher):
             if s.running and server_mode(s.client_port) == "leader":
                 return i
         return None
-
-    def kill_server(self, index: int) -> None:
-        self.servers[index].kill()
-
-    def restart_server(self, index: int, timeout: float = 30.0) -> None:
-        self.servers[index].start()
-        deadline = time.monotonic() + timeout
-        while server_mode(self.servers[index].client_port) is None:
-            if time.monotonic() > deadline:
-                raise ZooKeeperServerError(f"server {index + 1} did not rejoin within {timeout:.0f}s")
-            time.sleep(0.1)
 
 
 def connect_string(default: str | None = None) -> str | None:

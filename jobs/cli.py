@@ -37,6 +37,7 @@ def zk_start(args) -> None:
     server.start()
     proc = server.servers[0]
     local.write_state("zk", {"connect": server.connect_string, "port": proc.client_port,
+                             "tick_time_ms": args.tick_time_ms,
                              "pid": proc.process.pid, "dir": str(base)})
     print(f"ZooKeeper started at {server.connect_string} (pid {proc.process.pid}, data in {base})")
 
@@ -252,6 +253,66 @@ def controller_status(args) -> None:
         print(f"{key}: {value}")
 
 
+# -- kray chaos / experiment / check ----------------------------------------
+
+def chaos(args) -> None:
+    """One fault against the cluster `kray cluster up` started (or the one --zookeeper and --namespace name)."""
+    import ray
+    from actors.cluster import LocalCluster
+    from actors.config import ClusterConfig
+    from jobs.chaos import Chaos
+
+    state = local.read_state("cluster")
+    if not state:
+        raise KrayError("no kray cluster was started here (kray cluster up)")
+    config = ClusterConfig(**state["config"])
+    if args.fault == "zk-restart":  # the server `kray zk start` started: SIGKILL, then start it on its data
+        zk_state = local.read_state("zk")
+        if not zk_state:
+            raise KrayError("zk-restart needs the ZooKeeper server `kray zk start` started")
+        os.kill(zk_state["pid"], signal.SIGKILL)
+        time.sleep(args.seconds)
+        zk_start(argparse.Namespace(tick_time_ms=zk_state.get("tick_time_ms", 500), port=zk_state["port"]))
+        print(f"Restarted ZooKeeper after {args.seconds:g} s down")
+        return
+    _ray_connect()
+    with KrayZkClient(config.zk_connect).start() as zk:
+        c = Chaos(LocalCluster.attach(config, zk), zk)
+        match args.fault:
+            case "kill-broker":
+                c.kill_broker(args.broker_id, restart=args.restart)
+                done = f"Killed broker {args.broker_id}'s actor" + (" (Ray restarts it)" if args.restart else "")
+            case "kill-controller":
+                done = f"Killed the active controller's actor (broker {c.kill_controller()}); Ray restarts it"
+            case "pause":
+                who = c.pause(args.seconds, None if args.controller else args.broker_id)
+                done = f"Paused {'the controller on ' if args.controller else ''}broker {who} for {args.seconds:g} s"
+            case "expire-session":
+                who = c.expire_session(None if args.controller else args.broker_id)
+                done = f"Expired the ZooKeeper session of {'the controller on ' if args.controller else ''}broker {who}"
+            case "kill-request-sender":
+                done = f"Killed controller {c.kill_request_sender(args.broker_id)}'s RequestSender to broker " \
+                       f"{args.broker_id}"
+    ray.shutdown()
+    print(done)
+
+
+def experiment_run(args) -> None:
+    from jobs.experiment import load_experiment
+    from jobs.runner import report, run_experiment
+
+    experiment = load_experiment(args.file)
+    run_dir, summary = run_experiment(experiment, args.runs_dir)
+    print(report(run_dir))
+    if any(summary.invariants.values()):
+        sys.exit(1)
+
+
+def check(args) -> None:
+    from jobs.check import main as check_main
+    sys.exit(check_main([args.run_dir, "--grace-ms", str(args.grace_ms)]))
+
+
 def demo(args) -> None:
     from jobs.demo import run
     run(session_timeout_ms=args.session_timeout_ms)
@@ -322,6 +383,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--namespace")
     s.set_defaults(func=controller_status)
 
+    ch = sub.add_parser("chaos", help="inject one fault into the running cluster").add_subparsers(
+        dest="fault", required=True)
+    s = ch.add_parser("kill-broker", help="SIGKILL a broker's actor")
+    s.add_argument("broker_id", type=int)
+    s.add_argument("--restart", action="store_true", help="let Ray restart it")
+    s.set_defaults(func=chaos)
+    ch.add_parser("kill-controller", help="SIGKILL the active controller's actor").set_defaults(func=chaos)
+    s = ch.add_parser("pause", help="SIGSTOP a broker (or the controller) for a while, then SIGCONT")
+    s.add_argument("broker_id", type=int, nargs="?")
+    s.add_argument("--controller", action="store_true", help="pause the active controller instead")
+    s.add_argument("--seconds", type=float, default=5.0)
+    s.set_defaults(func=chaos)
+    s = ch.add_parser("expire-session", help="expire a broker's (or the controller's) ZooKeeper session")
+    s.add_argument("broker_id", type=int, nargs="?")
+    s.add_argument("--controller", action="store_true")
+    s.set_defaults(func=chaos)
+    s = ch.add_parser("kill-request-sender", help="SIGKILL the controller's RequestSender to a broker")
+    s.add_argument("broker_id", type=int)
+    s.set_defaults(func=chaos)
+    s = ch.add_parser("zk-restart", help="SIGKILL the ZooKeeper server, start it again after --seconds")
+    s.add_argument("--seconds", type=float, default=1.0)
+    s.set_defaults(func=chaos)
+
+    ex = sub.add_parser("experiment", help="chaos experiments").add_subparsers(dest="action", required=True)
+    s = ex.add_parser("run", help="run an experiment file (YAML)")
+    s.add_argument("file")
+    s.add_argument("--runs-dir", default="runs")
+    s.set_defaults(func=experiment_run)
+
+    s = sub.add_parser("check", help="check a run directory's invariants")
+    s.add_argument("run_dir")
+    s.add_argument("--grace-ms", type=float, default=5000)
+    s.set_defaults(func=check)
+
     s = sub.add_parser("demo", help="the main job: election, topic, controller failover")
     s.add_argument("--session-timeout-ms", type=int, default=6000)
     s.set_defaults(func=demo)
@@ -331,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "fault", None) in ("pause", "expire-session") and (args.broker_id is None) != args.controller:
+            raise KrayError("name a broker id, or --controller (not both)")
         args.func(args)
     except KrayError as e:
         print(f"Error: {e}", file=sys.stderr)

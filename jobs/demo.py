@@ -31,7 +31,8 @@ def step(message: str) -> None:
 
 def run(brokers: int = 3, partitions: int = 6, replication_factor: int = 3, session_timeout_ms: int = 6000,
         topic: str = "kray-demo") -> None:
-    with embedded_zookeeper_and_ray(step) as connect:
+    with embedded_zookeeper_and_ray(step) as env:
+        connect = env.connect
         config = ClusterConfig(zk_connect=fresh_chroot(connect, "kray-demo"),
                                namespace=f"kray-demo-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=session_timeout_ms)
         zk = KrayZkClient(config.zk_connect).start()

@@ -11,6 +11,7 @@ import os
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from coordination.errors import KrayError
 from coordination.server import ZK_CONNECT_ENV, connect_string
@@ -53,9 +54,15 @@ def fresh_chroot(connect: str, prefix: str) -> str:
     return connect + chroot
 
 
+class Environment(NamedTuple):
+    connect: str  # ZooKeeper connect string
+    zk_server: object | None  # the server started here (coordination.server launcher), None for an external one
+
+
 @contextmanager
 def embedded_zookeeper_and_ray(step=lambda message: None):
-    """ZooKeeper (KRAY_ZK_CONNECT, else a server started here) and a local Ray; both stopped on exit."""
+    """ZooKeeper (KRAY_ZK_CONNECT, else a server started here) and Ray: the session this process already
+    has, else the cluster RAY_ADDRESS names, else a local Ray. What was started here is stopped on exit."""
     import ray
 
     from coordination.server import ZooKeeperServer, ZooKeeperSettings
@@ -66,13 +73,19 @@ def embedded_zookeeper_and_ray(step=lambda message: None):
         step("Starting an embedded ZooKeeper server on loopback")
         server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()
         connect = server.connect_string
+    started_ray = not ray.is_initialized()
     try:
-        step(f"ZooKeeper at {connect}; starting a local Ray")
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if started_ray:
+            address = os.environ.get("RAY_ADDRESS")
+            step(f"ZooKeeper at {connect}; " + (f"joining the Ray cluster at {address}" if address
+                                               else "starting a local Ray"))
+            ray.init(address=address, include_dashboard=False if not address else None, log_to_driver=False,
+                     configure_logging=False)
         try:
-            yield connect
+            yield Environment(connect, server)
         finally:
-            ray.shutdown()
+            if started_ray:
+                ray.shutdown()
     finally:
         if server is not None:
             server.stop()

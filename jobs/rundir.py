@@ -4,6 +4,7 @@ model per line, and a summary.
     runs/<run id>/experiment.json          the experiment as run (defaults filled in)
                  /faults.jsonl             every fault injected (FaultRecord)
                  /failovers.jsonl          one per failover the controller handled (FailoverRecord)
+                 /timelines.jsonl          the controllers' own failover timelines, as recorded (TimelineRecord)
                  /load.jsonl               periodic load samples (LoadSample)
                  /produced.jsonl           every acknowledged produce (Ack)
                  /consumed.jsonl           every record consumed, live and in the final read-back (Consumed)
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 FAULTS = "faults.jsonl"
 FAILOVERS = "failovers.jsonl"
+TIMELINES = "timelines.jsonl"
 LOAD = "load.jsonl"
 PRODUCED = "produced.jsonl"
 CONSUMED = "consumed.jsonl"
@@ -95,6 +97,25 @@ class FailoverRecord(Record):
     requests_acked_ms: float | None = None
     first_produce_ok_ms: dict[str, float] = Field(default_factory=dict)  # affected partition -> first ack after
     load: LoadAtFault
+
+
+class TimelineRecord(Record):
+    """A controller's FailoverTimeline (actors/controller/timeline.py), as it recorded it."""
+
+    kind: str
+    controller_id: int
+    epoch: int
+    brokers: list[int]
+    detected_ms: float
+    processing_started_ms: float
+    inbox_depth: int
+    partitions_total: int = 0
+    partitions_affected: int = 0
+    live_brokers: int = 0
+    zk_written_ms: float | None = None
+    requests_sent_ms: float | None = None
+    requests_acked_ms: float | None = None
+    requests: int = 0
 
 
 class LoadSample(Record):

@@ -31,6 +31,7 @@ from actors.data_protocol import (
     ProduceRequest,
     ProduceResponse,
 )
+from actors.recording import RecordSink
 from actors.runtime import configure_actor_process
 from actors.protocol import (
     ControllerRequestT,
@@ -44,6 +45,7 @@ from coordination.errors import Errors
 from coordination.registration import BrokerRegistration
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
+from jobs import rundir
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class BrokerActor:
         self.broker_id = broker_id
         self.config = config
         self._lock = threading.Lock()
+        self.sink = RecordSink(config.recorder, config.namespace)
+        self._controllers_seen: set[tuple[int, int]] = set()  # (controller id, epoch) accepted, for the record
         self.replica_manager = ReplicaManager(broker_id, config.log_dir(broker_id), config.broker.log_segment_bytes)
         self.metadata_cache = MetadataCache()
         self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
@@ -97,7 +101,15 @@ class BrokerActor:
         """Controller requests delivered together by the RequestSender, applied in their order."""
         handlers = {"LeaderAndIsr": self.leader_and_isr, "UpdateMetadata": self.update_metadata,
                     "StopReplica": self.stop_replica}
-        return [handlers[r.api](r) for r in requests]
+        responses = [handlers[r.api](r) for r in requests]
+        for request, response in zip(requests, responses):
+            controller = (request.controller_id, request.controller_epoch)
+            if response.error_code == Errors.NONE and controller not in self._controllers_seen:
+                self._controllers_seen.add(controller)
+                self.sink.emit(rundir.CONTROLLER_REQUESTS, rundir.ControllerRequestRecord(
+                    broker_id=self.broker_id, controller_id=request.controller_id,
+                    controller_epoch=request.controller_epoch, api=request.api, ts_ms=now_ms()))
+        return responses
 
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
         """Apply the roles, then stop fetching for new leaders and (re)start it for new followers."""
@@ -156,7 +168,12 @@ class BrokerActor:
 
     def info(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(),
                 "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id}
+
+    def zk_session(self) -> tuple[int, bytes]:
+        """(session id, password) of this broker's ZooKeeper session, for session-expiry chaos."""
+        return self.zk.kazoo.client_id
 
     def controlled_shutdown(self) -> dict:
         """Kafka's controlled shutdown: ask the controller to move our leaderships away (retrying with
@@ -189,6 +206,7 @@ class BrokerActor:
             pass  # the candidate may be dead or restarting; its session then times out
         self.registration.stop()
         self.zk.close()
+        self.sink.close()
 
 
 def now_ms() -> int:

@@ -37,12 +37,14 @@ class RecordMetadata(NamedTuple):
     offset: int  # -1 with acks=0
     leader_epoch: int = -1  # of the leader that acknowledged it
     broker_id: int = -1  # that leader
+    acked_ms: float = -1  # when its acknowledgement arrived (wall clock)
 
 
 class Delivered(NamedTuple):
     base_offset: int
     leader_epoch: int
     broker_id: int
+    acked_ms: float
 
 
 class ProducerError(KrayError):
@@ -74,13 +76,19 @@ class Producer:
 
     def send(self, topic: str, values: list[bytes], keys: list[bytes | None] | None = None,
              partition: int | None = None) -> list[RecordMetadata]:
-        """Deliver the records; their (topic, partition, offset) in the order given."""
+        """Deliver the records to `partition`, or by key (in turn when keyless); their metadata in order."""
+        keys = keys or [None] * len(values)
+        return self.send_to([TopicPartition(topic, partition if partition is not None else self.partition_for(topic, k))
+                             for k in keys], values, keys)
+
+    def send_to(self, partitions: list[TopicPartition], values: list[bytes],
+                keys: list[bytes | None] | None = None) -> list[RecordMetadata]:
+        """Deliver each record to its partition; their (topic, partition, offset) in the order given."""
         keys = keys or [None] * len(values)
         now = int(time.time() * 1000)
         batches: dict[TopicPartition, list[Record]] = {}
         where: list[tuple[TopicPartition, int]] = []
-        for key, value in zip(keys, values):
-            tp = TopicPartition(topic, partition if partition is not None else self.partition_for(topic, key))
+        for tp, key, value in zip(partitions, keys, values):
             batch = batches.setdefault(tp, [])
             where.append((tp, len(batch)))
             batch.append(Record(-1, -1, now, key, value, self.producer_id, self.sequences.get(tp, 0) + len(batch)))
@@ -88,7 +96,7 @@ class Producer:
             self.sequences[tp] = self.sequences.get(tp, 0) + len(batch)
         done = self._deliver({tp: Records(b) for tp, b in batches.items()})
         return [RecordMetadata(tp.topic, tp.partition, done[tp].base_offset + i if done[tp].base_offset >= 0 else -1,
-                               done[tp].leader_epoch, done[tp].broker_id) for tp, i in where]
+                               done[tp].leader_epoch, done[tp].broker_id, done[tp].acked_ms) for tp, i in where]
 
     def _deliver(self, pending: dict[TopicPartition, Records]) -> dict[TopicPartition, Delivered]:
         deadline = time.monotonic() + self.delivery_timeout_ms / 1000
@@ -99,12 +107,13 @@ class Producer:
                 self.metadata.refresh()
             calls = self._send(pending, last_error)
             if self.acks == 0:
-                return {tp: Delivered(-1, -1, -1) for tp in pending}
+                return {tp: Delivered(-1, -1, -1, -1) for tp in pending}
             for leader, tps, response in self._responses(calls, last_error):
+                arrived = time.time() * 1000
                 for result in response.results:
                     tp = TopicPartition(result.topic, result.partition)
                     if result.error_code == Errors.NONE:
-                        delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader)
+                        delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader, arrived)
                         pending.pop(tp)
                     elif Errors(result.error_code) in RETRIABLE:
                         last_error[tp] = Errors(result.error_code).name

@@ -22,12 +22,15 @@ from actors.controller.events import (
     ControllerEventManager,
     DescribeController,
     ReplicaLeaderElection,
+    RequestSenderDied,
     ResponseReceived,
     Startup,
 )
+from actors.recording import RecordSink
 from actors.runtime import configure_actor_process
 from actors.protocol import ControllerResponse
 from coordination.zkclient import KrayZkClient
+from jobs import rundir
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
@@ -41,12 +44,15 @@ class ControllerActor:
         self.metrics = ControllerMetrics(broker_id, config.namespace)
         self.controller = KafkaController(
             broker_id, self.zk, self.inbox.put,
-            channel_factory=lambda: ControllerChannelManager(broker_id, config, me),
+            channel_factory=lambda: ControllerChannelManager(
+                broker_id, config, me, on_sender_died=lambda b: self.inbox.put(RequestSenderDied(broker_id=b))),
             config=config.controller,
             detector_factory=(lambda on_death: RayFailureDetector(config.namespace, broker_actor_name, on_death))
             if config.controller.ray_failure_detector_enable else None,
         )
         self.controller.inbox_depth = self.inbox.depth
+        self.sink = RecordSink(config.recorder, config.namespace)
+        self.controller.on_timeline = lambda t: self.sink.emit(rundir.TIMELINES, rundir.TimelineRecord(**t.record()))
         self.inbox.start()
         self.inbox.put(Startup())
 
@@ -54,6 +60,11 @@ class ControllerActor:
         started = time.time() * 1000
         self.controller.process(event)
         c = self.controller
+        if self.sink.enabled:
+            self.sink.emit(rundir.CONTROLLER_EVENTS, rundir.ControllerEventRecord(
+                controller_id=self.broker_id, controller_epoch=c.ctx.epoch, active=c.active,
+                event=type(event).__name__, enqueued_ms=event.enqueued_ms, started_ms=started,
+                finished_ms=time.time() * 1000))
         self.metrics.record_event(self.inbox.last_queue_time_ms, time.time() * 1000 - started, self.inbox.depth(),
                                   c.psm.elections, c.psm.unclean_elections)
         if self.metrics.due():
@@ -71,7 +82,8 @@ class ControllerActor:
         """The controller's state, read in order with its events."""
         status = self._ask(DescribeController(reply=Future()), timeout)
         return status | {"inbox_depth": self.inbox.depth(), "last_queue_time_ms": self.inbox.last_queue_time_ms,
-                         "pid": os.getpid(), "session_id": self.zk.session_id}
+                         "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
+                         "session_id": self.zk.session_id}
 
     def timelines(self) -> list[dict]:
         """The failovers this candidate handled while active (most recent last)."""
@@ -92,6 +104,7 @@ class ControllerActor:
     def shutdown(self) -> None:
         """Close the ZooKeeper session so /controller goes at once (a clean broker shutdown)."""
         self.inbox.close()
+        self.sink.close()
         if self.controller.channel is not None:
             self.controller.channel.shutdown()
         self.zk.close()

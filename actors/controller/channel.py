@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections import defaultdict
 
 import ray
@@ -155,7 +156,12 @@ class ControllerBrokerRequestBatch:
         return dict(out)
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+def request_sender_prefix(controller_id: int, broker_id: int) -> str:
+    """RequestSender actors are named as Kafka names the thread, plus a unique suffix per actor."""
+    return f"Controller-{controller_id}-to-broker-{broker_id}-send-thread"
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)
 class RequestSender:
     """Kafka's RequestSendThread for one target broker, as an actor owned by the active controller."""
 
@@ -166,8 +172,12 @@ class RequestSender:
         self.config = config
         self.controller = controller
         self._queue: queue.Queue[ControllerRequestT] = queue.Queue()
-        threading.Thread(target=self._run, name=f"Controller-{controller_id}-to-broker-{broker_id}-send-thread",
-                         daemon=True).start()
+        self._stopped = threading.Event()
+        threading.Thread(target=self._run, name=request_sender_prefix(controller_id, broker_id), daemon=True).start()
+
+    def wait_stopped(self) -> None:
+        """Answered never while the sender lives: the controller waits on it to learn of its death."""
+        self._stopped.wait()
 
     def enqueue(self, requests: list[ControllerRequestT]) -> int:
         for request in requests:
@@ -201,30 +211,92 @@ class RequestSender:
 
 
 class ControllerChannelManager:
-    """The active controller's RequestSenders, one per live broker (Kafka's ControllerChannelManager)."""
+    """The active controller's RequestSenders, one per live broker (Kafka's ControllerChannelManager).
 
-    def __init__(self, controller_id: int, config: ClusterConfig, controller_handle):
+    Requests are kept until answered. A RequestSender that dies (a killed actor) is reported
+    through `on_sender_died` from a watcher thread (which only enqueues); the controller then
+    calls `restart_sender`, which sends everything unanswered again, in order (brokers apply
+    repeated requests idempotently: leader epochs and controller epochs decide).
+    """
+
+    def __init__(self, controller_id: int, config: ClusterConfig, controller_handle,
+                 on_sender_died=lambda broker_id: None):
         self.controller_id = controller_id
         self.config = config
         self.controller_handle = controller_handle
+        self.on_sender_died = on_sender_died
         self.senders: dict[int, ray.actor.ActorHandle] = {}
+        self.unanswered: dict[int, dict[int, ControllerRequestT]] = defaultdict(dict)  # broker -> id -> request
+        self._liveness: dict[ray.ObjectRef, int] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        threading.Thread(target=self._watch_senders, name=f"controller-{controller_id}-sender-watch",
+                         daemon=True).start()
 
     def add_broker(self, broker_id: int) -> None:
         if broker_id not in self.senders:
-            self.senders[broker_id] = RequestSender.remote(self.controller_id, broker_id, self.config,
-                                                           self.controller_handle)
+            self._start_sender(broker_id)
+
+    def _start_sender(self, broker_id: int) -> None:
+        name = f"{request_sender_prefix(self.controller_id, broker_id)}-{uuid.uuid4().hex[:8]}"
+        sender = RequestSender.options(name=name, namespace=self.config.namespace).remote(
+            self.controller_id, broker_id, self.config, self.controller_handle)
+        self.senders[broker_id] = sender
+        with self._lock:
+            self._liveness[sender.wait_stopped.remote()] = broker_id
 
     def remove_broker(self, broker_id: int) -> None:
         sender = self.senders.pop(broker_id, None)
+        self.unanswered.pop(broker_id, None)
         if sender is not None:
+            self._forget_liveness(broker_id)
             ray.kill(sender)
+
+    def restart_sender(self, broker_id: int) -> int:
+        """A new RequestSender for the broker, given every request still unanswered; how many."""
+        if broker_id not in self.senders:
+            return 0
+        self._forget_liveness(broker_id)
+        self._start_sender(broker_id)
+        pending = list(self.unanswered[broker_id].values())
+        if pending:
+            self.senders[broker_id].enqueue.remote(pending)
+        return len(pending)
 
     def send(self, requests: dict[int, list[ControllerRequestT]]) -> None:
         for broker_id, reqs in requests.items():
             if broker_id in self.senders and reqs:
                 self.senders[broker_id].enqueue.remote(reqs)
+                self.unanswered[broker_id].update((r.correlation_id, r) for r in reqs)
+
+    def answered(self, broker_id: int, correlation_id: int) -> None:
+        self.unanswered.get(broker_id, {}).pop(correlation_id, None)
+
+    def queue_depths(self) -> dict[int, int]:
+        """Requests queued or in flight per target broker (the RequestSenders' queues)."""
+        return {b: len(self.unanswered.get(b, ())) for b in sorted(self.senders)}
 
     def shutdown(self) -> None:
+        self._closed.set()
         for broker_id in list(self.senders):
             self.remove_broker(broker_id)
 
+    def _forget_liveness(self, broker_id: int) -> None:
+        with self._lock:
+            self._liveness = {ref: b for ref, b in self._liveness.items() if b != broker_id}
+
+    def _watch_senders(self) -> None:
+        while not self._closed.is_set():
+            with self._lock:
+                refs = dict(self._liveness)
+            if not refs:
+                self._closed.wait(0.2)
+                continue
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
+            for ref in ready:
+                with self._lock:
+                    broker_id = self._liveness.pop(ref, None)
+                if broker_id is not None and not self._closed.is_set():
+                    log.warning("[Controller id=%d] The RequestSender to broker %d died", self.controller_id,
+                                broker_id)
+                    self.on_sender_died(broker_id)

@@ -40,6 +40,7 @@ from actors.controller.events import (
     PreferredReplicaElection,
     Reelect,
     ReplicaLeaderElection,
+    RequestSenderDied,
     ResponseReceived,
     Startup,
     TopicChange,
@@ -83,6 +84,7 @@ class KafkaController:
         self.timelines: deque[FailoverTimeline] = deque(maxlen=TIMELINES_KEPT)
         self.timeline: FailoverTimeline | None = None
         self.inbox_depth: Callable[[], int] = lambda: 0
+        self.on_timeline: Callable[[FailoverTimeline], None] = lambda timeline: None  # once it is complete
         self._reset()
 
     def _reset(self) -> None:
@@ -143,6 +145,10 @@ class KafkaController:
                     brokers.process_broker_change(self)
                 case BrokerActorDied(broker_id=b, state=state):
                     brokers.process_broker_actor_died(self, b, state)
+                case RequestSenderDied(broker_id=b):
+                    resent = self.channel.restart_sender(b)
+                    log.info("%s Started a new RequestSender to broker %d; %d unanswered requests sent again",
+                             self.prefix, b, resent)
                 case ControlledShutdown(broker_id=b, broker_epoch=e, reply=reply):
                     brokers.process_controlled_shutdown(self, b, e, reply)
                 case TopicChange():
@@ -193,6 +199,8 @@ class KafkaController:
             self.timeline.sent(ids, now_ms())
             for i in ids:
                 self._awaiting_ack[i] = self.timeline
+            if not ids:
+                self.on_timeline(self.timeline)
 
     # -- election, failover, resignation -------------------------------------
 
@@ -381,10 +389,12 @@ class KafkaController:
     def _process_response(self, response, epoch: int) -> None:
         if epoch != self.ctx.epoch:
             return
+        self.channel.answered(response.broker_id, response.correlation_id)
         timeline = self._awaiting_ack.pop(response.correlation_id, None)
         if timeline is not None and timeline.acked(response.correlation_id, now_ms()):
             log.info("%s %s handled in %.0f ms from detection to the last broker acknowledgement", self.prefix,
                      timeline.kind, timeline.requests_acked_ms - timeline.detected_ms)
+            self.on_timeline(timeline)
         if response.api == "StopReplica":
             self.deletion.on_stop_replica_response(response)
         # a re-sent LeaderAndIsr whose leader epoch the broker already has is answered
@@ -415,4 +425,5 @@ class KafkaController:
             "partitions_being_reassigned": len(ctx.partitions_being_reassigned),
             "leader_elections": self.psm.elections,
             "unclean_leader_elections": self.psm.unclean_elections,
+            "sender_queue_depths": self.channel.queue_depths() if self.channel is not None else {},
         }

@@ -62,6 +62,13 @@ class BrokerActorDied(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class RequestSenderDied(ControllerEvent):
+    """The RequestSender actor to a broker died (killed); its unanswered requests need a new one."""
+
+    broker_id: int = -1
+
+
+@dataclass(frozen=True)
 class TopicChange(ControllerEvent):
     pass
 

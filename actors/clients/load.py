@@ -1,0 +1,167 @@
+"""Load for experiments: producer and consumer actors that record what they did.
+
+A LoadGenerator sends, in each call of its idempotent Producer, `records_per_partition`
+records to every partition it was given, so that every partition always has a produce
+in flight: the first acknowledgement after a fault then says when that partition became
+available again (DESIGN.md's `first_produce_ok`), to within one call. A target rate is
+kept by pausing between calls. Every acknowledged record is recorded (produced.jsonl).
+
+A ConsumerWorker follows the same partitions from offset 0 and records every record it
+reads (consumed.jsonl). `read_back` reads partitions from the start to their high
+watermark, for the final check.
+
+Each record's value starts with its id, "<producer>-<sequence>", padded to the record size.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import ray
+
+from actors.clients.consumer import Consumer
+from actors.clients.producer import Producer
+from actors.config import ClusterConfig
+from actors.recording import RecordSink
+from actors.runtime import configure_actor_process
+from coordination.zkdata import TopicPartition
+from jobs import rundir
+
+log = logging.getLogger(__name__)
+
+PAD = b" "
+
+
+def record_value(record_id: str, size: int) -> bytes:
+    return record_id.encode().ljust(size, PAD)
+
+
+def record_id_of(value: bytes) -> str:
+    return value.rstrip(PAD).decode(errors="replace")
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)
+class LoadGenerator:
+    def __init__(self, index: int, config: ClusterConfig, partitions: list[TopicPartition], rate: float,
+                 record_size: int, acks: int, records_per_partition: int = 1, retry_backoff_ms: int = 20,
+                 leader_check_ms: int = 25):
+        configure_actor_process()
+        self.name = f"p{index}"
+        self.partitions = list(partitions)
+        self.rate, self.record_size, self.per_partition = rate, record_size, records_per_partition
+        self.producer = Producer(config.namespace, _broker_ids(config), acks=acks, delivery_timeout_ms=120_000,
+                                 retry_backoff_ms=retry_backoff_ms, leader_check_ms=leader_check_ms)
+        self.sink = RecordSink(config.recorder, config.namespace)
+        self.sequence = 0
+        self.acked = 0
+        self.errors: list[str] = []
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"load-{self.name}", daemon=True)
+
+    def start(self) -> None:
+        self.producer.metadata.refresh()
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stopped.is_set():
+            if self.rate > 0:  # ahead of the target rate: wait
+                ahead = self.sequence / self.rate - (time.monotonic() - started)
+                if ahead > 0 and self._stopped.wait(ahead):
+                    break
+            self._send_one_call()
+
+    def _send_one_call(self) -> None:
+        tps = [tp for tp in self.partitions for _ in range(self.per_partition)]
+        ids = [f"{self.name}-{self.sequence + i}" for i in range(len(tps))]
+        self.sequence += len(tps)
+        sent = now_ms()
+        try:
+            metas = self.producer.send_to(tps, [record_value(i, self.record_size) for i in ids])
+        except Exception as e:  # delivery timed out: counted, and the run's checker will see the gap
+            self.errors.append(f"{type(e).__name__}: {e}"[:300])
+            log.warning("Load generator %s: %s", self.name, self.errors[-1])
+            return
+        for record_id, meta in zip(ids, metas):
+            self.sink.emit(rundir.PRODUCED, rundir.Ack(
+                topic=meta.topic, partition=meta.partition, offset=meta.offset, record_id=record_id,
+                broker_id=meta.broker_id, leader_epoch=meta.leader_epoch, sent_ms=sent, acked_ms=meta.acked_ms))
+        self.acked += len(metas)
+
+    def stop(self) -> dict:
+        self._stopped.set()
+        self._thread.join(timeout=150)
+        self.sink.close()
+        return self.stats()
+
+    def stats(self) -> dict:
+        return {"name": self.name, "acked": self.acked, "sent": self.sequence, "retries": self.producer.retries,
+                "errors": len(self.errors), "last_error": self.errors[-1] if self.errors else None}
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)
+class ConsumerWorker:
+    def __init__(self, config: ClusterConfig, partitions: list[TopicPartition]):
+        configure_actor_process()
+        self.consumer = Consumer(config.namespace, _broker_ids(config), max_wait_ms=200)
+        self.partitions = list(partitions)
+        self.sink = RecordSink(config.recorder, config.namespace)
+        self.consumed = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="consumer", daemon=True)
+
+    def start(self) -> None:
+        self.consumer.assign(self.partitions)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                got = self.consumer.poll()
+            except Exception as e:  # no broker answered the metadata request: try again
+                log.warning("Consumer: %s: %s", type(e).__name__, e)
+                self._stopped.wait(0.2)
+                continue
+            ts = now_ms()
+            for tp, r in got:
+                self.sink.emit(rundir.CONSUMED, consumed(tp, r, ts, final=False))
+            self.consumed += len(got)
+
+    def stop(self) -> int:
+        self._stopped.set()
+        self._thread.join(timeout=30)
+        self.sink.close()
+        return self.consumed
+
+    def stats(self) -> dict:
+        return {"consumed": self.consumed}
+
+
+def consumed(tp: TopicPartition, record, ts_ms: float, final: bool) -> rundir.Consumed:
+    return rundir.Consumed(topic=tp.topic, partition=tp.partition, offset=record.offset,
+                           record_id=record_id_of(record.value), leader_epoch=record.leader_epoch, ts_ms=ts_ms,
+                           final=final)
+
+
+def read_back(config: ClusterConfig, partitions: list[TopicPartition], idle_polls: int = 5):
+    """Every record below each partition's high watermark, from offset 0, as final Consumed records."""
+    consumer = Consumer(config.namespace, _broker_ids(config), max_wait_ms=100)
+    consumer.assign(partitions)
+    idle = 0
+    while idle < idle_polls:
+        got = consumer.poll()
+        idle = 0 if got else idle + 1
+        ts = now_ms()
+        yield from (consumed(tp, r, ts, final=True) for tp, r in got)
+
+
+def _broker_ids(config: ClusterConfig) -> list[int]:
+    from coordination.zkclient import KrayZkClient
+
+    with KrayZkClient(config.zk_connect).start() as zk:
+        return zk.get_all_broker_ids()

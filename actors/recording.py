@@ -1,0 +1,102 @@
+"""Recording an experiment: actors send records to one RunRecorder actor, which appends them to
+the run directory's JSON Lines files (jobs/rundir.py).
+
+Brokers, controllers and load generators hold a `RecordSink`: records are buffered and sent
+every FLUSH_INTERVAL_S without waiting for an answer, so recording costs the hot paths an
+append to a list. An actor that is killed loses at most its last interval of records. A
+cluster without a recorder (ClusterConfig.recorder is None) records nothing.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+import ray
+from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_S = 0.2
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)
+class RunRecorder:
+    """Appends lines to the files of one run directory (on the node the recorder runs on)."""
+
+    def __init__(self, run_dir: str):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._files: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self.lines: dict[str, int] = defaultdict(int)
+
+    def write(self, name: str, lines: list[str]) -> None:
+        with self._lock:
+            f = self._files.get(name)
+            if f is None:
+                f = self._files[name] = open(self.dir / name, "a")
+            f.write("".join(line + "\n" for line in lines))
+            f.flush()
+            self.lines[name] += len(lines)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.lines)
+
+    def close(self) -> dict[str, int]:
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
+            return dict(self.lines)
+
+
+def recorder_name(run_id: str) -> str:
+    return f"recorder-{run_id}"
+
+
+class RecordSink:
+    """Buffers records for the named RunRecorder and sends them in the background."""
+
+    def __init__(self, recorder: str | None, namespace: str):
+        self.recorder, self.namespace = recorder, namespace
+        self._buffer: dict[str, list[str]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._handle = None
+        self._stopped = threading.Event()
+        if recorder is not None:
+            threading.Thread(target=self._run, name="record-sink", daemon=True).start()
+
+    @property
+    def enabled(self) -> bool:
+        return self.recorder is not None
+
+    def emit(self, name: str, record: BaseModel) -> None:
+        if self.recorder is None:
+            return
+        line = record.model_dump_json()
+        with self._lock:
+            self._buffer[name].append(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            buffer, self._buffer = self._buffer, defaultdict(list)
+        if not buffer:
+            return
+        try:
+            if self._handle is None:
+                self._handle = ray.get_actor(self.recorder, namespace=self.namespace)
+            for name, lines in buffer.items():
+                self._handle.write.remote(name, lines)
+        except Exception as e:  # the recorder is gone (the run ended): drop the records
+            log.debug("Dropping %d records: %s", sum(map(len, buffer.values())), e)
+
+    def close(self) -> None:
+        self._stopped.set()
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(FLUSH_INTERVAL_S):
+            self.flush()

@@ -1,0 +1,134 @@
+"""Faults, for experiment schedules and `kray chaos`: each acts on a running cluster, on this
+machine or on a Ray cluster (signals are sent by a Ray task on the target's node).
+
+| fault                      | what it does                                                           |
+|----------------------------|------------------------------------------------------------------------|
+| kill-broker N              | SIGKILL of broker N's actor, for good (its controller candidate too)   |
+| restart-broker N           | SIGKILL of broker N's actor; Ray restarts it (a new incarnation)       |
+| kill-controller            | SIGKILL of the active controller's actor; Ray restarts it              |
+| pause-broker N / -controller| SIGSTOP for S seconds, then SIGCONT: a GC-pause zombie                |
+| expire-broker-session N    | ZooKeeper expires the broker's session (as a long network partition)   |
+| expire-controller-session  | the same for the active controller                                     |
+| kill-request-sender N      | SIGKILL of the active controller's RequestSender to broker N           |
+| zk-restart                 | SIGKILL of one ZooKeeper server (the leader of an ensemble), restarted |
+|                            | after S seconds (needs the server handle: embedded runs, `kray zk`)    |
+| controlled-shutdown N      | broker N moves its leaderships away and stops for good                 |
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.cluster import LocalCluster
+from actors.controller.channel import request_sender_prefix
+from coordination.errors import KrayError
+from coordination.zkclient import KrayZkClient, expire_session
+from jobs.rundir import FaultKind
+
+log = logging.getLogger(__name__)
+
+BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
+                 FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN}
+
+
+@ray.remote(num_cpus=0)
+def _send_signal(pid: int, signum: int) -> None:
+    import os
+
+    os.kill(pid, signum)
+
+
+def send_signal(pid: int, node_id: str, signum: int) -> None:
+    """Signal a process on its own node (a Ray task pinned there)."""
+    ray.get(_send_signal.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+            .remote(pid, signum), timeout=30)
+
+
+class Chaos:
+    """Faults against one cluster. `zk_server` (a coordination.server launcher) enables zk-restart."""
+
+    def __init__(self, cluster: LocalCluster, zk: KrayZkClient, zk_server=None):
+        self.cluster, self.zk, self.zk_server = cluster, zk, zk_server
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.config.namespace
+
+    def controller_id(self) -> int:
+        controller_id = self.zk.get_controller_id()
+        if controller_id is None:
+            raise KrayError("there is no active controller right now")
+        return controller_id
+
+    def _broker(self, broker_id: int):
+        try:
+            return ray.get_actor(f"broker-{broker_id}", namespace=self.namespace)
+        except ValueError:
+            raise KrayError(f"broker {broker_id} is not running") from None
+
+    def kill_broker(self, broker_id: int, restart: bool = False) -> None:
+        self._broker(broker_id)
+        if broker_id in self.cluster.brokers:
+            self.cluster.kill_broker(broker_id, restart=restart)
+        else:
+            ray.kill(self._broker(broker_id), no_restart=not restart)
+
+    def kill_controller(self) -> int:
+        controller_id = self.controller_id()
+        self.cluster.kill_controller(controller_id)
+        return controller_id
+
+    def pause(self, seconds: float, broker_id: int | None = None) -> int:
+        """SIGSTOP broker N's actor (or, without N, the active controller's) for `seconds`, then SIGCONT;
+        blocks meanwhile. The paused broker's or controller's id."""
+        if broker_id is None:
+            broker_id = self.controller_id()
+            info = ray.get(self.cluster.controller_actor(broker_id).status.remote(), timeout=30)
+        else:
+            info = ray.get(self._broker(broker_id).info.remote(), timeout=30)
+        send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            send_signal(info["pid"], info["node_id"], signal.SIGCONT)
+        return broker_id
+
+    def expire_session(self, broker_id: int | None = None) -> int:
+        """Expire broker N's ZooKeeper session (or, without N, the active controller's)."""
+        if broker_id is None:
+            broker_id = self.controller_id()
+            actor = self.cluster.controller_actor(broker_id)
+        else:
+            actor = self._broker(broker_id)
+        expire_session(self.zk.connect, ray.get(actor.zk_session.remote(), timeout=30))
+        return broker_id
+
+    def kill_request_sender(self, broker_id: int) -> int:
+        """SIGKILL the active controller's RequestSender to broker N; the controller's id."""
+        controller_id = self.controller_id()
+        prefix = request_sender_prefix(controller_id, broker_id)
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a["namespace"] == self.namespace and a["name"].startswith(prefix)]
+        if not names:
+            raise KrayError(f"controller {controller_id} has no RequestSender to broker {broker_id}")
+        for name in names:
+            ray.kill(ray.get_actor(name, namespace=self.namespace))
+        return controller_id
+
+    def zk_restart(self, seconds: float) -> int:
+        """SIGKILL a ZooKeeper server (an ensemble's leader), start it again after `seconds`; its index."""
+        if self.zk_server is None:
+            raise KrayError("zk-restart needs a ZooKeeper server started by kray (embedded or `kray zk start`)")
+        index = getattr(self.zk_server, "leader_index", lambda: 0)() or 0
+        self.zk_server.kill_server(index)
+        time.sleep(seconds)
+        self.zk_server.restart_server(index)
+        return index
+
+    def controlled_shutdown(self, broker_id: int) -> dict:
+        self._broker(broker_id)
+        return self.cluster.controlled_shutdown(broker_id)

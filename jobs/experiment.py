@@ -1,0 +1,155 @@
+"""A chaos experiment, declared: cluster, topics, load, a schedule of faults, duration, seed.
+
+Loaded from YAML (`kray experiment run FILE`); unknown fields and impossible values are
+errors that name the field. Example:
+
+    name: broker-kills
+    brokers: 3
+    session_timeout_ms: 6000
+    detector: true                 # the Ray-based failure detector (false: Kafka's behaviour)
+    topics: [{name: orders, partitions: 30, replication_factor: 3}]
+    load: {producers: 2, rate: 2000, record_size: 100, acks: all}
+    schedule:
+      - {at_s: 5, fault: kill-broker, target: non-controller, seconds: 5}
+      - {at_s: 15, fault: pause-broker, target: random, seconds: 2}
+      - {at_s: 25, fault: kill-controller}
+    duration_s: 40
+    seed: 7
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from actors.config import BrokerConfig, ControllerConfig
+from coordination.admin import validate_topic_name
+from coordination.errors import KrayError
+from jobs.rundir import FaultKind
+from jobs.chaos import BROKER_FAULTS
+
+Target = int | Literal["random", "controller", "non-controller"]
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopicSpec(Spec):
+    name: str = "load"
+    partitions: int = Field(12, ge=1, le=100_000)
+    replication_factor: int = Field(3, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        try:
+            validate_topic_name(name)
+        except KrayError as e:
+            raise ValueError(str(e)) from None
+        return name
+
+
+class LoadSpec(Spec):
+    producers: int = Field(1, ge=0, description="load generator actors; the partitions are split among them")
+    rate: float = Field(0, ge=0, description="records/s over all producers; 0 is as fast as they go")
+    record_size: int = Field(100, ge=16, le=1024 * 1024, description="bytes per record value")
+    acks: Literal["all", 0, 1, -1] = "all"
+    records_per_partition: int = Field(1, ge=1, description="records to each partition in each producer call")
+    consumers: int = Field(1, ge=0, description="consumer actors reading every partition as it is written")
+
+    @property
+    def acks_code(self) -> int:
+        return -1 if self.acks == "all" else int(self.acks)
+
+
+class FaultSpec(Spec):
+    at_s: float = Field(ge=0, description="seconds after the load started")
+    fault: FaultKind
+    target: Target | None = Field(None, description="a broker id, or how to pick one when the fault is injected")
+    seconds: float = Field(3.0, ge=0, description="how long a pause lasts; how long a killed or shut-down "
+                                                  "broker, or a ZooKeeper server, stays down")
+
+    @model_validator(mode="after")
+    def _target_fits_the_fault(self) -> "FaultSpec":
+        if self.fault in BROKER_FAULTS and self.target is None:
+            raise ValueError(f"{self.fault.value} needs a target (a broker id, random, controller or non-controller)")
+        if self.fault not in BROKER_FAULTS and self.target is not None:
+            raise ValueError(f"{self.fault.value} takes no target")
+        return self
+
+
+class RandomFaults(Spec):
+    """Faults drawn at random (with the experiment's seed), one every `every_s` seconds."""
+
+    every_s: tuple[float, float] = Field((10.0, 30.0), description="min and max seconds between faults")
+    kinds: list[FaultKind] = Field(default_factory=lambda: list(FaultKind))
+    seconds: float = Field(3.0, ge=0)
+
+    @model_validator(mode="after")
+    def _sane(self) -> "RandomFaults":
+        if not 0 < self.every_s[0] <= self.every_s[1]:
+            raise ValueError("every_s must be (min, max) with 0 < min <= max")
+        if not self.kinds:
+            raise ValueError("kinds must name at least one fault")
+        return self
+
+
+class Experiment(Spec):
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    brokers: int = Field(3, ge=1, le=64)
+    session_timeout_ms: int = Field(6000, ge=1000, description="zookeeper.session.timeout.ms")
+    detector: bool = Field(True, description="the Ray-based failure detector (off: Kafka's behaviour)")
+    broker: BrokerConfig = Field(default_factory=lambda: BrokerConfig(min_insync_replicas=2))
+    controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    topics: list[TopicSpec] = Field(default_factory=lambda: [TopicSpec()], min_length=1)
+    load: LoadSpec = Field(default_factory=LoadSpec)
+    schedule: list[FaultSpec] = Field(default_factory=list)
+    random_faults: RandomFaults | None = None
+    duration_s: float = Field(30.0, gt=0, le=7 * 24 * 3600, description="seconds of load, faults included")
+    settle_s: float = Field(30.0, ge=0, description="after the load: how long the cluster may take to converge")
+    sample_interval_s: float = Field(1.0, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _possible(self) -> "Experiment":
+        for t in self.topics:
+            if t.replication_factor > self.brokers:
+                raise ValueError(f"topic {t.name}: replication factor {t.replication_factor} larger than "
+                                 f"the {self.brokers} brokers")
+            if self.load.acks_code == -1 and self.broker.min_insync_replicas > t.replication_factor:
+                raise ValueError(f"topic {t.name}: min_insync_replicas {self.broker.min_insync_replicas} larger "
+                                 f"than its replication factor {t.replication_factor}: acks=all could never succeed")
+        if len({t.name for t in self.topics}) != len(self.topics):
+            raise ValueError("topic names must be unique")
+        for f in self.schedule:
+            if f.at_s >= self.duration_s:
+                raise ValueError(f"fault {f.fault.value} at {f.at_s}s is not within duration_s={self.duration_s}")
+            if isinstance(f.target, int) and not 1 <= f.target <= self.brokers:
+                raise ValueError(f"fault {f.fault.value}: broker {f.target} is not one of 1..{self.brokers}")
+        return self
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return list(range(1, self.brokers + 1))
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """The experiment in a YAML (or JSON) file; KrayError naming the problem otherwise."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise KrayError(f"cannot read experiment file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise KrayError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise KrayError(f"{path}: an experiment is a mapping of fields, got {type(data).__name__}")
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "experiment"
+        raise KrayError(f"{path}: {where}: {first['msg']} ({e.error_count()} error(s))") from None

@@ -1,0 +1,110 @@
+"""Failover records: each controller timeline joined with the fault that caused it, the load at that
+moment, and when each partition the fault took down was first written again (DESIGN.md's timeline,
+`first_produce_ok`). Pure: plain records in, FailoverRecords out.
+
+A fault's affected partitions are those whose last acknowledgement before the fault came from the
+broker the fault hit. A partition is available again at its first acknowledgement after the fault
+that is not a leftover of the old leadership: one from another broker or a newer leader epoch, or,
+after a pause, any acknowledgement once the paused process runs again.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from typing import Iterable, NamedTuple
+
+from jobs.rundir import Ack, FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample, TimelineRecord, tp_key
+
+LEADER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
+                 FaultKind.EXPIRE_BROKER_SESSION, FaultKind.CONTROLLED_SHUTDOWN}
+PAUSES = {FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER}
+
+
+class AckPoint(NamedTuple):
+    acked_ms: float
+    broker_id: int
+    leader_epoch: int
+
+
+class AckIndex:
+    """Acknowledgements per partition in time order, for looking up around a moment."""
+
+    def __init__(self, acks: Iterable[Ack]):
+        points: dict[str, list[AckPoint]] = defaultdict(list)
+        for a in acks:
+            points[tp_key(a.topic, a.partition)].append(AckPoint(a.acked_ms, a.broker_id, a.leader_epoch))
+        self.points = {tp: sorted(p) for tp, p in points.items()}
+        self.times = {tp: [p.acked_ms for p in ps] for tp, ps in self.points.items()}
+
+    def last_before(self, tp: str, ms: float) -> AckPoint | None:
+        i = bisect.bisect_left(self.times[tp], ms)
+        return self.points[tp][i - 1] if i > 0 else None
+
+    def first_after(self, tp: str, ms: float, stale) -> AckPoint | None:
+        for p in self.points[tp][bisect.bisect_right(self.times[tp], ms):]:
+            if not stale(p):
+                return p
+        return None
+
+
+def recovery(fault: FaultRecord, acks: AckIndex) -> dict[str, float]:
+    """When each partition the fault took down was acknowledged again (partition -> ms)."""
+    if fault.kind not in LEADER_FAULTS or fault.target is None:
+        return {}
+    out = {}
+    for tp in acks.points:
+        before = acks.last_before(tp, fault.injected_ms)
+        if before is None or before.broker_id != fault.target:
+            continue
+        stale_until = fault.ended_ms if fault.kind in PAUSES and fault.ended_ms else float("inf")
+
+        def stale(p: AckPoint) -> bool:
+            return p.broker_id == before.broker_id and p.leader_epoch == before.leader_epoch and p.acked_ms < stale_until
+        after = acks.first_after(tp, fault.injected_ms, stale)
+        if after is not None:
+            out[tp] = after.acked_ms
+    return out
+
+
+def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: AckIndex, samples: list[LoadSample],
+            session_timeout_ms: int, detector: bool) -> list[FailoverRecord]:
+    """One FailoverRecord per timeline; a fault's recoveries go with its first timeline (its broker
+    failure when it has one), so that no partition is counted twice."""
+    faults = sorted(faults, key=lambda f: f.injected_ms)
+    fault_times = [f.injected_ms for f in faults]
+    samples = sorted(samples, key=lambda s: s.ts_ms)
+    sample_times = [s.ts_ms for s in samples]
+    by_fault: dict[int | None, list[TimelineRecord]] = defaultdict(list)
+    for t in sorted(timelines, key=lambda t: t.detected_ms):
+        i = bisect.bisect_right(fault_times, t.detected_ms)
+        by_fault[faults[i - 1].fault_id if i else None].append(t)
+    out = []
+    fault_by_id = {f.fault_id: f for f in faults}
+    for fault_id, group in by_fault.items():
+        fault = fault_by_id.get(fault_id)
+        carrier = next((t for t in group if t.kind == "broker_failure"), group[0])
+        recovered = recovery(fault, acks) if fault is not None else {}
+        for t in group:
+            at = fault.injected_ms if fault is not None else t.detected_ms
+            j = bisect.bisect_right(sample_times, at)
+            sample = samples[j - 1] if j else None
+            out.append(FailoverRecord(
+                fault_id=fault_id, fault_kind=fault.kind if fault else None, kind=t.kind,
+                controller_id=t.controller_id, controller_epoch=t.epoch, brokers=t.brokers,
+                fault_injected_ms=fault.injected_ms if fault else None, detected_ms=t.detected_ms,
+                processing_started_ms=t.processing_started_ms, zk_written_ms=t.zk_written_ms,
+                requests_sent_ms=t.requests_sent_ms, requests_acked_ms=t.requests_acked_ms,
+                first_produce_ok_ms=recovered if t is carrier else {},
+                load=LoadAtFault(
+                    partitions_total=t.partitions_total, partitions_affected=t.partitions_affected,
+                    produce_rate=sample.produce_rate if sample else 0.0, inbox_depth=t.inbox_depth,
+                    sender_queue_depths=sample.sender_queue_depths if sample else {},
+                    session_timeout_ms=session_timeout_ms,
+                    brokers_alive=sample.brokers_alive if sample else t.live_brokers, detector=detector)))
+    return sorted(out, key=lambda r: r.detected_ms)
+
+
+def unavailability_ms(failovers: list[FailoverRecord]) -> list[float]:
+    """Client-visible unavailability of every affected partition: first acknowledgement after - fault."""
+    return [ok - f.fault_injected_ms for f in failovers if f.fault_injected_ms is not None
+            for ok in f.first_produce_ok_ms.values()]

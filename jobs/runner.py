@@ -1,0 +1,372 @@
+"""Runs an Experiment: brings a cluster up, drives load through it, injects the scheduled faults,
+records everything in a run directory (jobs/rundir.py), reads every partition back, checks the
+invariants (jobs/check.py) and stops everything it started.
+
+It runs on the Ray cluster it finds (this process's Ray session, else RAY_ADDRESS) and the
+ZooKeeper KRAY_ZK_CONNECT names, else on an embedded local ZooKeeper and Ray. Progress is printed
+every few seconds.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import ray
+
+from actors.clients.load import ConsumerWorker, LoadGenerator, read_back
+from actors.cluster import LocalCluster, poll
+from actors.config import ClusterConfig
+from actors.recording import RunRecorder, recorder_name
+from coordination import admin
+from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
+from jobs import failovers, rundir
+from jobs.chaos import BROKER_FAULTS, Chaos
+from jobs.check import check_run
+from jobs.experiment import Experiment, FaultSpec
+from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
+from jobs.rundir import FaultKind, FaultRecord, JsonlReader, JsonlWriter, tp_key
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 5.0
+READ_BACK_CHUNK = 5000
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs",
+                   progress: Callable[[str], None] = print) -> tuple[Path, rundir.Summary]:
+    """Run it on the environment found (see the module docstring); (its run directory, its summary)."""
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{experiment.name}-{uuid.uuid4().hex[:4]}"
+    run_dir = Path(runs_dir) / run_id
+    with embedded_zookeeper_and_ray(progress) as env:
+        return run_dir, ExperimentRun(experiment, run_dir, env.connect, env.zk_server, progress).run()
+
+
+def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
+    """The declared faults and the random ones (drawn with the experiment's seed), in time order."""
+    faults = list(experiment.schedule)
+    spec = experiment.random_faults
+    if spec is not None:
+        at = rng.uniform(*spec.every_s)
+        while at < experiment.duration_s:
+            kind = rng.choice(spec.kinds)
+            target = "random" if kind in BROKER_FAULTS else None
+            faults.append(FaultSpec(at_s=at, fault=kind, target=target, seconds=spec.seconds))
+            at += rng.uniform(*spec.every_s)
+    return sorted(faults, key=lambda f: f.at_s)
+
+
+class ExperimentRun:
+    def __init__(self, experiment: Experiment, run_dir: Path, connect: str, zk_server, progress):
+        self.exp, self.run_dir, self.progress = experiment, run_dir, progress
+        self.rng = random.Random(experiment.seed)
+        namespace = f"run-{uuid.uuid4().hex[:8]}"
+        self.config = ClusterConfig(
+            zk_connect=fresh_chroot(connect, "kray-run"), namespace=namespace,
+            zk_session_timeout_ms=experiment.session_timeout_ms, recorder=recorder_name(run_dir.name),
+            broker=experiment.broker.model_copy(update={"log_dirs": str(run_dir / "logs")}),
+            controller=experiment.controller.model_copy(update={"ray_failure_detector_enable": experiment.detector}))
+        self.zk_server = zk_server
+        self.writer = JsonlWriter(run_dir)
+        self._lock = threading.Lock()  # the cluster's broker handles change under fault threads
+        self._down: set[int] = set()  # brokers a fault has taken down and will bring back
+        self._stop_sampling = threading.Event()
+        self.acked = self.consumed = 0
+        self.rate = 0.0
+        self.faults_done = 0
+
+    # -- the run -------------------------------------------------------------
+
+    def run(self) -> rundir.Summary:
+        exp = self.exp
+        started = now_ms()
+        self.writer.document(rundir.EXPERIMENT, exp)
+        self.recorder = RunRecorder.options(name=self.config.recorder, namespace=self.config.namespace).remote(
+            str(self.run_dir))
+        self.zk = KrayZkClient(self.config.zk_connect).start()
+        self.cluster = LocalCluster(self.config, exp.broker_ids)
+        try:
+            self._start()
+            self._drive()
+            self._finish()
+        finally:
+            self._stop_sampling.set()
+            self.cluster.stop(delete_logs=True)
+            self.zk.close()
+            ray.kill(self.recorder)
+        return self._summarise(started)
+
+    def _start(self) -> None:
+        exp = self.exp
+        self.progress(f"Starting {exp.brokers} brokers (session timeout {exp.session_timeout_ms} ms, "
+                      f"Ray failure detector {'on' if exp.detector else 'off'})")
+        self.cluster.start()
+        controller, epoch = self.cluster.wait_until_ready(self.zk)
+        for t in exp.topics:
+            admin.create_topic(self.zk, t.name, t.partitions, t.replication_factor)
+        self.partitions = [TopicPartition(t.name, p) for t in exp.topics for p in range(t.partitions)]
+        self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= len(self.partitions), timeout=120)
+        self.progress(f"Controller is broker {controller} (epoch {epoch}); {len(self.partitions)} partitions online")
+        load = exp.load
+        n = load.producers
+        self.generators = [LoadGenerator.remote(i, self.config, self.partitions[i::n], load.rate / n if n else 0,
+                                                load.record_size, load.acks_code, load.records_per_partition)
+                           for i in range(n)]
+        self.consumers = [ConsumerWorker.remote(self.config, self.partitions[i::load.consumers])
+                          for i in range(load.consumers)]
+        ray.get([a.start.remote() for a in self.generators + self.consumers], timeout=60)
+        self.chaos = Chaos(self.cluster, self.zk, self.zk_server)
+        threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
+
+    def _drive(self) -> None:
+        """Load for duration_s, each fault in its own thread at its time; progress meanwhile."""
+        exp = self.exp
+        faults = schedule(exp, self.rng)
+        self.progress(f"Load for {exp.duration_s:.0f} s with {len(faults)} faults")
+        begin = time.monotonic()
+        threads, next_progress = [], 0.0
+        pending = list(enumerate(faults, 1))
+        while (elapsed := time.monotonic() - begin) < exp.duration_s:
+            while pending and pending[0][1].at_s <= elapsed:
+                fault_id, spec = pending.pop(0)
+                threads.append(threading.Thread(target=self._inject, args=(fault_id, spec), daemon=True))
+                threads[-1].start()
+            if elapsed >= next_progress:
+                self.progress(self._progress_line(elapsed, len(faults)))
+                next_progress += PROGRESS_EVERY_S
+            time.sleep(0.05)
+        for t in threads:
+            t.join()
+
+    def _finish(self) -> None:
+        exp = self.exp
+        self.progress("Load stopped; waiting for the cluster to converge")
+        stats = ray.get([g.stop.remote() for g in self.generators], timeout=300)
+        ray.get([c.stop.remote() for c in self.consumers], timeout=60)
+        self.generator_errors = sum(s["errors"] for s in stats)
+        try:
+            poll(self._converged, timeout=exp.settle_s, what="caches to converge", tolerate=(Exception,),
+                 interval=0.5)
+        except Exception as e:  # the checker reports what did not converge
+            self.progress(f"Not converged after {exp.settle_s:.0f} s: {e}")
+        self._stop_sampling.set()
+        self.writer.document(rundir.FINAL_STATE, self._final_state())
+        self.progress(f"Reading every partition back from offset 0")
+        chunk: list[str] = []
+        for record in read_back(self.config, self.partitions):
+            chunk.append(record.model_dump_json())
+            if len(chunk) >= READ_BACK_CHUNK:
+                self.recorder.write.remote(rundir.CONSUMED, chunk)
+                chunk = []
+        ray.get(self.recorder.write.remote(rundir.CONSUMED, chunk))
+        time.sleep(1.0)  # the actors' record sinks flush every 0.2 s
+        ray.get(self.recorder.close.remote())
+
+    # -- faults --------------------------------------------------------------
+
+    def _target(self, spec: FaultSpec) -> int | None:
+        with self._lock:
+            up = sorted(b for b in self.cluster.brokers if b not in self._down)
+        if spec.target is None or isinstance(spec.target, int):
+            return spec.target
+        if spec.target == "controller":
+            return self.chaos.controller_id()
+        candidates = up if spec.target == "random" else [b for b in up if b != self.zk.get_controller_id()]
+        if not candidates:
+            raise RuntimeError(f"no broker to pick as {spec.target}")
+        return self.rng.choice(candidates)
+
+    def _inject(self, fault_id: int, spec: FaultSpec) -> None:
+        record = FaultRecord(fault_id=fault_id, kind=spec.fault, injected_ms=now_ms())
+        try:
+            target = self._target(spec)
+            record.target = target
+            self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
+                          + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else ""))
+            record.injected_ms = now_ms()
+            self._act(spec, target, record)
+        except Exception as e:  # a fault that could not be injected is recorded as such; the run goes on
+            record.detail = f"failed: {type(e).__name__}: {e}"[:500]
+            self.progress(f"Fault {fault_id} ({spec.fault.value}) failed: {e}")
+        self.writer.write(rundir.FAULTS, [record])
+        self.faults_done += 1
+
+    def _act(self, spec: FaultSpec, target: int | None, record: FaultRecord) -> None:
+        chaos, kind = self.chaos, spec.fault
+        if kind in (FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN):
+            with self._lock:
+                self._down.add(target)
+                if kind is FaultKind.KILL_BROKER:
+                    chaos.kill_broker(target)
+            if kind is FaultKind.CONTROLLED_SHUTDOWN:
+                record.detail = str(chaos.controlled_shutdown(target))
+            time.sleep(spec.seconds)
+            with self._lock:
+                self.cluster.start_broker(target)
+                self._down.discard(target)
+            record.ended_ms = now_ms()
+        elif kind is FaultKind.RESTART_BROKER:
+            chaos.kill_broker(target, restart=True)
+        elif kind is FaultKind.KILL_CONTROLLER:
+            record.target = chaos.kill_controller()
+        elif kind in (FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER):
+            record.target = chaos.pause(spec.seconds, target)
+            record.ended_ms = now_ms()
+        elif kind in (FaultKind.EXPIRE_BROKER_SESSION, FaultKind.EXPIRE_CONTROLLER_SESSION):
+            record.target = chaos.expire_session(target)
+        elif kind is FaultKind.KILL_REQUEST_SENDER:
+            record.detail = f"controller {chaos.kill_request_sender(target)}"
+        elif kind is FaultKind.ZK_RESTART:
+            record.detail = f"server {chaos.zk_restart(spec.seconds)}"
+            record.ended_ms = now_ms()
+
+    # -- observation ---------------------------------------------------------
+
+    def _sample_loop(self) -> None:
+        last_acked, last_ts = 0, time.monotonic()
+        while not self._stop_sampling.wait(self.exp.sample_interval_s):
+            try:
+                self._sample(last_acked, last_ts)
+                last_acked, last_ts = self.acked, time.monotonic()
+            except Exception as e:  # ZooKeeper or an actor unavailable for a moment: the next sample
+                log.debug("Sample skipped: %s", e)
+
+    def _sample(self, last_acked: int, last_ts: float) -> None:
+        stats = ray.get([g.stats.remote() for g in self.generators] + [c.stats.remote() for c in self.consumers],
+                        timeout=5)
+        self.acked = sum(s.get("acked", 0) for s in stats)
+        self.consumed = sum(s.get("consumed", 0) for s in stats)
+        self.rate = (self.acked - last_acked) / max(1e-3, time.monotonic() - last_ts)
+        controller_id = self.zk.get_controller_id()
+        epoch = self.zk.get_controller_epoch()
+        status = {}
+        if controller_id is not None:
+            try:
+                status = ray.get(self.cluster.controller_actor(controller_id).status.remote(timeout=2), timeout=3)
+            except Exception:  # the controller is moving: its queues are unknown for this sample
+                status = {}
+        live = self.zk.get_all_broker_ids()
+        ts = now_ms()
+        self.controller = (controller_id, epoch[0] if epoch else None)
+        self.live = live
+        self.writer.write(rundir.LOAD, [rundir.LoadSample(
+            ts_ms=ts, acked_total=self.acked, produce_rate=self.rate, consumed_total=self.consumed,
+            inbox_depth=status.get("inbox_depth", 0), sender_queue_depths=status.get("sender_queue_depths", {}),
+            brokers_alive=len(live), controller_id=controller_id, controller_epoch=self.controller[1])])
+        self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(
+            ts_ms=ts, live_brokers=live, partitions=self._zk_leaderships())])
+
+    def _zk_leaderships(self) -> dict[str, rundir.PartitionLeadership]:
+        return {tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
+                    leader=r.state.leader, leader_epoch=r.state.leader_epoch, isr=sorted(r.state.isr))
+                for tp, r in self.zk.get_partition_states(self.partitions).items()}
+
+    def _caches(self) -> dict[int, rundir.BrokerCache]:
+        out = {}
+        with self._lock:
+            handles = dict(self.cluster.brokers)
+        for broker_id, handle in handles.items():
+            try:
+                m = ray.get(handle.metadata.remote(), timeout=10)
+            except Exception:  # not answering: absent from the final state, which the checker reports
+                continue
+            out[broker_id] = rundir.BrokerCache(
+                controller_epoch=m["controller_epoch"], brokers=m["brokers"],
+                partitions={tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
+                    leader=v[0], leader_epoch=v[1], isr=sorted(v[2])) for tp, v in m["partitions"].items()})
+        return out
+
+    def _converged(self) -> bool:
+        live = self.zk.get_all_broker_ids()
+        if live != self.exp.broker_ids:
+            return False
+        zk = self._zk_leaderships()
+        caches = self._caches()
+        return len(caches) == len(live) and all(c.partitions == zk and c.brokers == live for c in caches.values())
+
+    def _final_state(self) -> rundir.FinalState:
+        return rundir.FinalState(ts_ms=now_ms(), live_brokers=self.zk.get_all_broker_ids(),
+                                 zookeeper=self._zk_leaderships(), caches=self._caches())
+
+    def _progress_line(self, elapsed: float, faults: int) -> str:
+        controller = getattr(self, "controller", (None, None))
+        return (f"[{elapsed:6.1f}s/{self.exp.duration_s:.0f}s] acked {self.acked:,} ({self.rate:,.0f}/s), consumed "
+                f"{self.consumed:,} | faults {self.faults_done}/{faults} | controller {controller[0]} "
+                f"(epoch {controller[1]}) | brokers {len(getattr(self, 'live', []))}/{self.exp.brokers}")
+
+    # -- the end -------------------------------------------------------------
+
+    def _summarise(self, started: float) -> rundir.Summary:
+        reader = JsonlReader(self.run_dir)
+        faults = list(reader.lines(rundir.FAULTS, FaultRecord))
+        records = failovers.compose(
+            list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults,
+            failovers.AckIndex(reader.lines(rundir.PRODUCED, rundir.Ack)),
+            list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector)
+        self.writer.write(rundir.FAILOVERS, records)
+        report = check_run(self.run_dir)
+        unavailable = sorted(failovers.unavailability_ms(records))
+        summary = rundir.Summary(
+            run_id=self.run_dir.name, experiment=self.exp.name, started_ms=started, ended_ms=now_ms(),
+            faults=len(faults), failovers=len(records), acked=report.counts.get("acked", 0),
+            consumed=report.counts.get("consumed_live", 0),
+            unavailability_ms_p50=percentile(unavailable, 50), unavailability_ms_p99=percentile(unavailable, 99),
+            malformed_lines={**reader.malformed, **report.malformed_lines}, invariants=report.invariants)
+        self.writer.document(rundir.SUMMARY, summary)
+        self.writer.close()
+        self.report = report
+        return summary
+
+
+_TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
+          FaultKind.ZK_RESTART}
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile of sorted values."""
+    if not values:
+        return None
+    return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+
+
+def report(run_dir: Path) -> str:
+    """What a run did, for people: its failovers, phase by phase, and the invariant checks."""
+    reader = JsonlReader(run_dir)
+    summary = reader.document(rundir.SUMMARY, rundir.Summary)
+    faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, FaultRecord)}
+    lines = [f"{'failover':<24}{'fault':<28}{'detect':>8}{'queue':>7}{'zk':>7}{'acked':>8}{'partitions':>11}"
+             f"{'unavailable p50/max ms':>24}"]
+
+    def ms(a: float | None, b: float | None) -> str:
+        return f"{a - b:.0f}" if a is not None and b is not None else "-"
+    for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord):
+        fault = faults.get(f.fault_id)
+        what = f"{fault.kind.value} {fault.target if fault.target is not None else ''}" if fault else "(none)"
+        down = sorted(ok - f.fault_injected_ms for ok in f.first_produce_ok_ms.values()) \
+            if f.fault_injected_ms is not None else []
+        lines.append(f"{f.kind + ' ' + ','.join(map(str, f.brokers)):<24}{what:<28}"
+                     f"{ms(f.detected_ms, f.fault_injected_ms):>8}{ms(f.processing_started_ms, f.detected_ms):>7}"
+                     f"{ms(f.zk_written_ms, f.processing_started_ms):>7}{ms(f.requests_acked_ms, f.detected_ms):>8}"
+                     f"{f.load.partitions_affected:>11}"
+                     f"{(f'{percentile(down, 50):.0f} / {down[-1]:.0f}' if down else '-'):>24}")
+    if summary is not None:
+        lines.append(f"\n{summary.faults} faults, {summary.failovers} failovers, {summary.acked:,} records "
+                     f"acknowledged, {summary.consumed:,} consumed live; unavailability p50 "
+                     f"{_fmt(summary.unavailability_ms_p50)} ms, p99 {_fmt(summary.unavailability_ms_p99)} ms")
+    lines.append(check_run(run_dir).render())
+    lines.append(f"Run directory: {run_dir}")
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
