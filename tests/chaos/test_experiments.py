@@ -1,0 +1,69 @@
+"""Chaos experiments end to end (real ZooKeeper, real Ray): faults under acks=all load, every
+invariant checked on the run directory. The short one runs by default; the long one is marked slow."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs import rundir
+from jobs.check import main as check_main
+from jobs.experiment import Experiment, FaultSpec, RandomFaults
+from jobs.rundir import FaultKind
+from jobs.runner import report, run_experiment
+
+FAST_BROKERS = {"min_insync_replicas": 2, "replica_lag_time_max_ms": 2000, "replica_fetch_wait_max_ms": 200,
+                "isr_change_propagation_interval_ms": 500, "replica_fetch_backoff_ms": 200}
+
+
+@pytest.fixture
+def environment(zk_connect, ray_session, monkeypatch):
+    """The run joins this test run's ZooKeeper and Ray instead of starting its own."""
+    monkeypatch.setenv("KRAY_ZK_CONNECT", zk_connect)
+
+
+def run(experiment: Experiment, tmp_path):
+    run_dir, summary = run_experiment(experiment, tmp_path, progress=lambda line: None)
+    print(report(run_dir))
+    return run_dir, summary
+
+
+def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
+    experiment = Experiment(
+        name="short", brokers=3, session_timeout_ms=3000, broker=FAST_BROKERS,
+        topics=[{"name": "orders", "partitions": 12, "replication_factor": 3}],
+        load={"producers": 2, "rate": 600, "acks": "all"},
+        schedule=[FaultSpec(at_s=3, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3),
+                  FaultSpec(at_s=9, fault=FaultKind.RESTART_BROKER, target="non-controller"),
+                  FaultSpec(at_s=14, fault=FaultKind.KILL_CONTROLLER),
+                  FaultSpec(at_s=20, fault=FaultKind.PAUSE_BROKER, target="random", seconds=1.5),
+                  FaultSpec(at_s=24, fault=FaultKind.EXPIRE_BROKER_SESSION, target="non-controller"),
+                  FaultSpec(at_s=28, fault=FaultKind.KILL_REQUEST_SENDER, target="random")],
+        duration_s=32, settle_s=30, seed=3)
+    run_dir, summary = run(experiment, tmp_path)
+    assert summary.invariants == {name: 0 for name in summary.invariants} and len(summary.invariants) == 7
+    faults = [json.loads(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()]
+    assert [f["kind"] for f in sorted(faults, key=lambda f: f["fault_id"])] == [s.fault.value for s in experiment.schedule]
+    assert not [f for f in faults if f["detail"].startswith("failed")]
+    failovers = [rundir.FailoverRecord.model_validate_json(line)
+                 for line in (run_dir / rundir.FAILOVERS).read_text().splitlines()]
+    by_fault = {f.fault_kind for f in failovers if f.fault_id is not None}
+    assert {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.KILL_CONTROLLER,
+            FaultKind.EXPIRE_BROKER_SESSION} <= by_fault  # each handled as a failover
+    killed = next(f for f in failovers if f.fault_kind is FaultKind.KILL_BROKER and f.kind == "broker_failure")
+    assert killed.first_produce_ok_ms and killed.requests_acked_ms is not None  # its partitions came back
+    assert summary.acked > 1000 and summary.unavailability_ms_p99 is not None
+    assert check_main([str(run_dir)]) == 0
+
+
+@pytest.mark.slow
+def test_long_chaos_experiment_with_random_faults(environment, tmp_path):
+    experiment = Experiment(
+        name="long", brokers=4, session_timeout_ms=3000, broker=FAST_BROKERS,
+        topics=[{"name": "orders", "partitions": 40, "replication_factor": 3}],
+        load={"producers": 2, "rate": 2000, "acks": "all", "consumers": 2},
+        random_faults=RandomFaults(every_s=(6, 12), kinds=[k for k in FaultKind if k is not FaultKind.ZK_RESTART]),
+        duration_s=300, settle_s=60, seed=11)
+    run_dir, summary = run(experiment, tmp_path)
+    assert summary.invariants == {name: 0 for name in summary.invariants}
+    assert summary.faults >= 20 and summary.failovers >= 10
