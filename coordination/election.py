@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, NamedTuple
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from coordination import zkdata
@@ -58,6 +58,31 @@ class ControllerElection:
         except (ControllerMovedException, NodeExistsError) as e:
             log.info("Broker %d lost the controller election: %s", self.broker_id, e)
             return None
+
+    def current(self) -> tuple[int, int] | None:
+        """(broker id, czxid) of the /controller znode, None when there is none or it is unreadable."""
+        got = self.zk.get(zkdata.CONTROLLER)
+        if got is None:
+            return None
+        try:
+            return zkdata.decode(zkdata.ControllerZNode, zkdata.CONTROLLER, got[0]).brokerid, got[1].czxid
+        except MalformedZNodeError as e:
+            log.error("Cannot read the active controller: %s", e)
+            return None
+
+    def remove_dead_controller(self, broker_id: int, czxid: int) -> bool:
+        """Delete /controller if it is still the znode that controller created (Ray reported its process
+        dead); every candidate's watch then fires and the election runs without waiting for the dead
+        session to time out. A newer /controller (even of the same broker) stays."""
+        got = self.zk.get(zkdata.CONTROLLER)
+        if got is None or got[1].czxid != czxid:
+            return False
+        try:
+            self.zk.kazoo.delete(zkdata.CONTROLLER, version=got[1].version)
+        except (NoNodeError, BadVersionError):
+            return False
+        log.info("Broker %d removed /controller of broker %d, whose actor Ray reports dead", self.broker_id, broker_id)
+        return True
 
     def still_controller(self) -> bool:
         """True when /controller names this broker and is owned by this session."""

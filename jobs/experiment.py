@@ -143,8 +143,12 @@ def load_experiment(path: str | Path) -> Experiment:
         data = yaml.safe_load(path.read_text())
     except OSError as e:
         raise KrayError(f"cannot read experiment file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise KrayError(f"{path} is not UTF-8 text (byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise KrayError(f"{path} is not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise KrayError(f"{path} is not valid YAML{where}: {getattr(e, 'problem', None) or type(e).__name__}") from None
     if not isinstance(data, dict):
         raise KrayError(f"{path}: an experiment is a mapping of fields, got {type(data).__name__}")
     try:

@@ -7,6 +7,11 @@ there (KIP-101; its high watermark when the leader cannot tell), then fetches fr
 its log end. Fetches long-poll on the leader (replica.fetch.wait.max.ms), so an
 idle fetcher waits instead of spinning. A partition whose leader epoch changed
 while a fetch was in flight ignores that fetch's answer.
+
+After an error the fetcher backs off, starting at FIRST_BACKOFF_MS and doubling up to
+replica.fetch.backoff.ms (Kafka waits the full backoff every time): the commonest error
+right after a failover is a new leader that has not applied its LeaderAndIsr yet, which
+is over within milliseconds.
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
 
+FIRST_BACKOFF_MS = 10
+
 
 class ReplicaFetcher:
     """Fetches for the partitions led by one source broker."""
@@ -44,6 +51,7 @@ class ReplicaFetcher:
         self._stopped = threading.Event()
         self._wake = threading.Event()
         self._handle = None  # the source broker's actor, looked up again after an error
+        self._failures = 0  # consecutive rounds that failed
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"ReplicaFetcherThread-{broker_id}-from-{source_id}")
         self.thread.start()
@@ -74,17 +82,21 @@ class ReplicaFetcher:
                     self._handle = self.leader()
                 leader = self._handle
                 pending = {tp: v for tp, v in current.items() if not v[2]}
-                if pending:
-                    self._truncate(leader, pending)
-                else:
-                    self._fetch(leader, current)
+                failed = self._truncate(leader, pending) if pending else self._fetch(leader, current)
             except Exception as e:  # the leader is gone or restarting: back off, the controller will move it
                 self._handle = None
                 log.warning("[ReplicaFetcher replicaId=%d, leaderId=%d] Error fetching: %s: %s", self.broker_id,
                             self.source_id, type(e).__name__, e)
-                self._stopped.wait(self.config.replica_fetch_backoff_ms / 1000)
+                failed = True
+            self._failures = self._failures + 1 if failed else 0
+            if failed:
+                self._stopped.wait(self.backoff_ms(self._failures) / 1000)
 
-    def _truncate(self, leader, pending: dict[TopicPartition, tuple[Partition, int, bool]]) -> None:
+    def backoff_ms(self, failures: int) -> float:
+        return min(self.config.replica_fetch_backoff_ms, FIRST_BACKOFF_MS * 2 ** (failures - 1))
+
+    def _truncate(self, leader, pending: dict[TopicPartition, tuple[Partition, int, bool]]) -> bool:
+        """Truncate the new partitions where the leader says; whether some could not be (yet)."""
         queries = EpochQueries(EpochQuery(tp.topic, tp.partition, p.log.leader_epochs.latest_epoch)
                                for tp, (p, _, _) in pending.items())
         response = ray.get(leader.offsets_for_leader_epoch.remote(
@@ -102,10 +114,10 @@ class ReplicaFetcher:
             with self._lock:
                 if self.partitions.get(tp, (None, None))[1] == epoch:
                     self.partitions[tp] = (partition, epoch, True)
-        if any(a.error_code != Errors.NONE for a in response.partitions):
-            self._stopped.wait(self.config.replica_fetch_backoff_ms / 1000)
+        return any(a.error_code != Errors.NONE for a in response.partitions)
 
-    def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]]) -> None:
+    def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]]) -> bool:
+        """One long-polling fetch for every partition; whether some failed."""
         request = FetchRequest(
             replica_id=self.broker_id, max_wait_ms=self.config.replica_fetch_wait_max_ms, min_bytes=1,
             partitions=FetchPartitions(FetchPartition(tp.topic, tp.partition, p.log.log_end_offset, epoch,
@@ -129,8 +141,7 @@ class ReplicaFetcher:
                 failed = True
                 log.debug("[ReplicaFetcher replicaId=%d, leaderId=%d] %s for %s", self.broker_id, self.source_id,
                           Errors(fetched.error_code).name, tp)
-        if failed:
-            self._stopped.wait(self.config.replica_fetch_backoff_ms / 1000)
+        return failed
 
 
 class ReplicaFetcherManager:

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 import ray
 
 from actors.config import ClusterConfig
-from actors.controller.channel import ControllerChannelManager, broker_actor_name
+from actors.controller.channel import ControllerChannelManager, broker_actor_name, controller_actor_name
 from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
@@ -47,7 +47,8 @@ class ControllerActor:
             channel_factory=lambda: ControllerChannelManager(
                 broker_id, config, me, on_sender_died=lambda b: self.inbox.put(RequestSenderDied(broker_id=b))),
             config=config.controller,
-            detector_factory=(lambda on_death: RayFailureDetector(config.namespace, broker_actor_name, on_death))
+            detector_factory=(lambda role, on_death: RayFailureDetector(
+                config.namespace, broker_actor_name if role == "broker" else controller_actor_name, on_death))
             if config.controller.ray_failure_detector_enable else None,
         )
         self.controller.inbox_depth = self.inbox.depth
@@ -105,6 +106,9 @@ class ControllerActor:
         """Close the ZooKeeper session so /controller goes at once (a clean broker shutdown)."""
         self.inbox.close()
         self.sink.close()
+        self.controller.stop_controller_watch()
+        if self.controller.detector is not None:
+            self.controller.detector.stop()
         if self.controller.channel is not None:
             self.controller.channel.shutdown()
         self.zk.close()

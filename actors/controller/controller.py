@@ -28,6 +28,7 @@ from actors.controller.events import (
     AutoPreferredReplicaLeaderElection,
     BrokerActorDied,
     BrokerChange,
+    ControllerActorDied,
     ControlledShutdown,
     ControllerChange,
     ControllerEvent,
@@ -66,14 +67,17 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
                  channel_factory: Callable[[], object], config: ControllerConfig | None = None,
-                 detector_factory: Callable[[Callable[[int, str], None]], object] | None = None):
+                 detector_factory: Callable[[str, Callable[[int, str], None]], object] | None = None):
         self.broker_id = broker_id
         self.zk = zk
         self.put = put
         self.config = config or ControllerConfig()
         self._channel_factory = channel_factory
-        self._detector_factory = detector_factory  # None: deaths are learnt from ZooKeeper only, as in Kafka
-        self.detector = None
+        # (role, on_death) -> a RayFailureDetector for "broker" or "controller" actors; None: deaths are learnt
+        # from ZooKeeper sessions only, as in Kafka
+        self._detector_factory = detector_factory
+        self.detector = None  # the active controller's, on brokers
+        self._controller_watch = None  # a candidate's, on the active controller: (detector, (broker id, czxid))
         self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
@@ -136,6 +140,9 @@ class KafkaController:
                     self.election.watch()
                 case ControllerChange() | Reelect():
                     self._maybe_resign_then_elect()
+                    self._watch_active_controller()
+                case ControllerActorDied(broker_id=b):
+                    self._remove_dead_controller(b)
                 case Expire():
                     if self.active:
                         self.resign("session expired")
@@ -223,6 +230,31 @@ class KafkaController:
                                   self.prefix)
                     self._trigger_controller_move()
 
+    def _watch_active_controller(self) -> None:
+        """A candidate watches the active controller's actor through Ray, to start the next election as
+        soon as it dies rather than when its ZooKeeper session times out."""
+        if self._detector_factory is None:
+            return
+        current = None if self.active else self.election.current()
+        if current is not None and current[0] == self.broker_id:
+            current = None
+        if current is None:
+            self.stop_controller_watch()
+            return
+        detector = self._controller_watch[0] if self._controller_watch else self._detector_factory(
+            "controller", lambda b, state: self.put(ControllerActorDied(broker_id=b, state=state)))
+        detector.watch({current[0]})
+        self._controller_watch = (detector, current)
+
+    def _remove_dead_controller(self, broker_id: int) -> None:
+        if self._controller_watch is not None and self._controller_watch[1][0] == broker_id:
+            self.election.remove_dead_controller(broker_id, self._controller_watch[1][1])
+
+    def stop_controller_watch(self) -> None:
+        if self._controller_watch is not None:
+            self._controller_watch[0].stop()
+            self._controller_watch = None
+
     def _trigger_controller_move(self) -> None:
         """Kafka's triggerControllerMove: resign, and give /controller up so another broker can try."""
         epoch_zk_version = self.ctx.epoch_zk_version
@@ -308,7 +340,8 @@ class KafkaController:
         for broker_id in self.ctx.live_brokers:
             self.channel.add_broker(broker_id)
         if self._detector_factory is not None:
-            self.detector = self._detector_factory(lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
+            self.detector = self._detector_factory(
+                "broker", lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
             self.detector.watch(set(self.ctx.live_brokers))
         self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
         # replica state machine startup: live replicas Online (each is sent its LeaderAndIsr)

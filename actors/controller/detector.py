@@ -5,7 +5,9 @@ When a worker process exits, its raylet tells Ray's GCS at once, and the GCS pub
 actor's new state (RESTARTING, or DEAD) on its actor channel. The active controller
 subscribes to that channel and puts a `BrokerActorDied` event in its inbox for each broker
 actor it watches; the handler removes the dead incarnation's registration from
-/brokers/ids, so ZooKeeper stays the source of truth and every reader agrees.
+/brokers/ids, so ZooKeeper stays the source of truth and every reader agrees. The other
+candidates watch the active controller's actor the same way (`ControllerActorDied`) and
+remove its /controller znode, which starts the next election at once.
 
 Failure cases:
 - a paused process (SIGSTOP, a long GC) is alive to Ray: nothing is published, nothing is
@@ -35,8 +37,9 @@ RESOLVE_RETRY_S = 0.2
 
 
 class RayFailureDetector:
-    """Calls `on_death(broker_id, state)` from its own thread when a watched broker actor's
-    process dies (state: "RESTARTING" or "DEAD"). `on_death` must only enqueue."""
+    """Calls `on_death(broker_id, state)` from its own thread when the process of a watched actor
+    (`actor_name(broker_id)`: a broker, or a controller candidate) dies (state: "RESTARTING" or
+    "DEAD"). `on_death` must only enqueue."""
 
     def __init__(self, namespace: str, actor_name: Callable[[int], str], on_death: Callable[[int, str], None]):
         self.namespace, self.actor_name, self.on_death = namespace, actor_name, on_death

@@ -62,6 +62,14 @@ class BrokerActorDied(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class ControllerActorDied(ControllerEvent):
+    """Ray reports that the active controller's actor process died (seen by a candidate)."""
+
+    broker_id: int = -1
+    state: str = ""
+
+
+@dataclass(frozen=True)
 class RequestSenderDied(ControllerEvent):
     """The RequestSender actor to a broker died (killed); its unanswered requests need a new one."""
 

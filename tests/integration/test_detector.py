@@ -91,6 +91,18 @@ def test_a_live_broker_whose_registration_was_removed_registers_again_and_is_fen
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
 
 
+def test_a_killed_controller_is_replaced_before_its_session_expires(new_cluster):
+    """The other candidates see the controller's actor die and remove its /controller at once."""
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    old_id, old_epoch = cluster.wait_until_ready(zk)
+    killed = time.monotonic()
+    cluster.kill_controller(old_id)
+    new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=20)
+    assert time.monotonic() - killed < LONG_SESSION_MS / 1000 / 3
+    assert new_epoch == old_epoch + 1
+    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
+
+
 def test_with_the_detector_off_deaths_wait_for_the_session(new_cluster):
     """Kafka's behaviour: a killed broker stays registered until its session times out."""
     cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, ray_failure_detector_enable=False)

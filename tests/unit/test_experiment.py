@@ -1,0 +1,352 @@
+"""jobs.experiment (the declarative Experiment, load_experiment) and jobs.runner.schedule."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from coordination.errors import KrayError
+from jobs.chaos import BROKER_FAULTS
+from jobs.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
+from jobs.rundir import FaultKind
+from jobs.runner import schedule
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# -- the repository's smoke experiment ---------------------------------------------------------------
+
+
+def test_smoke_experiment_loads_with_its_values():
+    exp = load_experiment(REPO / "experiments" / "smoke.yaml")
+    assert exp.name == "smoke"
+    assert exp.brokers == 3
+    assert exp.broker_ids == [1, 2, 3]
+    assert exp.session_timeout_ms == 3000
+    assert exp.detector is True
+    assert exp.broker.min_insync_replicas == 2
+    assert exp.broker.replica_lag_time_max_ms == 2000
+    assert exp.broker.replica_fetch_wait_max_ms == 200
+    assert exp.broker.isr_change_propagation_interval_ms == 500
+    assert exp.broker.replica_fetch_backoff_ms == 200
+    assert exp.topics == [TopicSpec(name="orders", partitions=12, replication_factor=3)]
+    assert exp.load == LoadSpec(producers=2, rate=1000, record_size=100, acks="all", consumers=1)
+    assert exp.load.acks_code == -1
+    assert exp.duration_s == 40
+    assert exp.settle_s == 30
+    assert exp.seed == 1
+    assert exp.random_faults is None
+    assert len(exp.schedule) == 6
+    assert exp.schedule == [
+        FaultSpec(at_s=4, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=4),
+        FaultSpec(at_s=12, fault=FaultKind.RESTART_BROKER, target="non-controller", seconds=3.0),
+        FaultSpec(at_s=18, fault=FaultKind.KILL_CONTROLLER, target=None, seconds=3.0),
+        FaultSpec(at_s=25, fault=FaultKind.PAUSE_BROKER, target="non-controller", seconds=2),
+        FaultSpec(at_s=30, fault=FaultKind.EXPIRE_BROKER_SESSION, target="non-controller", seconds=3.0),
+        FaultSpec(at_s=35, fault=FaultKind.KILL_REQUEST_SENDER, target="random", seconds=3.0),
+    ]
+
+
+# -- defaults ----------------------------------------------------------------------------------------
+
+
+def test_only_a_name_is_a_valid_experiment(tmp_path):
+    exp = load_experiment(write(tmp_path, "name: minimal\n"))
+    assert exp == Experiment(name="minimal")
+    assert exp.brokers == 3
+    assert exp.session_timeout_ms == 6000
+    assert exp.detector is True
+    assert exp.broker.min_insync_replicas == 2  # not BrokerConfig's own default of 1
+    assert exp.topics == [TopicSpec(name="load", partitions=12, replication_factor=3)]
+    assert exp.load.acks == "all"
+    assert exp.load.acks_code == -1
+    assert exp.load.producers == 1
+    assert exp.load.consumers == 1
+    assert exp.schedule == []
+    assert exp.random_faults is None
+    assert exp.duration_s == 30.0
+    assert exp.settle_s == 30.0
+    assert exp.sample_interval_s == 1.0
+    assert exp.seed == 0
+
+
+@pytest.mark.parametrize("acks, code", [("all", -1), (-1, -1), (1, 1), (0, 0)])
+def test_acks_code(acks, code):
+    assert LoadSpec(acks=acks).acks_code == code
+
+
+def test_json_is_yaml_too(tmp_path):
+    exp = load_experiment(write(tmp_path, '{"name": "as-json", "brokers": 5, "seed": 9}', "exp.json"))
+    assert (exp.name, exp.brokers, exp.seed) == ("as-json", 5, 9)
+
+
+@pytest.mark.parametrize("acks", [1, 0])
+def test_min_insync_larger_than_replication_factor_is_fine_without_acks_all(tmp_path, acks):
+    exp = load_experiment(write(tmp_path, f"""
+name: x
+brokers: 3
+broker: {{min_insync_replicas: 3}}
+topics: [{{name: a, replication_factor: 2}}]
+load: {{acks: {acks}}}
+"""))
+    assert exp.broker.min_insync_replicas == 3
+    assert exp.topics[0].replication_factor == 2
+    assert exp.load.acks_code == acks
+
+
+def test_fault_just_inside_duration_and_edge_broker_ids_are_fine(tmp_path):
+    exp = load_experiment(write(tmp_path, """
+name: x
+brokers: 3
+duration_s: 10
+schedule:
+  - {at_s: 0, fault: kill-broker, target: 1}
+  - {at_s: 9.5, fault: pause-broker, target: 3, seconds: 0}
+  - {at_s: 5, fault: zk-restart}
+"""))
+    assert [(f.at_s, f.fault, f.target, f.seconds) for f in exp.schedule] == [
+        (0, FaultKind.KILL_BROKER, 1, 3.0), (9.5, FaultKind.PAUSE_BROKER, 3, 0), (5, FaultKind.ZK_RESTART, None, 3.0)]
+
+
+# -- every problem is a KrayError naming it -----------------------------------------------------------
+
+BAD = [
+    ("unknown-top-level", "name: x\nbogus: 1\n", ["bogus: Extra inputs are not permitted"]),
+    ("unknown-in-load", "name: x\nload: {producers: 1, bogus: 1}\n", ["load.bogus: Extra inputs are not permitted"]),
+    ("unknown-in-schedule", "name: x\nschedule: [{at_s: 1, fault: kill-controller, bogus: 1}]\n",
+     ["schedule.0.bogus: Extra inputs are not permitted"]),
+    ("unknown-in-broker", "name: x\nbroker: {min_insync_replicas: 2, bogus: 1}\n",
+     ["broker.bogus: Extra inputs are not permitted"]),
+    ("unknown-in-controller", "name: x\ncontroller: {bogus: 1}\n", ["controller.bogus: Extra inputs are not permitted"]),
+    ("unknown-in-topic", "name: x\ntopics: [{name: a, bogus: 1}]\n", ["topics.0.bogus: Extra inputs are not permitted"]),
+    ("unknown-in-random-faults", "name: x\nrandom_faults: {bogus: 1}\n",
+     ["random_faults.bogus: Extra inputs are not permitted"]),
+    ("replication-factor-over-brokers", "name: x\nbrokers: 2\ntopics: [{name: a, replication_factor: 3}]\n",
+     ["topic a: replication factor 3 larger than the 2 brokers"]),
+    ("min-insync-over-replication-factor-acks-all",
+     "name: x\nbrokers: 3\nbroker: {min_insync_replicas: 3}\ntopics: [{name: a, replication_factor: 2}]\n",
+     ["topic a: min_insync_replicas 3 larger than its replication factor 2: acks=all could never succeed"]),
+    ("min-insync-over-replication-factor-acks-minus-1",
+     "name: x\nbroker: {min_insync_replicas: 3}\ntopics: [{name: a, replication_factor: 2}]\nload: {acks: -1}\n",
+     ["topic a: min_insync_replicas 3 larger than its replication factor 2"]),
+    ("duplicate-topics", "name: x\ntopics: [{name: a}, {name: b}, {name: a}]\n", ["topic names must be unique"]),
+    ("topic-name-slash", "name: x\ntopics: [{name: bad/name}]\n",
+     ["topics.0.name", 'Topic name "bad/name" is illegal']),
+    ("topic-name-dotdot", "name: x\ntopics: [{name: '..'}]\n",
+     ["topics.0.name", 'Topic name cannot be "." or ".."']),
+    ("topic-name-empty", "name: x\ntopics: [{name: ''}]\n", ["topics.0.name", "it can't be empty"]),
+    ("no-topics", "name: x\ntopics: []\n", ["topics: List should have at least 1 item"]),
+    ("zero-partitions", "name: x\ntopics: [{name: a, partitions: 0}]\n",
+     ["topics.0.partitions: Input should be greater than or equal to 1"]),
+    ("fault-at-duration", "name: x\nduration_s: 10\nschedule: [{at_s: 10, fault: kill-controller}]\n",
+     ["fault kill-controller at 10.0s is not within duration_s=10.0"]),
+    ("fault-after-duration", "name: x\nduration_s: 10\nschedule: [{at_s: 12.5, fault: zk-restart}]\n",
+     ["fault zk-restart at 12.5s is not within duration_s=10.0"]),
+    ("broker-fault-without-target", "name: x\nschedule: [{at_s: 1, fault: kill-broker}]\n",
+     ["schedule.0", "kill-broker needs a target"]),
+    ("pause-without-target", "name: x\nschedule: [{at_s: 1, fault: zk-restart}, {at_s: 2, fault: pause-broker}]\n",
+     ["schedule.1", "pause-broker needs a target"]),
+    ("target-above-brokers", "name: x\nbrokers: 3\nschedule: [{at_s: 1, fault: kill-broker, target: 4}]\n",
+     ["fault kill-broker: broker 4 is not one of 1..3"]),
+    ("target-zero", "name: x\nbrokers: 3\nschedule: [{at_s: 1, fault: restart-broker, target: 0}]\n",
+     ["fault restart-broker: broker 0 is not one of 1..3"]),
+    ("controller-fault-with-target", "name: x\nschedule: [{at_s: 1, fault: kill-controller, target: 1}]\n",
+     ["schedule.0", "kill-controller takes no target"]),
+    ("zk-restart-with-target", "name: x\nschedule: [{at_s: 1, fault: zk-restart, target: random}]\n",
+     ["schedule.0", "zk-restart takes no target"]),
+    ("negative-seconds", "name: x\nschedule: [{at_s: 1, fault: kill-controller, seconds: -1}]\n",
+     ["schedule.0.seconds: Input should be greater than or equal to 0"]),
+    ("negative-at", "name: x\nschedule: [{at_s: -1, fault: kill-controller}]\n",
+     ["schedule.0.at_s: Input should be greater than or equal to 0"]),
+    ("negative-random-seconds", "name: x\nrandom_faults: {seconds: -0.5}\n",
+     ["random_faults.seconds: Input should be greater than or equal to 0"]),
+    ("unknown-fault-kind", "name: x\nschedule: [{at_s: 1, fault: melt-broker}]\n",
+     ["schedule.0.fault: Input should be 'kill-broker'"]),
+    ("unknown-random-kind", "name: x\nrandom_faults: {kinds: [kill-broker, melt-broker]}\n",
+     ["random_faults.kinds.1: Input should be 'kill-broker'"]),
+    ("every-min-over-max", "name: x\nrandom_faults: {every_s: [5, 2]}\n",
+     ["random_faults", "every_s must be (min, max) with 0 < min <= max"]),
+    ("every-min-zero", "name: x\nrandom_faults: {every_s: [0, 2]}\n",
+     ["random_faults", "every_s must be (min, max) with 0 < min <= max"]),
+    ("every-min-negative", "name: x\nrandom_faults: {every_s: [-1, 2]}\n",
+     ["random_faults", "every_s must be (min, max) with 0 < min <= max"]),
+    ("empty-kinds", "name: x\nrandom_faults: {kinds: []}\n", ["random_faults", "kinds must name at least one fault"]),
+    ("bad-name-spaces", "name: has spaces\n", ["name: String should match pattern"]),
+    ("no-name", "brokers: 3\n", ["name: Field required"]),
+    ("zero-brokers", "name: x\nbrokers: 0\n", ["brokers: Input should be greater than or equal to 1"]),
+    ("zero-duration", "name: x\nduration_s: 0\n", ["duration_s: Input should be greater than 0"]),
+    ("bad-acks", "name: x\nload: {acks: 2}\n", ["load.acks"]),
+    ("short-session-timeout", "name: x\nsession_timeout_ms: 999\n",
+     ["session_timeout_ms: Input should be greater than or equal to 1000"]),
+]
+
+
+@pytest.mark.parametrize("text, expected", [pytest.param(t, e, id=i) for i, t, e in BAD])
+def test_invalid_experiment_is_one_line_kray_error_naming_the_problem(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(KrayError) as info:
+        load_experiment(path)
+    message = str(info.value)
+    assert message.startswith(f"KrayError: {path}: ")
+    for part in expected:
+        assert part in message
+    assert "\n" not in message
+
+
+def test_yaml_list_is_not_an_experiment(tmp_path):
+    path = write(tmp_path, "- name: x\n- name: y\n")
+    with pytest.raises(KrayError) as info:
+        load_experiment(path)
+    assert str(info.value) == f"KrayError: {path}: an experiment is a mapping of fields, got list"
+
+
+def test_empty_file_is_not_an_experiment(tmp_path):
+    path = write(tmp_path, "")
+    with pytest.raises(KrayError) as info:
+        load_experiment(path)
+    assert str(info.value) == f"KrayError: {path}: an experiment is a mapping of fields, got NoneType"
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(KrayError) as info:
+        load_experiment(path)
+    assert str(info.value) == f"KrayError: cannot read experiment file {path}: No such file or directory"
+
+
+def test_directory_is_not_a_file(tmp_path):
+    with pytest.raises(KrayError) as info:
+        load_experiment(tmp_path)
+    assert str(info.value) == f"KrayError: cannot read experiment file {tmp_path}: Is a directory"
+
+
+def test_malformed_yaml_is_a_kray_error(tmp_path):
+    path = write(tmp_path, "name: [x\nbrokers: 3\n")
+    with pytest.raises(KrayError) as info:
+        load_experiment(path)
+    assert str(info.value).startswith(f"KrayError: {path} is not valid YAML at line ")
+
+
+def test_malformed_yaml_error_is_one_line(tmp_path):
+    path = write(tmp_path, "name: [x\nbrokers: 3\n")
+    with pytest.raises(KrayError) as info:
+        load_experiment(path)
+    assert "\n" not in str(info.value)
+
+
+def test_non_utf8_file_is_a_kray_error(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_bytes(b"name: x\xff\xfe\n")
+    with pytest.raises(KrayError):
+        load_experiment(path)
+
+
+# -- schedule(experiment, rng) -------------------------------------------------------------------------
+
+BROKER_KINDS = [FaultKind.KILL_BROKER, FaultKind.PAUSE_BROKER, FaultKind.KILL_REQUEST_SENDER]
+OTHER_KINDS = [FaultKind.KILL_CONTROLLER, FaultKind.ZK_RESTART, FaultKind.EXPIRE_CONTROLLER_SESSION]
+
+
+def random_experiment(**overrides) -> Experiment:
+    fields = dict(name="r", duration_s=200, random_faults=RandomFaults(every_s=(3.0, 11.0), kinds=BROKER_KINDS + OTHER_KINDS,
+                                                                      seconds=1.5))
+    fields.update(overrides)
+    return Experiment(**fields)
+
+
+def replay(exp: Experiment, seed: int) -> list[tuple[float, FaultKind]]:
+    """The random faults drawn independently: a first gap, then a kind and the next gap, until duration_s."""
+    rng = random.Random(seed)
+    lo, hi = exp.random_faults.every_s
+    out, at = [], rng.uniform(lo, hi)
+    while at < exp.duration_s:
+        out.append((at, rng.choice(exp.random_faults.kinds)))
+        at += rng.uniform(lo, hi)
+    return out
+
+
+def test_no_random_faults_gives_the_declared_ones_sorted():
+    exp = Experiment(name="d", duration_s=60, schedule=[
+        FaultSpec(at_s=20, fault=FaultKind.ZK_RESTART),
+        FaultSpec(at_s=5, fault=FaultKind.KILL_BROKER, target=2, seconds=4),
+        FaultSpec(at_s=12, fault=FaultKind.KILL_CONTROLLER)])
+    assert schedule(exp, random.Random(1)) == [exp.schedule[1], exp.schedule[2], exp.schedule[0]]
+
+
+def test_same_seed_same_schedule_and_exact_draws():
+    exp = random_experiment()
+    first = schedule(exp, random.Random(42))
+    assert first == schedule(exp, random.Random(42))
+    assert [(f.at_s, f.fault) for f in first] == replay(exp, 42)
+    assert len(first) >= 200 // 11
+
+
+def test_different_seed_different_schedule():
+    exp = random_experiment()
+    a, b = schedule(exp, random.Random(1)), schedule(exp, random.Random(2))
+    assert a != b
+    assert [f.at_s for f in a] != [f.at_s for f in b]
+    assert [(f.at_s, f.fault) for f in b] == replay(exp, 2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 12345])
+def test_random_fault_times_within_duration_and_gaps_within_every_s(seed):
+    exp = random_experiment()
+    faults = schedule(exp, random.Random(seed))
+    times = [f.at_s for f in faults]
+    assert faults
+    assert all(0 < t < exp.duration_s for t in times)
+    assert 3.0 <= times[0] <= 11.0
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(3.0 <= g <= 11.0 for g in gaps)
+    assert exp.duration_s - times[-1] <= 11.0  # no room for another one was left
+    assert all(f.seconds == 1.5 for f in faults)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 99])
+def test_broker_kinds_get_target_random_others_none(seed):
+    faults = schedule(random_experiment(), random.Random(seed))
+    kinds = {f.fault for f in faults}
+    assert kinds & set(BROKER_KINDS) and kinds & set(OTHER_KINDS)  # both sorts drawn with these seeds
+    for f in faults:
+        assert f.target == ("random" if f.fault in BROKER_FAULTS else None)
+
+
+def test_declared_and_random_faults_come_out_sorted():
+    declared = [
+        FaultSpec(at_s=95, fault=FaultKind.KILL_BROKER, target=1, seconds=4),
+        FaultSpec(at_s=0.5, fault=FaultKind.KILL_CONTROLLER),
+        FaultSpec(at_s=50, fault=FaultKind.PAUSE_BROKER, target="controller", seconds=2),
+    ]
+    exp = random_experiment(duration_s=100, schedule=declared)
+    faults = schedule(exp, random.Random(5))
+    assert [f.at_s for f in faults] == sorted(f.at_s for f in faults)
+    assert faults[0] == declared[1]
+    assert all(d in faults for d in declared)
+    random_ones = [f for f in faults if f not in declared]
+    assert [(f.at_s, f.fault) for f in random_ones] == replay(exp, 5)
+    assert len(faults) == len(declared) + len(random_ones)
+    assert exp.schedule == declared  # the experiment's own list is left alone
+
+
+def test_every_s_beyond_duration_draws_nothing():
+    exp = random_experiment(duration_s=20, random_faults=RandomFaults(every_s=(25, 30)),
+                            schedule=[FaultSpec(at_s=3, fault=FaultKind.ZK_RESTART)])
+    assert schedule(exp, random.Random(0)) == [FaultSpec(at_s=3, fault=FaultKind.ZK_RESTART)]
+
+
+def test_single_kind_fixed_interval():
+    exp = random_experiment(duration_s=10, random_faults=RandomFaults(every_s=(2.5, 2.5), kinds=[FaultKind.ZK_RESTART],
+                                                                      seconds=0))
+    assert schedule(exp, random.Random(0)) == [
+        FaultSpec(at_s=2.5, fault=FaultKind.ZK_RESTART, target=None, seconds=0),
+        FaultSpec(at_s=5.0, fault=FaultKind.ZK_RESTART, target=None, seconds=0),
+        FaultSpec(at_s=7.5, fault=FaultKind.ZK_RESTART, target=None, seconds=0),
+    ]
