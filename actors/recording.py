@@ -31,9 +31,12 @@ class RunRecorder:
         self._files: dict[str, object] = {}
         self._lock = threading.Lock()
         self.lines: dict[str, int] = defaultdict(int)
+        self.closed = False
 
     def write(self, name: str, lines: list[str]) -> None:
         with self._lock:
+            if self.closed:  # the run has ended: what actors say while the cluster stops is not part of it
+                return
             f = self._files.get(name)
             if f is None:
                 f = self._files[name] = open(self.dir / name, "a")
@@ -50,6 +53,7 @@ class RunRecorder:
             for f in self._files.values():
                 f.close()
             self._files.clear()
+            self.closed = True
             return dict(self.lines)
 
 

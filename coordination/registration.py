@@ -8,7 +8,9 @@ Failure cases:
   is connected. The state listener only sets a flag; a worker thread registers.
 - the znode is deleted while our session lives (the controller's Ray-based failure
   detector took us for dead): register again, with a new broker epoch, so that the
-  controller sees a broker come back. A watch on the znode only sets the flag too.
+  controller sees a broker come back, but only after REMOVED_GRACE_S: Ray reports an
+  actor killed with ray.kill as dead before its process has exited, and a dying process
+  must not come back as a live broker. A watch on the znode only sets a flag too.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from coordination.zkclient import KrayZkClient
 
 log = logging.getLogger(__name__)
 
+REMOVED_GRACE_S = 1.0
+
 
 class BrokerRegistration:
     def __init__(self, zk: KrayZkClient, broker_id: int, info: Callable[[], zkdata.BrokerIdZNode],
@@ -36,6 +40,7 @@ class BrokerRegistration:
         self._info = info
         self._on_registered = on_registered
         self._reregister = threading.Event()
+        self._removed = threading.Event()  # the znode went while the session lived
         self._stopped = threading.Event()
         self.broker_epoch = -1
 
@@ -77,8 +82,9 @@ class BrokerRegistration:
         if self._stopped.is_set():
             return False
         if stat is None and self.broker_epoch >= 0:
-            log.warning("Registration of broker %d at %s disappeared while its session lives; registering again",
-                        self.broker_id, zkdata.broker_path(self.broker_id))
+            log.warning("Registration of broker %d at %s disappeared while its session lives; registering again "
+                        "in %.1f s", self.broker_id, zkdata.broker_path(self.broker_id), REMOVED_GRACE_S)
+            self._removed.set()
             self._reregister.set()
         return None
 
@@ -88,6 +94,10 @@ class BrokerRegistration:
             if self._stopped.is_set():
                 return
             self._reregister.clear()
+            if self._removed.is_set():
+                self._removed.clear()
+                if self._stopped.wait(REMOVED_GRACE_S):
+                    return
             while not self._stopped.is_set():
                 while not self._stopped.is_set() and not self.zk.kazoo.connected:
                     time.sleep(0.05)

@@ -69,7 +69,8 @@ class BrokerActor:
         self.registration.keep_registered()
         self.fetchers = ReplicaFetcherManager(broker_id, lambda leader: ray.get_actor(
             broker_actor_name(leader), namespace=config.namespace), config.broker)
-        self.isr = IsrManager(broker_id, self.zk, self.replica_manager)
+        self.isr = IsrManager(broker_id, self.zk, self.replica_manager,
+                              is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self._stopped = threading.Event()
         threading.Thread(target=self._scheduler, name=f"kafka-scheduler-{broker_id}", daemon=True).start()
         self.controller = ControllerActor.options(
@@ -123,6 +124,7 @@ class BrokerActor:
                     self.fetchers.unfollow(tp)
                 else:
                     self.fetchers.follow(tp, self.replica_manager.partition(tp), st.leader)
+            self.fetchers.nudge()
             return _answer(request, response)
 
     def update_metadata(self, request: UpdateMetadataRequest) -> ControllerResponse:
@@ -151,16 +153,19 @@ class BrokerActor:
             self.isr.expand(expand, request.replica_id)
         return response
 
+    def wake_fetches(self) -> None:
+        """A follower got new partitions to fetch from here: end its long-polling fetch now."""
+        self.replica_manager.wake_fetches()
+
     def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
         return self.replica_manager.offsets_for_leader_epoch(request)
 
     def metadata(self) -> dict:
         """The metadata cache as plain data: controller and its epoch, live brokers, (leader, epoch, isr) per partition."""
-        with self._lock:
-            return {"controller_id": self.metadata_cache.controller_id,
-                    "controller_epoch": self.metadata_cache.controller_epoch,
-                    "brokers": sorted(self.metadata_cache.alive_brokers),
-                    "partitions": self.metadata_cache.leader_and_isr()}
+        cache = self.metadata_cache.snapshot  # consistent without the lock: updates swap whole snapshots
+        return {"controller_id": cache.controller_id, "controller_epoch": cache.controller_epoch,
+                "brokers": sorted(cache.alive_brokers),
+                "partitions": self.metadata_cache.leader_and_isr(cache)}
 
     def replicas(self) -> dict:
         with self._lock:

@@ -52,6 +52,7 @@ class ReplicaFetcher:
         self._wake = threading.Event()
         self._handle = None  # the source broker's actor, looked up again after an error
         self._failures = 0  # consecutive rounds that failed
+        self.added = False  # partitions were added since the last nudge
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"ReplicaFetcherThread-{broker_id}-from-{source_id}")
         self.thread.start()
@@ -59,7 +60,24 @@ class ReplicaFetcher:
     def add(self, tp: TopicPartition, partition: Partition) -> None:
         with self._lock:
             self.partitions[tp] = (partition, partition.state.leader_epoch, False)
+            self.added = True
         self._wake.set()
+
+    def update_epoch(self, tp: TopicPartition, partition: Partition) -> bool:
+        """Carry on fetching tp, now in the partition's current leader epoch; False if tp is not here."""
+        with self._lock:
+            if tp not in self.partitions or self.partitions[tp][0] is not partition:
+                return False
+            self.partitions[tp] = (partition, partition.state.leader_epoch, self.partitions[tp][2])
+            return True
+
+    def nudge(self) -> None:
+        """Partitions were added while a fetch may be long-polling at the leader: ask the leader to end
+        it, so that the new ones are truncated and fetched now rather than after replica.fetch.wait.max.ms."""
+        with self._lock:
+            added, self.added = self.added, False
+        if added and self._handle is not None:
+            self._handle.wake_fetches.remote()
 
     def remove(self, tp: TopicPartition) -> None:
         with self._lock:
@@ -153,12 +171,21 @@ class ReplicaFetcherManager:
         self.assigned: dict[TopicPartition, int] = {}  # partition -> the broker it fetches from
 
     def follow(self, tp: TopicPartition, partition: Partition, leader_id: int) -> None:
+        """Fetch tp from leader_id. A new leader epoch of the same leader (an ISR change the controller
+        made) is taken over in place: the leader's log went on, there is nothing to truncate."""
+        if self.assigned.get(tp) == leader_id and self.fetchers[leader_id].update_epoch(tp, partition):
+            return
         self.unfollow(tp)
         if leader_id not in self.fetchers:
             self.fetchers[leader_id] = ReplicaFetcher(self.broker_id, leader_id,
                                                       lambda: self.leader_handle(leader_id), self.config)
         self.fetchers[leader_id].add(tp, partition)
         self.assigned[tp] = leader_id
+
+    def nudge(self) -> None:
+        """After a LeaderAndIsr: fetchers that got partitions end their current long poll."""
+        for fetcher in self.fetchers.values():
+            fetcher.nudge()
 
     def unfollow(self, tp: TopicPartition) -> None:
         source = self.assigned.pop(tp, None)

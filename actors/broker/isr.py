@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
@@ -24,8 +25,10 @@ log = logging.getLogger(__name__)
 
 
 class IsrManager:
-    def __init__(self, broker_id: int, zk: KrayZkClient, replica_manager: ReplicaManager):
+    def __init__(self, broker_id: int, zk: KrayZkClient, replica_manager: ReplicaManager,
+                 is_alive: Callable[[int], bool] = lambda broker_id: True):
         self.broker_id, self.zk, self.rm = broker_id, zk, replica_manager
+        self.is_alive = is_alive  # whether the metadata cache has the broker alive
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
         self._writing = threading.Lock()  # one ISR change at a time: two at once would fence each other
@@ -35,6 +38,10 @@ class IsrManager:
             self._change(tp, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms), "Shrinking")
 
     def expand(self, partitions: list[TopicPartition], replica_id: int) -> None:
+        """Take a caught-up follower back, if it is alive: a fetch that was long-polling here when its
+        broker died must not bring a dead broker into the ISR (KIP-841's check)."""
+        if not self.is_alive(replica_id):
+            return
         for tp in partitions:
             self._change(tp, lambda p: p.isr_to_expand(replica_id), "Expanding")
 

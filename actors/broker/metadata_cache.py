@@ -1,32 +1,59 @@
-"""The broker's metadata cache, filled only by UpdateMetadata (as Kafka's ZkMetadataCache). No I/O."""
+"""The broker's metadata cache, filled only by UpdateMetadata (as Kafka's ZkMetadataCache). No I/O.
+
+Each update builds a new immutable snapshot and swaps it in, so that readers (clients asking
+for metadata) never wait for the broker's controller requests and never see half an update.
+"""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from actors.protocol import LEADER_DURING_DELETE, LiveBroker, PartitionState, UpdateMetadataRequest
 from coordination.zkdata import TopicPartition
 
 
+class Snapshot(NamedTuple):
+    controller_id: int | None = None
+    controller_epoch: int = 0  # of the last UpdateMetadata applied
+    alive_brokers: dict[int, LiveBroker] = {}
+    partitions: dict[TopicPartition, PartitionState] = {}
+
+
 class MetadataCache:
     def __init__(self):
-        self.controller_id: int | None = None
-        self.controller_epoch = 0  # of the last UpdateMetadata applied
-        self.alive_brokers: dict[int, LiveBroker] = {}
-        self.partitions: dict[TopicPartition, PartitionState] = {}
+        self.snapshot = Snapshot()
+
+    @property
+    def controller_id(self) -> int | None:
+        return self.snapshot.controller_id
+
+    @property
+    def controller_epoch(self) -> int:
+        return self.snapshot.controller_epoch
+
+    @property
+    def alive_brokers(self) -> dict[int, LiveBroker]:
+        return self.snapshot.alive_brokers
+
+    @property
+    def partitions(self) -> dict[TopicPartition, PartitionState]:
+        return self.snapshot.partitions
 
     def update(self, request: UpdateMetadataRequest) -> list[TopicPartition]:
         """Apply an UpdateMetadata; returns the partitions it deleted."""
-        self.controller_id = request.controller_id
-        self.controller_epoch = request.controller_epoch
-        self.alive_brokers = {b.id: b for b in request.live_brokers}
+        partitions = dict(self.snapshot.partitions)
         deleted = []
         for st in request.partition_states:
             tp = TopicPartition(st.topic, st.partition)
             if st.leader == LEADER_DURING_DELETE:
-                self.partitions.pop(tp, None)
+                partitions.pop(tp, None)
                 deleted.append(tp)
             else:
-                self.partitions[tp] = st
+                partitions[tp] = st
+        self.snapshot = Snapshot(request.controller_id, request.controller_epoch,
+                                 {b.id: b for b in request.live_brokers}, partitions)
         return deleted
 
-    def leader_and_isr(self) -> dict[TopicPartition, tuple[int, int, list[int]]]:
-        """(leader, leader_epoch, isr) per partition: what tests compare against ZooKeeper."""
-        return {tp: (st.leader, st.leader_epoch, list(st.isr)) for tp, st in self.partitions.items()}
+    def leader_and_isr(self, snapshot: Snapshot | None = None) -> dict[TopicPartition, tuple[int, int, list[int]]]:
+        """(leader, leader_epoch, isr) per partition, of `snapshot` or the current one: what clients read."""
+        return {tp: (st.leader, st.leader_epoch, list(st.isr))
+                for tp, st in (snapshot or self.snapshot).partitions.items()}

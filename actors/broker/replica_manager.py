@@ -74,6 +74,7 @@ class ReplicaManager:
                               read_checkpoint(self.log_dir / HW_CHECKPOINT, (str, int, int))}
         self._checkpoint_lock = threading.Lock()
         self.data_arrived = threading.Condition()  # wakes long-polling fetches after every append
+        self.generation = 0  # counts role changes, which end long-polling fetches
 
     @property
     def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
@@ -164,6 +165,7 @@ class ReplicaManager:
         counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION)}
         for r in results:
             counts[r.error_code] += 1
+        self.wake_fetches()
         state_change_log.info("[Broker id=%d] Handled LeaderAndIsr request from controller %d epoch %d for %d "
                               "partitions: %d applied, %d with a stale leader epoch, %d not assigned here",
                               self.broker_id, request.controller_id, request.controller_epoch, len(results),
@@ -190,6 +192,7 @@ class ReplicaManager:
                         stopped.log.close()
                 code = Errors.NONE
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
+        self.wake_fetches()
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
 
     # -- the data plane ------------------------------------------------------
@@ -227,18 +230,40 @@ class ReplicaManager:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes.
         Also returns the partitions whose ISR the fetching follower may now join (for the shell to write)."""
         deadline = time.monotonic() + request.max_wait_ms / 1000
-        while True:
-            out, size = self._fetch_once(request, now_ms())
-            remaining = deadline - time.monotonic()
-            if size >= request.min_bytes or remaining <= 0:
-                break
+        out, size = self._fetch_once(request, now_ms())
+        expand = []  # decided as the fetch arrives (Kafka's maybeExpandIsr), for partitions it fetched in
+        if request.replica_id >= 0:  # the current epoch; a wait ending after its broker died adds nothing
+            expand = [tp for tp in (TopicPartition(f.topic, f.partition) for f in out if f.error_code == Errors.NONE)
+                      if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
+        generation = self.generation
+        while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0:
             with self.data_arrived:
                 self.data_arrived.wait(remaining)
-        expand = []
-        if request.replica_id >= 0:
-            expand = [tp for tp in (TopicPartition(p.topic, p.partition) for p in request.partitions)
-                      if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
+            if self.generation != generation:  # roles changed: answer now, the fetcher has new work
+                out, size = self._fetch_once(request, now_ms())
+                break
+            if self._has_news(request):
+                out, size = self._fetch_once(request, now_ms())
         return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(out)), expand
+
+    def _has_news(self, request: FetchRequest) -> bool:
+        """Whether a waiting fetch would now get records: a cheap look at each partition's offsets,
+        so that an append to one partition does not make every waiting fetch read every log."""
+        follower = request.replica_id >= 0
+        for p in request.partitions:
+            partition = self.partitions.get(TopicPartition(p.topic, p.partition))
+            if partition is None:
+                return True
+            end = partition.log.log_end_offset if follower else partition.high_watermark
+            if end > p.fetch_offset:
+                return True
+        return False
+
+    def wake_fetches(self) -> None:
+        """End every long-polling fetch now (roles changed: their partitions may have moved)."""
+        self.generation += 1
+        with self.data_arrived:
+            self.data_arrived.notify_all()
 
     def _fetch_once(self, request: FetchRequest, now_ms: int) -> tuple[list[FetchedPartition], int]:
         out, size = [], 0

@@ -99,37 +99,56 @@ class Producer:
                                done[tp].leader_epoch, done[tp].broker_id, done[tp].acked_ms) for tp, i in where]
 
     def _deliver(self, pending: dict[TopicPartition, Records]) -> dict[TopicPartition, Delivered]:
+        """Send every partition's batch to its leader and collect the answers, each partition on its
+        own: a partition whose leader is unknown or failed is sent again (after retry.backoff.ms and a
+        metadata refresh) while the others' calls are still in flight. A call still waiting after
+        leader_check_ms is given up once the metadata names another leader for one of its partitions
+        (a dead broker's restartable actor leaves calls hanging where a Kafka client would see its
+        connection close); the idempotent sequence numbers keep a batch that the old leader did
+        append from being written twice."""
         deadline = time.monotonic() + self.delivery_timeout_ms / 1000
         delivered: dict[TopicPartition, Delivered] = {}
         last_error: dict[TopicPartition, str] = {}
+        in_flight: dict = {}  # ref -> (leader, partitions, when sent)
+        retry_at, refresh = 0.0, False  # when partitions not in flight may be sent again; after a refresh?
+        checked = time.monotonic()
         while pending:
-            if any(self.metadata.leader(tp) < 0 for tp in pending):
-                self.metadata.refresh()
-            calls = self._send(pending, last_error)
-            if self.acks == 0:
-                return {tp: Delivered(-1, -1, -1, -1) for tp in pending}
-            for leader, tps, response in self._responses(calls, last_error):
-                arrived = time.time() * 1000
-                for result in response.results:
-                    tp = TopicPartition(result.topic, result.partition)
-                    if result.error_code == Errors.NONE:
-                        delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader, arrived)
-                        pending.pop(tp)
-                    elif Errors(result.error_code) in RETRIABLE:
-                        last_error[tp] = Errors(result.error_code).name
-                    else:
-                        raise ProducerError(f"{tp}: {Errors(result.error_code).name}: {result.error_message}")
-            if pending:
-                if time.monotonic() > deadline:
-                    raise ProducerError(f"delivery.timeout.ms expired for {sorted(pending)}: "
-                                        f"{ {str(tp): last_error.get(tp) for tp in pending} }")
-                self.retries += len(pending)
-                time.sleep(self.retry_backoff_ms / 1000)
-                self.metadata.refresh()
+            now = time.monotonic()
+            flying = {tp for _, tps, _ in in_flight.values() for tp in tps}
+            unsent = {tp: r for tp, r in pending.items() if tp not in flying}
+            if unsent and now >= retry_at:
+                if refresh or any(self.metadata.leader(tp) < 0 for tp in unsent):
+                    self.metadata.refresh()
+                    refresh, checked = False, now
+                calls = self._send(unsent, last_error, now)
+                in_flight.update(calls)
+                if self.acks == 0:
+                    return {tp: Delivered(-1, -1, -1, -1) for tp in pending}
+                if len(unsent) > sum(len(tps) for _, tps, _ in calls.values()):  # some had no leader to go to
+                    retry_at, refresh = now + self.retry_backoff_ms / 1000, True
+                    self.retries += 1
+            if now > deadline:
+                raise ProducerError(f"delivery.timeout.ms expired for {sorted(pending)}: "
+                                    f"{ {str(tp): last_error.get(tp) for tp in pending} }")
+            if not in_flight:
+                time.sleep(max(0.0, retry_at - time.monotonic()))
+                continue
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.leader_check_ms / 1000)
+            if ready:
+                ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+            for ref in ready:
+                leader, tps, _ = in_flight.pop(ref)
+                self._collect(ref, leader, tps, pending, delivered, last_error)
+                if any(tp in pending for tp in tps):
+                    retry_at, refresh = time.monotonic() + self.retry_backoff_ms / 1000, True
+                    self.retries += 1
+            if in_flight and time.monotonic() - checked >= self.leader_check_ms / 1000:
+                checked = time.monotonic()
+                self._give_up_stale_calls(in_flight, last_error)
         return delivered
 
-    def _send(self, pending: dict[TopicPartition, Records], last_error: dict) -> dict:
-        """One ProduceRequest per leader: {ref: (leader, its partitions, their leaders as sent)}."""
+    def _send(self, pending: dict[TopicPartition, Records], last_error: dict, now: float) -> dict:
+        """One ProduceRequest per leader: {ref: (leader, its partitions, now)}."""
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in pending:
             by_leader.setdefault(self.metadata.leader(tp), []).append(tp)
@@ -148,39 +167,43 @@ class Producer:
                 for tp in tps:
                     last_error[tp] = type(e).__name__
                 continue
-            calls[ref] = (leader, tps, {tp: self.metadata.leaders.get(tp) for tp in tps})
+            calls[ref] = (leader, tps, now)
         return calls
 
-    def _responses(self, calls: dict, last_error: dict):
-        """(leader, partitions, ProduceResponse) as calls complete. A call still waiting after
-        leader_check_ms is given up once the metadata names another leader for one of its partitions
-        (a dead broker's restartable actor leaves calls hanging; a Kafka client would see its
-        connection close): its partitions are sent again, and the idempotent sequence numbers keep
-        a batch the old leader did append from being written twice."""
-        sent_at = time.monotonic()
-        request_deadline = sent_at + self.request_timeout_ms / 1000 + 10
-        while calls:
-            ready, waiting = ray.wait(list(calls), num_returns=len(calls), timeout=self.leader_check_ms / 1000)
-            for ref in ready:
-                leader, tps, _ = calls.pop(ref)
-                try:
-                    yield leader, tps, ray.get(ref)
-                except Exception as e:  # the leader died: retriable
-                    self.metadata.forget(leader)
-                    for tp in tps:
-                        last_error[tp] = type(e).__name__
-            if not waiting:
-                return
-            if time.monotonic() > request_deadline:
-                for ref in waiting:
-                    for tp in calls.pop(ref)[1]:
-                        last_error[tp] = "REQUEST_TIMED_OUT"
-                return
-            self.metadata.refresh()
-            for ref in waiting:
-                leader, tps, as_sent = calls[ref]
-                if any(self.metadata.leaders.get(tp) != as_sent[tp] for tp in tps):
-                    del calls[ref]
-                    self.metadata.forget(leader)
-                    for tp in tps:
-                        last_error[tp] = f"leader moved from broker {leader}"
+    def _collect(self, ref, leader: int, tps: list[TopicPartition], pending: dict, delivered: dict,
+                 last_error: dict) -> None:
+        """Take a completed call's answers: delivered partitions leave `pending`."""
+        try:
+            response = ray.get(ref)
+        except Exception as e:  # the leader died: retriable
+            self.metadata.forget(leader)
+            for tp in tps:
+                last_error[tp] = type(e).__name__
+            return
+        arrived = time.time() * 1000
+        for result in response.results:
+            tp = TopicPartition(result.topic, result.partition)
+            if result.error_code == Errors.NONE:
+                delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader, arrived)
+                pending.pop(tp, None)
+            elif Errors(result.error_code) in RETRIABLE:
+                last_error[tp] = Errors(result.error_code).name
+            else:
+                raise ProducerError(f"{tp}: {Errors(result.error_code).name}: {result.error_message}")
+
+    def _give_up_stale_calls(self, in_flight: dict, last_error: dict) -> None:
+        """Drop calls whose partitions the metadata now gives to another leader, or that outlived
+        request.timeout.ms; their partitions are sent again."""
+        self.metadata.refresh()
+        timeout = self.request_timeout_ms / 1000 + 10
+        for ref, (leader, tps, sent) in list(in_flight.items()):
+            if time.monotonic() - sent > timeout:
+                reason = "REQUEST_TIMED_OUT"
+            elif any(self.metadata.leader(tp) != leader for tp in tps):
+                reason = f"leader moved from broker {leader}"
+            else:
+                continue
+            del in_flight[ref]
+            self.metadata.forget(leader)
+            for tp in tps:
+                last_error[tp] = reason

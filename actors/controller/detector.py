@@ -32,7 +32,6 @@ import ray
 
 log = logging.getLogger(__name__)
 
-POLL_TIMEOUT_S = 1.0  # how often the subscriber thread looks at its stop flag
 RESOLVE_RETRY_S = 0.2
 
 
@@ -49,6 +48,8 @@ class RayFailureDetector:
         self._stopped = threading.Event()
         self._resolve = threading.Event()
         self._gcs_address = ray.get_runtime_context().gcs_address
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._subscriber = None
         self._threads = [threading.Thread(target=self._subscribe_loop, name="ray-failure-detector", daemon=True),
                          threading.Thread(target=self._resolve_loop, name="ray-failure-detector-names", daemon=True)]
         for t in self._threads:
@@ -64,6 +65,9 @@ class RayFailureDetector:
     def stop(self) -> None:
         self._stopped.set()
         self._resolve.set()
+        loop, subscriber = self._loop, self._subscriber
+        if loop is not None and subscriber is not None:  # ends the subscriber's long poll
+            asyncio.run_coroutine_threadsafe(subscriber.close(), loop)
 
     def _resolve_loop(self) -> None:
         """Look up the actor id of each watched broker (a broker started anew gets a new actor id;
@@ -93,17 +97,21 @@ class RayFailureDetector:
         from ray.core.generated import gcs_pb2
 
         died = {gcs_pb2.ActorTableData.RESTARTING: "RESTARTING", gcs_pb2.ActorTableData.DEAD: "DEAD"}
+        self._loop = asyncio.get_running_loop()
         while not self._stopped.is_set():
-            subscriber = GcsAioActorSubscriber(address=self._gcs_address)
+            subscriber = self._subscriber = GcsAioActorSubscriber(address=self._gcs_address)
             try:
                 await subscriber.subscribe()
-                while not self._stopped.is_set():
-                    for actor_id, data in await subscriber.poll(batch_size=1000, timeout=POLL_TIMEOUT_S):
+                while not self._stopped.is_set():  # a long poll: answered when actors change, or at stop()
+                    batch = await subscriber.poll(batch_size=1000)
+                    if not batch:  # the GCS is unavailable for a moment, or we are stopping
+                        await asyncio.sleep(RESOLVE_RETRY_S)
+                    for actor_id, data in batch:
                         with self._lock:
                             broker_id = self._actors.get(actor_id)
                         if broker_id is not None and data.state in died:
-                            log.info("Ray reports broker %d's actor %s (pid %s)", broker_id, died[data.state],
-                                     data.pid or "?")
+                            log.info("Ray reports actor %s %s (pid %s)", self.actor_name(broker_id),
+                                     died[data.state], data.pid or "?")
                             self.on_death(broker_id, died[data.state])
             except Exception as e:  # GCS restarting or unreachable: subscribe again
                 log.warning("Ray failure detector lost its GCS subscription (%s: %s); resubscribing",
