@@ -44,6 +44,7 @@ class ProduceResult(NamedTuple):
     last_offset: int = -1
     error_message: str = ""
     leader_epoch: int = -1  # the epoch the records were appended in (as KIP-951's current leader); -1 on error
+    acked_ms: float = -1  # the leader's wall clock when it answered (after the ISR had the records, for acks=all)
 
 
 class ProduceResults(Rows):

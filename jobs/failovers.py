@@ -3,9 +3,11 @@ moment, and when each partition the fault took down was first written again (DES
 `first_produce_ok`). Pure: plain records in, FailoverRecords out.
 
 A fault's affected partitions are those whose last acknowledgement before the fault came from the
-broker the fault hit. A partition is available again at its first acknowledgement after the fault
-that is not a leftover of the old leadership: one from another broker or a newer leader epoch, or,
-after a pause, any acknowledgement once the paused process runs again.
+broker the fault hit and, with acks=all, also those that had that broker in their ISR (a leader
+acknowledges nothing more until the controller takes the dead follower out). A partition is
+available again at its first acknowledgement after the fault that is not a leftover of the old
+state: one from another broker or a newer leader epoch, or, after a pause, any acknowledgement once
+the paused process runs again.
 """
 from __future__ import annotations
 
@@ -13,7 +15,17 @@ import bisect
 from collections import defaultdict
 from typing import Iterable, NamedTuple
 
-from jobs.rundir import Ack, FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample, TimelineRecord, tp_key
+from jobs.rundir import (
+    Ack,
+    FailoverRecord,
+    FaultKind,
+    FaultRecord,
+    LoadAtFault,
+    LoadSample,
+    StateSample,
+    TimelineRecord,
+    tp_key,
+)
 
 LEADER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.CONTROLLED_SHUTDOWN}
@@ -24,6 +36,7 @@ class AckPoint(NamedTuple):
     acked_ms: float
     broker_id: int
     leader_epoch: int
+    leader_acked_ms: float | None = None
 
 
 class AckIndex:
@@ -32,7 +45,8 @@ class AckIndex:
     def __init__(self, acks: Iterable[Ack]):
         points: dict[str, list[AckPoint]] = defaultdict(list)
         for a in acks:
-            points[tp_key(a.topic, a.partition)].append(AckPoint(a.acked_ms, a.broker_id, a.leader_epoch))
+            points[tp_key(a.topic, a.partition)].append(AckPoint(a.acked_ms, a.broker_id, a.leader_epoch,
+                                                                               a.leader_acked_ms))
         self.points = {tp: sorted(p) for tp, p in points.items()}
         self.times = {tp: [p.acked_ms for p in ps] for tp, ps in self.points.items()}
 
@@ -47,19 +61,27 @@ class AckIndex:
         return None
 
 
-def recovery(fault: FaultRecord, acks: AckIndex) -> dict[str, float]:
-    """When each partition the fault took down was acknowledged again (partition -> ms)."""
+def recovery(fault: FaultRecord, acks: AckIndex, isr_before: dict[str, list[int]] | None = None) -> dict[str, float]:
+    """When each partition the fault took down was acknowledged again (partition -> ms). With
+    `isr_before` (acks=all: each partition's ISR just before the fault) partitions that had the
+    broker as a follower in their ISR count too."""
     if fault.kind not in LEADER_FAULTS or fault.target is None:
         return {}
     out = {}
     for tp in acks.points:
         before = acks.last_before(tp, fault.injected_ms)
-        if before is None or before.broker_id != fault.target:
+        if before is None or (before.broker_id != fault.target
+                              and fault.target not in (isr_before or {}).get(tp, ())):
             continue
         stale_until = fault.ended_ms if fault.kind in PAUSES and fault.ended_ms else float("inf")
 
         def stale(p: AckPoint) -> bool:
-            return p.broker_id == before.broker_id and p.leader_epoch == before.leader_epoch and p.acked_ms < stale_until
+            """An answer the old state still gave: a response on its way when the fault hit."""
+            if p.broker_id != before.broker_id or p.leader_epoch != before.leader_epoch:
+                return False
+            if before.broker_id != fault.target and p.leader_acked_ms is not None:  # the victim was a follower:
+                return p.leader_acked_ms < fault.injected_ms  # what its leader decided after the fault counts
+            return p.acked_ms < stale_until
         after = acks.first_after(tp, fault.injected_ms, stale)
         if after is not None:
             out[tp] = after.acked_ms
@@ -67,9 +89,16 @@ def recovery(fault: FaultRecord, acks: AckIndex) -> dict[str, float]:
 
 
 def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: AckIndex, samples: list[LoadSample],
-            session_timeout_ms: int, detector: bool) -> list[FailoverRecord]:
+            session_timeout_ms: int, detector: bool, states: list[StateSample] | None = None) -> list[FailoverRecord]:
     """One FailoverRecord per timeline; a fault's recoveries go with its first timeline (its broker
-    failure when it has one), so that no partition is counted twice."""
+    failure when it has one), so that no partition is counted twice. `states` (the ZooKeeper
+    samples of an acks=all run) add the partitions that had the faulty broker in their ISR."""
+    states = sorted(states or [], key=lambda s: s.ts_ms)
+    state_times = [s.ts_ms for s in states]
+
+    def isr_before(ms: float) -> dict[str, list[int]] | None:
+        i = bisect.bisect_right(state_times, ms)
+        return {tp: p.isr for tp, p in states[i - 1].partitions.items()} if i else None
     faults = sorted(faults, key=lambda f: f.injected_ms)
     fault_times = [f.injected_ms for f in faults]
     samples = sorted(samples, key=lambda s: s.ts_ms)
@@ -83,7 +112,7 @@ def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: Ac
     for fault_id, group in by_fault.items():
         fault = fault_by_id.get(fault_id)
         carrier = next((t for t in group if t.kind == "broker_failure"), group[0])
-        recovered = recovery(fault, acks) if fault is not None else {}
+        recovered = recovery(fault, acks, isr_before(fault.injected_ms)) if fault is not None else {}
         for t in group:
             at = fault.injected_ms if fault is not None else t.detected_ms
             j = bisect.bisect_right(sample_times, at)

@@ -140,7 +140,8 @@ class Ack(Record):
     broker_id: int
     leader_epoch: int
     sent_ms: float
-    acked_ms: float
+    acked_ms: float  # when the acknowledgement reached the producer
+    leader_acked_ms: float | None = None  # when the leader acknowledged (its clock)
 
 
 class Consumed(Record):

@@ -224,7 +224,9 @@ class ReplicaManager:
                                                           min_insync_replicas, term)
                 if error != Errors.NONE:
                     results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
-        return ProduceResponse(broker_id=self.broker_id, results=ProduceResults(results.values()))
+        answered = time.time() * 1000
+        return ProduceResponse(broker_id=self.broker_id, results=ProduceResults(
+            r._replace(acked_ms=answered) if r.error_code == Errors.NONE else r for r in results.values()))
 
     def fetch(self, request: FetchRequest, now_ms: Callable[[], int]) -> tuple[FetchResponse, list[TopicPartition]]:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes.

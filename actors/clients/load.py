@@ -90,7 +90,8 @@ class LoadGenerator:
         for record_id, meta in zip(ids, metas):
             self.sink.emit(rundir.PRODUCED, rundir.Ack(
                 topic=meta.topic, partition=meta.partition, offset=meta.offset, record_id=record_id,
-                broker_id=meta.broker_id, leader_epoch=meta.leader_epoch, sent_ms=sent, acked_ms=meta.acked_ms))
+                broker_id=meta.broker_id, leader_epoch=meta.leader_epoch, sent_ms=sent, acked_ms=meta.acked_ms,
+                leader_acked_ms=meta.leader_acked_ms))
         self.acked += len(metas)
 
     def stop(self) -> dict:

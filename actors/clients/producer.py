@@ -38,6 +38,7 @@ class RecordMetadata(NamedTuple):
     leader_epoch: int = -1  # of the leader that acknowledged it
     broker_id: int = -1  # that leader
     acked_ms: float = -1  # when its acknowledgement arrived (wall clock)
+    leader_acked_ms: float = -1  # when the leader acknowledged it (the leader's wall clock)
 
 
 class Delivered(NamedTuple):
@@ -45,6 +46,7 @@ class Delivered(NamedTuple):
     leader_epoch: int
     broker_id: int
     acked_ms: float
+    leader_acked_ms: float
 
 
 class ProducerError(KrayError):
@@ -96,7 +98,8 @@ class Producer:
             self.sequences[tp] = self.sequences.get(tp, 0) + len(batch)
         done = self._deliver({tp: Records(b) for tp, b in batches.items()})
         return [RecordMetadata(tp.topic, tp.partition, done[tp].base_offset + i if done[tp].base_offset >= 0 else -1,
-                               done[tp].leader_epoch, done[tp].broker_id, done[tp].acked_ms) for tp, i in where]
+                               done[tp].leader_epoch, done[tp].broker_id, done[tp].acked_ms,
+                               done[tp].leader_acked_ms) for tp, i in where]
 
     def _deliver(self, pending: dict[TopicPartition, Records]) -> dict[TopicPartition, Delivered]:
         """Send every partition's batch to its leader and collect the answers, each partition on its
@@ -123,7 +126,7 @@ class Producer:
                 calls = self._send(unsent, last_error, now)
                 in_flight.update(calls)
                 if self.acks == 0:
-                    return {tp: Delivered(-1, -1, -1, -1) for tp in pending}
+                    return {tp: Delivered(-1, -1, -1, -1, -1) for tp in pending}
                 if len(unsent) > sum(len(tps) for _, tps, _ in calls.values()):  # some had no leader to go to
                     retry_at, refresh = now + self.retry_backoff_ms / 1000, True
                     self.retries += 1
@@ -184,7 +187,7 @@ class Producer:
         for result in response.results:
             tp = TopicPartition(result.topic, result.partition)
             if result.error_code == Errors.NONE:
-                delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader, arrived)
+                delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader, arrived, result.acked_ms)
                 pending.pop(tp, None)
             elif Errors(result.error_code) in RETRIABLE:
                 last_error[tp] = Errors(result.error_code).name

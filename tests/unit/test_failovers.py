@@ -292,3 +292,38 @@ def test_unavailability_of_composed_records():
 
 def test_unavailability_of_nothing():
     assert unavailability_ms([]) == []
+
+
+def test_with_acks_all_partitions_following_on_the_victim_count_until_their_isr_shrinks():
+    """Broker 1 (a follower of t-7 and t-8) dies at 1000: a leader acknowledges nothing more with acks=all
+    until the controller removes the dead follower (a new leader epoch); t-9 did not have 1 in its ISR."""
+    acks = AckIndex([
+        ack("t-7", 3, 4, 990), ack("t-7", 3, 4, 1100), ack("t-7", 3, 5, 1250),  # in-flight ack, then the shrink
+        ack("t-8", 2, 1, 995), ack("t-8", 2, 2, 1300),
+        ack("t-9", 2, 8, 980), ack("t-9", 2, 8, 1010),
+    ])
+    isr = {"t-7": [3, 1], "t-8": [2, 1, 3], "t-9": [2, 3]}
+    assert recovery(fault(1, FaultKind.KILL_BROKER, 1, 1000.0), acks, isr) == {"t-7": 1250, "t-8": 1300}
+    assert recovery(fault(1, FaultKind.KILL_BROKER, 1, 1000.0), acks) == {}  # acks=1: followers do not count
+
+
+def test_compose_takes_the_isr_from_the_last_state_sample_before_the_fault():
+    from jobs.rundir import PartitionLeadership, StateSample
+
+    acks = AckIndex([ack("t-7", 3, 4, 990), ack("t-7", 3, 5, 1250)])
+    states = [StateSample(ts_ms=t, live_brokers=[1, 2, 3], partitions={
+        "t-7": PartitionLeadership(leader=3, leader_epoch=4, isr=isr)}) for t, isr in ((500, [3, 1]), (1500, [3]))]
+    got = compose([timeline("broker_failure", 1010)], [fault(1, FaultKind.KILL_BROKER, 1, 1000.0)], acks, [],
+                  session_timeout_ms=6000, detector=True, states=states)
+    assert got[0].first_produce_ok_ms == {"t-7": 1250}
+
+
+def test_a_follower_death_ends_at_the_first_acknowledgement_its_leader_decided_after_the_fault():
+    """The leader (3) stays; a record waiting for the dead follower (1) is acknowledged in the old epoch once
+    the controller shrank the ISR: that answer (decided at 1240, after the fault) is the recovery. One that
+    was decided before the fault and arrived after is not."""
+    def decided(tp, broker, epoch, acked_ms, leader_acked_ms):
+        return ack(tp, broker, epoch, acked_ms).model_copy(update={"leader_acked_ms": leader_acked_ms})
+    acks = AckIndex([decided("t-7", 3, 4, 990, 989), decided("t-7", 3, 4, 1003, 998),
+                     decided("t-7", 3, 4, 1242, 1240), decided("t-7", 3, 5, 1300, 1299)])
+    assert recovery(fault(1, FaultKind.KILL_BROKER, 1, 1000.0), acks, {"t-7": [3, 1]}) == {"t-7": 1242}

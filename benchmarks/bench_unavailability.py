@@ -1,0 +1,93 @@
+"""Client-visible unavailability after SIGKILL of a leader broker, with and without the Ray-based
+failure detector, for ZooKeeper session timeouts of 2 s and 6 s (issue 5).
+
+    .venv/bin/python -m benchmarks.bench_unavailability [--partitions 1000] [--kills 5]
+
+Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions
+with replication factor 3, acks=all with min.insync.replicas=2, one producer sending a record to
+every partition in each call, back to back; a non-controller broker is SIGKILLed `--kills` times
+(down for 3 s, then started anew; the auto leader rebalance gives it its leaderships back before
+the next kill). Per affected partition (led by the victim, or with the victim in its ISR, which
+stalls acks=all until the controller removes it): fault -> first acknowledged produce. Per
+failover: fault -> detected (the controller's inbox has it), detected -> requests_acked (election,
+ZooKeeper write, LeaderAndIsr/UpdateMetadata applied by every broker). Every run's invariants are
+checked. Prints a Markdown table for BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from jobs import rundir
+from jobs.experiment import Experiment, FaultSpec
+from jobs.failovers import unavailability_ms
+from jobs.local import embedded_zookeeper_and_ray
+from jobs.rundir import FaultKind, JsonlReader
+from jobs.runner import percentile, run_experiment
+
+
+def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool) -> Experiment:
+    spacing = 14.0 + (0 if detector else 2 * session_timeout_ms / 1000)  # down 3 s, back, leaders back
+    return Experiment(
+        name=f"unavailability-{'ray' if detector else 'zk'}-{session_timeout_ms}", brokers=3,
+        session_timeout_ms=session_timeout_ms, detector=detector,
+        broker={"min_insync_replicas": 2},
+        controller={"leader_imbalance_check_interval_seconds": 3},
+        topics=[{"name": "load", "partitions": partitions, "replication_factor": 3}],
+        load={"producers": 1, "rate": 0, "acks": "all", "consumers": 0},
+        schedule=[FaultSpec(at_s=5 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3)
+                  for i in range(kills)],
+        duration_s=5 + kills * spacing, settle_s=60, seed=5)
+
+
+def measure(run_dir: Path) -> dict:
+    reader = JsonlReader(run_dir)
+    failovers = [f for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord)
+                 if f.fault_kind is FaultKind.KILL_BROKER and f.kind == "broker_failure"]
+    summary = reader.document(rundir.SUMMARY, rundir.Summary)
+    down = sorted(unavailability_ms(failovers))
+    detect = sorted(f.detected_ms - f.fault_injected_ms for f in failovers)
+    process = sorted(f.requests_acked_ms - f.detected_ms for f in failovers if f.requests_acked_ms)
+    rate = [f.load.produce_rate for f in failovers]
+    return {"failovers": len(failovers), "partitions": len(down),
+            "unavailable_p50": percentile(down, 50), "unavailable_p99": percentile(down, 99),
+            "detect_p50": percentile(detect, 50), "detect_max": detect[-1] if detect else None,
+            "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
+            "produce_rate": sum(rate) / len(rate) if rate else 0,
+            "violations": sum(summary.invariants.values()) if summary else None, "run_dir": str(run_dir)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--timeouts", type=int, nargs="+", default=[2000, 6000])
+    parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "kray-bench-runs"))
+    args = parser.parse_args()
+    rows = []
+    with embedded_zookeeper_and_ray() as env:
+        os.environ["KRAY_ZK_CONNECT"] = env.connect  # every run joins this ZooKeeper and this Ray
+        for timeout in args.timeouts:
+            for detector in (True, False):
+                exp = experiment(args.partitions, args.kills, timeout, detector)
+                run_dir, _ = run_experiment(exp, args.runs_dir, progress=lambda line: None)
+                row = {"session_timeout_ms": timeout, "detector": detector, **measure(run_dir)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print(f"\n| session timeout | detector | failovers | partitions | unavailable p50 / p99 ms | detection p50 / max ms"
+          f" | detected -> acked p50 / max ms | produce rate at fault (records/s) | invariant violations |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        def pair(a: str, b: str) -> str:
+            return f"{r[a]:.0f} / {r[b]:.0f}" if r[a] is not None else "-"
+        print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | "
+              f"{r['failovers']} | {r['partitions']} | {pair('unavailable_p50', 'unavailable_p99')} | "
+              f"{pair('detect_p50', 'detect_max')} | {pair('process_p50', 'process_max')} | "
+              f"{r['produce_rate']:,.0f} | {r['violations']} |")
+
+
+if __name__ == "__main__":
+    main()
