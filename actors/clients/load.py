@@ -1,10 +1,10 @@
 """Load for experiments: producer and consumer actors that record what they did.
 
-A LoadGenerator sends, in each call of its idempotent Producer, `records_per_partition`
-records to every partition it was given, so that every partition always has a produce
-in flight: the first acknowledgement after a fault then says when that partition became
-available again (DESIGN.md's `first_produce_ok`), to within one call. A target rate is
-kept by pausing between calls. Every acknowledged record is recorded (produced.jsonl).
+A LoadGenerator streams through its idempotent Producer: each of its partitions has one batch
+of `records_per_partition` records in flight, and gets the next as soon as that one is
+acknowledged (or, with a target rate, once the rate allows). Partitions do not wait for each
+other, so the first acknowledgement after a fault says when that partition became available
+again (DESIGN.md's `first_produce_ok`). Every acknowledged record is recorded (produced.jsonl).
 
 A ConsumerWorker follows the same partitions from offset 0 and records every record it
 reads (consumed.jsonl). `read_back` reads partitions from the start to their high
@@ -68,31 +68,40 @@ class LoadGenerator:
         self._thread.start()
 
     def _run(self) -> None:
-        started = time.monotonic()
         while not self._stopped.is_set():
-            if self.rate > 0:  # ahead of the target rate: wait
-                ahead = self.sequence / self.rate - (time.monotonic() - started)
-                if ahead > 0 and self._stopped.wait(ahead):
-                    break
-            self._send_one_call()
+            self._batches: dict[TopicPartition, tuple[list[str], float]] = {}  # ids and send time, per partition
+            self._started = time.monotonic()
+            self._budget_base = self.sequence
+            try:
+                self.producer.deliver({}, refill=self._refill, on_delivered=self._delivered)
+            except Exception as e:  # delivery timed out: counted; the run's checker sees what is missing
+                self.errors.append(f"{type(e).__name__}: {e}"[:300])
+                log.warning("Load generator %s: %s", self.name, self.errors[-1])
 
-    def _send_one_call(self) -> None:
-        tps = [tp for tp in self.partitions for _ in range(self.per_partition)]
-        ids = [f"{self.name}-{self.sequence + i}" for i in range(len(tps))]
-        self.sequence += len(tps)
-        sent = now_ms()
-        try:
-            metas = self.producer.send_to(tps, [record_value(i, self.record_size) for i in ids])
-        except Exception as e:  # delivery timed out: counted, and the run's checker will see the gap
-            self.errors.append(f"{type(e).__name__}: {e}"[:300])
-            log.warning("Load generator %s: %s", self.name, self.errors[-1])
-            return
-        for record_id, meta in zip(ids, metas):
+    def _refill(self, pending: set[TopicPartition]) -> dict | None:
+        """The next batch of every partition with none in flight, within the target rate; None to stop."""
+        if self._stopped.is_set():
+            return None
+        idle = [tp for tp in self.partitions if tp not in pending]
+        if self.rate > 0:
+            allowed = int(self.rate * (time.monotonic() - self._started)) - (self.sequence - self._budget_base)
+            idle = idle[:max(0, allowed // self.per_partition)]
+        out = {}
+        for tp in idle:
+            ids = [f"{self.name}-{self.sequence + i}" for i in range(self.per_partition)]
+            self.sequence += self.per_partition
+            out[tp] = self.producer.batch(tp, [record_value(i, self.record_size) for i in ids])
+            self._batches[tp] = (ids, now_ms())
+        return out
+
+    def _delivered(self, tp: TopicPartition, d) -> None:
+        ids, sent = self._batches.pop(tp)
+        for i, record_id in enumerate(ids):
             self.sink.emit(rundir.PRODUCED, rundir.Ack(
-                topic=meta.topic, partition=meta.partition, offset=meta.offset, record_id=record_id,
-                broker_id=meta.broker_id, leader_epoch=meta.leader_epoch, sent_ms=sent, acked_ms=meta.acked_ms,
-                leader_acked_ms=meta.leader_acked_ms))
-        self.acked += len(metas)
+                topic=tp.topic, partition=tp.partition, offset=d.base_offset + i, record_id=record_id,
+                broker_id=d.broker_id, leader_epoch=d.leader_epoch, sent_ms=sent, acked_ms=d.acked_ms,
+                leader_acked_ms=d.leader_acked_ms))
+        self.acked += len(ids)
 
     def stop(self) -> dict:
         self._stopped.set()

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 import zlib
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import ray
 
@@ -87,36 +87,55 @@ class Producer:
                 keys: list[bytes | None] | None = None) -> list[RecordMetadata]:
         """Deliver each record to its partition; their (topic, partition, offset) in the order given."""
         keys = keys or [None] * len(values)
-        now = int(time.time() * 1000)
-        batches: dict[TopicPartition, list[Record]] = {}
+        grouped: dict[TopicPartition, list[tuple[bytes | None, bytes]]] = {}
         where: list[tuple[TopicPartition, int]] = []
         for tp, key, value in zip(partitions, keys, values):
-            batch = batches.setdefault(tp, [])
+            batch = grouped.setdefault(tp, [])
             where.append((tp, len(batch)))
-            batch.append(Record(-1, -1, now, key, value, self.producer_id, self.sequences.get(tp, 0) + len(batch)))
-        for tp, batch in batches.items():
-            self.sequences[tp] = self.sequences.get(tp, 0) + len(batch)
-        done = self._deliver({tp: Records(b) for tp, b in batches.items()})
+            batch.append((key, value))
+        done = self.deliver({tp: self.batch(tp, [v for _, v in kv], [k for k, _ in kv]) for tp, kv in grouped.items()})
         return [RecordMetadata(tp.topic, tp.partition, done[tp].base_offset + i if done[tp].base_offset >= 0 else -1,
                                done[tp].leader_epoch, done[tp].broker_id, done[tp].acked_ms,
                                done[tp].leader_acked_ms) for tp, i in where]
 
-    def _deliver(self, pending: dict[TopicPartition, Records]) -> dict[TopicPartition, Delivered]:
+    def batch(self, tp: TopicPartition, values: list[bytes], keys: list[bytes | None] | None = None) -> Records:
+        """The next records of a partition, numbered with this producer's id and its sequence numbers."""
+        first, now = self.sequences.get(tp, 0), int(time.time() * 1000)
+        self.sequences[tp] = first + len(values)
+        return Records(Record(-1, -1, now, key, value, self.producer_id, first + i)
+                       for i, (key, value) in enumerate(zip(keys or [None] * len(values), values)))
+
+    def deliver(self, pending: dict[TopicPartition, Records],
+                refill: Callable[[set[TopicPartition]], dict[TopicPartition, Records] | None] | None = None,
+                on_delivered: Callable[[TopicPartition, Delivered], None] = lambda tp, d: None,
+                ) -> dict[TopicPartition, Delivered]:
         """Send every partition's batch to its leader and collect the answers, each partition on its
         own: a partition whose leader is unknown or failed is sent again (after retry.backoff.ms and a
         metadata refresh) while the others' calls are still in flight. A call still waiting after
         leader_check_ms is given up once the metadata names another leader for one of its partitions
         (a dead broker's restartable actor leaves calls hanging where a Kafka client would see its
         connection close); the idempotent sequence numbers keep a batch that the old leader did
-        append from being written twice."""
-        deadline = time.monotonic() + self.delivery_timeout_ms / 1000
+        append from being written twice.
+
+        With `refill` it streams, as Kafka's sender thread does: each round `refill(partitions still
+        pending)` gives the next batches of partitions that have none in flight (one batch per
+        partition at a time keeps each partition's order), until it returns None; `on_delivered` is
+        told of each delivery as it happens."""
+        added = dict.fromkeys(pending, time.monotonic())
         delivered: dict[TopicPartition, Delivered] = {}
         last_error: dict[TopicPartition, str] = {}
         in_flight: dict = {}  # ref -> (leader, partitions, when sent)
         retry_at, refresh = 0.0, False  # when partitions not in flight may be sent again; after a refresh?
         checked = time.monotonic()
-        while pending:
+        while pending or refill is not None:
             now = time.monotonic()
+            if refill is not None:
+                more = refill(set(pending))
+                if more is None:
+                    refill = None
+                else:
+                    pending.update(more)
+                    added.update(dict.fromkeys(more, now))
             flying = {tp for _, tps, _ in in_flight.values() for tp in tps}
             unsent = {tp: r for tp, r in pending.items() if tp not in flying}
             if unsent and now >= retry_at:
@@ -125,23 +144,30 @@ class Producer:
                     refresh, checked = False, now
                 calls = self._send(unsent, last_error, now)
                 in_flight.update(calls)
-                if self.acks == 0:
-                    return {tp: Delivered(-1, -1, -1, -1, -1) for tp in pending}
+                if self.acks == 0:  # nothing to wait for
+                    for tp in [tp for _, tps, _ in calls.values() for tp in tps]:
+                        pending.pop(tp)
+                        delivered[tp] = Delivered(-1, -1, -1, -1, -1)
+                        on_delivered(tp, delivered[tp])
+                    in_flight.clear()
                 if len(unsent) > sum(len(tps) for _, tps, _ in calls.values()):  # some had no leader to go to
                     retry_at, refresh = now + self.retry_backoff_ms / 1000, True
                     self.retries += 1
-            if now > deadline:
-                raise ProducerError(f"delivery.timeout.ms expired for {sorted(pending)}: "
-                                    f"{ {str(tp): last_error.get(tp) for tp in pending} }")
+            expired = [tp for tp in pending if now - added[tp] > self.delivery_timeout_ms / 1000]
+            if expired:
+                raise ProducerError(f"delivery.timeout.ms expired for {sorted(expired)}: "
+                                    f"{ {str(tp): last_error.get(tp) for tp in expired} }")
             if not in_flight:
-                time.sleep(max(0.0, retry_at - time.monotonic()))
+                time.sleep(max(0.005, retry_at - time.monotonic()) if pending or refill else 0)
                 continue
             ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.leader_check_ms / 1000)
             if ready:
                 ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
             for ref in ready:
                 leader, tps, _ = in_flight.pop(ref)
-                self._collect(ref, leader, tps, pending, delivered, last_error)
+                for tp, d in self._collect(ref, leader, tps, pending, last_error):
+                    delivered[tp] = d
+                    on_delivered(tp, d)
                 if any(tp in pending for tp in tps):
                     retry_at, refresh = time.monotonic() + self.retry_backoff_ms / 1000, True
                     self.retries += 1
@@ -173,26 +199,27 @@ class Producer:
             calls[ref] = (leader, tps, now)
         return calls
 
-    def _collect(self, ref, leader: int, tps: list[TopicPartition], pending: dict, delivered: dict,
-                 last_error: dict) -> None:
-        """Take a completed call's answers: delivered partitions leave `pending`."""
+    def _collect(self, ref, leader: int, tps: list[TopicPartition], pending: dict,
+                 last_error: dict) -> list[tuple[TopicPartition, Delivered]]:
+        """A completed call's deliveries (they leave `pending`); failed partitions stay."""
         try:
             response = ray.get(ref)
         except Exception as e:  # the leader died: retriable
             self.metadata.forget(leader)
             for tp in tps:
                 last_error[tp] = type(e).__name__
-            return
-        arrived = time.time() * 1000
+            return []
+        arrived, out = time.time() * 1000, []
         for result in response.results:
             tp = TopicPartition(result.topic, result.partition)
             if result.error_code == Errors.NONE:
-                delivered[tp] = Delivered(result.base_offset, result.leader_epoch, leader, arrived, result.acked_ms)
+                out.append((tp, Delivered(result.base_offset, result.leader_epoch, leader, arrived, result.acked_ms)))
                 pending.pop(tp, None)
             elif Errors(result.error_code) in RETRIABLE:
                 last_error[tp] = Errors(result.error_code).name
             else:
                 raise ProducerError(f"{tp}: {Errors(result.error_code).name}: {result.error_message}")
+        return out
 
     def _give_up_stale_calls(self, in_flight: dict, last_error: dict) -> None:
         """Drop calls whose partitions the metadata now gives to another leader, or that outlived
