@@ -6,36 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import time
 
 import ray
-from ray.exceptions import RayError
 
 from actors.broker.actor import BrokerActor
 from actors.config import ClusterConfig
 from actors.controller.channel import broker_actor_name, controller_actor_name
-from coordination.errors import KrayError
+from actors.runtime import poll
 from coordination.zkclient import KrayZkClient
-
-
-ACTOR_NOT_READY = (RayError, ValueError)  # restarting or dead (RayError), not yet created (ValueError)
-
-
-def poll(predicate, timeout: float = 30.0, what: str = "a condition", tolerate: tuple[type[BaseException], ...] = ACTOR_NOT_READY,
-         interval: float = 0.05):
-    """Call predicate until it returns something truthy, and return that. The `tolerate`d errors
-    count as "not yet"; KrayError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except tolerate:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise KrayError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 class LocalCluster:

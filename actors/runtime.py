@@ -4,6 +4,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import time
+
+from ray.exceptions import RayError
+
+from coordination.errors import KrayError
 
 # A 10,000-partition event allocates a few hundred thousand short-lived objects. With
 # Python's default young-generation threshold (700) that meant ~600 collections, a quarter
@@ -14,6 +19,18 @@ GC_THRESHOLDS = (50_000, 20, 20)
 def configure_actor_process() -> None:
     configure_logging()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def ray_says_this_actor_lives() -> bool:
+    """Whether Ray's GCS still has this process's actor alive: after ray.kill it is DEAD (or RESTARTING)
+    at once, while the process itself may run on for a second or more."""
+    import ray
+    from ray._private import state
+
+    try:
+        return state.actors(actor_id=ray.get_runtime_context().get_actor_id()).get("State") == "ALIVE"
+    except Exception:  # the GCS cannot say: assume we live (ZooKeeper's session still decides)
+        return True
 
 
 def configure_logging() -> None:
@@ -27,3 +44,23 @@ def configure_logging() -> None:
         root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+ACTOR_NOT_READY = (RayError, ValueError)  # restarting or dead (RayError), not yet created (ValueError)
+
+
+def poll(predicate, timeout: float = 30.0, what: str = "a condition", tolerate: tuple[type[BaseException], ...] = ACTOR_NOT_READY,
+         interval: float = 0.05):
+    """Call predicate until it returns something truthy, and return that. The `tolerate`d errors
+    count as "not yet"; KrayError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except tolerate:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise KrayError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

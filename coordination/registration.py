@@ -8,9 +8,11 @@ Failure cases:
   is connected. The state listener only sets a flag; a worker thread registers.
 - the znode is deleted while our session lives (the controller's Ray-based failure
   detector took us for dead): register again, with a new broker epoch, so that the
-  controller sees a broker come back, but only after REMOVED_GRACE_S: Ray reports an
-  actor killed with ray.kill as dead before its process has exited, and a dying process
-  must not come back as a live broker. A watch on the znode only sets a flag too.
+  controller sees a broker come back, but only after REMOVED_GRACE_S and only if
+  `may_register_again` (the broker asks Ray whether its actor still lives): Ray reports
+  an actor killed with ray.kill as dead before its process has exited, which can take
+  seconds, and a dying process must not come back as a live broker. A watch on the znode
+  only sets a flag too.
 """
 from __future__ import annotations
 
@@ -34,11 +36,13 @@ REMOVED_GRACE_S = 1.0
 
 class BrokerRegistration:
     def __init__(self, zk: KrayZkClient, broker_id: int, info: Callable[[], zkdata.BrokerIdZNode],
-                 on_registered: Callable[[int], None] = lambda epoch: None):
+                 on_registered: Callable[[int], None] = lambda epoch: None,
+                 may_register_again: Callable[[], bool] = lambda: True):
         self.zk = zk
         self.broker_id = broker_id
         self._info = info
         self._on_registered = on_registered
+        self._may_register_again = may_register_again  # False: this process is being stopped
         self._reregister = threading.Event()
         self._removed = threading.Event()  # the znode went while the session lived
         self._stopped = threading.Event()
@@ -97,6 +101,9 @@ class BrokerRegistration:
             if self._removed.is_set():
                 self._removed.clear()
                 if self._stopped.wait(REMOVED_GRACE_S):
+                    return
+                if not self._may_register_again():
+                    log.warning("Not registering broker %d again: this process is being stopped", self.broker_id)
                     return
             while not self._stopped.is_set():
                 while not self._stopped.is_set() and not self.zk.kazoo.connected:

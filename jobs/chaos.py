@@ -17,6 +17,7 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 
@@ -42,10 +43,17 @@ def _send_signal(pid: int, signum: int) -> None:
     os.kill(pid, signum)
 
 
-def send_signal(pid: int, node_id: str, signum: int) -> None:
-    """Signal a process on its own node (a Ray task pinned there)."""
+def send_signal(pid: int, node_id: str, signum: int) -> float:
+    """Signal a process on its own node (directly when it is this one, else by a Ray task pinned
+    there); the wall-clock ms just before the signal went out."""
+    if node_id == ray.get_runtime_context().get_node_id():
+        sent = time.time() * 1000
+        os.kill(pid, signum)
+        return sent
+    sent = time.time() * 1000
     ray.get(_send_signal.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
             .remote(pid, signum), timeout=30)
+    return sent
 
 
 class Chaos:
@@ -70,42 +78,62 @@ class Chaos:
         except ValueError:
             raise KrayError(f"broker {broker_id} is not running") from None
 
-    def kill_broker(self, broker_id: int, restart: bool = False) -> None:
-        self._broker(broker_id)
-        if broker_id in self.cluster.brokers:
-            self.cluster.kill_broker(broker_id, restart=restart)
-        else:
-            ray.kill(self._broker(broker_id), no_restart=not restart)
+    def _sigkill(self, info_call, handle, restart: bool) -> float:
+        """SIGKILL an actor's process; when. ray.kill alone asks Ray to end the process, which Ray reports
+        dead at once while the process may run on for a second or more: the process is stopped first
+        (the fault takes effect then), Ray told not to restart it unless asked, then it is killed.
+        Without an answer to `info_call` (already paused or gone), ray.kill does it all."""
+        try:
+            info = ray.get(info_call, timeout=5)
+        except Exception:
+            ray.kill(handle, no_restart=not restart)
+            return time.time() * 1000
+        effective = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
+        if not restart:
+            ray.kill(handle, no_restart=True)
+        send_signal(info["pid"], info["node_id"], signal.SIGKILL)
+        return effective
 
-    def kill_controller(self) -> int:
+    def kill_broker(self, broker_id: int, restart: bool = False) -> float:
+        """SIGKILL broker N's actor (Ray restarts it if asked); when the fault took effect."""
+        handle = self._broker(broker_id)
+        effective = self._sigkill(handle.info.remote(), handle, restart)
+        if not restart:
+            self.cluster.brokers.pop(broker_id, None)
+        return effective
+
+    def kill_controller(self) -> tuple[int, float]:
+        """SIGKILL the active controller's actor (Ray restarts it); (its broker id, when)."""
         controller_id = self.controller_id()
-        self.cluster.kill_controller(controller_id)
-        return controller_id
+        handle = self.cluster.controller_actor(controller_id)
+        return controller_id, self._sigkill(handle.status.remote(timeout=2), handle, restart=True)
 
-    def pause(self, seconds: float, broker_id: int | None = None) -> int:
+    def pause(self, seconds: float, broker_id: int | None = None) -> tuple[int, float]:
         """SIGSTOP broker N's actor (or, without N, the active controller's) for `seconds`, then SIGCONT;
-        blocks meanwhile. The paused broker's or controller's id."""
+        blocks meanwhile. (The paused broker's or controller's id, when it stopped.)"""
         if broker_id is None:
             broker_id = self.controller_id()
             info = ray.get(self.cluster.controller_actor(broker_id).status.remote(), timeout=30)
         else:
             info = ray.get(self._broker(broker_id).info.remote(), timeout=30)
-        send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
+        stopped = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
         try:
             time.sleep(seconds)
         finally:
             send_signal(info["pid"], info["node_id"], signal.SIGCONT)
-        return broker_id
+        return broker_id, stopped
 
-    def expire_session(self, broker_id: int | None = None) -> int:
-        """Expire broker N's ZooKeeper session (or, without N, the active controller's)."""
+    def expire_session(self, broker_id: int | None = None) -> tuple[int, float]:
+        """Expire broker N's ZooKeeper session (or, without N, the active controller's); (its id, when)."""
         if broker_id is None:
             broker_id = self.controller_id()
             actor = self.cluster.controller_actor(broker_id)
         else:
             actor = self._broker(broker_id)
-        expire_session(self.zk.connect, ray.get(actor.zk_session.remote(), timeout=30))
-        return broker_id
+        client_id = ray.get(actor.zk_session.remote(), timeout=30)
+        expired = time.time() * 1000
+        expire_session(self.zk.connect, client_id)
+        return broker_id, expired
 
     def kill_request_sender(self, broker_id: int) -> int:
         """SIGKILL the active controller's RequestSender to broker N; the controller's id."""

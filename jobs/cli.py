@@ -283,12 +283,12 @@ def chaos(args) -> None:
                 c.kill_broker(args.broker_id, restart=args.restart)
                 done = f"Killed broker {args.broker_id}'s actor" + (" (Ray restarts it)" if args.restart else "")
             case "kill-controller":
-                done = f"Killed the active controller's actor (broker {c.kill_controller()}); Ray restarts it"
+                done = f"Killed the active controller's actor (broker {c.kill_controller()[0]}); Ray restarts it"
             case "pause":
-                who = c.pause(args.seconds, None if args.controller else args.broker_id)
+                who, _ = c.pause(args.seconds, None if args.controller else args.broker_id)
                 done = f"Paused {'the controller on ' if args.controller else ''}broker {who} for {args.seconds:g} s"
             case "expire-session":
-                who = c.expire_session(None if args.controller else args.broker_id)
+                who, _ = c.expire_session(None if args.controller else args.broker_id)
                 done = f"Expired the ZooKeeper session of {'the controller on ' if args.controller else ''}broker {who}"
             case "kill-request-sender":
                 done = f"Killed controller {c.kill_request_sender(args.broker_id)}'s RequestSender to broker " \

@@ -207,7 +207,7 @@ class ExperimentRun:
             with self._lock:
                 self._down.add(target)
                 if kind is FaultKind.KILL_BROKER:
-                    chaos.kill_broker(target)
+                    record.injected_ms = chaos.kill_broker(target)
             if kind is FaultKind.CONTROLLED_SHUTDOWN:
                 record.detail = str(chaos.controlled_shutdown(target))
             time.sleep(spec.seconds)
@@ -216,14 +216,14 @@ class ExperimentRun:
                 self._down.discard(target)
             record.ended_ms = now_ms()
         elif kind is FaultKind.RESTART_BROKER:
-            chaos.kill_broker(target, restart=True)
+            record.injected_ms = chaos.kill_broker(target, restart=True)
         elif kind is FaultKind.KILL_CONTROLLER:
-            record.target = chaos.kill_controller()
+            record.target, record.injected_ms = chaos.kill_controller()
         elif kind in (FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER):
-            record.target = chaos.pause(spec.seconds, target)
+            record.target, record.injected_ms = chaos.pause(spec.seconds, target)
             record.ended_ms = now_ms()
         elif kind in (FaultKind.EXPIRE_BROKER_SESSION, FaultKind.EXPIRE_CONTROLLER_SESSION):
-            record.target = chaos.expire_session(target)
+            record.target, record.injected_ms = chaos.expire_session(target)
         elif kind is FaultKind.KILL_REQUEST_SENDER:
             record.detail = f"controller {chaos.kill_request_sender(target)}"
         elif kind is FaultKind.ZK_RESTART:

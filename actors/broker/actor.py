@@ -32,7 +32,7 @@ from actors.data_protocol import (
     ProduceResponse,
 )
 from actors.recording import RecordSink
-from actors.runtime import configure_actor_process
+from actors.runtime import configure_actor_process, poll, ray_says_this_actor_lives
 from actors.protocol import (
     ControllerRequestT,
     ControllerResponse,
@@ -64,7 +64,8 @@ class BrokerActor:
         self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
         self.zk.ensure_persistent_paths()
         self.registration = BrokerRegistration(
-            self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.host, config.base_port + broker_id))
+            self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.host, config.base_port + broker_id),
+            may_register_again=ray_says_this_actor_lives)
         self.registration.register()
         self.registration.keep_registered()
         self.fetchers = ReplicaFetcherManager(broker_id, lambda leader: ray.get_actor(
@@ -73,9 +74,11 @@ class BrokerActor:
                               is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self._stopped = threading.Event()
         threading.Thread(target=self._scheduler, name=f"kafka-scheduler-{broker_id}", daemon=True).start()
-        self.controller = ControllerActor.options(
+        self.controller = poll(lambda: ControllerActor.options(
             name=controller_actor_name(broker_id), namespace=config.namespace, max_restarts=-1,
-        ).remote(broker_id, config)
+        ).remote(broker_id, config), timeout=60, what=f"{controller_actor_name(broker_id)}'s name to be free "
+                                                     "(a killed incarnation's candidate is still being stopped)",
+            tolerate=(ValueError,), interval=0.1)
 
     def _scheduler(self) -> None:
         """Kafka's periodic replica tasks: ISR shrink (every half replica.lag.time.max.ms), ISR change
