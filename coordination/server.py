@@ -66,6 +66,13 @@ def server_mode(port: int) -> str | None:
     return None
 
 
+# A throwaway server (tests, the demo, experiments) keeps its transaction log in memory when it can:
+# ZooKeeper fsyncs every write, and on a machine with one disk the brokers' log writes and
+# checkpoints made those fsyncs take hundreds of ms (ZooKeeper's operators give its log a disk of
+# its own for the same reason). A server with a base_dir (`kray zk start`) keeps its data there.
+THROWAWAY_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
 class _ServerProcess:
     """One QuorumPeerMain JVM with its own config, data dir and log file."""
 
@@ -125,7 +132,7 @@ class _Launcher:
 
     def __init__(self, base_dir: str | os.PathLike | None):
         self._own_dir = base_dir is None
-        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kray-zk-"))
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kray-zk-", dir=THROWAWAY_DIR))
 
     @property
     def connect_string(self) -> str:

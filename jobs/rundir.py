@@ -100,7 +100,7 @@ class FailoverRecord(Record):
 
 
 class TimelineRecord(Record):
-    """A controller's FailoverTimeline (actors/controller/timeline.py), as it recorded it."""
+    """A controller's failover timeline (actors/controller/timeline.py keeps it while answers come in)."""
 
     kind: str
     controller_id: int

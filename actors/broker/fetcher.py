@@ -39,6 +39,7 @@ from coordination.zkdata import TopicPartition
 log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_MS = 10
+PARTITION_BACKOFF_MS = 40
 
 
 class ReplicaFetcher:
@@ -101,17 +102,23 @@ class ReplicaFetcher:
                 leader = self._handle
                 pending = {tp: v for tp, v in current.items() if not v[2]}
                 failed = self._truncate(leader, pending) if pending else self._fetch(leader, current)
+                unreachable = False
             except Exception as e:  # the leader is gone or restarting: back off, the controller will move it
                 self._handle = None
                 log.warning("[ReplicaFetcher replicaId=%d, leaderId=%d] Error fetching: %s: %s", self.broker_id,
                             self.source_id, type(e).__name__, e)
-                failed = True
+                failed = unreachable = True
             self._failures = self._failures + 1 if failed else 0
             if failed:
-                self._stopped.wait(self.backoff_ms(self._failures) / 1000)
+                self._stopped.wait(self.backoff_ms(self._failures, unreachable) / 1000)
 
-    def backoff_ms(self, failures: int) -> float:
-        return min(self.config.replica_fetch_backoff_ms, FIRST_BACKOFF_MS * 2 ** (failures - 1))
+    def backoff_ms(self, failures: int, unreachable: bool) -> float:
+        """Doubling from FIRST_BACKOFF_MS: up to replica.fetch.backoff.ms for a leader that does not answer,
+        up to PARTITION_BACKOFF_MS for one that answers with partition errors (it has not applied the
+        LeaderAndIsr that made it leader yet: a matter of milliseconds)."""
+        cap = self.config.replica_fetch_backoff_ms if unreachable else min(PARTITION_BACKOFF_MS,
+                                                                           self.config.replica_fetch_backoff_ms)
+        return min(cap, FIRST_BACKOFF_MS * 2 ** (failures - 1))
 
     def _truncate(self, leader, pending: dict[TopicPartition, tuple[Partition, int, bool]]) -> bool:
         """Truncate the new partitions where the leader says; whether some could not be (yet)."""

@@ -53,7 +53,7 @@ class ControllerActor:
         )
         self.controller.inbox_depth = self.inbox.depth
         self.sink = RecordSink(config.recorder, config.namespace)
-        self.controller.on_timeline = lambda t: self.sink.emit(rundir.TIMELINES, rundir.TimelineRecord(**t.record()))
+        self.controller.on_timeline = lambda t: self.sink.emit(rundir.TIMELINES, t)
         self.inbox.start()
         self.inbox.put(Startup())
 

@@ -287,6 +287,26 @@ def test_an_idle_fetch_long_polls_and_an_append_wakes_it(rm):
     assert [r.value for r in response.partitions[0].records] == [b"x"]  # woken by the append, not the timeout
 
 
+@pytest.mark.parametrize("acks, expected", [(0, Errors.NONE), (1, Errors.NONE), (-1, Errors.REQUEST_TIMED_OUT)])
+def test_acks_decide_what_a_produce_waits_for(rm, acks, expected):
+    """acks=0 and acks=1 are answered once the leader has the records; acks=all waits for the ISR (here a
+    follower that never fetches) until the request's timeout. The records are in the leader's log either way."""
+    import time
+
+    from actors.broker.records import Record
+    from actors.data_protocol import ProducePartition, ProduceRequest
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+    request = ProduceRequest(acks=acks, timeout_ms=300, partitions=[
+        ProducePartition("t", 0, [Record(-1, -1, 0, None, b"a"), Record(-1, -1, 0, None, b"b")])])
+    started = time.monotonic()
+    result = rm.append_records(request, min_insync_replicas=1).results[0]
+    waited = time.monotonic() - started
+    assert (result.error_code, result.base_offset, result.last_offset) == (expected, 0, 1)
+    assert (waited >= 0.25) == (acks == -1)
+    assert rm.partition(T0).log.log_end_offset == 2 and rm.partition(T0).high_watermark == 0
+
+
 # -- MetadataCache ----------------------------------------------------------------------------------
 
 def um(*states, brokers=(1, 2, 3), controller_id=9):
