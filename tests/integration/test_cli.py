@@ -88,5 +88,27 @@ def _topic_and_controller_commands(home, zk):
     assert "marked for deletion" in ok("topics", "delete", "--topic", "c")
     wait_until(lambda: "c" not in ok("topics", "list").split())
     assert "does not exist" in fails("topics", "delete", "--topic", "c")
+    _chaos_commands(ok, fails)
     assert "shut down after moving its leaderships" in ok("broker", "shutdown", "2")
     wait_until(lambda: "Brokers registered: 1\n" in ok("cluster", "status"))
+
+
+def _chaos_commands(ok, fails):
+    """`kray chaos` against the running cluster: each fault, and the cluster back to two brokers and a
+    controller after it."""
+    from tests.integration.conftest import wait_until
+
+    def recovered():
+        wait_until(lambda: "Brokers registered: 1, 2\n" in ok("cluster", "status")
+                   and "active: True" in ok("controller", "status"), timeout=60, what="the cluster back")
+    assert ok("chaos", "pause", "1", "--seconds", "0.5") == "Paused broker 1 for 0.5 s\n"
+    assert "Expired the ZooKeeper session of broker 1" in ok("chaos", "expire-session", "1")
+    recovered()
+    assert "RequestSender to broker 2" in ok("chaos", "kill-request-sender", "2")
+    assert "Killed the active controller's actor" in ok("chaos", "kill-controller")
+    recovered()
+    assert "Killed broker 1's actor (Ray restarts it)" in ok("chaos", "kill-broker", "1", "--restart")
+    recovered()
+    assert "name a broker id, or --controller" in fails("chaos", "pause")
+    assert "broker 9 is not running" in fails("chaos", "kill-broker", "9")
+
