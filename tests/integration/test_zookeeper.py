@@ -19,7 +19,7 @@ from coordination.errors import (
     TopicExistsException,
 )
 from coordination.registration import BrokerRegistration
-from coordination.server import ZooKeeperEnsemble, ZooKeeperServer, server_mode
+from coordination.server import ZooKeeperEnsemble, ZooKeeperServer, ZooKeeperSettings, server_mode
 from coordination.zkclient import CreateOp, DeleteOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
 
@@ -237,3 +237,24 @@ def test_invalid_create_changes_nothing(zk, topic, partitions, rf, error):
     with pytest.raises(error):
         admin.create_topic(zk, topic, partitions, rf)
     assert tree(zk) == before
+
+
+def test_zk_restart_fault_brings_the_server_back_and_sessions_survive():
+    """The chaos fault zk-restart: SIGKILL of the server, started again on its data; a session shorter
+    lived than its timeout reconnects to the same session and its data is there."""
+    from jobs.chaos import Chaos
+
+    server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=250, min_session_timeout_ms=1000)).start()
+    try:
+        client = KrayZkClient(server.connect_string, session_timeout_ms=10_000).start()
+        client.kazoo.create("/kept", b"v", ephemeral=True)
+        session = client.session_id
+        assert Chaos(None, client, server).zk_restart(1.0) == 0
+        assert server_mode(server.servers[0].client_port) == "standalone"
+        deadline = time.monotonic() + 15
+        while not client.kazoo.connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.session_id == session and client.get("/kept")[0] == b"v"
+        client.close()
+    finally:
+        server.stop()
