@@ -104,7 +104,7 @@ class BrokerRegistration:
                     return
                 if not self._may_register_again():
                     log.warning("Not registering broker %d again: this process is being stopped", self.broker_id)
-                    return
+                    continue
             while not self._stopped.is_set():
                 while not self._stopped.is_set() and not self.zk.kazoo.connected:
                     time.sleep(0.05)

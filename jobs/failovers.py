@@ -90,8 +90,10 @@ def recovery(fault: FaultRecord, acks: AckIndex, isr_before: dict[str, list[int]
 
 def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: AckIndex, samples: list[LoadSample],
             session_timeout_ms: int, detector: bool, states: list[StateSample] | None = None) -> list[FailoverRecord]:
-    """One FailoverRecord per timeline; a fault's recoveries go with its first timeline (its broker
-    failure when it has one), so that no partition is counted twice. `states` (the ZooKeeper
+    """One FailoverRecord per timeline, joined with the latest fault before it (for a broker failure, the
+    latest that hit one of its brokers: faults overlap when deaths wait for session timeouts); a
+    fault's recoveries go with its first timeline (its broker failure when it has one), so that no
+    partition is counted twice. `states` (the ZooKeeper
     samples of an acks=all run) add the partitions that had the faulty broker in their ISR."""
     states = sorted(states or [], key=lambda s: s.ts_ms)
     state_times = [s.ts_ms for s in states]
@@ -104,9 +106,11 @@ def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: Ac
     samples = sorted(samples, key=lambda s: s.ts_ms)
     sample_times = [s.ts_ms for s in samples]
     by_fault: dict[int | None, list[TimelineRecord]] = defaultdict(list)
-    for t in sorted(timelines, key=lambda t: t.detected_ms):
-        i = bisect.bisect_right(fault_times, t.detected_ms)
-        by_fault[faults[i - 1].fault_id if i else None].append(t)
+    for t in sorted(timelines, key=lambda t: t.detected_ms):  # the latest fault before it, of its broker if any
+        earlier = faults[:bisect.bisect_right(fault_times, t.detected_ms)]
+        fault = next((f for f in reversed(earlier) if t.kind == "broker_failure" and f.target in t.brokers),
+                     earlier[-1] if earlier else None)
+        by_fault[fault.fault_id if fault else None].append(t)
     out = []
     fault_by_id = {f.fault_id: f for f in faults}
     for fault_id, group in by_fault.items():

@@ -206,14 +206,16 @@ class ExperimentRun:
         if kind in (FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN):
             with self._lock:
                 self._down.add(target)
+            try:
                 if kind is FaultKind.KILL_BROKER:
                     record.injected_ms = chaos.kill_broker(target)
-            if kind is FaultKind.CONTROLLED_SHUTDOWN:
-                record.detail = str(chaos.controlled_shutdown(target))
-            time.sleep(spec.seconds)
-            with self._lock:
-                self.cluster.start_broker(target)
-                self._down.discard(target)
+                else:
+                    record.detail = str(chaos.controlled_shutdown(target))
+                time.sleep(spec.seconds)
+            finally:  # whatever happened, the broker comes back
+                with self._lock:
+                    self.cluster.start_broker(target)
+                    self._down.discard(target)
             record.ended_ms = now_ms()
         elif kind is FaultKind.RESTART_BROKER:
             record.injected_ms = chaos.kill_broker(target, restart=True)
@@ -294,9 +296,20 @@ class ExperimentRun:
         caches = self._caches()
         return len(caches) == len(live) and all(c.partitions == zk and c.brokers == live for c in caches.values())
 
-    def _final_state(self) -> rundir.FinalState:
-        return rundir.FinalState(ts_ms=now_ms(), live_brokers=self.zk.get_all_broker_ids(),
-                                 zookeeper=self._zk_leaderships(), caches=self._caches())
+    def _final_state(self, attempts: int = 20) -> rundir.FinalState:
+        """ZooKeeper and the caches at one moment: read ZooKeeper before and after the caches and take a
+        reading in which ZooKeeper did not change meanwhile (leaders may still be moving: the auto leader
+        rebalance goes on) and the caches agree, if one comes within `attempts`; else the last one."""
+        for _ in range(attempts):
+            live, before = self.zk.get_all_broker_ids(), self._zk_leaderships()
+            caches = self._caches()
+            after = self._zk_leaderships()
+            state = rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches)
+            if before == after and len(caches) == len(live) \
+                    and all(c.partitions == after and c.brokers == live for c in caches.values()):
+                break
+            time.sleep(0.5)
+        return state
 
     def _progress_line(self, elapsed: float, faults: int) -> str:
         controller = getattr(self, "controller", (None, None))

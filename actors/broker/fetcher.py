@@ -65,9 +65,11 @@ class ReplicaFetcher:
         self._wake.set()
 
     def update_epoch(self, tp: TopicPartition, partition: Partition) -> bool:
-        """Carry on fetching tp, now in the partition's current leader epoch; False if tp is not here."""
+        """Carry on fetching tp in the partition's next leader epoch; False if tp is not here, or epochs were
+        missed (the leader may have followed someone else meanwhile and truncated: truncate again)."""
         with self._lock:
-            if tp not in self.partitions or self.partitions[tp][0] is not partition:
+            if tp not in self.partitions or self.partitions[tp][0] is not partition \
+                    or partition.state.leader_epoch != self.partitions[tp][1] + 1:
                 return False
             self.partitions[tp] = (partition, partition.state.leader_epoch, self.partitions[tp][2])
             return True

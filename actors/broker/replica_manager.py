@@ -232,17 +232,19 @@ class ReplicaManager:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes.
         Also returns the partitions whose ISR the fetching follower may now join (for the shell to write)."""
         deadline = time.monotonic() + request.max_wait_ms / 1000
+        generation = self.generation
         out, size = self._fetch_once(request, now_ms())
         expand = []  # decided as the fetch arrives (Kafka's maybeExpandIsr), for partitions it fetched in
-        if request.replica_id >= 0:  # the current epoch; a wait ending after its broker died adds nothing
+        if request.replica_id >= 0:  # the current epoch
             expand = [tp for tp in (TopicPartition(f.topic, f.partition) for f in out if f.error_code == Errors.NONE)
                       if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
-        generation = self.generation
         while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0:
-            with self.data_arrived:
-                self.data_arrived.wait(remaining)
-            if self.generation != generation:  # roles changed: answer now, the fetcher has new work
-                out, size = self._fetch_once(request, now_ms())
+            with self.data_arrived:  # checked under the lock that appends and role changes notify under
+                if self.generation == generation and not self._has_news(request):
+                    self.data_arrived.wait(remaining)
+            if self.generation != generation:  # roles changed: answer now (the fetcher has new work), and
+                out, size = self._fetch_once(request, now_ms())  # take no one into an ISR that may have moved
+                expand = []
                 break
             if self._has_news(request):
                 out, size = self._fetch_once(request, now_ms())
@@ -263,8 +265,8 @@ class ReplicaManager:
 
     def wake_fetches(self) -> None:
         """End every long-polling fetch now (roles changed: their partitions may have moved)."""
-        self.generation += 1
         with self.data_arrived:
+            self.generation += 1
             self.data_arrived.notify_all()
 
     def _fetch_once(self, request: FetchRequest, now_ms: int) -> tuple[list[FetchedPartition], int]:

@@ -75,6 +75,7 @@ class LoadGenerator:
             try:
                 self.producer.deliver({}, refill=self._refill, on_delivered=self._delivered)
             except Exception as e:  # delivery timed out: counted; the run's checker sees what is missing
+                self.producer.new_identity()
                 self.errors.append(f"{type(e).__name__}: {e}"[:300])
                 log.warning("Load generator %s: %s", self.name, self.errors[-1])
 

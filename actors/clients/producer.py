@@ -1,4 +1,4 @@
-"""An idempotent producer (Kafka's KafkaProducer with enable.idempotence), synchronous per call.
+"""A producer (Kafka's KafkaProducer; idempotent with acks=all, as enable.idempotence requires).
 
 `send` batches the records per partition, sends one ProduceRequest per leader broker
 (in parallel), and retries what failed with a retriable error after refreshing the
@@ -60,8 +60,8 @@ class Producer:
         self.acks, self.request_timeout_ms = acks, request_timeout_ms
         self.delivery_timeout_ms, self.retry_backoff_ms = delivery_timeout_ms, retry_backoff_ms
         self.leader_check_ms = leader_check_ms  # how long a call waits before the metadata is looked at again
-        self.producer_id = random.getrandbits(62)
         self.sequences: dict[TopicPartition, int] = {}
+        self.new_identity()
         self._round_robin = itertools.count()
         self.retries = 0  # batches sent again, for load reports
 
@@ -98,11 +98,19 @@ class Producer:
                                done[tp].leader_epoch, done[tp].broker_id, done[tp].acked_ms,
                                done[tp].leader_acked_ms) for tp, i in where]
 
+    def new_identity(self) -> None:
+        """A new producer id with fresh sequence numbers (Kafka bumps the epoch, KIP-360): after a batch
+        was given up, the next one would leave a gap in the sequence that leaders refuse. Idempotence
+        needs acks=all, as in Kafka; other acks send no producer id."""
+        self.producer_id = random.getrandbits(62) if self.acks == -1 else -1
+        self.sequences = {}
+
     def batch(self, tp: TopicPartition, values: list[bytes], keys: list[bytes | None] | None = None) -> Records:
         """The next records of a partition, numbered with this producer's id and its sequence numbers."""
         first, now = self.sequences.get(tp, 0), int(time.time() * 1000)
         self.sequences[tp] = first + len(values)
-        return Records(Record(-1, -1, now, key, value, self.producer_id, first + i)
+        idempotent = self.producer_id >= 0
+        return Records(Record(-1, -1, now, key, value, self.producer_id, first + i if idempotent else -1)
                        for i, (key, value) in enumerate(zip(keys or [None] * len(values), values)))
 
     def deliver(self, pending: dict[TopicPartition, Records],
@@ -155,6 +163,7 @@ class Producer:
                     self.retries += 1
             expired = [tp for tp in pending if now - added[tp] > self.delivery_timeout_ms / 1000]
             if expired:
+                self.new_identity()
                 raise ProducerError(f"delivery.timeout.ms expired for {sorted(expired)}: "
                                     f"{ {str(tp): last_error.get(tp) for tp in expired} }")
             if not in_flight:
@@ -218,12 +227,16 @@ class Producer:
             elif Errors(result.error_code) in RETRIABLE:
                 last_error[tp] = Errors(result.error_code).name
             else:
+                self.new_identity()
                 raise ProducerError(f"{tp}: {Errors(result.error_code).name}: {result.error_message}")
         return out
 
     def _give_up_stale_calls(self, in_flight: dict, last_error: dict) -> None:
         """Drop calls whose partitions the metadata now gives to another leader, or that outlived
         request.timeout.ms; their partitions are sent again."""
+        now = time.monotonic()
+        if all(now - sent < self.leader_check_ms / 1000 for _, _, sent in in_flight.values()):
+            return  # nothing has waited long: no need to ask the brokers
         self.metadata.refresh()
         timeout = self.request_timeout_ms / 1000 + 10
         for ref, (leader, tps, sent) in list(in_flight.items()):

@@ -45,7 +45,8 @@ class ControllerActor:
         self.controller = KafkaController(
             broker_id, self.zk, self.inbox.put,
             channel_factory=lambda: ControllerChannelManager(
-                broker_id, config, me, on_sender_died=lambda b: self.inbox.put(RequestSenderDied(broker_id=b))),
+                broker_id, config, me,
+                on_sender_died=lambda b, sender: self.inbox.put(RequestSenderDied(broker_id=b, sender=sender))),
             config=config.controller,
             detector_factory=(lambda role, on_death: RayFailureDetector(
                 config.namespace, broker_actor_name if role == "broker" else controller_actor_name, on_death))

@@ -43,7 +43,7 @@ def process_broker_change(c: KafkaController) -> None:
     if new | bounced:
         on_broker_startup(c, new | bounced)
     if c.detector is not None:
-        c.detector.watch(set(ctx.live_brokers))
+        c.detector.watch(set(ctx.live_brokers), fresh=new | bounced)
 
 
 def process_broker_actor_died(c: KafkaController, broker_id: int, state: str) -> None:

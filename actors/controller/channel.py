@@ -220,14 +220,14 @@ class ControllerChannelManager:
     """
 
     def __init__(self, controller_id: int, config: ClusterConfig, controller_handle,
-                 on_sender_died=lambda broker_id: None):
+                 on_sender_died=lambda broker_id, sender: None):
         self.controller_id = controller_id
         self.config = config
         self.controller_handle = controller_handle
         self.on_sender_died = on_sender_died
         self.senders: dict[int, ray.actor.ActorHandle] = {}
         self.unanswered: dict[int, dict[int, ControllerRequestT]] = defaultdict(dict)  # broker -> id -> request
-        self._liveness: dict[ray.ObjectRef, int] = {}
+        self._liveness: dict[ray.ObjectRef, tuple[int, object]] = {}  # -> (broker, its sender)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         threading.Thread(target=self._watch_senders, name=f"controller-{controller_id}-sender-watch",
@@ -243,7 +243,7 @@ class ControllerChannelManager:
             self.controller_id, broker_id, self.config, self.controller_handle)
         self.senders[broker_id] = sender
         with self._lock:
-            self._liveness[sender.wait_stopped.remote()] = broker_id
+            self._liveness[sender.wait_stopped.remote()] = (broker_id, sender)
 
     def remove_broker(self, broker_id: int) -> None:
         sender = self.senders.pop(broker_id, None)
@@ -252,11 +252,13 @@ class ControllerChannelManager:
             self._forget_liveness(broker_id)
             ray.kill(sender)
 
-    def restart_sender(self, broker_id: int) -> int:
-        """A new RequestSender for the broker, given every request still unanswered; how many."""
-        if broker_id not in self.senders:
+    def restart_sender(self, broker_id: int, dead) -> int:
+        """A new RequestSender for the broker in place of `dead`, given every request still unanswered;
+        how many. Nothing when `dead` is no longer the broker's sender (it was replaced meanwhile)."""
+        if self.senders.get(broker_id) is not dead:
             return 0
         self._forget_liveness(broker_id)
+        ray.kill(dead)
         self._start_sender(broker_id)
         pending = list(self.unanswered[broker_id].values())
         if pending:
@@ -283,7 +285,7 @@ class ControllerChannelManager:
 
     def _forget_liveness(self, broker_id: int) -> None:
         with self._lock:
-            self._liveness = {ref: b for ref, b in self._liveness.items() if b != broker_id}
+            self._liveness = {ref: v for ref, v in self._liveness.items() if v[0] != broker_id}
 
     def _watch_senders(self) -> None:
         while not self._closed.is_set():
@@ -295,8 +297,8 @@ class ControllerChannelManager:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
             for ref in ready:
                 with self._lock:
-                    broker_id = self._liveness.pop(ref, None)
-                if broker_id is not None and not self._closed.is_set():
+                    died = self._liveness.pop(ref, None)
+                if died is not None and not self._closed.is_set():
                     log.warning("[Controller id=%d] The RequestSender to broker %d died", self.controller_id,
-                                broker_id)
-                    self.on_sender_died(broker_id)
+                                died[0])
+                    self.on_sender_died(*died)

@@ -152,8 +152,8 @@ class KafkaController:
                     brokers.process_broker_change(self)
                 case BrokerActorDied(broker_id=b, state=state):
                     brokers.process_broker_actor_died(self, b, state)
-                case RequestSenderDied(broker_id=b):
-                    resent = self.channel.restart_sender(b)
+                case RequestSenderDied(broker_id=b, sender=sender):
+                    resent = self.channel.restart_sender(b, sender)
                     log.info("%s Started a new RequestSender to broker %d; %d unanswered requests sent again",
                              self.prefix, b, resent)
                 case ControlledShutdown(broker_id=b, broker_epoch=e, reply=reply):
@@ -243,7 +243,8 @@ class KafkaController:
             return
         detector = self._controller_watch[0] if self._controller_watch else self._detector_factory(
             "controller", lambda b, state: self.put(ControllerActorDied(broker_id=b, state=state)))
-        detector.watch({current[0]})
+        changed = self._controller_watch is None or self._controller_watch[1] != current
+        detector.watch({current[0]}, fresh={current[0]} if changed else set())
         self._controller_watch = (detector, current)
 
     def _remove_dead_controller(self, broker_id: int) -> None:

@@ -55,11 +55,12 @@ class RayFailureDetector:
         for t in self._threads:
             t.start()
 
-    def watch(self, broker_ids: set[int]) -> None:
-        """Watch exactly these brokers (the live ones); their actor ids are looked up off the inbox thread."""
+    def watch(self, broker_ids: set[int], fresh: set[int] = frozenset()) -> None:
+        """Watch exactly these brokers (the live ones); their actor ids are looked up off the inbox thread,
+        again for those in `fresh` (a new incarnation may be a new actor)."""
         with self._lock:
             self._watched = set(broker_ids)
-            self._actors = {a: b for a, b in self._actors.items() if b in self._watched}
+            self._actors = {a: b for a, b in self._actors.items() if b in self._watched and b not in fresh}
         self._resolve.set()
 
     def stop(self) -> None:
@@ -80,7 +81,7 @@ class RayFailureDetector:
             for broker_id in missing:
                 try:
                     actor_id = ray.get_actor(self.actor_name(broker_id), namespace=self.namespace)._actor_id.binary()
-                except ValueError:  # not (yet) created under that name: try again shortly
+                except Exception:  # not (yet) created under that name, or the GCS is busy: try again shortly
                     self._stopped.wait(RESOLVE_RETRY_S)
                     self._resolve.set()
                     continue

@@ -74,6 +74,7 @@ class RequestSenderDied(ControllerEvent):
     """The RequestSender actor to a broker died (killed); its unanswered requests need a new one."""
 
     broker_id: int = -1
+    sender: object = field(default=None, compare=False)  # which one (a newer one may have replaced it)
 
 
 @dataclass(frozen=True)

@@ -327,3 +327,10 @@ def test_a_follower_death_ends_at_the_first_acknowledgement_its_leader_decided_a
     acks = AckIndex([decided("t-7", 3, 4, 990, 989), decided("t-7", 3, 4, 1003, 998),
                      decided("t-7", 3, 4, 1242, 1240), decided("t-7", 3, 5, 1300, 1299)])
     assert recovery(fault(1, FaultKind.KILL_BROKER, 1, 1000.0), acks, {"t-7": [3, 1]}) == {"t-7": 1242}
+
+
+def test_a_broker_failure_is_joined_with_the_fault_that_hit_its_broker_when_faults_overlap():
+    faults = [fault(1, FaultKind.KILL_BROKER, 1, 1000.0), fault(2, FaultKind.PAUSE_BROKER, 3, 2000.0, ended_ms=2500.0)]
+    got = compose([timeline("broker_failure", 7000, brokers=(1,)), timeline("controller_failover", 7100, brokers=(2,))],
+                  faults, AckIndex([]), [], session_timeout_ms=6000, detector=False)
+    assert [(r.kind, r.fault_id) for r in got] == [("broker_failure", 1), ("controller_failover", 2)]
