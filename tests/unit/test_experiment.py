@@ -200,31 +200,17 @@ def test_invalid_experiment_is_one_line_kray_error_naming_the_problem(tmp_path, 
     assert "\n" not in message
 
 
-def test_yaml_list_is_not_an_experiment(tmp_path):
-    path = write(tmp_path, "- name: x\n- name: y\n")
+@pytest.mark.parametrize("make, message", [
+    (lambda d: write(d, "- name: x\n- name: y\n"), "{path}: an experiment is a mapping of fields, got list"),
+    (lambda d: write(d, ""), "{path}: an experiment is a mapping of fields, got NoneType"),
+    (lambda d: d / "nope.yaml", "cannot read experiment file {path}: No such file or directory"),
+    (lambda d: d, "cannot read experiment file {path}: Is a directory"),
+], ids=["a YAML list", "an empty file", "a missing file", "a directory"])
+def test_files_that_are_not_experiments(tmp_path, make, message):
+    path = make(tmp_path)
     with pytest.raises(KrayError) as info:
         load_experiment(path)
-    assert str(info.value) == f"KrayError: {path}: an experiment is a mapping of fields, got list"
-
-
-def test_empty_file_is_not_an_experiment(tmp_path):
-    path = write(tmp_path, "")
-    with pytest.raises(KrayError) as info:
-        load_experiment(path)
-    assert str(info.value) == f"KrayError: {path}: an experiment is a mapping of fields, got NoneType"
-
-
-def test_missing_file(tmp_path):
-    path = tmp_path / "nope.yaml"
-    with pytest.raises(KrayError) as info:
-        load_experiment(path)
-    assert str(info.value) == f"KrayError: cannot read experiment file {path}: No such file or directory"
-
-
-def test_directory_is_not_a_file(tmp_path):
-    with pytest.raises(KrayError) as info:
-        load_experiment(tmp_path)
-    assert str(info.value) == f"KrayError: cannot read experiment file {tmp_path}: Is a directory"
+    assert str(info.value) == "KrayError: " + message.format(path=path)
 
 
 def test_malformed_yaml_is_a_kray_error(tmp_path):
