@@ -60,8 +60,9 @@ def _scenario(cluster: LocalCluster, zk: KrayZkClient, config: ClusterConfig, to
     print(admin.format_describe(admin.describe_topics(zk, [topic])), flush=True)
 
     old_pid = ray.get(cluster.controller_actor(controller_id).status.remote())["pid"]
-    step(f"Killing the active controller's actor (controller-{controller_id}, pid {old_pid}); its ZooKeeper "
-         f"session expires after {config.zk_session_timeout_ms} ms, then the candidates race for /controller")
+    step(f"Killing the active controller's actor (controller-{controller_id}, pid {old_pid}); the other candidates "
+         f"hear of it from Ray and remove its /controller (Kafka waits for its {config.zk_session_timeout_ms} ms "
+         f"ZooKeeper session to expire), then race for /controller")
     killed = time.monotonic()
     cluster.kill_controller(controller_id)
     new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=epoch + 1)
