@@ -16,6 +16,8 @@ from pathlib import Path
 import ray
 from pydantic import BaseModel
 
+from jobs.rundir import JsonlWriter
+
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.2
@@ -26,35 +28,19 @@ class RunRecorder:
     """Appends lines to the files of one run directory (on the node the recorder runs on)."""
 
     def __init__(self, run_dir: str):
-        self.dir = Path(run_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, object] = {}
+        self.writer = JsonlWriter(Path(run_dir))
         self._lock = threading.Lock()
-        self.lines: dict[str, int] = defaultdict(int)
         self.closed = False
 
     def write(self, name: str, lines: list[str]) -> None:
         with self._lock:
-            if self.closed:  # the run has ended: what actors say while the cluster stops is not part of it
-                return
-            f = self._files.get(name)
-            if f is None:
-                f = self._files[name] = open(self.dir / name, "a")
-            f.write("".join(line + "\n" for line in lines))
-            f.flush()
-            self.lines[name] += len(lines)
+            if not self.closed:  # once the run has ended, what actors say while the cluster stops is not part of it
+                self.writer.append(name, lines)
 
-    def counts(self) -> dict[str, int]:
+    def close(self) -> None:
         with self._lock:
-            return dict(self.lines)
-
-    def close(self) -> dict[str, int]:
-        with self._lock:
-            for f in self._files.values():
-                f.close()
-            self._files.clear()
+            self.writer.close()
             self.closed = True
-            return dict(self.lines)
 
 
 def recorder_name(run_id: str) -> str:

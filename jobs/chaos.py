@@ -78,6 +78,16 @@ class Chaos:
         except ValueError:
             raise KrayError(f"broker {broker_id} is not running") from None
 
+    def _actor(self, broker_id: int | None):
+        """Broker N's actor, or without N the active controller's: (its broker id, the handle, the method
+        that says its pid and node)."""
+        if broker_id is None:
+            broker_id = self.controller_id()
+            handle = self.cluster.controller_actor(broker_id)
+            return broker_id, handle, handle.status
+        handle = self._broker(broker_id)
+        return broker_id, handle, handle.info
+
     def _sigkill(self, info_call, handle, restart: bool) -> float:
         """SIGKILL an actor's process; when. ray.kill alone asks Ray to end the process, which Ray reports
         dead at once while the process may run on for a second or more: the process is stopped first
@@ -96,26 +106,22 @@ class Chaos:
 
     def kill_broker(self, broker_id: int, restart: bool = False) -> float:
         """SIGKILL broker N's actor (Ray restarts it if asked); when the fault took effect."""
-        handle = self._broker(broker_id)
-        effective = self._sigkill(handle.info.remote(), handle, restart)
+        _, handle, info = self._actor(broker_id)
+        effective = self._sigkill(info.remote(), handle, restart)
         if not restart:
             self.cluster.brokers.pop(broker_id, None)
         return effective
 
     def kill_controller(self) -> tuple[int, float]:
         """SIGKILL the active controller's actor (Ray restarts it); (its broker id, when)."""
-        controller_id = self.controller_id()
-        handle = self.cluster.controller_actor(controller_id)
-        return controller_id, self._sigkill(handle.status.remote(timeout=2), handle, restart=True)
+        controller_id, handle, info = self._actor(None)
+        return controller_id, self._sigkill(info.remote(), handle, restart=True)
 
     def pause(self, seconds: float, broker_id: int | None = None) -> tuple[int, float]:
         """SIGSTOP broker N's actor (or, without N, the active controller's) for `seconds`, then SIGCONT;
         blocks meanwhile. (The paused broker's or controller's id, when it stopped.)"""
-        if broker_id is None:
-            broker_id = self.controller_id()
-            info = ray.get(self.cluster.controller_actor(broker_id).status.remote(), timeout=30)
-        else:
-            info = ray.get(self._broker(broker_id).info.remote(), timeout=30)
+        broker_id, _, info_method = self._actor(broker_id)
+        info = ray.get(info_method.remote(), timeout=30)
         stopped = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
         try:
             time.sleep(seconds)
@@ -125,11 +131,7 @@ class Chaos:
 
     def expire_session(self, broker_id: int | None = None) -> tuple[int, float]:
         """Expire broker N's ZooKeeper session (or, without N, the active controller's); (its id, when)."""
-        if broker_id is None:
-            broker_id = self.controller_id()
-            actor = self.cluster.controller_actor(broker_id)
-        else:
-            actor = self._broker(broker_id)
+        broker_id, actor, _ = self._actor(broker_id)
         client_id = ray.get(actor.zk_session.remote(), timeout=30)
         expired = time.time() * 1000
         expire_session(self.zk.connect, client_id)

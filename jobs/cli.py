@@ -214,16 +214,22 @@ def leader_election(args) -> None:
     print(f"Created preferred replica election for {len(chosen)} partitions")
 
 
-def broker_shutdown(args) -> None:
-    import ray
-    from actors.cluster import LocalCluster
+def _started_cluster():
+    """The ClusterConfig of the cluster `kray cluster up` started here."""
     from actors.config import ClusterConfig
 
     state = local.read_state("cluster")
     if not state:
         raise KrayError("no kray cluster was started here (kray cluster up)")
+    return ClusterConfig(**state["config"])
+
+
+def broker_shutdown(args) -> None:
+    import ray
+    from actors.cluster import LocalCluster
+
+    config = _started_cluster()
     _ray_connect()
-    config = ClusterConfig(**state["config"])
     with KrayZkClient(config.zk_connect).start() as zk:
         if args.broker_id not in zk.get_all_broker_ids():
             raise KrayError(f"broker {args.broker_id} is not registered")
@@ -256,16 +262,12 @@ def controller_status(args) -> None:
 # -- kray chaos / experiment / check ----------------------------------------
 
 def chaos(args) -> None:
-    """One fault against the cluster `kray cluster up` started (or the one --zookeeper and --namespace name)."""
+    """One fault against the cluster `kray cluster up` started."""
     import ray
     from actors.cluster import LocalCluster
-    from actors.config import ClusterConfig
     from jobs.chaos import Chaos
 
-    state = local.read_state("cluster")
-    if not state:
-        raise KrayError("no kray cluster was started here (kray cluster up)")
-    config = ClusterConfig(**state["config"])
+    config = _started_cluster()
     if args.fault == "zk-restart":  # the server `kray zk start` started: SIGKILL, then start it on its data
         zk_state = local.read_state("zk")
         if not zk_state:

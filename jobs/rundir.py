@@ -262,12 +262,16 @@ class JsonlWriter:
         self._files: dict[str, object] = {}
 
     def write(self, name: str, records: list[BaseModel]) -> None:
-        if not records:
+        self.append(name, [r.model_dump_json() for r in records])
+
+    def append(self, name: str, lines: list[str]) -> None:
+        """Lines already serialised (what the RunRecorder receives from the actors)."""
+        if not lines:
             return
         f = self._files.get(name)
         if f is None:
             f = self._files[name] = open(self.dir / name, "a")
-        f.write("".join(r.model_dump_json() + "\n" for r in records))
+        f.write("".join(line + "\n" for line in lines))
         f.flush()
 
     def document(self, name: str, record: BaseModel) -> None:

@@ -20,7 +20,7 @@ from typing import Callable
 import ray
 
 from actors.clients.load import ConsumerWorker, LoadGenerator, read_back
-from actors.cluster import LocalCluster, poll
+from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.recording import RunRecorder, recorder_name
 from coordination import admin
@@ -151,16 +151,21 @@ class ExperimentRun:
     def _finish(self) -> None:
         exp = self.exp
         self.progress("Load stopped; waiting for the cluster to converge")
-        stats = ray.get([g.stop.remote() for g in self.generators], timeout=300)
+        ray.get([g.stop.remote() for g in self.generators], timeout=300)
         ray.get([c.stop.remote() for c in self.consumers], timeout=60)
-        self.generator_errors = sum(s["errors"] for s in stats)
-        try:
-            poll(self._converged, timeout=exp.settle_s, what="caches to converge", tolerate=(Exception,),
-                 interval=0.5)
-        except Exception as e:  # the checker reports what did not converge
-            self.progress(f"Not converged after {exp.settle_s:.0f} s: {e}")
+        deadline, state, agreed = time.monotonic() + exp.settle_s, None, False
+        while True:
+            try:
+                state, agreed = self._reading()
+            except Exception as e:  # ZooKeeper or a broker busy for a moment: read again
+                log.debug("Reading the final state: %s", e)
+            if agreed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if not agreed:  # the checker reports what differs
+            self.progress(f"Not converged after {exp.settle_s:.0f} s")
         self._stop_sampling.set()
-        self.writer.document(rundir.FINAL_STATE, self._final_state())
+        self.writer.document(rundir.FINAL_STATE, state or self._reading()[0])
         self.progress(f"Reading every partition back from offset 0")
         chunk: list[str] = []
         for record in read_back(self.config, self.partitions):
@@ -288,28 +293,16 @@ class ExperimentRun:
                     leader=v[0], leader_epoch=v[1], isr=sorted(v[2])) for tp, v in m["partitions"].items()})
         return out
 
-    def _converged(self) -> bool:
-        live = self.zk.get_all_broker_ids()
-        if live != self.exp.broker_ids:
-            return False
-        zk = self._zk_leaderships()
+    def _reading(self) -> tuple[rundir.FinalState, bool]:
+        """ZooKeeper and every broker's cache, and whether they agree at one moment with every broker
+        back: ZooKeeper is read before and after the caches and must not have changed meanwhile
+        (leaders may still be moving: the auto leader rebalance goes on)."""
+        live, before = self.zk.get_all_broker_ids(), self._zk_leaderships()
         caches = self._caches()
-        return len(caches) == len(live) and all(c.partitions == zk and c.brokers == live for c in caches.values())
-
-    def _final_state(self, attempts: int = 20) -> rundir.FinalState:
-        """ZooKeeper and the caches at one moment: read ZooKeeper before and after the caches and take a
-        reading in which ZooKeeper did not change meanwhile (leaders may still be moving: the auto leader
-        rebalance goes on) and the caches agree, if one comes within `attempts`; else the last one."""
-        for _ in range(attempts):
-            live, before = self.zk.get_all_broker_ids(), self._zk_leaderships()
-            caches = self._caches()
-            after = self._zk_leaderships()
-            state = rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches)
-            if before == after and len(caches) == len(live) \
-                    and all(c.partitions == after and c.brokers == live for c in caches.values()):
-                break
-            time.sleep(0.5)
-        return state
+        after = self._zk_leaderships()
+        agreed = before == after and live == self.exp.broker_ids and len(caches) == len(live) \
+            and all(c.partitions == after and c.brokers == live for c in caches.values())
+        return rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches), agreed
 
     def _progress_line(self, elapsed: float, faults: int) -> str:
         controller = getattr(self, "controller", (None, None))

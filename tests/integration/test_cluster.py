@@ -114,15 +114,11 @@ def test_brokers_reject_the_old_controller_epoch_and_stale_broker_epochs(env):
 
 
 def test_controller_resigns_when_its_session_expires(env):
-    from kazoo.client import KazooClient
+    from coordination.zkclient import expire_session
 
     cluster, zk, ray = env["cluster"], env["zk"], env["ray"]
     old_id, old_epoch = cluster.wait_for_controller(zk)
-    session_id, password = ray.get(cluster.controller_actor(old_id).zk_session.remote())
-    thief = KazooClient(hosts=zk.connect, client_id=(session_id, password))  # takes the session over...
-    thief.start()
-    thief.stop()  # ...and closes it: for the controller, its session has expired
-    thief.close()
+    expire_session(zk.connect, ray.get(cluster.controller_actor(old_id).zk_session.remote()))
     new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
     assert new_epoch == old_epoch + 1
     deadline = time.monotonic() + 30  # the zombie learns of its expiry when it next reaches ZooKeeper

@@ -6,10 +6,9 @@ import os
 import time
 
 import pytest
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from coordination import admin, zkdata
+from coordination import admin, zkclient, zkdata
 from coordination.election import ControllerElection
 from coordination.errors import (
     ControllerMovedException,
@@ -35,12 +34,8 @@ def tree(client: KrayZkClient, path: str = "/") -> dict[str, bytes]:
 
 
 def expire_session(client: KrayZkClient) -> None:
-    """Expire a live session the way a partition would: another client takes it over and closes it."""
-    session_id, password = client.kazoo.client_id
-    thief = KazooClient(hosts=client.connect, client_id=(session_id, password))
-    thief.start()
-    thief.stop()
-    thief.close()
+    """Expire a live session the way a partition would."""
+    zkclient.expire_session(client.connect, client.kazoo.client_id)
 
 
 # -- launcher ----------------------------------------------------------------
