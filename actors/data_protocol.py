@@ -70,6 +70,10 @@ class FetchPartitions(Rows):
 
 class FetchRequest(Message):
     replica_id: int = CONSUMER_REPLICA_ID
+    replica_epoch: int = -1  # the follower's broker epoch (Kafka's ReplicaState.ReplicaEpoch)
+    # how many times the follower's fetcher had taken on partitions when it built this request: a
+    # leader told of a newer count (wake_fetches) answers at once instead of long-polling without them
+    partitions_version: int = 0
     max_wait_ms: int = Field(500, ge=0)
     min_bytes: int = Field(1, ge=0)
     partitions: FetchPartitions

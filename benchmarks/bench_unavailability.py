@@ -1,7 +1,7 @@
 """Client-visible unavailability after SIGKILL of a leader broker, with and without the Ray-based
 failure detector, for ZooKeeper session timeouts of 2 s and 6 s (issue 5).
 
-    .venv/bin/python -m benchmarks.bench_unavailability [--partitions 1000] [--kills 5]
+    .venv/bin/python -m benchmarks.bench_unavailability [--partitions 1000] [--kills 5] [--detector both|on|off]
 
 Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions
 with replication factor 3, acks=all with min.insync.replicas=2, one producer sending a record to
@@ -29,7 +29,7 @@ from jobs.rundir import FaultKind, JsonlReader
 from jobs.runner import percentile, run_experiment
 
 
-def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool) -> Experiment:
+def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool, rate: float = 0) -> Experiment:
     spacing = 14.0 + (0 if detector else 2 * session_timeout_ms / 1000)  # down 3 s, back, leaders back
     return Experiment(
         name=f"unavailability-{'ray' if detector else 'zk'}-{session_timeout_ms}", brokers=3,
@@ -37,7 +37,7 @@ def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: b
         broker={"min_insync_replicas": 2},
         controller={"leader_imbalance_check_interval_seconds": 3},
         topics=[{"name": "load", "partitions": partitions, "replication_factor": 3}],
-        load={"producers": 1, "rate": 0, "acks": "all", "consumers": 0},
+        load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
         schedule=[FaultSpec(at_s=5 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3)
                   for i in range(kills)],
         duration_s=5 + kills * spacing, settle_s=60, seed=5)
@@ -65,14 +65,16 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--timeouts", type=int, nargs="+", default=[2000, 6000])
+    parser.add_argument("--rate", type=float, default=0, help="records/s; 0 streams as fast as acknowledged")
+    parser.add_argument("--detector", choices=["both", "on", "off"], default="both")
     parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "kray-bench-runs"))
     args = parser.parse_args()
     rows = []
     with embedded_zookeeper_and_ray() as env:
         os.environ["KRAY_ZK_CONNECT"] = env.connect  # every run joins this ZooKeeper and this Ray
         for timeout in args.timeouts:
-            for detector in (True, False):
-                exp = experiment(args.partitions, args.kills, timeout, detector)
+            for detector in {"both": (True, False), "on": (True,), "off": (False,)}[args.detector]:
+                exp = experiment(args.partitions, args.kills, timeout, detector, args.rate)
                 run_dir, _ = run_experiment(exp, args.runs_dir, progress=lambda line: None)
                 row = {"session_timeout_ms": timeout, "detector": detector, **measure(run_dir)}
                 print(json.dumps(row), flush=True)

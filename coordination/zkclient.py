@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import OPEN_ACL_UNSAFE
 from kazoo.retry import KazooRetry
@@ -32,6 +32,13 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=zkdata.ZNodeModel)
 MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
+STALE_VERSIONS_PER_BATCH = 3  # conditional writes that failed before the rest of a batch is given back
+
+
+class NotAttemptedError(BadVersionError):
+    """A conditional write not sent: others in its batch had stale versions, so the caller's versions
+    are likely stale too. ZooKeeper names one failing op per multi; reading the rest again costs one
+    pipelined read instead of a round trip per stale op."""
 READ_BATCH = 500  # paths per MultiRead
 
 
@@ -203,17 +210,21 @@ class KrayZkClient:
             results += self._collect_multi(batch, self._send_multi(batch, epoch_zk_version), epoch_zk_version)
         return results
 
-    def begin_fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int) -> Callable[[], list[OpResult]]:
+    def begin_fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int,
+                           stale_limit: int | None = None) -> Callable[[], list[OpResult]]:
         """Send every batch of a pipelined fenced_multi now; the returned function waits for their
-        outcome, so that the caller can work while ZooKeeper applies them."""
+        outcome, so that the caller can work while ZooKeeper applies them. With `stale_limit`, a batch
+        whose conditional writes failed that many times gives the rest back as NotAttemptedError."""
         batches = [list(ops[i:i + MULTI_BATCH]) for i in range(0, len(ops), MULTI_BATCH)]
         in_flight = [self._send_multi(b, epoch_zk_version) for b in batches]
         return lambda: [r for batch, sent in zip(batches, in_flight)
-                        for r in self._collect_multi(batch, sent, epoch_zk_version)]
+                        for r in self._collect_multi(batch, sent, epoch_zk_version, stale_limit)]
 
-    def _collect_multi(self, batch: list[ZkOp], sent, epoch_zk_version: int) -> list[OpResult]:
+    def _collect_multi(self, batch: list[ZkOp], sent, epoch_zk_version: int,
+                       stale_limit: int | None = None) -> list[OpResult]:
         """Wait for one batch; while an op of it fails on its own, record that op and resend the rest."""
         results: list[OpResult] = []
+        stale = 0
         while batch:
             outcome = sent.get()
             errors = [i for i, r in enumerate(outcome) if isinstance(r, Exception)]
@@ -230,6 +241,11 @@ class KrayZkClient:
                     f"controller epoch zkVersion {epoch_zk_version} is stale; another controller was elected")
             results.append(OpResult(batch[failed - 1], error=outcome[failed]))
             del batch[failed - 1]
+            stale += isinstance(outcome[failed], BadVersionError)
+            if batch and stale_limit is not None and stale >= stale_limit:
+                results.extend(OpResult(op, error=NotAttemptedError(f"{stale} stale versions in its batch"))
+                               for op in batch)
+                break
             if batch:
                 sent = self._send_multi(batch, epoch_zk_version)
         return results
@@ -389,7 +405,7 @@ class KrayZkClient:
         ops = {zkdata.partition_state_path(tp): tp for tp in updates}
         wait = self.begin_fenced_multi(
             [SetDataOp(path, _znode_bytes(updates[tp][0]), updates[tp][1]) for path, tp in ops.items()],
-            epoch_zk_version)
+            epoch_zk_version, STALE_VERSIONS_PER_BATCH)
         return lambda: {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in wait()}
 
 

@@ -69,7 +69,7 @@ class BrokerActor:
         self.registration.register()
         self.registration.keep_registered()
         self.fetchers = ReplicaFetcherManager(broker_id, lambda leader: ray.get_actor(
-            broker_actor_name(leader), namespace=config.namespace), config.broker)
+            broker_actor_name(leader), namespace=config.namespace), config.broker, lambda: self.broker_epoch)
         self.isr = IsrManager(broker_id, self.zk, self.replica_manager,
                               is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self._stopped = threading.Event()
@@ -156,9 +156,9 @@ class BrokerActor:
             self.isr.expand(expand, request.replica_id)
         return response
 
-    def wake_fetches(self) -> None:
+    def wake_fetches(self, replica_id: int, replica_epoch: int, partitions_version: int) -> None:
         """A follower got new partitions to fetch from here: end its long-polling fetch now."""
-        self.replica_manager.wake_fetches()
+        self.replica_manager.wake_fetches(replica_id, replica_epoch, partitions_version)
 
     def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
         return self.replica_manager.offsets_for_leader_epoch(request)

@@ -45,8 +45,10 @@ PARTITION_BACKOFF_MS = 40
 class ReplicaFetcher:
     """Fetches for the partitions led by one source broker."""
 
-    def __init__(self, broker_id: int, source_id: int, leader: Callable[[], object], config: BrokerConfig):
+    def __init__(self, broker_id: int, source_id: int, leader: Callable[[], object], config: BrokerConfig,
+                 broker_epoch: Callable[[], int] = lambda: -1):
         self.broker_id, self.source_id, self.leader, self.config = broker_id, source_id, leader, config
+        self.broker_epoch = broker_epoch
         self._lock = threading.Lock()
         self.partitions: dict[TopicPartition, tuple[Partition, int, bool]] = {}  # partition, its epoch, truncated?
         self._stopped = threading.Event()
@@ -54,6 +56,7 @@ class ReplicaFetcher:
         self._handle = None  # the source broker's actor, looked up again after an error
         self._failures = 0  # consecutive rounds that failed
         self.added = False  # partitions were added since the last nudge
+        self.version = 0  # counts additions; each fetch carries the count it was built with
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"ReplicaFetcherThread-{broker_id}-from-{source_id}")
         self.thread.start()
@@ -62,6 +65,7 @@ class ReplicaFetcher:
         with self._lock:
             self.partitions[tp] = (partition, partition.state.leader_epoch, False)
             self.added = True
+            self.version += 1
         self._wake.set()
 
     def update_epoch(self, tp: TopicPartition, partition: Partition) -> bool:
@@ -76,11 +80,12 @@ class ReplicaFetcher:
 
     def nudge(self) -> None:
         """Partitions were added while a fetch may be long-polling at the leader: ask the leader to end
-        it, so that the new ones are truncated and fetched now rather than after replica.fetch.wait.max.ms."""
+        it, so that the new ones are truncated and fetched now rather than after replica.fetch.wait.max.ms.
+        The leader keeps the count it was told, so a fetch that reaches it after the nudge ends too."""
         with self._lock:
-            added, self.added = self.added, False
+            added, self.added, version = self.added, False, self.version
         if added and self._handle is not None:
-            self._handle.wake_fetches.remote()
+            self._handle.wake_fetches.remote(self.broker_id, self.broker_epoch(), version)
 
     def remove(self, tp: TopicPartition) -> None:
         with self._lock:
@@ -93,7 +98,7 @@ class ReplicaFetcher:
     def _run(self) -> None:
         while not self._stopped.is_set():
             with self._lock:
-                current = dict(self.partitions)
+                current, version = dict(self.partitions), self.version
             if not current:
                 self._wake.wait(1.0)
                 self._wake.clear()
@@ -103,7 +108,7 @@ class ReplicaFetcher:
                     self._handle = self.leader()
                 leader = self._handle
                 pending = {tp: v for tp, v in current.items() if not v[2]}
-                failed = self._truncate(leader, pending) if pending else self._fetch(leader, current)
+                failed = self._truncate(leader, pending) if pending else self._fetch(leader, current, version)
                 unreachable = False
             except Exception as e:  # the leader is gone or restarting: back off, the controller will move it
                 self._handle = None
@@ -143,10 +148,11 @@ class ReplicaFetcher:
                     self.partitions[tp] = (partition, epoch, True)
         return any(a.error_code != Errors.NONE for a in response.partitions)
 
-    def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]]) -> bool:
+    def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]], version: int) -> bool:
         """One long-polling fetch for every partition; whether some failed."""
         request = FetchRequest(
-            replica_id=self.broker_id, max_wait_ms=self.config.replica_fetch_wait_max_ms, min_bytes=1,
+            replica_id=self.broker_id, replica_epoch=self.broker_epoch(), partitions_version=version,
+            max_wait_ms=self.config.replica_fetch_wait_max_ms, min_bytes=1,
             partitions=FetchPartitions(FetchPartition(tp.topic, tp.partition, p.log.log_end_offset, epoch,
                                                       self.config.replica_fetch_max_bytes)
                                        for tp, (p, epoch, _) in current.items()))
@@ -174,8 +180,10 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Fetchers by source broker, created when a partition first follows there."""
 
-    def __init__(self, broker_id: int, leader_handle: Callable[[int], object], config: BrokerConfig):
+    def __init__(self, broker_id: int, leader_handle: Callable[[int], object], config: BrokerConfig,
+                 broker_epoch: Callable[[], int] = lambda: -1):
         self.broker_id, self.leader_handle, self.config = broker_id, leader_handle, config
+        self.broker_epoch = broker_epoch
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.assigned: dict[TopicPartition, int] = {}  # partition -> the broker it fetches from
 
@@ -187,7 +195,8 @@ class ReplicaFetcherManager:
         self.unfollow(tp)
         if leader_id not in self.fetchers:
             self.fetchers[leader_id] = ReplicaFetcher(self.broker_id, leader_id,
-                                                      lambda: self.leader_handle(leader_id), self.config)
+                                                      lambda: self.leader_handle(leader_id), self.config,
+                                                      self.broker_epoch)
         self.fetchers[leader_id].add(tp, partition)
         self.assigned[tp] = leader_id
 

@@ -75,6 +75,8 @@ class ReplicaManager:
         self._checkpoint_lock = threading.Lock()
         self.data_arrived = threading.Condition()  # wakes long-polling fetches after every append
         self.generation = 0  # counts role changes, which end long-polling fetches
+        # per follower, the newest (broker epoch, partitions_version) its fetcher announced (wake_fetches)
+        self.fetcher_versions: dict[int, tuple[int, int]] = {}
 
     @property
     def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
@@ -238,9 +240,10 @@ class ReplicaManager:
         if request.replica_id >= 0:  # the current epoch
             expand = [tp for tp in (TopicPartition(f.topic, f.partition) for f in out if f.error_code == Errors.NONE)
                       if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
-        while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0:
+        while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0 \
+                and not self._outdated(request):
             with self.data_arrived:  # checked under the lock that appends and role changes notify under
-                if self.generation == generation and not self._has_news(request):
+                if self.generation == generation and not self._has_news(request) and not self._outdated(request):
                     self.data_arrived.wait(remaining)
             if self.generation != generation:  # roles changed: answer now (the fetcher has new work), and
                 out, size = self._fetch_once(request, now_ms())  # take no one into an ISR that may have moved
@@ -263,10 +266,21 @@ class ReplicaManager:
                 return True
         return False
 
-    def wake_fetches(self) -> None:
-        """End every long-polling fetch now (roles changed: their partitions may have moved)."""
+    def _outdated(self, request: FetchRequest) -> bool:
+        """A follower's fetch built before its fetcher took on partitions it has told us of: answer it
+        now, so that the fetcher comes back with them (whichever of the two calls arrived first)."""
+        return request.replica_id >= 0 and self.fetcher_versions.get(request.replica_id, (-1, -1)) > (
+            request.replica_epoch, request.partitions_version)
+
+    def wake_fetches(self, replica_id: int | None = None, replica_epoch: int = -1, partitions_version: int = 0) -> None:
+        """End long-polling fetches now: every one (roles changed here: their partitions may have moved),
+        or the follower's that are older than the partitions its fetcher has just taken on."""
         with self.data_arrived:
-            self.generation += 1
+            if replica_id is None:
+                self.generation += 1
+            else:
+                self.fetcher_versions[replica_id] = max(self.fetcher_versions.get(replica_id, (-1, -1)),
+                                                        (replica_epoch, partitions_version))
             self.data_arrived.notify_all()
 
     def _fetch_once(self, request: FetchRequest, now_ms: int) -> tuple[list[FetchedPartition], int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 
 import ray
 
@@ -52,7 +53,7 @@ class LoadGenerator:
                  leader_check_ms: int = 25):
         configure_actor_process()
         self.name = f"p{index}"
-        self.partitions = list(partitions)
+        self.partitions = OrderedDict.fromkeys(partitions)  # in the order they were last given a batch
         self.rate, self.record_size, self.per_partition = rate, record_size, records_per_partition
         self.producer = Producer(config.namespace, _broker_ids(config), acks=acks, delivery_timeout_ms=120_000,
                                  retry_backoff_ms=retry_backoff_ms, leader_check_ms=leader_check_ms)
@@ -83,12 +84,13 @@ class LoadGenerator:
         """The next batch of every partition with none in flight, within the target rate; None to stop."""
         if self._stopped.is_set():
             return None
-        idle = [tp for tp in self.partitions if tp not in pending]
+        idle = [tp for tp in self.partitions if tp not in pending]  # longest unserved first
         if self.rate > 0:
             allowed = int(self.rate * (time.monotonic() - self._started)) - (self.sequence - self._budget_base)
             idle = idle[:max(0, allowed // self.per_partition)]
         out = {}
         for tp in idle:
+            self.partitions.move_to_end(tp)
             ids = [f"{self.name}-{self.sequence + i}" for i in range(self.per_partition)]
             self.sequence += self.per_partition
             out[tp] = self.producer.batch(tp, [record_value(i, self.record_size) for i in ids])

@@ -222,13 +222,13 @@ class ZkReplicaStateMachine(_Machine):
     """New / Online / Offline replicas, and the deletion states a topic deletion walks through."""
 
     def handle_state_changes(self, replicas: Iterable[tuple[TopicPartition, int]], target: R) -> None:
+        """Leaders change ISRs too, so the context's may be behind ZooKeeper's. Kafka's
+        removeReplicasFromIsr reads every state first; here the ISR writes are conditional on the
+        zkVersion the context holds, and only the states that moved are read and written again
+        (a read of 1,000 states is most of a broker failure's time otherwise)."""
         by_broker: dict[int, list[tuple[TopicPartition, int]]] = defaultdict(list)
         for tp, r in replicas:
             by_broker[r].append((tp, r))
-        if target is R.OfflineReplica:  # leaders change ISRs too: read them as Kafka's removeReplicasFromIsr does
-            self.read_leaderships(sorted({tp for rs in by_broker.values() for tp, _ in rs
-                                          if tp in self.ctx.partition_leadership
-                                          and tp not in self.ctx.leaderships_synced}))
         for broker_replicas in by_broker.values():  # one broker at a time, as Kafka does
             pending = broker_replicas
             for _ in range(MAX_ZK_RETRIES):

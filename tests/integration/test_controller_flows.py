@@ -53,6 +53,29 @@ def test_broker_failure_moves_leaders_and_shrinks_isrs(new_cluster):
     assert all(victim not in c["brokers"] for c in caches)
 
 
+def test_broker_failure_rereads_isrs_that_leaders_changed_behind_the_controller(new_cluster):
+    """The controller writes ISR removals on the zkVersion it holds, without reading first: states a
+    leader changed meanwhile (its notification not yet in) are refused, read again and written again,
+    so the dead broker leaves every ISR and the leader's change is kept."""
+    cluster, zk = new_cluster()
+    create_topic_and_wait(cluster, zk, "t", 12, 3)
+    _, _, _, victim = controller_of(cluster, zk)
+    before = zk_states(zk, "t")
+    followed = {tp: s for tp, s in before.items() if s.leader != victim}
+    assert len(followed) >= 4  # more than a batch's STALE_VERSIONS_PER_BATCH
+    for tp, s in followed.items():  # as a leader's shrink would, with no notification for the controller
+        path = zkdata.partition_state_path(tp)
+        zk.kazoo.set(path, s.model_copy(update={"isr": [s.leader, victim]}).encode())
+    cluster.kill_broker(victim)
+    wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values()), what="ISR shrink")
+    after = zk_states(zk, "t")
+    for tp, s in after.items():
+        assert s.leader_epoch == before[tp].leader_epoch + 1 and s.leader != victim
+    for tp in followed:  # the leader alone, or with followers it has taken back in since
+        assert after[tp].leader == before[tp].leader and after[tp].leader in after[tp].isr
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
+
+
 def test_partition_with_no_live_isr_goes_offline_with_leader_minus_one(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "single", 3, 1)

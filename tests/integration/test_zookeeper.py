@@ -90,6 +90,29 @@ def test_partition_states_create_read_and_conditional_update(zk):
     assert zk.get_partition_states([tp1])[tp1].state == states[tp1]
 
 
+def test_a_batch_with_many_stale_versions_gives_the_rest_back_unsent(zk):
+    """ZooKeeper names one failing op per multi, so each stale version costs a round trip: after
+    STALE_VERSIONS_PER_BATCH of them the rest of the batch comes back as NotAttemptedError (a
+    BadVersionError: read again and retry) and stays unchanged in ZooKeeper."""
+    from coordination.zkclient import STALE_VERSIONS_PER_BATCH, NotAttemptedError
+
+    epoch, epoch_version = zk.register_controller_and_increment_epoch(1)
+    zk.kazoo.create(zkdata.topic_path("s"), zkdata.TopicZNode.from_assignment({}, None).encode())
+    tps = [TopicPartition("s", p) for p in range(20)]
+    old = zkdata.PartitionStateZNode(leader=1, leader_epoch=0, controller_epoch=epoch, isr=[1, 2])
+    zk.create_partition_states(dict.fromkeys(tps, old), epoch_version)
+    new = old.model_copy(update={"leader_epoch": 1})
+    stale = set(tps[2:2 + STALE_VERSIONS_PER_BATCH + 2])  # the context lags for these
+    outcome = zk.update_partition_states({tp: (new, 5 if tp in stale else 0) for tp in tps}, epoch_version)
+    refused = [tp for tp in tps if isinstance(outcome[tp], BadVersionError)
+               and not isinstance(outcome[tp], NotAttemptedError)]
+    assert refused == sorted(stale, key=tps.index)[:STALE_VERSIONS_PER_BATCH]  # one round trip each
+    assert all(isinstance(outcome[tp], NotAttemptedError) for tp in tps if tp not in refused)
+    assert {tp: r.state for tp, r in zk.get_partition_states(tps).items()} == dict.fromkeys(tps, old)
+    fresh = {tp: (new, 0) for tp in tps if tp not in stale}  # the multi is atomic: nothing went through
+    assert set(zk.update_partition_states(fresh, epoch_version).values()) == {1}
+
+
 def test_deposed_controller_batch_fails_whole(zk, chroot_connect):
     _, old_version = zk.register_controller_and_increment_epoch(1)
     path = zkdata.partition_state_path(TopicPartition("t", 0))

@@ -287,6 +287,33 @@ def test_an_idle_fetch_long_polls_and_an_append_wakes_it(rm):
     assert [r.value for r in response.partitions[0].records] == [b"x"]  # woken by the append, not the timeout
 
 
+def test_a_fetch_older_than_its_fetchers_partitions_is_answered_at_once(rm):
+    """The follower's nudge (wake_fetches with its fetcher's partition count) may reach the leader before
+    the fetch it means to end: that fetch is still answered at once, not after max_wait_ms. A newer fetch,
+    or one from the follower's next incarnation (a newer broker epoch), long-polls as usual."""
+    import threading
+    import time
+
+    from actors.data_protocol import FetchPartition, FetchRequest
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+
+    def waited(epoch: int, version: int, max_wait_ms: int = 400) -> float:
+        request = FetchRequest(replica_id=2, replica_epoch=epoch, partitions_version=version, max_wait_ms=max_wait_ms,
+                               partitions=[FetchPartition("t", 0, 0, 0)])
+        started = time.monotonic()
+        rm.fetch(request, lambda: 0)
+        return time.monotonic() - started
+
+    rm.wake_fetches(2, 7, 3)  # the nudge arrives first
+    assert waited(7, 2) < 0.1  # built before the fetcher took on its third batch of partitions
+    assert waited(7, 3) >= 0.35  # built with them: nothing to read, so it waits
+    assert waited(8, 0) >= 0.35  # the follower restarted: its counts start again
+    rm.wake_fetches(2, 6, 99)  # a late nudge from an earlier incarnation changes nothing
+    assert waited(7, 3) >= 0.35
+    threading.Timer(0.1, rm.wake_fetches, (2, 7, 4)).start()  # the nudge arrives while the fetch waits
+    assert waited(7, 3, max_wait_ms=30_000) < 5
+
 @pytest.mark.parametrize("acks, expected", [(0, Errors.NONE), (1, Errors.NONE), (-1, Errors.REQUEST_TIMED_OUT)])
 def test_acks_decide_what_a_produce_waits_for(rm, acks, expected):
     """acks=0 and acks=1 are answered once the leader has the records; acks=all waits for the ISR (here a
