@@ -50,7 +50,7 @@ def now_ms() -> float:
 class LoadGenerator:
     def __init__(self, index: int, config: ClusterConfig, partitions: list[TopicPartition], rate: float,
                  record_size: int, acks: int, records_per_partition: int = 1, retry_backoff_ms: int = 20,
-                 leader_check_ms: int = 25):
+                 leader_check_ms: int = 200):
         configure_actor_process()
         self.name = f"p{index}"
         self.partitions = OrderedDict.fromkeys(partitions)  # in the order they were last given a batch

@@ -19,6 +19,45 @@ STRAGGLER_WAIT_S = 0.05  # after the first answer, how long the others may take
 REFRESH_TIMEOUT_S = 10.0
 
 
+class Refresh:
+    """A metadata request to every known broker, in flight: done once every broker answered, or
+    STRAGGLER_WAIT_S after the first answer, or at REFRESH_TIMEOUT_S. A producer waits on its
+    `pending` calls beside its produce calls, so that answers keep coming in while it refreshes."""
+
+    def __init__(self, calls: dict, errors: list[str]):
+        self.calls = calls  # ref -> broker id
+        self.pending = list(calls)
+        self.answers: list[dict] = []
+        self.errors = errors
+        self.failed: set[int] = set()  # brokers whose call failed: their handles are looked up again
+        self.first_answer_at: float | None = None
+        self.started = time.monotonic()
+        self.deadline = self.started + REFRESH_TIMEOUT_S
+
+    def take(self, ready: list) -> list:
+        """Keep the answers among `ready`; returns the refs that are not this refresh's."""
+        ours = [ref for ref in ready if ref in self.calls]
+        for ref in ours:
+            self.pending.remove(ref)
+            try:
+                self.answers.append(ray.get(ref))
+                self.first_answer_at = self.first_answer_at or time.monotonic()
+            except Exception as e:  # that broker died: the others answer
+                self.failed.add(self.calls[ref])
+                self.errors.append(f"{self.calls[ref]}: {type(e).__name__}")
+        return [ref for ref in ready if ref not in self.calls]
+
+    def remaining_s(self) -> float:
+        """How long it may still wait."""
+        until = self.deadline if self.first_answer_at is None else min(self.deadline,
+                                                                       self.first_answer_at + STRAGGLER_WAIT_S)
+        return 0.0 if not self.pending else max(0.0, until - time.monotonic())
+
+    @property
+    def done(self) -> bool:
+        return self.remaining_s() == 0.0
+
+
 class ClusterMetadata:
     def __init__(self, namespace: str, bootstrap: list[int]):
         self.namespace = namespace
@@ -33,35 +72,33 @@ class ClusterMetadata:
 
     def refresh(self) -> None:
         """Ask every known broker; merge what answers within STRAGGLER_WAIT_S of the first answer."""
+        refresh = self.begin_refresh()
+        while not refresh.done:
+            refresh.take(ray.wait(refresh.pending, num_returns=1, timeout=refresh.remaining_s())[0])
+        self.finish_refresh(refresh)
+
+    def begin_refresh(self) -> Refresh:
         calls, errors = {}, []
         for broker_id in self.bootstrap:
             try:
                 calls[self.broker(broker_id).metadata.remote()] = broker_id
             except Exception as e:  # no such actor (any more)
                 errors.append(f"{broker_id}: {type(e).__name__}")
-        deadline = time.monotonic() + REFRESH_TIMEOUT_S
-        answers: list[dict] = []
-        pending = list(calls)
-        while pending and not answers and time.monotonic() < deadline:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-            if ready and pending:  # the first answer is in: the others get a moment
-                more, pending = ray.wait(pending, num_returns=len(pending), timeout=STRAGGLER_WAIT_S)
-                ready += more
-            for ref in ready:
-                try:
-                    answers.append(ray.get(ref))
-                except Exception as e:  # that broker died: the others answer
-                    self._handles.pop(calls[ref], None)
-                    errors.append(f"{calls[ref]}: {type(e).__name__}")
-        if not answers:
-            raise KrayError(f"no bootstrap broker answered ({', '.join(errors) or 'timed out'})")
+        return Refresh(calls, errors)
+
+    def finish_refresh(self, refresh: Refresh) -> None:
+        """Merge the answers: per partition, the newest leader epoch any broker knows."""
+        for broker_id in refresh.failed:
+            self._handles.pop(broker_id, None)
+        if not refresh.answers:
+            raise KrayError(f"no bootstrap broker answered ({', '.join(refresh.errors) or 'timed out'})")
         merged = dict(self.leaders)
-        for cache in answers:
+        for cache in refresh.answers:
             for tp, (leader, epoch, _) in cache["partitions"].items():
                 if tp not in merged or epoch >= merged[tp][1]:
                     merged[tp] = (leader, epoch)
-        live = {b for cache in answers for b in cache["brokers"]}
-        self.leaders = {tp: v for tp, v in merged.items() if any(tp in c["partitions"] for c in answers)}
+        live = {b for cache in refresh.answers for b in cache["brokers"]}
+        self.leaders = {tp: v for tp, v in merged.items() if any(tp in c["partitions"] for c in refresh.answers)}
         self.bootstrap = sorted(set(self.bootstrap) | live)
 
     def partitions_for(self, topic: str) -> list[int]:

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 import ray
 
 from actors.broker.records import Record
-from actors.clients.metadata import ClusterMetadata
+from actors.clients.metadata import ClusterMetadata, Refresh
 from actors.data_protocol import ProducePartition, ProducePartitions, ProduceRequest, Records
 from coordination.errors import Errors, KrayError
 from coordination.zkdata import TopicPartition
@@ -133,10 +133,19 @@ class Producer:
         delivered: dict[TopicPartition, Delivered] = {}
         last_error: dict[TopicPartition, str] = {}
         in_flight: dict = {}  # ref -> (leader, partitions, when sent)
-        retry_at, refresh = 0.0, False  # when partitions not in flight may be sent again; after a refresh?
-        checked = time.monotonic()
+        retry_at = 0.0  # when partitions not in flight may be sent again
+        # when fresh metadata was asked for (after an error, or leaders unknown): sends wait for a refresh begun since
+        wanted = time.monotonic() if any(self.metadata.leader(tp) < 0 for tp in pending) else None
+        refreshing: Refresh | None = None  # answers keep being collected while it is in flight
+        checked = time.monotonic()  # when calls were last looked at for a leader that moved
         while pending or refill is not None:
             now = time.monotonic()
+            if refreshing is not None and refreshing.done:
+                self.metadata.finish_refresh(refreshing)
+                if wanted is not None and refreshing.started >= wanted:
+                    wanted = None
+                refreshing = None
+                self._give_up_stale_calls(in_flight, last_error)
             if refill is not None:
                 more = refill(set(pending))
                 if more is None:
@@ -147,42 +156,49 @@ class Producer:
             flying = {tp for _, tps, _ in in_flight.values() for tp in tps}
             unsent = {tp: r for tp, r in pending.items() if tp not in flying}
             if unsent and now >= retry_at:
-                if refresh or any(self.metadata.leader(tp) < 0 for tp in unsent):
-                    self.metadata.refresh()
-                    refresh, checked = False, now
-                calls = self._send(unsent, last_error, now)
-                in_flight.update(calls)
-                if self.acks == 0:  # nothing to wait for
-                    for tp in [tp for _, tps, _ in calls.values() for tp in tps]:
-                        pending.pop(tp)
-                        delivered[tp] = Delivered(-1, -1, -1, -1, -1)
-                        on_delivered(tp, delivered[tp])
-                    in_flight.clear()
-                if len(unsent) > sum(len(tps) for _, tps, _ in calls.values()):  # some had no leader to go to
-                    retry_at, refresh = now + self.retry_backoff_ms / 1000, True
-                    self.retries += 1
+                if wanted is None:  # partitions with no known leader wait for a refresh after retry.backoff.ms
+                    calls = self._send(unsent, last_error, now)
+                    in_flight.update(calls)
+                    if self.acks == 0:  # nothing to wait for
+                        for tp in [tp for _, tps, _ in calls.values() for tp in tps]:
+                            pending.pop(tp)
+                            delivered[tp] = Delivered(-1, -1, -1, -1, -1)
+                            on_delivered(tp, delivered[tp])
+                        in_flight.clear()
+                    if len(unsent) > sum(len(tps) for _, tps, _ in calls.values()):  # some had no leader to go to
+                        retry_at, wanted = now + self.retry_backoff_ms / 1000, now
+                        self.retries += 1
+                elif refreshing is None:
+                    refreshing, checked = self.metadata.begin_refresh(), now
+            if refreshing is None and now - checked >= self.leader_check_ms / 1000 and any(
+                    now - sent >= self.leader_check_ms / 1000 for _, _, sent in in_flight.values()):
+                refreshing, checked = self.metadata.begin_refresh(), now  # has a call's leader moved?
             expired = [tp for tp in pending if now - added[tp] > self.delivery_timeout_ms / 1000]
             if expired:
                 self.new_identity()
                 raise ProducerError(f"delivery.timeout.ms expired for {sorted(expired)}: "
                                     f"{ {str(tp): last_error.get(tp) for tp in expired} }")
-            if not in_flight:
-                time.sleep(max(0.005, retry_at - time.monotonic()) if pending or refill else 0)
+            waits = list(in_flight) + (refreshing.pending if refreshing is not None else [])
+            if not waits:
+                if refreshing is None:
+                    time.sleep(max(0.005, retry_at - time.monotonic()) if pending or refill else 0)
                 continue
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.leader_check_ms / 1000)
+            timeout = self.leader_check_ms / 1000
+            if refreshing is not None:
+                timeout = min(timeout, refreshing.remaining_s())
+            ready, _ = ray.wait(waits, num_returns=1, timeout=timeout)
             if ready:
-                ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+                ready, _ = ray.wait(waits, num_returns=len(waits), timeout=0)
+            if refreshing is not None:
+                ready = refreshing.take(ready)
             for ref in ready:
                 leader, tps, _ = in_flight.pop(ref)
                 for tp, d in self._collect(ref, leader, tps, pending, last_error):
                     delivered[tp] = d
                     on_delivered(tp, d)
                 if any(tp in pending for tp in tps):
-                    retry_at, refresh = time.monotonic() + self.retry_backoff_ms / 1000, True
+                    retry_at, wanted = time.monotonic() + self.retry_backoff_ms / 1000, time.monotonic()
                     self.retries += 1
-            if in_flight and time.monotonic() - checked >= self.leader_check_ms / 1000:
-                checked = time.monotonic()
-                self._give_up_stale_calls(in_flight, last_error)
         return delivered
 
     def _send(self, pending: dict[TopicPartition, Records], last_error: dict, now: float) -> dict:
@@ -232,17 +248,14 @@ class Producer:
         return out
 
     def _give_up_stale_calls(self, in_flight: dict, last_error: dict) -> None:
-        """Drop calls whose partitions the metadata now gives to another leader, or that outlived
-        request.timeout.ms; their partitions are sent again."""
+        """After a refresh: drop calls older than leader_check_ms whose partitions the metadata now
+        gives to another leader, or that outlived request.timeout.ms; their partitions are sent again."""
         now = time.monotonic()
-        if all(now - sent < self.leader_check_ms / 1000 for _, _, sent in in_flight.values()):
-            return  # nothing has waited long: no need to ask the brokers
-        self.metadata.refresh()
         timeout = self.request_timeout_ms / 1000 + 10
         for ref, (leader, tps, sent) in list(in_flight.items()):
-            if time.monotonic() - sent > timeout:
+            if now - sent > timeout:
                 reason = "REQUEST_TIMED_OUT"
-            elif any(self.metadata.leader(tp) != leader for tp in tps):
+            elif now - sent >= self.leader_check_ms / 1000 and any(self.metadata.leader(tp) != leader for tp in tps):
                 reason = f"leader moved from broker {leader}"
             else:
                 continue
