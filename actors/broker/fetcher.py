@@ -108,7 +108,12 @@ class ReplicaFetcher:
                     self._handle = self.leader()
                 leader = self._handle
                 pending = {tp: v for tp, v in current.items() if not v[2]}
-                failed = self._truncate(leader, pending) if pending else self._fetch(leader, current, version)
+                failed = self._truncate(leader, pending) if pending else False
+                with self._lock:  # the truncated ones fetch in this round: a leader not ready for some stops no one
+                    ready = {tp: self.partitions[tp] for tp in current
+                             if tp in self.partitions and self.partitions[tp][2]}
+                if ready:  # no long poll while some wait to truncate: they are asked again after the backoff
+                    failed = self._fetch(leader, ready, version, long_poll=not failed) or failed
                 unreachable = False
             except Exception as e:  # the leader is gone or restarting: back off, the controller will move it
                 self._handle = None
@@ -148,11 +153,12 @@ class ReplicaFetcher:
                     self.partitions[tp] = (partition, epoch, True)
         return any(a.error_code != Errors.NONE for a in response.partitions)
 
-    def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]], version: int) -> bool:
-        """One long-polling fetch for every partition; whether some failed."""
+    def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]], version: int,
+               long_poll: bool = True) -> bool:
+        """One fetch for every partition, long-polling unless told not to; whether some failed."""
         request = FetchRequest(
             replica_id=self.broker_id, replica_epoch=self.broker_epoch(), partitions_version=version,
-            max_wait_ms=self.config.replica_fetch_wait_max_ms, min_bytes=1,
+            max_wait_ms=self.config.replica_fetch_wait_max_ms if long_poll else 0, min_bytes=1,
             partitions=FetchPartitions(FetchPartition(tp.topic, tp.partition, p.log.log_end_offset, epoch,
                                                       self.config.replica_fetch_max_bytes)
                                        for tp, (p, epoch, _) in current.items()))

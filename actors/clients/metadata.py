@@ -15,7 +15,7 @@ from actors.controller.channel import broker_actor_name
 from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
 
-STRAGGLER_WAIT_S = 0.05  # after the first answer, how long the others may take
+STRAGGLER_WAIT_S = 0.02  # after the first answer, how long the others may take
 REFRESH_TIMEOUT_S = 10.0
 
 

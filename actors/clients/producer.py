@@ -186,6 +186,8 @@ class Producer:
             timeout = self.leader_check_ms / 1000
             if refreshing is not None:
                 timeout = min(timeout, refreshing.remaining_s())
+            if unsent:  # partitions waiting for retry.backoff.ms go as soon as it is over
+                timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
             ready, _ = ray.wait(waits, num_returns=1, timeout=timeout)
             if ready:
                 ready, _ = ray.wait(waits, num_returns=len(waits), timeout=0)
