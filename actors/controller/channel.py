@@ -271,8 +271,9 @@ class ControllerChannelManager:
                 self.senders[broker_id].enqueue.remote(reqs)
                 self.unanswered[broker_id].update((r.correlation_id, r) for r in reqs)
 
-    def answered(self, broker_id: int, correlation_id: int) -> None:
-        self.unanswered.get(broker_id, {}).pop(correlation_id, None)
+    def answered(self, broker_id: int, correlation_id: int) -> ControllerRequestT | None:
+        """The request this answers (None if already answered): Kafka's response callbacks see their request."""
+        return self.unanswered.get(broker_id, {}).pop(correlation_id, None)
 
     def queue_depths(self) -> dict[int, int]:
         """Requests queued or in flight per target broker (the RequestSenders' queues)."""

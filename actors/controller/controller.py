@@ -431,14 +431,14 @@ class KafkaController:
     def _process_response(self, response, epoch: int) -> None:
         if epoch != self.ctx.epoch:
             return
-        self.channel.answered(response.broker_id, response.correlation_id)
+        request = self.channel.answered(response.broker_id, response.correlation_id)
         timeline = self._awaiting_ack.pop(response.correlation_id, None)
         if timeline is not None and timeline.acked(response.correlation_id, now_ms()):
             log.info("%s %s handled in %.0f ms from detection to the last broker acknowledgement", self.prefix,
                      timeline.kind, timeline.requests_acked_ms - timeline.detected_ms)
             self.on_timeline(timeline)
-        if response.api == "StopReplica":
-            self.deletion.on_stop_replica_response(response)
+        if response.api == "StopReplica" and request is not None:
+            self.deletion.on_stop_replica_response(response, request)
         # a re-sent LeaderAndIsr whose leader epoch the broker already has is answered
         # STALE_CONTROLLER_EPOCH per partition (Kafka's convention): expected after a failover
         errors = [e for e in response.partition_errors

@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
-from actors.protocol import ControllerResponse
+from actors.protocol import ControllerResponse, StopReplicaRequest
 from coordination import zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
@@ -86,13 +86,16 @@ class TopicDeletionManager:
             self.c.rsm.handle_state_changes(done, R.ReplicaDeletionSuccessful)
             self.resume_deletions()
 
-    def on_stop_replica_response(self, response: ControllerResponse) -> None:
-        """StopReplica answers for replicas in ReplicaDeletionStarted decide their fate."""
+    def on_stop_replica_response(self, response: ControllerResponse, request: StopReplicaRequest) -> None:
+        """Answers to StopReplica requests that deleted replicas in ReplicaDeletionStarted decide their
+        fate; a StopReplica that only stopped one (OfflineReplica's, sent before it) decides nothing,
+        as in Kafka's callback, which counts only the partitions its request deleted."""
         ctx = self.c.ctx
+        deleted = {(p.topic, p.partition) for p in request.partitions if p.delete_partition}
         ok, failed = [], []
         for e in response.partition_errors:
             key = (TopicPartition(e.topic, e.partition), response.broker_id)
-            if ctx.replica_states.get(key) is R.ReplicaDeletionStarted:
+            if (e.topic, e.partition) in deleted and ctx.replica_states.get(key) is R.ReplicaDeletionStarted:
                 (ok if e.error_code == Errors.NONE else failed).append(key)
         if response.error_code != Errors.NONE:  # the whole request was refused
             failed += ok

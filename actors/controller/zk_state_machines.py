@@ -228,12 +228,19 @@ class ZkReplicaStateMachine(_Machine):
 
     def handle_state_changes(self, replicas: Iterable[tuple[TopicPartition, int]], target: R) -> None:
         """Leaders change ISRs too, so the context's may be behind ZooKeeper's. Kafka's
-        removeReplicasFromIsr reads every state first; here the ISR writes are conditional on the
-        zkVersion the context holds, and only the states that moved are read and written again
-        (a read of 1,000 states is most of a broker failure's time otherwise)."""
+        removeReplicasFromIsr reads every state first (a read of 1,000 states is most of a broker
+        failure's time). Here a removal from an ISR the context has with the replica is written on
+        the context's zkVersion: if a leader changed it meanwhile, the write is refused and the
+        state read and written again. An ISR the context has without the replica is read first: a
+        leader may have taken the replica back in, which no version check would catch."""
         by_broker: dict[int, list[tuple[TopicPartition, int]]] = defaultdict(list)
         for tp, r in replicas:
             by_broker[r].append((tp, r))
+        if target is R.OfflineReplica:
+            leaderships = self.ctx.partition_leadership
+            self.read_leaderships(sorted({tp for rs in by_broker.values() for tp, r in rs
+                                          if tp in leaderships and tp not in self.ctx.leaderships_synced
+                                          and r not in leaderships[tp].leader_and_isr.isr}))
         for broker_replicas in by_broker.values():  # one broker at a time, as Kafka does
             pending = broker_replicas
             for _ in range(MAX_ZK_RETRIES):

@@ -54,16 +54,20 @@ def test_broker_failure_moves_leaders_and_shrinks_isrs(new_cluster):
 
 
 def test_broker_failure_rereads_isrs_that_leaders_changed_behind_the_controller(new_cluster):
-    """The controller writes ISR removals on the zkVersion it holds, without reading first: states a
-    leader changed meanwhile (its notification not yet in) are refused, read again and written again,
-    so the dead broker leaves every ISR and the leader's change is kept."""
+    """The controller writes ISR removals on the zkVersion it holds: states a leader changed meanwhile
+    (its notification not yet in) are refused, read again and written again, and an ISR it has without
+    the dead broker is read first (a leader may have taken it back in). The dead broker leaves every
+    ISR and the leaders' changes are kept."""
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 12, 3)
     _, _, _, victim = controller_of(cluster, zk)
     before = zk_states(zk, "t")
     followed = {tp: s for tp, s in before.items() if s.leader != victim}
     assert len(followed) >= 4  # more than a batch's STALE_VERSIONS_PER_BATCH
-    for tp, s in followed.items():  # as a leader's shrink would, with no notification for the controller
+    probe = next(iter(followed))  # the controller hears that its leader dropped the victim...
+    write_isr_as_leader(zk, probe, [r for r in before[probe].isr if r != victim])
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="the shrink to reach the caches")
+    for tp, s in followed.items():  # ...but not that leaders took it (back) in: no notification
         path = zkdata.partition_state_path(tp)
         zk.kazoo.set(path, s.model_copy(update={"isr": [s.leader, victim]}).encode())
     cluster.kill_broker(victim)
