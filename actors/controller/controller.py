@@ -6,8 +6,7 @@ ControllerContext. What each event does lives with its event group:
 (creation, expansion, deletion), `leadership.py` (preferred and auto
 rebalance elections, ISR change notifications), `reassignment.py`.
 Decisions are pure (`changes.py`); the state machines (`zk_state_machines.py`)
-persist and apply them; the request batch is sent after every state machine call, as
-Kafka's is, and at the end of each event.
+persist and apply them; the batch is sent once per broker at the end of each event.
 """
 from __future__ import annotations
 
@@ -96,9 +95,9 @@ class KafkaController:
         """A fresh context and machines: nothing survives a resignation."""
         self.ctx = ControllerContext()
         self.batch = ControllerBrokerRequestBatch(self.broker_id)
-        self.psm = ZkPartitionStateMachine(self.broker_id, self.ctx, self.zk, self.batch, self.send_batch,
+        self.psm = ZkPartitionStateMachine(self.broker_id, self.ctx, self.zk, self.batch,
                                            self.config.unclean_leader_election_enable)
-        self.rsm = ZkReplicaStateMachine(self.broker_id, self.ctx, self.zk, self.batch, self.send_batch)
+        self.rsm = ZkReplicaStateMachine(self.broker_id, self.ctx, self.zk, self.batch)
         self.deletion = TopicDeletionManager(self)
         self._awaiting_ack: dict[int, FailoverTimeline] = {}
 
@@ -118,7 +117,7 @@ class KafkaController:
 
     def _finish_timeline_writes(self) -> None:
         t = self.timeline
-        t.zk_written_ms = t.zk_written_ms or now_ms()
+        t.zk_written_ms = now_ms()
         t.epoch = self.ctx.epoch
         t.partitions_total = self.ctx.partition_count()
         t.live_brokers = len(self.ctx.live_brokers)
@@ -179,7 +178,7 @@ class KafkaController:
                     reassignment.process_partition_reassignment_isr_change(self, tp)
                 case ResponseReceived(response=resp, controller_epoch=epoch) if resp is not None:
                     self._process_response(resp, epoch)
-            self._end_event()
+            self.send_batch()
         except ControllerMovedException as e:
             log.warning("%s Controller moved to another broker: %s", self.prefix, e)
             self.resign("controller moved")
@@ -197,24 +196,17 @@ class KafkaController:
             self.put(Reelect())
 
     def send_batch(self) -> None:
-        """Send what the batch holds: after every state machine call, and what is left at the end of the event."""
-        written = now_ms()  # the ZooKeeper writes these requests announce are done
+        if self.timeline is not None:
+            self._finish_timeline_writes()
         requests = self.batch.build(self.ctx) if self.active and not self.batch.is_empty() else {}
         if requests:
             self.channel.send(requests)
-        if self.timeline is not None and requests:
+        if self.timeline is not None:
             ids = [r.correlation_id for rs in requests.values() for r in rs]
-            self.timeline.zk_written_ms = written
             self.timeline.sent(ids, now_ms())
             for i in ids:
                 self._awaiting_ack[i] = self.timeline
-
-    def _end_event(self) -> None:
-        """Send the rest and close the event's timeline (answers are events of their own: none is in yet)."""
-        self.send_batch()
-        if self.timeline is not None:
-            self._finish_timeline_writes()
-            if self.timeline.close(now_ms()):
+            if not ids:
                 self.on_timeline(self.timeline)
 
     # -- election, failover, resignation -------------------------------------

@@ -2,9 +2,7 @@
 
 Applying means: persist leader/ISR changes to ZooKeeper in `multi` batches
 fenced on the controller epoch, then update ControllerContext, then add the
-requests to the batch, which is sent at the end of the call (as Kafka's
-handleStateChanges does: a broker failure's new leaders go out before its
-ISR removals are written). A partition whose znode moved under us (a
+requests to the event's batch. A partition whose znode moved under us (a
 leader changed its ISR) is re-read and planned again. Large partition changes
 are planned in chunks whose writes leave as soon as each is planned, so that
 ZooKeeper and the planning overlap.
@@ -13,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from kazoo.exceptions import BadVersionError
 
@@ -51,12 +49,11 @@ def partition_state_znode(lai: LeaderAndIsr, controller_epoch: int) -> bytes:
 
 class _Machine:
     def __init__(self, controller_id: int, ctx: ControllerContext, zk: KrayZkClient,
-                 batch: ControllerBrokerRequestBatch, send_requests: Callable[[], None] = lambda: None):
+                 batch: ControllerBrokerRequestBatch):
         self.controller_id = controller_id
         self.ctx = ctx
         self.zk = zk
         self.batch = batch
-        self.send_requests = send_requests  # Kafka sends the batch at the end of every handleStateChanges
         self.leadership_writes = 0
 
     @property
@@ -103,9 +100,8 @@ class _Machine:
 class ZkPartitionStateMachine(_Machine):
     """NonExistentPartition -> NewPartition -> OnlinePartition <-> OfflinePartition -> NonExistentPartition."""
 
-    def __init__(self, controller_id, ctx, zk, batch, send_requests=lambda: None,
-                 unclean_leader_election_enabled: bool = False):
-        super().__init__(controller_id, ctx, zk, batch, send_requests)
+    def __init__(self, controller_id, ctx, zk, batch, unclean_leader_election_enabled: bool = False):
+        super().__init__(controller_id, ctx, zk, batch)
         self.unclean_leader_election_enabled = unclean_leader_election_enabled
         self.unclean_elections = 0
         self.elections = 0
@@ -144,7 +140,6 @@ class ZkPartitionStateMachine(_Machine):
         for (previous, current), count in changed.items():
             state_change_log.info("%s Changed %d partitions from %s to %s", self._prefix, count, previous.name,
                                   current.name)
-        self.send_requests()
         return failures
 
     def _plan_and_apply(self, partitions: list[TopicPartition], target: P, strategy: ElectionStrategy,
@@ -247,7 +242,6 @@ class ZkReplicaStateMachine(_Machine):
                 if not pending:
                     break
                 pending = self._apply(plan_replica_state_changes(self.ctx, pending, target))
-        self.send_requests()
 
     def _apply(self, plan: ReplicaChanges) -> list[tuple[TopicPartition, int]]:
         for (tp, r), current in plan.invalid.items():
