@@ -33,13 +33,13 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=zkdata.ZNodeModel)
 MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
 STALE_VERSIONS_PER_BATCH = 3  # conditional writes that failed before the rest of a batch is given back
+READ_BATCH = 500  # paths per MultiRead
 
 
 class NotAttemptedError(BadVersionError):
     """A conditional write not sent: others in its batch had stale versions, so the caller's versions
     are likely stale too. ZooKeeper names one failing op per multi; reading the rest again costs one
     pipelined read instead of a round trip per stale op."""
-READ_BATCH = 500  # paths per MultiRead
 
 
 @dataclass(frozen=True)

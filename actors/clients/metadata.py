@@ -24,12 +24,11 @@ class Refresh:
     STRAGGLER_WAIT_S after the first answer, or at REFRESH_TIMEOUT_S. A producer waits on its
     `pending` calls beside its produce calls, so that answers keep coming in while it refreshes."""
 
-    def __init__(self, calls: dict, errors: list[str]):
+    def __init__(self, calls: dict, errors: dict[int, str]):
         self.calls = calls  # ref -> broker id
         self.pending = list(calls)
         self.answers: list[dict] = []
-        self.errors = errors
-        self.failed: set[int] = set()  # brokers whose call failed: their handles are looked up again
+        self.errors = errors  # broker id -> what went wrong: its handle is looked up again next time
         self.first_answer_at: float | None = None
         self.started = time.monotonic()
         self.deadline = self.started + REFRESH_TIMEOUT_S
@@ -43,8 +42,7 @@ class Refresh:
                 self.answers.append(ray.get(ref))
                 self.first_answer_at = self.first_answer_at or time.monotonic()
             except Exception as e:  # that broker died: the others answer
-                self.failed.add(self.calls[ref])
-                self.errors.append(f"{self.calls[ref]}: {type(e).__name__}")
+                self.errors[self.calls[ref]] = type(e).__name__
         return [ref for ref in ready if ref not in self.calls]
 
     def remaining_s(self) -> float:
@@ -78,20 +76,21 @@ class ClusterMetadata:
         self.finish_refresh(refresh)
 
     def begin_refresh(self) -> Refresh:
-        calls, errors = {}, []
+        calls, errors = {}, {}
         for broker_id in self.bootstrap:
             try:
                 calls[self.broker(broker_id).metadata.remote()] = broker_id
             except Exception as e:  # no such actor (any more)
-                errors.append(f"{broker_id}: {type(e).__name__}")
+                errors[broker_id] = type(e).__name__
         return Refresh(calls, errors)
 
     def finish_refresh(self, refresh: Refresh) -> None:
         """Merge the answers: per partition, the newest leader epoch any broker knows."""
-        for broker_id in refresh.failed:
+        for broker_id in refresh.errors:
             self._handles.pop(broker_id, None)
         if not refresh.answers:
-            raise KrayError(f"no bootstrap broker answered ({', '.join(refresh.errors) or 'timed out'})")
+            raise KrayError("no bootstrap broker answered "
+                            f"({', '.join(f'{b}: {e}' for b, e in refresh.errors.items()) or 'timed out'})")
         merged = dict(self.leaders)
         for cache in refresh.answers:
             for tp, (leader, epoch, _) in cache["partitions"].items():
