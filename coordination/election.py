@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Callable, NamedTuple
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 from kazoo.recipe.watchers import DataWatch
 
 from coordination import zkdata
 from coordination.errors import ControllerMovedException, MalformedZNodeError
-from coordination.zkclient import KrayZkClient
+from coordination.zkclient import DeleteOp, KrayZkClient
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 class ControllerEpoch(NamedTuple):
     epoch: int
     zk_version: int
+
+
+class ActiveController(NamedTuple):
+    """Who holds /controller, by which znode (czxid), won at which /controller_epoch zkVersion."""
+    broker_id: int
+    czxid: int
+    epoch_zk_version: int
 
 
 class ControllerElection:
@@ -59,29 +66,33 @@ class ControllerElection:
             log.info("Broker %d lost the controller election: %s", self.broker_id, e)
             return None
 
-    def current(self) -> tuple[int, int] | None:
-        """(broker id, czxid) of the /controller znode, None when there is none or it is unreadable."""
+    def current(self) -> ActiveController | None:
+        """The /controller znode and the election that made it; None when there is none, it is
+        unreadable, or an election is under way between the two reads."""
+        epoch = self.zk.get(zkdata.CONTROLLER_EPOCH)
         got = self.zk.get(zkdata.CONTROLLER)
-        if got is None:
-            return None
+        if epoch is None or got is None or epoch[1].mzxid != got[1].czxid:
+            return None  # the same multi writes both, so their zxids agree unless another election ran
         try:
-            return zkdata.decode(zkdata.ControllerZNode, zkdata.CONTROLLER, got[0]).brokerid, got[1].czxid
+            broker_id = zkdata.decode(zkdata.ControllerZNode, zkdata.CONTROLLER, got[0]).brokerid
         except MalformedZNodeError as e:
             log.error("Cannot read the active controller: %s", e)
             return None
+        return ActiveController(broker_id, got[1].czxid, epoch[1].version)
 
-    def remove_dead_controller(self, broker_id: int, czxid: int) -> bool:
-        """Delete /controller if it is still the znode that controller created (Ray reported its process
-        dead); every candidate's watch then fires and the election runs without waiting for the dead
-        session to time out. A newer /controller (even of the same broker) stays."""
-        got = self.zk.get(zkdata.CONTROLLER)
-        if got is None or got[1].czxid != czxid:
-            return False
+    def remove_dead_controller(self, dead: ActiveController) -> bool:
+        """Delete /controller if no election has run since `dead`'s (Ray reported its process dead);
+        every candidate's watch then fires and the election runs without waiting for the dead session
+        to time out. Fenced by /controller_epoch, which every election bumps: a newer /controller (even
+        of the same broker) stays, which a versioned delete alone would not ensure."""
         try:
-            self.zk.kazoo.delete(zkdata.CONTROLLER, version=got[1].version)
-        except (NoNodeError, BadVersionError):
+            (result,) = self.zk.fenced_multi([DeleteOp(zkdata.CONTROLLER)], dead.epoch_zk_version)
+        except ControllerMovedException:
             return False
-        log.info("Broker %d removed /controller of broker %d, whose actor Ray reports dead", self.broker_id, broker_id)
+        if result.error is not None:  # already gone
+            return False
+        log.info("Broker %d removed /controller of broker %d, whose actor Ray reports dead",
+                 self.broker_id, dead.broker_id)
         return True
 
     def still_controller(self) -> bool:

@@ -77,7 +77,7 @@ class KafkaController:
         # from ZooKeeper sessions only, as in Kafka
         self._detector_factory = detector_factory
         self.detector = None  # the active controller's, on brokers
-        self._controller_watch = None  # a candidate's, on the active controller: (detector, (broker id, czxid))
+        self._controller_watch = None  # a candidate's, on the active controller: (detector, ActiveController)
         self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
@@ -236,7 +236,7 @@ class KafkaController:
         if self._detector_factory is None:
             return
         current = None if self.active else self.election.current()
-        if current is not None and current[0] == self.broker_id:
+        if current is not None and current.broker_id == self.broker_id:
             current = None
         if current is None:
             self.stop_controller_watch()
@@ -244,12 +244,12 @@ class KafkaController:
         detector = self._controller_watch[0] if self._controller_watch else self._detector_factory(
             "controller", lambda b, state: self.put(ControllerActorDied(broker_id=b, state=state)))
         changed = self._controller_watch is None or self._controller_watch[1] != current
-        detector.watch({current[0]}, fresh={current[0]} if changed else set())
+        detector.watch({current.broker_id}, fresh={current.broker_id} if changed else set())
         self._controller_watch = (detector, current)
 
     def _remove_dead_controller(self, broker_id: int) -> None:
-        if self._controller_watch is not None and self._controller_watch[1][0] == broker_id:
-            self.election.remove_dead_controller(broker_id, self._controller_watch[1][1])
+        if self._controller_watch is not None and self._controller_watch[1].broker_id == broker_id:
+            self.election.remove_dead_controller(self._controller_watch[1])
 
     def stop_controller_watch(self) -> None:
         if self._controller_watch is not None:

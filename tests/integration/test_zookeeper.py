@@ -191,6 +191,30 @@ def test_controller_election_epochs_and_resignation(chroot_connect):
         b.close()
 
 
+def test_removing_a_dead_controller_spares_a_newer_one_even_of_the_same_broker(chroot_connect):
+    """Ray reports the watched controller dead; by then another election may have run. Only the
+    watched election's /controller goes (a newer znode has version 0 again, so a versioned delete
+    alone would remove it; CI saw two candidates elected one after the other that way)."""
+    a, b, c = (KrayZkClient(chroot_connect, session_timeout_ms=4000).start() for _ in range(3))
+    try:
+        ea, eb, ec = (ControllerElection(z, i, lambda: None) for i, z in ((1, a), (2, b), (3, c)))
+        assert ea.elect() is not None
+        dead = ec.current()
+        assert dead is not None and dead.broker_id == 1 and dead.czxid == a.get(zkdata.CONTROLLER)[1].czxid
+        a.kazoo.delete(zkdata.CONTROLLER)  # the old controller resigned, and broker 1 won again
+        assert ea.elect() is not None
+        newer = a.get(zkdata.CONTROLLER)[1]
+        assert newer.version == 0 and ec.current().epoch_zk_version == dead.epoch_zk_version + 1
+        assert not ec.remove_dead_controller(dead)
+        assert a.get(zkdata.CONTROLLER)[1].czxid == newer.czxid and ea.still_controller()
+        assert eb.remove_dead_controller(ec.current())  # the current one goes
+        assert a.get(zkdata.CONTROLLER) is None
+        assert not eb.remove_dead_controller(dead)  # nothing left to remove
+    finally:
+        for z in (a, b, c):
+            z.close()
+
+
 # -- broker registration -------------------------------------------------------
 
 def test_broker_registration_is_kafka_v5_and_survives_session_expiry(chroot_connect):
