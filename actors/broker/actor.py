@@ -50,7 +50,14 @@ from jobs import rundir
 log = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=0, max_concurrency=64)
+# Kafka's control plane (KIP-291) and its purgatories in Ray's terms: produce requests waiting for
+# acks=all hold a thread each, so the controller's requests and the followers' fetches get threads
+# of their own. Sharing one pool, 64 waiting produces starved both: no fetch advanced the high
+# watermark and no LeaderAndIsr shrank the ISR until the produces timed out.
+CONCURRENCY_GROUPS = {"control": 8, "replication": 16}
+
+
+@ray.remote(num_cpus=0, max_concurrency=64, concurrency_groups=CONCURRENCY_GROUPS)
 class BrokerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process()
@@ -101,6 +108,7 @@ class BrokerActor:
     def broker_epoch(self) -> int:
         return self.registration.broker_epoch
 
+    @ray.method(concurrency_group="control")
     def handle(self, requests: list[ControllerRequestT]) -> list[ControllerResponse]:
         """Controller requests delivered together by the RequestSender, applied in their order."""
         handlers = {"LeaderAndIsr": self.leader_and_isr, "UpdateMetadata": self.update_metadata,
@@ -115,6 +123,7 @@ class BrokerActor:
                     controller_epoch=request.controller_epoch, api=request.api, ts_ms=now_ms()))
         return responses
 
+    @ray.method(concurrency_group="control")
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
         """Apply the roles, then stop fetching for new leaders and (re)start it for new followers."""
         with self._lock:
@@ -130,6 +139,7 @@ class BrokerActor:
             self.fetchers.nudge()
             return _answer(request, response)
 
+    @ray.method(concurrency_group="control")
     def update_metadata(self, request: UpdateMetadataRequest) -> ControllerResponse:
         with self._lock:
             error = self.replica_manager.check_request(request, self.broker_epoch)
@@ -137,6 +147,7 @@ class BrokerActor:
                 self.metadata_cache.update(request)
             return _answer(request, ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error))
 
+    @ray.method(concurrency_group="control")
     def stop_replica(self, request: StopReplicaRequest) -> ControllerResponse:
         with self._lock:
             response = self.replica_manager.stop_replicas(request, self.broker_epoch)
@@ -150,19 +161,23 @@ class BrokerActor:
     def produce(self, request: ProduceRequest) -> ProduceResponse:
         return self.replica_manager.append_records(request, self.config.broker.min_insync_replicas)
 
+    @ray.method(concurrency_group="replication")
     def fetch(self, request: FetchRequest) -> FetchResponse:
         response, expand = self.replica_manager.fetch(request, now_ms)
         if expand:
             self.isr.expand(expand, request.replica_id)
         return response
 
+    @ray.method(concurrency_group="replication")
     def wake_fetches(self, replica_id: int, replica_epoch: int, partitions_version: int) -> None:
         """A follower got new partitions to fetch from here: end its long-polling fetch now."""
         self.replica_manager.wake_fetches(replica_id, replica_epoch, partitions_version)
 
+    @ray.method(concurrency_group="replication")
     def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
         return self.replica_manager.offsets_for_leader_epoch(request)
 
+    @ray.method(concurrency_group="control")
     def metadata(self) -> dict:
         """The metadata cache as plain data: controller and its epoch, live brokers, (leader, epoch, isr) per partition."""
         cache = self.metadata_cache.snapshot  # consistent without the lock: updates swap whole snapshots
@@ -170,15 +185,18 @@ class BrokerActor:
                 "brokers": sorted(cache.alive_brokers),
                 "partitions": self.metadata_cache.leader_and_isr(cache)}
 
+    @ray.method(concurrency_group="control")
     def replicas(self) -> dict:
         with self._lock:
             return {tp: role(r, self.broker_id) for tp, r in self.replica_manager.replicas.items()}
 
+    @ray.method(concurrency_group="control")
     def info(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id}
 
+    @ray.method(concurrency_group="control")
     def zk_session(self) -> tuple[int, bytes]:
         """(session id, password) of this broker's ZooKeeper session, for session-expiry chaos."""
         return self.zk.kazoo.client_id

@@ -265,3 +265,32 @@ def test_a_leader_whose_isr_write_is_refused_stops_acting_as_leader(new_cluster)
     response = ray.get(cluster.brokers[state.leader].produce.remote(
         ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])))
     assert response.results[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_produces_waiting_for_acks_all_leave_the_controller_and_followers_threads(new_cluster):
+    """More acks=all produces than the broker has request threads wait for a paused follower: the
+    controller's requests and the replicas' fetches still get answered (Kafka's separate control
+    plane and purgatory; one shared pool here starved both until the produces timed out)."""
+    cluster, zk = new_cluster(broker=BrokerConfig(min_insync_replicas=2, replica_fetch_wait_max_ms=200))
+    tp, state = one_partition_topic(cluster, zk)
+    leader = cluster.brokers[state.leader]
+    follower = next(b for b in state.isr if b != state.leader)
+    pid = ray.get(cluster.brokers[follower].info.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)  # in the ISR still (replica.lag.time.max.ms is 30 s): acks=all waits
+    try:
+        waiting = [leader.produce.remote(ProduceRequest(acks=-1, timeout_ms=60_000, partitions=[
+            ProducePartition("t", 0, [Record(-1, -1, 0, None, f"r{i}".encode())])])) for i in range(80)]
+        time.sleep(1)
+        assert ray.wait(waiting, num_returns=1, timeout=0)[0] == []  # every produce still waits
+        assert ray.get(leader.metadata.remote(), timeout=10)["partitions"][tp][0] == state.leader
+        fetched = ray.get(leader.fetch.remote(FetchRequest(max_wait_ms=0, partitions=[FetchPartition("t", 0, 0)])),
+                          timeout=10)
+        assert fetched.partitions[0].error_code == Errors.NONE
+        admin.create_topic(zk, "u", 3, 1)  # the controller's LeaderAndIsr and UpdateMetadata get through
+        wait_until(lambda: sum(p.topic == "u" for p in ray.get(leader.metadata.remote())["partitions"]) == 3,
+                   timeout=10, what="the new topic in the leader's metadata cache")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    responses = ray.get(waiting, timeout=60)
+    assert all(r.results[0].error_code == Errors.NONE for r in responses)
+    assert sorted(r.results[0].base_offset for r in responses) == list(range(80))
