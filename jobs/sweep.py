@@ -1,0 +1,154 @@
+"""A sweep: a grid of chaos experiments varying the load, each with repeated broker kills, then the
+Spark analysis over all of them.
+
+    python -m jobs.sweep [SWEEP.yaml] [--runs-dir DIR]     (no file: the small default sweep)
+
+A sweep file is YAML; unknown fields and impossible values are errors that name the field:
+
+    name: partitions-and-detector
+    partitions: [100, 500, 2000]     # one topic, replication factor 3
+    rates: [0]                       # records/s; 0 streams (every partition has a batch in flight)
+    brokers: [3]
+    detector: [true, false]
+    session_timeout_ms: 2000
+    kills: 6                         # broker kills per experiment (a non-controller, back after down_s)
+    down_s: 2
+    spacing_s: 6                     # seconds between kills (more is added with the detector off)
+
+Every experiment of the grid runs on one ZooKeeper and one Ray (the embedded local default, or the
+cluster found: see jobs/runner.py), one after the other, into RUNS_DIR/<sweep run id>/; the
+analysis then reads them all and writes RUNS_DIR/<sweep run id>/analysis/.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from coordination.errors import KrayError
+from jobs.experiment import Experiment, FaultSpec
+from jobs.rundir import FaultKind
+from jobs.spark import SparkSettings
+
+
+class Sweep(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field("sweep", pattern=r"^[A-Za-z0-9._-]{1,48}$")
+    partitions: list[int] = Field([60, 300, 1000], min_length=1)
+    rates: list[float] = Field([0], min_length=1)
+    brokers: list[int] = Field([3], min_length=1)
+    detector: list[bool] = Field([True, False], min_length=1)
+    session_timeout_ms: int = Field(2000, ge=1000)
+    replication_factor: int = Field(3, ge=1)
+    kills: int = Field(6, ge=1)
+    down_s: float = Field(2.0, gt=0)
+    spacing_s: float = Field(6.0, gt=0)
+    settle_s: float = Field(30.0, ge=0)
+    seed: int = 1
+
+    @model_validator(mode="after")
+    def _possible(self) -> "Sweep":
+        if any(p < 1 for p in self.partitions) or any(r < 0 for r in self.rates):
+            raise ValueError("partitions must be >= 1 and rates >= 0")
+        if min(self.brokers) < self.replication_factor:
+            raise ValueError(f"replication factor {self.replication_factor} larger than {min(self.brokers)} brokers")
+        if self.spacing_s <= self.down_s:
+            raise ValueError(f"spacing_s ({self.spacing_s}) must be longer than down_s ({self.down_s})")
+        return self
+
+    def experiments(self) -> list[Experiment]:
+        """The grid, smallest load first."""
+        out = []
+        for brokers, partitions, rate, detector in itertools.product(sorted(self.brokers), sorted(self.partitions),
+                                                                     sorted(self.rates), self.detector):
+            # without the detector a dead broker is found when its session expires: leave time for that
+            spacing = self.spacing_s + (0 if detector else self.session_timeout_ms / 1000)
+            out.append(Experiment(
+                name=f"{self.name}-b{brokers}-p{partitions}-r{rate:g}-{'ray' if detector else 'zk'}",
+                brokers=brokers, session_timeout_ms=self.session_timeout_ms, detector=detector,
+                broker={"min_insync_replicas": min(2, self.replication_factor)},
+                controller={"leader_imbalance_check_interval_seconds": max(1, int(spacing / 2))},
+                topics=[{"name": "load", "partitions": partitions, "replication_factor": self.replication_factor}],
+                load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
+                schedule=[FaultSpec(at_s=3 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller",
+                                    seconds=self.down_s) for i in range(self.kills)],
+                duration_s=3 + self.kills * spacing, settle_s=self.settle_s, seed=self.seed))
+        return out
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    path = Path(path)
+    try:
+        return Sweep.model_validate(yaml.safe_load(path.read_text()) or {})
+    except OSError as e:
+        raise KrayError(f"cannot read sweep file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise KrayError(f"{path} is not valid YAML: {e}") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the file"
+        raise KrayError(f"{path}: {where}: {first['msg']}") from None
+
+
+def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = None,
+              progress: Callable[[str], None] = print):
+    """Run every experiment, then the analysis; (the sweep's directory, the Analysis)."""
+    from jobs.analysis import analyse
+    from jobs.local import embedded_zookeeper_and_ray
+    from jobs.runner import run_experiment
+    from jobs.spark import spark_on_ray
+
+    sweep_dir = Path(runs_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{sweep.name}"
+    experiments = sweep.experiments()
+    started = time.monotonic()
+
+    def step(line: str) -> None:
+        progress(f"[{time.monotonic() - started:5.0f}s] {line}")
+
+    with embedded_zookeeper_and_ray(step) as env:
+        os.environ["KRAY_ZK_CONNECT"] = env.connect  # every experiment joins this ZooKeeper and this Ray
+        try:
+            for i, experiment in enumerate(experiments, 1):
+                step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of load, "
+                     f"{len(experiment.schedule)} broker kills)")
+                run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line))
+                broken = {k: v for k, v in summary.invariants.items() if v}
+                step(f"  {run_dir.name}: {summary.failovers} failovers" +
+                     (f"; INVARIANTS BROKEN: {broken}" if broken else "; every invariant holds"))
+        finally:
+            os.environ.pop("KRAY_ZK_CONNECT", None)
+        step("Starting Spark on Ray (RayDP)")
+        with spark_on_ray(spark) as session:
+            step("Spark is up; analysing")
+            result = analyse(session, [sweep_dir], sweep_dir / "analysis", progress=step)
+    return sweep_dir, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kray sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("file", nargs="?", help="a sweep YAML file (default: the small default sweep)")
+    parser.add_argument("--runs-dir", default="runs")
+    args = parser.parse_args(argv)
+    from jobs.report import summary_table
+
+    try:
+        sweep = load_sweep(args.file) if args.file else Sweep()
+        sweep_dir, result = run_sweep(sweep, args.runs_dir)
+    except KrayError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    print()
+    print(summary_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
