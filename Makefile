@@ -22,11 +22,11 @@ system-packages:
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
-	$(VENV)/bin/python -c "import ray, kazoo, pyspark, raydp, pydantic, pytest"
+	$(VENV)/bin/python -c "import ray, kazoo, pyspark, raydp, pydantic, pytest, matplotlib"
 	touch $(STAMP)
 
 demo: setup
-	$(VENV)/bin/python -m jobs.demo
+	$(VENV)/bin/python -m jobs.sweep --runs-dir runs
 
 test: setup
 	$(VENV)/bin/python -m pytest -q

@@ -35,7 +35,7 @@ from typing import Callable, NamedTuple
 
 from coordination.errors import KrayError
 from jobs import rundir
-from jobs.spark import SparkSettings, runs_on_ray, spark_on_ray
+from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_on_ray
 
 log = logging.getLogger(__name__)
 
@@ -291,17 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kray analyse", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="run directories, or directories of them (a sweep)")
     parser.add_argument("--out", default=None, help="where the tables and the report go (default: PATH/analysis)")
-    parser.add_argument("--executors", type=int, default=1)
-    parser.add_argument("--executor-cores", type=int, default=1)
-    parser.add_argument("--executor-memory", default="500M")
+    add_spark_arguments(parser)
     args = parser.parse_args(argv)
     import ray
 
     from jobs.report import summary_table
 
     out = args.out or str(Path(args.paths[0]) / "analysis")
-    settings = SparkSettings(executors=args.executors, executor_cores=args.executor_cores,
-                             executor_memory=args.executor_memory)
+    settings = settings_from(args)
     try:
         find_runs(args.paths)  # bad paths fail before Spark starts
         started = not ray.is_initialized()

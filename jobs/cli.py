@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import import_module
 from pathlib import Path
 
 from coordination import admin
@@ -320,6 +321,11 @@ def demo(args) -> None:
     run(session_timeout_ms=args.session_timeout_ms)
 
 
+def _exit_with(status: int) -> None:
+    if status:
+        sys.exit(status)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kray", description="Kafka's ZooKeeper-mode controller on Ray")
     p.add_argument("--zookeeper", help="ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)")
@@ -419,7 +425,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--grace-ms", type=float, default=5000)
     s.set_defaults(func=check)
 
-    s = sub.add_parser("demo", help="the main job: election, topic, controller failover")
+    s = sub.add_parser("sweep", help="a grid of experiments, then the Spark analysis (python -m jobs.sweep -h)",
+                       add_help=False)
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(func=lambda args: _exit_with(import_module("jobs.sweep").main(args.rest)))
+    s = sub.add_parser("analyse", help="the Spark analysis of run directories (python -m jobs.analysis -h)",
+                       add_help=False)
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(func=lambda args: _exit_with(import_module("jobs.analysis").main(args.rest)))
+
+    s = sub.add_parser("demo", help="a quick look: election, a topic, a controller failover")
     s.add_argument("--session-timeout-ms", type=int, default=6000)
     s.set_defaults(func=demo)
     return p

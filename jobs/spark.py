@@ -44,6 +44,18 @@ class SparkSettings(BaseModel):
                 **self.configs}
 
 
+def add_spark_arguments(parser) -> None:
+    """The Spark sizing options every job that starts Spark takes (defaults fit a 2-core machine)."""
+    parser.add_argument("--executors", type=int, default=1, help="Spark executors (Ray actors)")
+    parser.add_argument("--executor-cores", type=int, default=1)
+    parser.add_argument("--executor-memory", default="500M")
+
+
+def settings_from(args) -> SparkSettings:
+    return SparkSettings(executors=args.executors, executor_cores=args.executor_cores,
+                         executor_memory=args.executor_memory)
+
+
 @contextmanager
 def spark_on_ray(settings: SparkSettings | None = None):
     """A SparkSession whose executors run as Ray actors on the current Ray cluster; stopped on exit."""

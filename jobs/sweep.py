@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from coordination.errors import KrayError
 from jobs.experiment import Experiment, FaultSpec
 from jobs.rundir import FaultKind
-from jobs.spark import SparkSettings
+from jobs.spark import SparkSettings, add_spark_arguments, settings_from
 
 
 class Sweep(BaseModel):
@@ -98,8 +98,12 @@ def load_sweep(path: str | Path) -> Sweep:
         raise KrayError(f"{path}: {where}: {first['msg']}") from None
 
 
+def flushed(line: str) -> None:
+    print(line, flush=True)
+
+
 def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = None,
-              progress: Callable[[str], None] = print):
+              progress: Callable[[str], None] = flushed):
     """Run every experiment, then the analysis; (the sweep's directory, the Analysis)."""
     from jobs.analysis import analyse
     from jobs.local import embedded_zookeeper_and_ray
@@ -114,6 +118,7 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
         progress(f"[{time.monotonic() - started:5.0f}s] {line}")
 
     with embedded_zookeeper_and_ray(step) as env:
+        before = os.environ.get("KRAY_ZK_CONNECT")
         os.environ["KRAY_ZK_CONNECT"] = env.connect  # every experiment joins this ZooKeeper and this Ray
         try:
             for i, experiment in enumerate(experiments, 1):
@@ -124,7 +129,10 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
                 step(f"  {run_dir.name}: {summary.failovers} failovers" +
                      (f"; INVARIANTS BROKEN: {broken}" if broken else "; every invariant holds"))
         finally:
-            os.environ.pop("KRAY_ZK_CONNECT", None)
+            if before is None:
+                os.environ.pop("KRAY_ZK_CONNECT", None)
+            else:
+                os.environ["KRAY_ZK_CONNECT"] = before
         step("Starting Spark on Ray (RayDP)")
         with spark_on_ray(spark) as session:
             step("Spark is up; analysing")
@@ -136,12 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kray sweep", description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", help="a sweep YAML file (default: the small default sweep)")
     parser.add_argument("--runs-dir", default="runs")
+    add_spark_arguments(parser)
     args = parser.parse_args(argv)
     from jobs.report import summary_table
 
     try:
         sweep = load_sweep(args.file) if args.file else Sweep()
-        sweep_dir, result = run_sweep(sweep, args.runs_dir)
+        sweep_dir, result = run_sweep(sweep, args.runs_dir, settings_from(args))
     except KrayError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
