@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import sys
 import time
@@ -36,8 +35,6 @@ from typing import Callable, NamedTuple
 from coordination.errors import KrayError
 from jobs import rundir
 from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_on_ray
-
-log = logging.getLogger(__name__)
 
 PHASES = ["detection_ms", "inbox_wait_ms", "election_zk_ms", "propagation_ms", "unavailability_ms"]
 # the timestamps each phase runs between (unavailability_ms is computed from first_produce_ok_ms)

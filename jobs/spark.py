@@ -6,13 +6,11 @@ RayDP's application master are all started with the `--add-opens` Spark's own la
 """
 from __future__ import annotations
 
-import logging
 import os
+import sys
 from contextlib import contextmanager
 
 from pydantic import BaseModel, ConfigDict, Field
-
-log = logging.getLogger(__name__)
 
 # What Spark 3.5's launcher adds for Java 17 (JavaModuleOptions), for every JVM RayDP starts.
 JAVA_17_OPTIONS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
@@ -62,7 +60,7 @@ def spark_on_ray(settings: SparkSettings | None = None):
     import raydp
 
     settings = settings or SparkSettings()
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = raydp.init_spark(settings.app_name, num_executors=settings.executors,
                              executor_cores=settings.executor_cores, executor_memory=settings.executor_memory,
                              configs=settings.spark_configs())

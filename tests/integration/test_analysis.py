@@ -3,7 +3,6 @@ fabricated run directories; bad input is counted and reported."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
