@@ -1,10 +1,13 @@
 """Configuration shared by brokers, controllers and tools, with Kafka's names where Kafka has one."""
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from coordination.zkclient import CREDENTIAL_ENV, KrayZkClient
 
 
 class ControllerConfig(BaseModel):
@@ -36,6 +39,8 @@ class BrokerConfig(BaseModel):
                                                    "(default: <temp dir>/kray-logs/<namespace>)")
     log_segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="log.segment.bytes")
     min_insync_replicas: int = Field(1, ge=1, description="min.insync.replicas")
+    message_max_bytes: int = Field(1_048_588, ge=64, description="message.max.bytes: the largest record batch "
+                                                                 "a produce may append to a partition")
     replica_lag_time_max_ms: int = Field(30_000, ge=10, description="replica.lag.time.max.ms")
     replica_fetch_wait_max_ms: int = Field(500, ge=0, description="replica.fetch.wait.max.ms")
     replica_fetch_max_bytes: int = Field(1024 * 1024, ge=1, description="replica.fetch.max.bytes")
@@ -50,6 +55,10 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     zk_connect: str = Field(description="zookeeper.connect, optionally with a chroot")
+    zk_credential: SecretStr | None = Field(
+        default_factory=lambda: os.environ.get(CREDENTIAL_ENV) or None,
+        description="user:password of kray's digest identity: znodes are created writable by it alone and "
+                    "readable by all (zookeeper.set.acl); default $KRAY_ZK_CREDENTIAL, none: open znodes")
     namespace: str = Field("kray", description="Ray namespace holding the cluster's named actors")
     zk_session_timeout_ms: int = Field(18_000, ge=1000, description="zookeeper.session.timeout.ms")
     host: str = "127.0.0.1"
@@ -61,6 +70,11 @@ class ClusterConfig(BaseModel):
                                                    "records go to; None records nothing")
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     broker: BrokerConfig = Field(default_factory=BrokerConfig)
+
+    def zk_client(self, session_timeout_ms: int | None = None) -> KrayZkClient:
+        """A (not yet started) ZooKeeper client for this cluster, with its credential."""
+        return KrayZkClient(self.zk_connect, session_timeout_ms or self.zk_session_timeout_ms,
+                            credential=self.zk_credential.get_secret_value() if self.zk_credential else None)
 
     def log_dir(self, broker_id: int) -> Path:
         base = Path(self.broker.log_dirs) if self.broker.log_dirs else \

@@ -47,7 +47,7 @@ def run(partitions: int, repeats: int) -> dict:
         for r in range(repeats):
             config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"),
                                    namespace=f"bench-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=6000)
-            with KrayZkClient(config.zk_connect).start() as zk:
+            with config.zk_client().start() as zk:
                 zk.ensure_persistent_paths()
                 baseline = raw_zk_write_rate(zk)
                 t0 = time.perf_counter()

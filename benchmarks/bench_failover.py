@@ -49,7 +49,7 @@ class Echo:
 def new_cluster(connect: str, brokers=(1, 2, 3)) -> tuple[LocalCluster, KrayZkClient]:
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
                            zk_session_timeout_ms=SESSION_TIMEOUT_MS)
-    zk = KrayZkClient(config.zk_connect, session_timeout_ms=30_000).start()
+    zk = config.zk_client(session_timeout_ms=30_000).start()
     cluster = LocalCluster(config, list(brokers)).start()
     cluster.wait_until_ready(zk)
     return cluster, zk

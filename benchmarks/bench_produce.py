@@ -141,7 +141,7 @@ def main() -> None:
         print(json.dumps(raw_floor(args)), flush=True)
         config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
                                broker=BrokerConfig(min_insync_replicas=2))
-        zk = KrayZkClient(config.zk_connect).start()
+        zk = config.zk_client().start()
         cluster = LocalCluster(config, [1, 2, 3]).start()
         try:
             cluster.wait_until_ready(zk)

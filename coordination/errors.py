@@ -88,6 +88,10 @@ class NotLeaderOrFollowerException(KrayError):
     error = Errors.NOT_LEADER_OR_FOLLOWER
 
 
+class RecordTooLargeException(KrayError):
+    error = Errors.MESSAGE_TOO_LARGE
+
+
 class NotEnoughReplicasException(KrayError):
     error = Errors.NOT_ENOUGH_REPLICAS
 

@@ -12,13 +12,14 @@ Create the client inside the process that uses it: kazoo clients do not pickle.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
-from kazoo.security import OPEN_ACL_UNSAFE
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 from kazoo.retry import KazooRetry
 
 from coordination import zkdata
@@ -34,6 +35,8 @@ M = TypeVar("M", bound=zkdata.ZNodeModel)
 MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
 STALE_VERSIONS_PER_BATCH = 3  # conditional writes that failed before the rest of a batch is given back
 READ_BATCH = 500  # paths per MultiRead
+CREDENTIAL_ENV = "KRAY_ZK_CREDENTIAL"  # "user:password": kray's digest identity in ZooKeeper
+SECURE_ACL = CREATOR_ALL_ACL + READ_ACL_UNSAFE  # Kafka's zookeeper.set.acl: kray writes, anyone reads
 
 
 class NotAttemptedError(BadVersionError):
@@ -60,15 +63,23 @@ class PartitionStateRecord:
 class KrayZkClient:
     """A kazoo session plus Kafka's typed reads and fenced writes."""
 
-    def __init__(self, connect: str, session_timeout_ms: int = 18_000, read_only: bool = False):
+    def __init__(self, connect: str, session_timeout_ms: int = 18_000, read_only: bool = False,
+                 credential: str | None = None):
+        """With a credential ("user:password"; default: $KRAY_ZK_CREDENTIAL) the session authenticates
+        with it and creates every znode with SECURE_ACL, as Kafka's zookeeper.set.acl does."""
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
+        credential = credential or os.environ.get(CREDENTIAL_ENV) or None
+        if credential is not None and (":" not in credential or credential.startswith(":")):
+            raise KrayError(f"a ZooKeeper credential is user:password ({CREDENTIAL_ENV})")
         self.kazoo = KazooClient(
             hosts=connect,
             timeout=session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=30, max_delay=1.0),  # reads ride out a reconnect
             read_only=read_only,
+            auth_data=[("digest", credential)] if credential else None,
+            default_acl=SECURE_ACL if credential else None,
         )
 
     # -- session -------------------------------------------------------------

@@ -113,7 +113,7 @@ def cluster_down(args) -> None:
     try:
         _ray_connect()
         config = ClusterConfig(**state["config"])
-        with KrayZkClient(config.zk_connect).start() as zk:
+        with config.zk_client().start() as zk:
             LocalCluster.attach(config, zk).stop()
         ray.shutdown()
     except (ConnectionError, ValueError):
@@ -231,7 +231,7 @@ def broker_shutdown(args) -> None:
 
     config = _started_cluster()
     _ray_connect()
-    with KrayZkClient(config.zk_connect).start() as zk:
+    with config.zk_client().start() as zk:
         if args.broker_id not in zk.get_all_broker_ids():
             raise KrayError(f"broker {args.broker_id} is not registered")
         result = LocalCluster.attach(config, zk).controlled_shutdown(args.broker_id)
@@ -279,7 +279,7 @@ def chaos(args) -> None:
         print(f"Restarted ZooKeeper after {args.seconds:g} s down")
         return
     _ray_connect()
-    with KrayZkClient(config.zk_connect).start() as zk:
+    with config.zk_client().start() as zk:
         c = Chaos(LocalCluster.attach(config, zk), zk)
         match args.fault:
             case "kill-broker":

@@ -35,7 +35,7 @@ def run(brokers: int = 3, partitions: int = 6, replication_factor: int = 3, sess
         connect = env.connect
         config = ClusterConfig(zk_connect=fresh_chroot(connect, "kray-demo"),
                                namespace=f"kray-demo-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=session_timeout_ms)
-        zk = KrayZkClient(config.zk_connect).start()
+        zk = config.zk_client().start()
         cluster = LocalCluster(config, list(range(1, brokers + 1)))
         try:
             _scenario(cluster, zk, config, topic, partitions, replication_factor)

@@ -93,7 +93,7 @@ class ExperimentRun:
         self.writer.document(rundir.EXPERIMENT, exp)
         self.recorder = RunRecorder.options(name=self.config.recorder, namespace=self.config.namespace).remote(
             str(self.run_dir))
-        self.zk = KrayZkClient(self.config.zk_connect).start()
+        self.zk = self.config.zk_client().start()
         self.cluster = LocalCluster(self.config, exp.broker_ids)
         try:
             self._start()

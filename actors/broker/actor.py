@@ -68,7 +68,7 @@ class BrokerActor:
         self._controllers_seen: set[tuple[int, int]] = set()  # (controller id, epoch) accepted, for the record
         self.replica_manager = ReplicaManager(broker_id, config.log_dir(broker_id), config.broker.log_segment_bytes)
         self.metadata_cache = MetadataCache()
-        self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
+        self.zk = config.zk_client().start()
         self.zk.ensure_persistent_paths()
         self.registration = BrokerRegistration(
             self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.host, config.base_port + broker_id),
@@ -159,7 +159,8 @@ class BrokerActor:
     # -- the data plane ------------------------------------------------------
 
     def produce(self, request: ProduceRequest) -> ProduceResponse:
-        return self.replica_manager.append_records(request, self.config.broker.min_insync_replicas)
+        return self.replica_manager.append_records(request, self.config.broker.min_insync_replicas,
+                                                   self.config.broker.message_max_bytes)
 
     @ray.method(concurrency_group="replication")
     def fetch(self, request: FetchRequest) -> FetchResponse:

@@ -35,6 +35,11 @@ class Record(NamedTuple):
     sequence: int = -1
 
 
+def entry_size(record: Record) -> int:
+    """The bytes `encode` writes for the record (what message.max.bytes limits)."""
+    return HEADER_BYTES + len(record.key or b"") + _INT.size + len(record.value)
+
+
 def encode(record: Record, offset: int | None = None, leader_epoch: int | None = None) -> bytes:
     """The entry for a record, at `offset` in `leader_epoch` when given (a leader assigning them)."""
     key = record.key

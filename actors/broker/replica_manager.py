@@ -18,6 +18,7 @@ from typing import Callable
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.log import DEFAULT_SEGMENT_BYTES, Log
 from actors.broker.partition import LeaderAndIsrState, Partition
+from actors.broker.records import entry_size
 from actors.data_protocol import (
     EpochEndOffset,
     EpochEndOffsets,
@@ -47,6 +48,7 @@ from coordination.errors import (
     FencedLeaderEpochException,
     KrayError,
     NotLeaderOrFollowerException,
+    RecordTooLargeException,
 )
 from coordination.zkdata import TopicPartition
 
@@ -199,9 +201,10 @@ class ReplicaManager:
 
     # -- the data plane ------------------------------------------------------
 
-    def append_records(self, request: ProduceRequest, min_insync_replicas: int) -> ProduceResponse:
+    def append_records(self, request: ProduceRequest, min_insync_replicas: int,
+                       message_max_bytes: int) -> ProduceResponse:
         """Append each partition's records on its leader; with acks=all, wait (up to the request's
-        timeout) until the ISR has them."""
+        timeout) until the ISR has them. A batch larger than message.max.bytes is refused whole."""
         appended, results = [], {}
         for p in request.partitions:
             tp = TopicPartition(p.topic, p.partition)
@@ -209,6 +212,11 @@ class ReplicaManager:
             try:
                 if partition is None:
                     raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
+                size = sum(map(entry_size, p.records))
+                if size > message_max_bytes:
+                    raise RecordTooLargeException(
+                        f"The request included a message larger than the max message size the server will "
+                        f"accept: {size} bytes for {tp}, message.max.bytes={message_max_bytes}")
                 with partition.changed:  # the term and epoch the records were appended in
                     first, last = partition.append_as_leader(list(p.records), request.acks, min_insync_replicas)
                     term, epoch = partition.leader_term, partition.state.leader_epoch

@@ -38,7 +38,7 @@ class ControllerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process()
         self.broker_id = broker_id
-        self.zk = KrayZkClient(config.zk_connect, config.zk_session_timeout_ms).start()
+        self.zk = config.zk_client().start()
         me = ray.get_runtime_context().current_actor
         self.inbox = ControllerEventManager(f"controller-event-thread-{broker_id}", self._process)
         self.metrics = ControllerMetrics(broker_id, config.namespace)

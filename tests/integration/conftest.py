@@ -5,6 +5,8 @@ import uuid
 
 import pytest
 
+from actors.broker.records import Record
+from actors.clients.consumer import Consumer
 from actors.cluster import LocalCluster, poll as wait_until
 from actors.config import BrokerConfig, ClusterConfig, ControllerConfig
 from coordination import zkdata
@@ -75,3 +77,17 @@ def write_isr_as_leader(zk: KrayZkClient, tp: TopicPartition, isr: list[int]) ->
     zk.kazoo.create(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{zkdata.ISR_CHANGE_PREFIX}",
                     zkdata.IsrChangeNotificationZNode(partitions=[
                         zkdata.PartitionRef(topic=tp.topic, partition=tp.partition)]).encode(), sequence=True)
+
+
+def read_all(cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, list[Record]]:
+    """Every record below each partition's high watermark, from its current leader."""
+    consumer = Consumer(cluster.config.namespace, list(cluster.brokers), max_wait_ms=100)
+    consumer.assign(partitions)
+    out: dict[TopicPartition, list[Record]] = {tp: [] for tp in partitions}
+    idle = 0
+    while idle < 5:
+        got = consumer.poll()
+        idle = 0 if got else idle + 1
+        for tp, r in got:
+            out[tp].append(r)
+    return out

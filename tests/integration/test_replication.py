@@ -17,24 +17,10 @@ from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition,
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from tests.integration.conftest import wait_until, write_isr_as_leader, zk_states
+from tests.integration.conftest import read_all, wait_until, write_isr_as_leader, zk_states
 
 FAST = BrokerConfig(min_insync_replicas=2, replica_lag_time_max_ms=2000, replica_fetch_wait_max_ms=200,
                     isr_change_propagation_interval_ms=200, replica_fetch_backoff_ms=200)
-
-
-def read_all(cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, list[Record]]:
-    """Every record below each partition's high watermark, from its current leader."""
-    consumer = Consumer(cluster.config.namespace, list(cluster.brokers), max_wait_ms=100)
-    consumer.assign(partitions)
-    out: dict[TopicPartition, list[Record]] = {tp: [] for tp in partitions}
-    idle = 0
-    while idle < 5:
-        got = consumer.poll()
-        idle = 0 if got else idle + 1
-        for tp, r in got:
-            out[tp].append(r)
-    return out
 
 
 def one_partition_topic(cluster, zk, replication_factor: int = 3):

@@ -85,6 +85,9 @@ def test_cluster_yaml_is_valid_for_ray_up_and_fits_kray():
     assert "openjdk-17-jre-headless" in setup
     assert " zookeeper" in setup
     assert f"pip install -e {REMOTE_CHECKOUT}" in setup
+    # Ray's token authentication on every node, with the token made on the user's machine.
+    assert "export RAY_AUTH_MODE=token" in setup
+    assert config["file_mounts"]["/home/ubuntu/.ray/auth_token"] == "~/.ray/auth_token"
 
     # The head: after the common setup, starts ZooKeeper on 2181 and exports
     # KRAY_ZK_CONNECT for jobs; the workers export the head's address.

@@ -6,6 +6,7 @@ import pytest
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from actors.broker.partition import LeaderAndIsrState
 from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, ReplicaManager, role
+from actors.config import BrokerConfig
 from actors.protocol import (
     LeaderAndIsrRequest,
     LiveBroker,
@@ -18,6 +19,7 @@ from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 BROKER = 1
+MAX_BYTES = BrokerConfig().message_max_bytes
 BROKER_EPOCH = 500
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
@@ -281,7 +283,7 @@ def test_an_idle_fetch_long_polls_and_an_append_wakes_it(rm):
     response, _ = rm.fetch(request, lambda: 0)
     assert time.monotonic() - started >= 0.35 and list(response.partitions[0].records) == []
     produce = ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])
-    threading.Timer(0.1, rm.append_records, (produce, 1)).start()
+    threading.Timer(0.1, rm.append_records, (produce, 1, MAX_BYTES)).start()
     request = request.model_copy(update={"max_wait_ms": 30_000})
     response, _ = rm.fetch(request, lambda: 0)
     assert [r.value for r in response.partitions[0].records] == [b"x"]  # woken by the append, not the timeout
@@ -314,6 +316,7 @@ def test_a_fetch_older_than_its_fetchers_partitions_is_answered_at_once(rm):
     threading.Timer(0.1, rm.wake_fetches, (2, 7, 4)).start()  # the nudge arrives while the fetch waits
     assert waited(7, 3, max_wait_ms=30_000) < 5
 
+
 @pytest.mark.parametrize("acks, expected", [(0, Errors.NONE), (1, Errors.NONE), (-1, Errors.REQUEST_TIMED_OUT)])
 def test_acks_decide_what_a_produce_waits_for(rm, acks, expected):
     """acks=0 and acks=1 are answered once the leader has the records; acks=all waits for the ISR (here a
@@ -327,11 +330,31 @@ def test_acks_decide_what_a_produce_waits_for(rm, acks, expected):
     request = ProduceRequest(acks=acks, timeout_ms=300, partitions=[
         ProducePartition("t", 0, [Record(-1, -1, 0, None, b"a"), Record(-1, -1, 0, None, b"b")])])
     started = time.monotonic()
-    result = rm.append_records(request, min_insync_replicas=1).results[0]
+    result = rm.append_records(request, min_insync_replicas=1, message_max_bytes=MAX_BYTES).results[0]
     waited = time.monotonic() - started
     assert (result.error_code, result.base_offset, result.last_offset) == (expected, 0, 1)
     assert (waited >= 0.25) == (acks == -1)
     assert rm.partition(T0).log.log_end_offset == 2 and rm.partition(T0).high_watermark == 0
+
+
+def test_a_batch_larger_than_message_max_bytes_is_refused_whole(rm):
+    """Kafka's RecordTooLargeException (MESSAGE_TOO_LARGE): nothing of that batch is appended, and the
+    other partitions of the same request are not held back by it."""
+    from actors.broker.records import Record, entry_size
+    from actors.data_protocol import ProducePartition, ProduceRequest
+
+    t1 = TopicPartition("t", 1)
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,)), ps(t1, leader=1, leader_epoch=0,
+                                                                                       isr=(1,))), BROKER_EPOCH)
+    small = [Record(-1, -1, 0, None, b"x" * 100)]
+    limit = 3 * entry_size(small[0])
+    fits = small * 3
+    too_big = small * 4
+    request = ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, too_big), ProducePartition("t", 1, fits)])
+    results = {r.partition: r for r in rm.append_records(request, 1, message_max_bytes=limit).results}
+    assert results[0].error_code == Errors.MESSAGE_TOO_LARGE and "message.max.bytes" in results[0].error_message
+    assert results[1].error_code == Errors.NONE and results[1].last_offset == 2
+    assert rm.partition(T0).log.log_end_offset == 0 and rm.partition(t1).log.log_end_offset == 3
 
 
 # -- MetadataCache ----------------------------------------------------------------------------------

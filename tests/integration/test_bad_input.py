@@ -1,0 +1,88 @@
+"""Bad input against a running cluster: garbage written by hand into every znode kind the controller
+and brokers read, and a produce larger than message.max.bytes. Each is skipped and reported or
+refused with Kafka's error; nothing else changes, and no actor crashes (README's bad-input table)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import ray
+
+from actors.clients.producer import Producer, ProducerError
+from coordination import admin, zkdata
+from coordination.errors import KrayError
+from coordination.zkdata import TopicPartition
+from tests.integration.conftest import caches_match_zookeeper, wait_until, zk_states
+
+GARBAGE = b"{not json at all"
+
+
+def alive(cluster) -> dict[int, int]:
+    """Every broker's and controller candidate's pid (an ActorDiedError here is a crash)."""
+    pids = {b: i["pid"] for b, i in zip(cluster.brokers, ray.get([h.info.remote() for h in cluster.brokers.values()],
+                                                                 timeout=30))}
+    pids.update({-b: s["pid"] for b, s in zip(cluster.brokers, ray.get(
+        [cluster.controller_actor(b).status.remote() for b in cluster.brokers], timeout=30))})
+    return pids
+
+
+def test_garbage_in_every_znode_kind_is_skipped_and_reported(new_cluster):
+    cluster, zk = new_cluster()
+    controller_id, epoch = cluster.wait_for_controller(zk)
+    admin.create_topic(zk, "good", 3, 3)
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "good"), what="the good topic everywhere")
+    before_pids, before_states = alive(cluster), zk_states(zk, "good")
+    k = zk.kazoo
+    k.create(zkdata.topic_path("bad-topic"), GARBAGE)  # a topic znode that is not JSON
+    k.create(zkdata.topic_config_path("bad-topic"), GARBAGE)
+    k.create(zkdata.topic_path("bad-state"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
+    k.create(zkdata.partition_state_path(TopicPartition("bad-state", 0)), GARBAGE, makepath=True)
+    k.create(zkdata.broker_path(9), GARBAGE, ephemeral=True)  # a registration that is not a broker's
+    k.create(zkdata.REASSIGN_PARTITIONS, GARBAGE)
+    k.create(zkdata.PREFERRED_REPLICA_ELECTION, GARBAGE)
+    k.create(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{zkdata.ISR_CHANGE_PREFIX}", GARBAGE, sequence=True)
+    k.create(zkdata.delete_topic_path("no-such-topic"), b"")
+
+    # the controller goes on: a new topic is created and reaches every broker
+    admin.create_topic(zk, "after", 2, 3)
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "after"), timeout=30, what="a topic created after it")
+    assert zk_states(zk, "good") == before_states  # nothing else changed
+    assert alive(cluster) == before_pids  # no actor crashed or restarted
+    assert cluster.wait_for_controller(zk) == (controller_id, epoch)
+    # the garbage notifications were consumed and reported, not left to fire again
+    wait_until(lambda: not zk.children(zkdata.ISR_CHANGE_NOTIFICATION), timeout=30,
+               what="the malformed ISR change notification removed")
+    assert not zk.kazoo.exists(zkdata.PREFERRED_REPLICA_ELECTION)
+    assert not zk.kazoo.exists(zkdata.REASSIGN_PARTITIONS)
+
+
+def test_a_produce_larger_than_message_max_bytes_is_refused_and_changes_nothing(new_cluster):
+    cluster, zk = new_cluster()
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1)
+    assert [m.offset for m in producer.send("t", [b"small"])] == [0]
+    limit = cluster.config.broker.message_max_bytes
+    with pytest.raises(ProducerError, match="MESSAGE_TOO_LARGE|message.max.bytes"):
+        producer.send("t", [b"x" * (limit + 1)])
+    assert [m.offset for m in producer.send("t", [b"after"])] == [1]  # the log did not move for it
+    leader = zk_states(zk, "t")[TopicPartition("t", 0)].leader
+    assert ray.get(cluster.brokers[leader].info.remote())["broker_id"] == leader
+
+
+@pytest.mark.parametrize("plan, error", [
+    ('{"version":1,"partitions":[{"topic":"doomed","partition":0,"replicas":[1,2]}]}', "queued for deletion"),
+    ('{"version":1,"partitions":[{"topic":"kept","partition":0,"replicas":[1,7]}]}', "Unknown broker ids [7]"),
+    ('{"version":1,"partitions":[{"topic":"kept","partition":0,"replicas":[1,1]}]}', "duplicate entries"),
+    ('{"version":1,"partitions":[{"topic":"kept","partition":5,"replicas":[1,2]}]}', "does not exist"),
+    ('{"version":1,"partitions":[{"topic":"kept","partition":0,"replicas":[1,2]}', "Malformed reassignment JSON"),
+])
+def test_a_bad_reassignment_is_refused_and_writes_nothing(zk, plan, error):
+    for b in (1, 2, 3):
+        zk.register_broker(b, zkdata.BrokerIdZNode.plaintext("127.0.0.1", 9092 + b))
+    for topic in ("doomed", "kept"):
+        zk.kazoo.create(zkdata.topic_path(topic), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
+    zk.kazoo.create(zkdata.delete_topic_path("doomed"), b"")  # a deletion waiting for its brokers
+    with pytest.raises(KrayError, match=re.escape(error)):
+        admin.reassign_partitions(zk, admin.parse_reassignment(plan))
+    assert zk.get(zkdata.REASSIGN_PARTITIONS) is None
