@@ -8,12 +8,20 @@ import contextlib
 import shutil
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker.actor import BrokerActor
 from actors.config import ClusterConfig
 from actors.controller.channel import broker_actor_name, controller_actor_name
+from actors.placement import NodeInfo, place_brokers
 from actors.runtime import poll
 from coordination.zkclient import KrayZkClient
+
+
+def alive_nodes() -> list[NodeInfo]:
+    """The Ray cluster's live nodes that can run work (CPU), head marked."""
+    return [NodeInfo(n["NodeID"], n["NodeManagerAddress"], "node:__internal_head__" in n["Resources"])
+            for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
 
 
 class LocalCluster:
@@ -32,7 +40,12 @@ class LocalCluster:
         return self
 
     def _spawn(self, broker_id: int) -> None:
+        """Start broker N's actor, pinned to its node when the placement names one: Ray then restarts
+        it there, where its log directory is."""
         opts = {"namespace": self.config.namespace, "max_restarts": self.config.broker_max_restarts}
+        node = place_brokers(self.broker_ids, alive_nodes(), self.config.placement).get(broker_id)
+        if node is not None:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         if self.detached:
             opts["lifetime"] = "detached"
         self.brokers[broker_id] = BrokerActor.options(name=broker_actor_name(broker_id), **opts).remote(

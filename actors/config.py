@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from actors.placement import Placement
 from coordination.zkclient import CREDENTIAL_ENV, KrayZkClient
 
 
@@ -66,6 +67,9 @@ class ClusterConfig(BaseModel):
     controller_socket_timeout_ms: int = Field(30_000, ge=100, description="controller.socket.timeout.ms")
     request_retry_backoff_ms: int = Field(100, ge=1, description="RequestSendThread's backoff")
     broker_max_restarts: int = Field(-1, description="Ray restarts of a broker actor (-1: forever)")
+    placement: Placement = Field("spread", description="where brokers run: 'spread' (one per node when there "
+                                                         "are enough nodes, workers first), 'any' (Ray's choice), or "
+                                                         "{broker id: node IP or node id}")
     recorder: str | None = Field(None, description="the RunRecorder actor (in `namespace`) that experiment "
                                                    "records go to; None records nothing")
     controller: ControllerConfig = Field(default_factory=ControllerConfig)

@@ -16,6 +16,22 @@ from coordination.errors import KrayError
 GC_THRESHOLDS = (50_000, 20, 20)
 
 
+def rss_mb() -> float:
+    """This process's resident memory in MB (soak runs watch it stay flat)."""
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def beside_this_actor():
+    """A scheduling strategy that puts an actor on the node of the actor calling this (a hard one: the
+    creator's node is alive, and the actors it creates die with it anyway)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
 def configure_actor_process() -> None:
     configure_logging()
     gc.set_threshold(*GC_THRESHOLDS)

@@ -128,6 +128,7 @@ class LoadSample(Record):
     brokers_alive: int
     controller_id: int | None
     controller_epoch: int | None
+    rss_mb: dict[str, float] = Field(default_factory=dict)  # resident memory per actor (broker-N, controller-N, p0, c0)
 
 
 class Ack(Record):

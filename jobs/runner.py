@@ -122,7 +122,7 @@ class ExperimentRun:
         self.generators = [LoadGenerator.remote(i, self.config, self.partitions[i::n], load.rate / n if n else 0,
                                                 load.record_size, load.acks_code, load.records_per_partition)
                            for i in range(n)]
-        self.consumers = [ConsumerWorker.remote(self.config, self.partitions[i::load.consumers])
+        self.consumers = [ConsumerWorker.remote(self.config, self.partitions[i::load.consumers], i)
                           for i in range(load.consumers)]
         ray.get([a.start.remote() for a in self.generators + self.consumers], timeout=60)
         self.chaos = Chaos(self.cluster, self.zk, self.zk_server)
@@ -239,6 +239,21 @@ class ExperimentRun:
 
     # -- observation ---------------------------------------------------------
 
+    def _resident_memory(self, load_stats: list[dict], controller_id: int | None, status: dict) -> dict[str, float]:
+        """MB per actor: the brokers that answer at once, the active controller, the load actors."""
+        refs = {f"broker-{b}": h.info.remote() for b, h in self.cluster.brokers.items()}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=2)
+        out = {}
+        for name, ref in refs.items():
+            try:
+                out[name] = ray.get(ref, timeout=0)["rss_mb"] if ref in ready else None
+            except Exception:  # a broker that died meanwhile: no figure this time
+                pass
+        out = {name: mb for name, mb in out.items() if mb is not None}
+        if "rss_mb" in status:
+            out[f"controller-{controller_id}"] = status["rss_mb"]
+        return out | {s["name"]: s["rss_mb"] for s in load_stats if "rss_mb" in s}
+
     def _sample_loop(self) -> None:
         last_acked, last_ts = 0, time.monotonic()
         while not self._stop_sampling.wait(self.exp.sample_interval_s):
@@ -269,7 +284,8 @@ class ExperimentRun:
         self.writer.write(rundir.LOAD, [rundir.LoadSample(
             ts_ms=ts, acked_total=self.acked, produce_rate=self.rate, consumed_total=self.consumed,
             inbox_depth=status.get("inbox_depth", 0), sender_queue_depths=status.get("sender_queue_depths", {}),
-            brokers_alive=len(live), controller_id=controller_id, controller_epoch=self.controller[1])])
+            brokers_alive=len(live), controller_id=controller_id, controller_epoch=self.controller[1],
+            rss_mb=self._resident_memory(stats, controller_id, status))])
         self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(
             ts_ms=ts, live_brokers=live, partitions=self._zk_leaderships())])
 

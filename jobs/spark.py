@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from contextlib import contextmanager
 
+import ray
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from actors.runtime import poll
+
+STOP_TIMEOUT_S = 60
 
 # What Spark 3.5's launcher adds for Java 17 (JavaModuleOptions), for every JVM RayDP starts.
 JAVA_17_OPTIONS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
@@ -61,7 +68,10 @@ def spark_on_ray(settings: SparkSettings | None = None):
 
     settings = settings or SparkSettings()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = raydp.init_spark(settings.app_name, num_executors=settings.executors,
+    before = set(ray.util.list_named_actors())
+    # RayDP names its master actor after the app; a previous session's may still be stopping
+    app = f"{settings.app_name}-{uuid.uuid4().hex[:6]}"
+    spark = raydp.init_spark(app, num_executors=settings.executors,
                              executor_cores=settings.executor_cores, executor_memory=settings.executor_memory,
                              configs=settings.spark_configs())
     spark.sparkContext.setLogLevel("ERROR")
@@ -69,11 +79,12 @@ def spark_on_ray(settings: SparkSettings | None = None):
         yield spark
     finally:
         raydp.stop_spark()
+        # RayDP stops its actors without waiting: wait, so that the next session can take their names
+        poll(lambda: not (set(ray.util.list_named_actors()) - before), STOP_TIMEOUT_S,
+             "RayDP's actors to stop", tolerate=())
 
 
 def runs_on_ray(spark) -> bool:
     """Whether this session is RayDP's: its master URL is Ray's and its master is a Ray actor."""
-    import ray
-
     app = spark.sparkContext.appName
     return spark.sparkContext.master.startswith("ray://") and app + "_SPARK_MASTER" in ray.util.list_named_actors()

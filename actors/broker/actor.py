@@ -32,7 +32,7 @@ from actors.data_protocol import (
     ProduceResponse,
 )
 from actors.recording import RecordSink
-from actors.runtime import configure_actor_process, poll, ray_says_this_actor_lives
+from actors.runtime import beside_this_actor, configure_actor_process, poll, ray_says_this_actor_lives, rss_mb
 from actors.protocol import (
     ControllerRequestT,
     ControllerResponse,
@@ -66,7 +66,9 @@ class BrokerActor:
         self._lock = threading.Lock()
         self.sink = RecordSink(config.recorder, config.namespace)
         self._controllers_seen: set[tuple[int, int]] = set()  # (controller id, epoch) accepted, for the record
-        self.replica_manager = ReplicaManager(broker_id, config.log_dir(broker_id), config.broker.log_segment_bytes)
+        log_dir = config.log_dir(broker_id)
+        self.recovered = sum(d.is_dir() for d in log_dir.iterdir()) if log_dir.is_dir() else 0  # replicas on disk
+        self.replica_manager = ReplicaManager(broker_id, log_dir, config.broker.log_segment_bytes)
         self.metadata_cache = MetadataCache()
         self.zk = config.zk_client().start()
         self.zk.ensure_persistent_paths()
@@ -81,8 +83,9 @@ class BrokerActor:
                               is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self._stopped = threading.Event()
         threading.Thread(target=self._scheduler, name=f"kafka-scheduler-{broker_id}", daemon=True).start()
-        self.controller = poll(lambda: ControllerActor.options(
+        self.controller = poll(lambda: ControllerActor.options(  # beside its broker, as in Kafka
             name=controller_actor_name(broker_id), namespace=config.namespace, max_restarts=-1,
+            scheduling_strategy=beside_this_actor(),
         ).remote(broker_id, config), timeout=60, what=f"{controller_actor_name(broker_id)}'s name to be free "
                                                      "(a killed incarnation's candidate is still being stopped)",
             tolerate=(ValueError,), interval=0.1)
@@ -195,7 +198,9 @@ class BrokerActor:
     def info(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(),
-                "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id}
+                "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id,
+                "log_dir": str(self.replica_manager.log_dir), "recovered_partitions": self.recovered,
+                "rss_mb": rss_mb()}
 
     @ray.method(concurrency_group="control")
     def zk_session(self) -> tuple[int, bytes]:

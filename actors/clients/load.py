@@ -25,7 +25,7 @@ from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.config import ClusterConfig
 from actors.recording import RecordSink
-from actors.runtime import configure_actor_process
+from actors.runtime import configure_actor_process, rss_mb
 from coordination.zkdata import TopicPartition
 from jobs import rundir
 
@@ -114,13 +114,15 @@ class LoadGenerator:
 
     def stats(self) -> dict:
         return {"name": self.name, "acked": self.acked, "sent": self.sequence, "retries": self.producer.retries,
-                "errors": len(self.errors), "last_error": self.errors[-1] if self.errors else None}
+                "errors": len(self.errors), "last_error": self.errors[-1] if self.errors else None,
+                "rss_mb": rss_mb()}
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
 class ConsumerWorker:
-    def __init__(self, config: ClusterConfig, partitions: list[TopicPartition]):
+    def __init__(self, config: ClusterConfig, partitions: list[TopicPartition], index: int = 0):
         configure_actor_process()
+        self.name = f"c{index}"
         self.consumer = Consumer(config.namespace, _broker_ids(config), max_wait_ms=200)
         self.partitions = list(partitions)
         self.sink = RecordSink(config.recorder, config.namespace)
@@ -152,7 +154,7 @@ class ConsumerWorker:
         return self.consumed
 
     def stats(self) -> dict:
-        return {"consumed": self.consumed}
+        return {"name": self.name, "consumed": self.consumed, "rss_mb": rss_mb()}
 
 
 def consumed(tp: TopicPartition, record, ts_ms: float, final: bool) -> rundir.Consumed:

@@ -27,7 +27,7 @@ from actors.controller.events import (
     Startup,
 )
 from actors.recording import RecordSink
-from actors.runtime import configure_actor_process
+from actors.runtime import configure_actor_process, rss_mb
 from actors.protocol import ControllerResponse
 from coordination.zkclient import KrayZkClient
 from jobs import rundir
@@ -85,7 +85,7 @@ class ControllerActor:
         status = self._ask(DescribeController(reply=Future()), timeout)
         return status | {"inbox_depth": self.inbox.depth(), "last_queue_time_ms": self.inbox.last_queue_time_ms,
                          "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
-                         "session_id": self.zk.session_id}
+                         "session_id": self.zk.session_id, "rss_mb": rss_mb()}
 
     def timelines(self) -> list[dict]:
         """The failovers this candidate handled while active (most recent last)."""

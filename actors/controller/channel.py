@@ -20,7 +20,7 @@ from collections import defaultdict
 import ray
 
 from actors.config import ClusterConfig
-from actors.runtime import configure_actor_process
+from actors.runtime import beside_this_actor, configure_actor_process
 from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
 from actors.protocol import (
     LEADER_DURING_DELETE,
@@ -239,7 +239,8 @@ class ControllerChannelManager:
 
     def _start_sender(self, broker_id: int) -> None:
         name = f"{request_sender_prefix(self.controller_id, broker_id)}-{uuid.uuid4().hex[:8]}"
-        sender = RequestSender.options(name=name, namespace=self.config.namespace).remote(
+        sender = RequestSender.options(name=name, namespace=self.config.namespace,  # beside the controller
+                                       scheduling_strategy=beside_this_actor()).remote(
             self.controller_id, broker_id, self.config, self.controller_handle)
         self.senders[broker_id] = sender
         with self._lock:

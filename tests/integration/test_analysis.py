@@ -118,7 +118,9 @@ def test_spark_ran_on_ray_through_raydp(spark, result):
     assert result.on_ray
     assert spark.sparkContext.master.startswith("ray://")
     named = set(ray.util.list_named_actors())
-    assert {"kray-analysis_SPARK_MASTER", "RAY_APP_MASTER", "raydp-executor-0"} <= named  # Ray actors, all
+    app = spark.sparkContext.appName
+    assert app.startswith("kray-analysis-")
+    assert {f"{app}_SPARK_MASTER", "RAY_APP_MASTER", "raydp-executor-0"} <= named  # Ray actors, all
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # less the driver
     assert executors == 1
 

@@ -1,0 +1,105 @@
+"""A kray cluster on a multi-node Ray cluster on this machine, run in a process of its own (a test
+run already has its one Ray session): `python -m tests.integration.multinode ZK_CONNECT`.
+
+Ray's own `ray.cluster_utils.Cluster` starts a head and three worker nodes; the brokers spread one
+per worker, their candidates beside them; acks=all load runs while a broker is restarted by Ray
+(on its node, with its log directory) and then a whole worker node is removed. Prints one JSON
+line: what the test (test_multinode.py) checks.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+
+import ray
+from ray.cluster_utils import Cluster
+
+from actors.cluster import LocalCluster
+from actors.clients.producer import Producer
+from actors.config import BrokerConfig, ClusterConfig
+from coordination import admin
+from coordination.zkdata import TopicPartition
+from jobs.local import fresh_chroot
+from tests.integration.conftest import read_all, wait_until, zk_states
+
+
+def main(connect: str) -> dict:
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    workers = [nodes.add_node(num_cpus=1) for _ in range(3)]
+    nodes.wait_for_nodes()
+    ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    config = ClusterConfig(zk_connect=fresh_chroot(connect, "kray-multinode"), namespace=f"mn-{uuid.uuid4().hex[:8]}",
+                           zk_session_timeout_ms=6000,
+                           broker=BrokerConfig(min_insync_replicas=2, replica_fetch_wait_max_ms=200,
+                                               replica_fetch_backoff_ms=200))
+    kray = LocalCluster(config, [1, 2, 3]).start()
+    zk = config.zk_client().start()
+    out: dict = {"workers": sorted(w.node_id for w in workers), "head": nodes.head_node.node_id}
+    try:
+        controller_id, _ = kray.wait_until_ready(zk)
+        out["broker_nodes"] = {b: ray.get(h.info.remote())["node_id"] for b, h in kray.brokers.items()}
+        out["candidate_nodes"] = {b: ray.get(kray.controller_actor(b).status.remote())["node_id"] for b in kray.brokers}
+        admin.create_topic(zk, "t", 6, 3)
+        kray.wait_for_metadata(lambda m: len(m["partitions"]) == 6)
+        producer = Producer(config.namespace, list(kray.brokers), acks=-1, delivery_timeout_ms=120_000)
+        acked: list[tuple[TopicPartition, int, bytes]] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            n = 0
+            while not stop.is_set():
+                values = [f"r{n + i}".encode() for i in range(12)]
+                for meta, value in zip(producer.send("t", values), values):
+                    acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
+                n += len(values)
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        wait_until(lambda: len(acked) > 200, what="records acknowledged")
+
+        others = [b for b in kray.brokers if b != controller_id]
+        restarted, victim = others
+        before = ray.get(kray.brokers[restarted].info.remote())
+        kray.kill_broker(restarted, restart=True)  # Ray restarts it where it was pinned
+        wait_until(lambda: ray.get(kray.brokers[restarted].info.remote())["broker_epoch"] > before["broker_epoch"],
+                   timeout=60, what="the restarted broker registered again")
+        after = ray.get(kray.brokers[restarted].info.remote())
+        out["restarted"] = {"node_before": before["node_id"], "node_after": after["node_id"],
+                            "log_dir_before": before["log_dir"], "log_dir_after": after["log_dir"],
+                            "recovered_partitions": after["recovered_partitions"]}
+        wait_until(lambda: all(restarted in s.isr for s in zk_states(zk, "t").values()), timeout=60,
+                   what="the restarted broker back in every ISR")
+
+        node = next(w for w in workers if w.node_id == out["broker_nodes"][victim])
+        removed_at = time.time() * 1000
+        nodes.remove_node(node, allow_graceful=False)  # the whole node: raylet, broker, candidate
+        kray.brokers.pop(victim)
+        wait_until(lambda: all(s.leader != victim and victim not in s.isr for s in zk_states(zk, "t").values()),
+                   timeout=60, what="leaders and ISRs without the removed node's broker")
+        failures = [t for t in ray.get(kray.controller_actor(controller_id).timelines.remote())
+                    if t["kind"] == "broker_failure" and victim in t["brokers"] and t["detected_ms"] >= removed_at]
+        out["node_failure"] = {"victim": victim, "handled_as_broker_failure": bool(failures),
+                               "detected_after_ms": failures[0]["detected_ms"] - removed_at if failures else None}
+        count = len(acked)
+        wait_until(lambda: len(acked) > count + 100, timeout=60, what="records acknowledged after the node's removal")
+        stop.set()
+        thread.join(120)
+        logs = read_all(kray, [TopicPartition("t", p) for p in range(6)])
+        in_log = {(tp, r.offset): r.value for tp, records in logs.items() for r in records}
+        out["acked"] = len(acked)
+        out["lost"] = sum(in_log.get((tp, o)) != v for tp, o, v in acked)
+    finally:
+        try:
+            kray.stop(delete_logs=True)
+            zk.close()
+        finally:
+            ray.shutdown()
+            nodes.shutdown()
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1])), flush=True)

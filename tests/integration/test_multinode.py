@@ -1,0 +1,24 @@
+"""kray on several Ray nodes (ray.cluster_utils.Cluster on this machine, in a process of its own:
+tests/integration/multinode.py): brokers one per worker node with their candidates beside them, a
+broker restarted by Ray on its node with its log directory, a whole node removed and handled as a
+broker failure, and no acknowledged record lost."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_brokers_spread_over_nodes_and_a_lost_node_is_a_broker_failure(zk_connect):
+    run = subprocess.run([sys.executable, "-m", "tests.integration.multinode", zk_connect], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    brokers = {int(b): n for b, n in seen["broker_nodes"].items()}
+    assert sorted(brokers.values()) == seen["workers"]  # one broker per worker node, none on the head
+    assert {int(b): n for b, n in seen["candidate_nodes"].items()} == brokers  # candidates beside their brokers
+    r = seen["restarted"]
+    assert r["node_after"] == r["node_before"] and r["log_dir_after"] == r["log_dir_before"]
+    assert r["recovered_partitions"] > 0  # it found its replicas' logs again
+    assert seen["node_failure"]["handled_as_broker_failure"]
+    assert seen["acked"] > 300 and seen["lost"] == 0
