@@ -57,7 +57,7 @@ class ClusterConfig(BaseModel):
 
     zk_connect: str = Field(description="zookeeper.connect, optionally with a chroot")
     zk_credential: SecretStr | None = Field(
-        default_factory=lambda: os.environ.get(CREDENTIAL_ENV) or None,
+        default_factory=lambda: os.environ.get(CREDENTIAL_ENV) or None, validate_default=True,
         description="user:password of kray's digest identity: znodes are created writable by it alone and "
                     "readable by all (zookeeper.set.acl); default $KRAY_ZK_CREDENTIAL, none: open znodes")
     namespace: str = Field("kray", description="Ray namespace holding the cluster's named actors")

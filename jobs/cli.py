@@ -95,7 +95,9 @@ def cluster_up(args) -> None:
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
     with KrayZkClient(connect).start() as zk:
         controller, epoch = cluster.wait_for_controller(zk)
-    local.write_state("cluster", {"config": config.model_dump(), "started_ray": started_ray})
+    # the credential stays out of the state file: commands read it from the environment again
+    local.write_state("cluster", {"config": config.model_dump(mode="json", exclude={"zk_credential"}),
+                                  "started_ray": started_ray})
     print(f"{args.brokers} brokers up in Ray namespace {config.namespace}; controller is broker {controller} "
           f"(epoch {epoch})")
     ray.shutdown()
