@@ -32,8 +32,10 @@ class LocalCluster:
         self.broker_ids = list(broker_ids)
         self.detached = detached
         self.brokers: dict[int, ray.actor.ActorHandle] = {}
+        self.nodes: dict[int, str | None] = {}  # broker -> the node it is pinned to, decided once
 
     def start(self, timeout: float = 120.0) -> "LocalCluster":
+        self.nodes = place_brokers(self.broker_ids, alive_nodes(), self.config.placement)
         for b in self.broker_ids:
             self._spawn(b)
         ray.get([h.info.remote() for h in self.brokers.values()], timeout=timeout)
@@ -43,7 +45,7 @@ class LocalCluster:
         """Start broker N's actor, pinned to its node when the placement names one: Ray then restarts
         it there, where its log directory is."""
         opts = {"namespace": self.config.namespace, "max_restarts": self.config.broker_max_restarts}
-        node = place_brokers(self.broker_ids, alive_nodes(), self.config.placement).get(broker_id)
+        node = self.nodes.get(broker_id)  # a new incarnation goes where its logs are
         if node is not None:
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         if self.detached:

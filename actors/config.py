@@ -1,14 +1,13 @@
 """Configuration shared by brokers, controllers and tools, with Kafka's names where Kafka has one."""
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from actors.placement import Placement
-from coordination.zkclient import CREDENTIAL_ENV, KrayZkClient
+from coordination.zkclient import KrayZkClient, credential_from_env
 
 
 class ControllerConfig(BaseModel):
@@ -57,7 +56,7 @@ class ClusterConfig(BaseModel):
 
     zk_connect: str = Field(description="zookeeper.connect, optionally with a chroot")
     zk_credential: SecretStr | None = Field(
-        default_factory=lambda: os.environ.get(CREDENTIAL_ENV) or None, validate_default=True,
+        default_factory=credential_from_env, validate_default=True,
         description="user:password of kray's digest identity: znodes are created writable by it alone and "
                     "readable by all (zookeeper.set.acl); default $KRAY_ZK_CREDENTIAL, none: open znodes")
     namespace: str = Field("kray", description="Ray namespace holding the cluster's named actors")

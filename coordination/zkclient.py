@@ -39,6 +39,11 @@ CREDENTIAL_ENV = "KRAY_ZK_CREDENTIAL"  # "user:password": kray's digest identity
 SECURE_ACL = CREATOR_ALL_ACL + READ_ACL_UNSAFE  # Kafka's zookeeper.set.acl: kray writes, anyone reads
 
 
+def credential_from_env() -> str | None:
+    """kray's ZooKeeper credential as the environment gives it (the one place that reads it)."""
+    return os.environ.get(CREDENTIAL_ENV) or None
+
+
 class NotAttemptedError(BadVersionError):
     """A conditional write not sent: others in its batch had stale versions, so the caller's versions
     are likely stale too. ZooKeeper names one failing op per multi; reading the rest again costs one
@@ -65,11 +70,10 @@ class KrayZkClient:
 
     def __init__(self, connect: str, session_timeout_ms: int = 18_000, read_only: bool = False,
                  credential: str | None = None):
-        """With a credential ("user:password"; default: $KRAY_ZK_CREDENTIAL) the session authenticates
-        with it and creates every znode with SECURE_ACL, as Kafka's zookeeper.set.acl does."""
+        """With a credential ("user:password") the session authenticates with it and creates every
+        znode with SECURE_ACL, as Kafka's zookeeper.set.acl does; without one, znodes are open."""
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
-        credential = credential or os.environ.get(CREDENTIAL_ENV) or None
         if credential is not None and (":" not in credential or credential.startswith(":")):
             raise KrayError(f"a ZooKeeper credential is user:password ({CREDENTIAL_ENV})")
         self.kazoo = KazooClient(

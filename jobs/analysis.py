@@ -29,6 +29,8 @@ import json
 import math
 import sys
 import time
+from functools import reduce
+from operator import or_
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -47,6 +49,9 @@ FEATURES = ["partitions_affected", "partitions_total", "produce_rate", "inbox_de
 BUCKET_EDGES = (1, 100, 500, 1000, 5000)  # partitions affected
 PERCENTILES = (0.5, 0.95, 0.99)
 CORRUPT = "_corrupt_record"
+# a line without one of these is malformed (counted and reported): the phases and features need them
+REQUIRED = ["detected_ms", "processing_started_ms", "load", *(f"load.{f}" for f in (
+    "partitions_total", "partitions_affected", "produce_rate", "inbox_depth", "session_timeout_ms", "detector"))]
 CHART_POINTS = 20_000  # the scatter chart draws a sample of at most this many failovers
 
 
@@ -135,8 +140,7 @@ def failover_table(spark, runs: list[RunInput]):
     raw = (spark.read.schema(failover_schema()).option("mode", "PERMISSIVE")
            .option("columnNameOfCorruptRecord", CORRUPT).json(files)
            .withColumn("run_id", F.element_at(F.split(F.input_file_name(), "/"), -2))
-           .withColumn(CORRUPT, F.when(F.col(CORRUPT).isNotNull() | F.col("detected_ms").isNull()
-                                       | F.col("processing_started_ms").isNull() | F.col("load").isNull(),
+           .withColumn(CORRUPT, F.when(reduce(or_, [F.col(c).isNull() for c in REQUIRED], F.col(CORRUPT).isNotNull()),
                                        F.coalesce(F.col(CORRUPT), F.to_json(F.struct("*")))))
            .cache())
     good = raw.where(F.col(CORRUPT).isNull() & F.col("fault_injected_ms").isNotNull())

@@ -17,13 +17,13 @@ from pathlib import Path
 from coordination import admin
 from coordination.errors import KrayError
 from coordination.server import ZooKeeperServer, ZooKeeperSettings, server_mode
-from coordination.zkclient import KrayZkClient
+from coordination.zkclient import KrayZkClient, credential_from_env
 from coordination.zkdata import TopicPartition
 from jobs import local
 
 
 def _zk(args) -> KrayZkClient:
-    return KrayZkClient(local.zk_connect(args.zookeeper)).start(timeout=10)
+    return KrayZkClient(local.zk_connect(args.zookeeper), credential=credential_from_env()).start(timeout=10)
 
 
 # -- kray zk ---------------------------------------------------------------
@@ -93,7 +93,7 @@ def cluster_up(args) -> None:
                            zk_session_timeout_ms=args.session_timeout_ms,
                            broker=BrokerConfig(log_dirs=str(local.kray_home() / "logs" / args.namespace)))
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
-    with KrayZkClient(connect).start() as zk:
+    with config.zk_client().start() as zk:
         controller, epoch = cluster.wait_for_controller(zk)
     # the credential stays out of the state file: commands read it from the environment again
     local.write_state("cluster", {"config": config.model_dump(mode="json", exclude={"zk_credential"}),
@@ -323,11 +323,6 @@ def demo(args) -> None:
     run(session_timeout_ms=args.session_timeout_ms)
 
 
-def _exit_with(status: int) -> None:
-    if status:
-        sys.exit(status)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kray", description="Kafka's ZooKeeper-mode controller on Ray")
     p.add_argument("--zookeeper", help="ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)")
@@ -427,14 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--grace-ms", type=float, default=5000)
     s.set_defaults(func=check)
 
-    s = sub.add_parser("sweep", help="a grid of experiments, then the Spark analysis (python -m jobs.sweep -h)",
-                       add_help=False)
-    s.add_argument("rest", nargs=argparse.REMAINDER)
-    s.set_defaults(func=lambda args: _exit_with(import_module("jobs.sweep").main(args.rest)))
-    s = sub.add_parser("analyse", help="the Spark analysis of run directories (python -m jobs.analysis -h)",
-                       add_help=False)
-    s.add_argument("rest", nargs=argparse.REMAINDER)
-    s.set_defaults(func=lambda args: _exit_with(import_module("jobs.analysis").main(args.rest)))
+    sub.add_parser("sweep", help="a grid of experiments, then the Spark analysis (kray sweep -h)")
+    sub.add_parser("analyse", help="the Spark analysis of run directories (kray analyse -h)")
 
     s = sub.add_parser("demo", help="a quick look: election, a topic, a controller failover")
     s.add_argument("--session-timeout-ms", type=int, default=6000)
@@ -442,7 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+PASSED_ON = {"sweep": "jobs.sweep", "analyse": "jobs.analysis"}  # commands with parsers of their own
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in PASSED_ON:  # every option theirs, in any order
+        return import_module(PASSED_ON[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "fault", None) in ("pause", "expire-session") and (args.broker_id is None) != args.controller:

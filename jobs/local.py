@@ -47,10 +47,10 @@ def zk_connect(explicit: str | None = None) -> str:
 def fresh_chroot(connect: str, prefix: str, credential: str | None = None) -> str:
     """A connect string rooted at a new, empty chroot, so runs can share one ZooKeeper (created with
     the credential's ACL when there is one: a chroot is what keeps others from writing beside kray)."""
-    from coordination.zkclient import KrayZkClient
+    from coordination.zkclient import KrayZkClient, credential_from_env
 
     chroot = f"/{prefix}-{uuid.uuid4().hex[:8]}"
-    with KrayZkClient(connect, credential=credential).start() as root:
+    with KrayZkClient(connect, credential=credential or credential_from_env()).start() as root:
         root.kazoo.ensure_path(chroot)
     return connect + chroot
 

@@ -241,7 +241,7 @@ class ExperimentRun:
 
     def _resident_memory(self, load_stats: list[dict], controller_id: int | None, status: dict) -> dict[str, float]:
         """MB per actor: the brokers that answer at once, the active controller, the load actors."""
-        refs = {f"broker-{b}": h.info.remote() for b, h in self.cluster.brokers.items()}
+        refs = {f"broker-{b}": h.info.remote() for b, h in list(self.cluster.brokers.items())}  # chaos changes it
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=2)
         out = {}
         for name, ref in refs.items():

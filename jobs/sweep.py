@@ -41,7 +41,7 @@ from jobs.spark import SparkSettings, add_spark_arguments, settings_from
 class Sweep(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field("sweep", pattern=r"^[A-Za-z0-9._-]{1,48}$")
+    name: str = Field("sweep", pattern=r"^[A-Za-z0-9._-]{1,24}$")
     partitions: list[int] = Field([60, 300, 1000], min_length=1)
     rates: list[float] = Field([0], min_length=1)
     brokers: list[int] = Field([3], min_length=1)
@@ -62,6 +62,12 @@ class Sweep(BaseModel):
             raise ValueError(f"replication factor {self.replication_factor} larger than {min(self.brokers)} brokers")
         if self.spacing_s <= self.down_s:
             raise ValueError(f"spacing_s ({self.spacing_s}) must be longer than down_s ({self.down_s})")
+        try:
+            self.experiments()  # every experiment of the grid must be possible too
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise ValueError(f"an experiment of this grid is impossible: {'.'.join(map(str, first['loc']))}: "
+                             f"{first['msg']}") from None
         return self
 
     def experiments(self) -> list[Experiment]:
@@ -72,7 +78,7 @@ class Sweep(BaseModel):
             # without the detector a dead broker is found when its session expires: leave time for that
             spacing = self.spacing_s + (0 if detector else self.session_timeout_ms / 1000)
             out.append(Experiment(
-                name=f"{self.name}-b{brokers}-p{partitions}-r{rate:g}-{'ray' if detector else 'zk'}",
+                name=f"{self.name}-b{brokers}-p{partitions}-r{round(rate)}-{'ray' if detector else 'zk'}",
                 brokers=brokers, session_timeout_ms=self.session_timeout_ms, detector=detector,
                 broker={"min_insync_replicas": min(2, self.replication_factor)},
                 controller={"leader_imbalance_check_interval_seconds": max(1, int(spacing / 2))},

@@ -60,8 +60,11 @@ def runs(tmp_path_factory):
     records.append(good)
     wrong_type = json.loads(good.model_dump_json()) | {"detected_ms": "soon"}
     missing = {k: v for k, v in json.loads(good.model_dump_json()).items() if k != "processing_started_ms"}
+    no_rate = json.loads(good.model_dump_json())
+    del no_rate["load"]["produce_rate"]
     (bad / rundir.FAILOVERS).write_text("\n".join([good.model_dump_json(), "{not json", json.dumps(wrong_type),
-                                                   json.dumps(missing), '{"kind": "broker_fail']) + "\n")
+                                                   json.dumps(missing), json.dumps(no_rate),
+                                                   '{"kind": "broker_fail']) + "\n")
     partial = root / "run-partial"
     partial.mkdir()
     (partial / rundir.EXPERIMENT).write_text("{}")
@@ -177,13 +180,13 @@ def test_regressions_match_numpy_least_squares(runs, result):
 
 def test_bad_input_is_counted_and_reported(result):
     inputs = {i["run_id"]: i for i in result.inputs}
-    assert inputs["run-bad"]["failovers"] == 1 and inputs["run-bad"]["malformed"] == 4
+    assert inputs["run-bad"]["failovers"] == 1 and inputs["run-bad"]["malformed"] == 5
     assert any("{not json" in e for e in inputs["run-bad"]["examples"])
     assert inputs["run-partial"]["status"] == "partial: no failovers.jsonl"
     assert inputs["run-empty"]["status"] == "no failovers" and inputs["run-empty"]["failovers"] == 0
     assert inputs["run-0"]["unexplained"] == 1 and inputs["run-0"]["failovers"] == 20
     report = (result.out / "report.md").read_text()
-    assert "| run-bad | 1 | 4 |" in report and "partial: no failovers.jsonl" in report
+    assert "| run-bad | 1 | 5 |" in report and "partial: no failovers.jsonl" in report
 
 
 def test_outputs_are_parquet_tables_charts_and_a_report(spark, result):

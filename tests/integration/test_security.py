@@ -13,6 +13,7 @@ from actors.config import ClusterConfig
 from coordination import admin, zkdata
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
 from jobs.local import fresh_chroot
 from tests.integration.conftest import caches_match_zookeeper, wait_until, zk_states
 
@@ -59,6 +60,9 @@ def test_strangers_can_read_but_not_write_krays_znodes(secured):
                 lambda: other.delete(zkdata.topic_path("orders"), recursive=True),
                 lambda: other.create("/admin/delete_topics/orders", b""),
                 lambda: other.create("/admin/reassign_partitions", b"{}"),
+                lambda: other.set(zkdata.CONTROLLER_EPOCH, b"999"),  # would fence the controller out
+                lambda: other.set(zkdata.partition_state_path(TopicPartition("orders", 0)), b"{}"),
+                lambda: other.delete(zkdata.partition_state_path(TopicPartition("orders", 0))),
             ]
             for attempt in attempts:
                 with pytest.raises(NoAuthError):

@@ -183,6 +183,8 @@ BAD = [
     ("zero-brokers", "name: x\nbrokers: 0\n", ["brokers: Input should be greater than or equal to 1"]),
     ("zero-duration", "name: x\nduration_s: 0\n", ["duration_s: Input should be greater than 0"]),
     ("bad-acks", "name: x\nload: {acks: 2}\n", ["load.acks"]),
+    ("batch-over-message-max-bytes", "name: x\nload: {record_size: 1048576}\n",
+     ["over the brokers' message_max_bytes", "MESSAGE_TOO_LARGE"]),
     ("short-session-timeout", "name: x\nsession_timeout_ms: 999\n",
      ["session_timeout_ms: Input should be greater than or equal to 1000"]),
 ]

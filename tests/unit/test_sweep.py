@@ -32,6 +32,8 @@ def test_the_default_sweep_gives_the_analysis_at_least_30_faults():
     ({"partitions": [0]}, "partitions must be >= 1"),
     ({"partitions": []}, "at least 1 item"),
     ({"colour": "red"}, "Extra inputs are not permitted"),
+    ({"brokers": [100]}, "an experiment of this grid is impossible: brokers"),
+    ({"kills": 200000}, "an experiment of this grid is impossible: duration_s"),
 ])
 def test_impossible_sweeps_are_refused(fields, message, tmp_path):
     path = tmp_path / "sweep.yaml"
@@ -46,3 +48,17 @@ def test_unreadable_sweep_files_are_one_line_errors(tmp_path):
     (tmp_path / "bad.yaml").write_text("partitions: [1, 2\n")
     with pytest.raises(KrayError, match="is not valid YAML"):
         load_sweep(tmp_path / "bad.yaml")
+
+
+def test_kray_sweep_and_analyse_take_their_options_in_any_order(tmp_path, capsys):
+    from jobs.cli import main
+
+    assert main(["sweep", "--runs-dir", str(tmp_path), str(tmp_path / "missing.yaml")]) == 1
+    assert main(["analyse", "--out", str(tmp_path / "out"), str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot read sweep file" in err and "no such run directory" in err
+
+
+def test_rates_name_experiments_without_exponents():
+    names = [e.name for e in Sweep(rates=[1_000_000], partitions=[10], detector=[True]).experiments()]
+    assert names == ["sweep-b3-p10-r1000000-ray"]
