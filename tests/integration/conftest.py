@@ -1,12 +1,14 @@
 """Fixtures for tests that need their own cluster, and the leader-side ISR write the data plane will do."""
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
 
 from actors.broker.records import Record
 from actors.clients.consumer import Consumer
+from actors.clients.producer import Producer
 from actors.cluster import LocalCluster, poll as wait_until
 from actors.config import BrokerConfig, ClusterConfig, ControllerConfig
 from coordination import zkdata
@@ -91,3 +93,36 @@ def read_all(cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, 
         for tp, r in got:
             out[tp].append(r)
     return out
+
+
+class AckedLoad:
+    """acks=all records streamed to a topic from a thread of the test, every acknowledgement kept, so
+    that a test can check at the end that none was lost."""
+
+    def __init__(self, cluster: LocalCluster, topic: str, batch: int = 12):
+        self.producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1,
+                                 delivery_timeout_ms=120_000)
+        self.topic, self.batch = topic, batch
+        self.acked: list[tuple[TopicPartition, int, bytes]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="acked-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            values = [f"r{n + i}".encode() for i in range(self.batch)]
+            for meta, value in zip(self.producer.send(self.topic, values), values):
+                self.acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
+            n += len(values)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+        assert not self._thread.is_alive(), "the producer did not finish its last send"
+
+    def lost(self, cluster: LocalCluster, partitions: int) -> list[tuple[TopicPartition, int, bytes]]:
+        """Acknowledged records that are not in the log where their acknowledgement said."""
+        logs = read_all(cluster, [TopicPartition(self.topic, p) for p in range(partitions)])
+        in_log = {(tp, r.offset): r.value for tp, records in logs.items() for r in records}
+        return [(tp, o, v) for tp, o, v in self.acked if in_log.get((tp, o)) != v]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 import uuid
 
@@ -18,12 +17,10 @@ import ray
 from ray.cluster_utils import Cluster
 
 from actors.cluster import LocalCluster
-from actors.clients.producer import Producer
 from actors.config import BrokerConfig, ClusterConfig
 from coordination import admin
-from coordination.zkdata import TopicPartition
 from jobs.local import fresh_chroot
-from tests.integration.conftest import read_all, wait_until, zk_states
+from tests.integration.conftest import AckedLoad, wait_until, zk_states
 
 
 def main(connect: str) -> dict:
@@ -44,21 +41,8 @@ def main(connect: str) -> dict:
         out["candidate_nodes"] = {b: ray.get(kray.controller_actor(b).status.remote())["node_id"] for b in kray.brokers}
         admin.create_topic(zk, "t", 6, 3)
         kray.wait_for_metadata(lambda m: len(m["partitions"]) == 6)
-        producer = Producer(config.namespace, list(kray.brokers), acks=-1, delivery_timeout_ms=120_000)
-        acked: list[tuple[TopicPartition, int, bytes]] = []
-        stop = threading.Event()
-
-        def produce() -> None:
-            n = 0
-            while not stop.is_set():
-                values = [f"r{n + i}".encode() for i in range(12)]
-                for meta, value in zip(producer.send("t", values), values):
-                    acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
-                n += len(values)
-
-        thread = threading.Thread(target=produce)
-        thread.start()
-        wait_until(lambda: len(acked) > 200, what="records acknowledged")
+        load = AckedLoad(kray, "t")
+        wait_until(lambda: len(load.acked) > 200, what="records acknowledged")
 
         others = [b for b in kray.brokers if b != controller_id]
         restarted, victim = others
@@ -83,14 +67,11 @@ def main(connect: str) -> dict:
                     if t["kind"] == "broker_failure" and victim in t["brokers"] and t["detected_ms"] >= removed_at]
         out["node_failure"] = {"victim": victim, "handled_as_broker_failure": bool(failures),
                                "detected_after_ms": failures[0]["detected_ms"] - removed_at if failures else None}
-        count = len(acked)
-        wait_until(lambda: len(acked) > count + 100, timeout=60, what="records acknowledged after the node's removal")
-        stop.set()
-        thread.join(120)
-        logs = read_all(kray, [TopicPartition("t", p) for p in range(6)])
-        in_log = {(tp, r.offset): r.value for tp, records in logs.items() for r in records}
-        out["acked"] = len(acked)
-        out["lost"] = sum(in_log.get((tp, o)) != v for tp, o, v in acked)
+        count = len(load.acked)
+        wait_until(lambda: len(load.acked) > count + 100, timeout=60, what="records acknowledged after the node's removal")
+        load.stop()
+        out["acked"] = len(load.acked)
+        out["lost"] = len(load.lost(kray, 6))
     finally:
         try:
             kray.stop(delete_logs=True)

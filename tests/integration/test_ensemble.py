@@ -3,20 +3,16 @@ server dies, stops changing metadata without a quorum (no split brain, a clear e
 and recovers when the quorum returns; no acknowledged record is lost throughout."""
 from __future__ import annotations
 
-import threading
-
 import pytest
 import ray
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from actors.clients.producer import Producer
 from coordination import admin
 from coordination.errors import KrayError
 from coordination.server import ZooKeeperEnsemble, ZooKeeperSettings
 from coordination.zkclient import KrayZkClient
-from coordination.zkdata import TopicPartition
-from tests.integration.conftest import read_all, start_cluster, wait_until, zk_states
+from tests.integration.conftest import AckedLoad, start_cluster, wait_until, zk_states
 
 SETTINGS = ZooKeeperSettings(tick_time_ms=250, min_session_timeout_ms=1000)
 
@@ -27,21 +23,8 @@ def test_the_cluster_rides_out_a_lost_server_and_waits_out_a_lost_quorum(ray_ses
         try:
             admin.create_topic(zk, "t", 6, 3)
             cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 6)
-            producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1, delivery_timeout_ms=120_000)
-            acked: list[tuple[TopicPartition, int, bytes]] = []
-            stop = threading.Event()
-
-            def produce() -> None:
-                n = 0
-                while not stop.is_set():
-                    values = [f"r{n + i}".encode() for i in range(12)]
-                    for meta, value in zip(producer.send("t", values), values):
-                        acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
-                    n += len(values)
-
-            thread = threading.Thread(target=produce)
-            thread.start()
-            wait_until(lambda: len(acked) > 200, what="records acknowledged before the faults")
+            load = AckedLoad(cluster, "t")
+            wait_until(lambda: len(load.acked) > 200, what="records acknowledged before the faults")
 
             # one server (the leader) dies during the load and a broker failure
             leader = ensemble.leader_index()
@@ -70,20 +53,16 @@ def test_the_cluster_rides_out_a_lost_server_and_waits_out_a_lost_quorum(ray_ses
             wait_until(lambda: ensemble.leader_index() is not None, timeout=30, what="a quorum again")
             late = zk.get("/no-quorum")  # if it was written, then only once a quorum (a new epoch) was back
             assert late is None or late[1].czxid >> 32 > epoch_before
-            before = len(acked)
+            before = len(load.acked)
             controller_id, _ = cluster.wait_for_controller(zk, timeout=60)
             active = [b for b in cluster.brokers if ray.get(cluster.controller_actor(b).status.remote())["active"]]
             assert active == [controller_id]  # one controller acts: no split brain
             admin.create_topic(zk, "after-quorum", 2, 2)
             cluster.wait_for_metadata(lambda m: sum(tp.topic == "after-quorum" for tp in m["partitions"]) == 2,
                                       timeout=60)
-            wait_until(lambda: len(acked) > before + 100, timeout=60, what="records acknowledged after the quorum")
-            stop.set()
-            thread.join(120)
-            assert not thread.is_alive()
-            logs = read_all(cluster, [TopicPartition("t", p) for p in range(6)])
-            in_log = {(tp, r.offset): r.value for tp, records in logs.items() for r in records}
-            missing = [(tp, o, v) for tp, o, v in acked if in_log.get((tp, o)) != v]
+            wait_until(lambda: len(load.acked) > before + 100, timeout=60, what="records acknowledged after the quorum")
+            load.stop()
+            missing = load.lost(cluster, 6)
             assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
         finally:
             cluster.stop(delete_logs=True)
