@@ -89,16 +89,18 @@ def test_cluster_yaml_is_valid_for_ray_up_and_fits_kray():
     assert "export RAY_AUTH_MODE=token" in setup
     assert config["file_mounts"]["/home/ubuntu/.ray/auth_token"] == "~/.ray/auth_token"
 
-    # The head: after the common setup, starts ZooKeeper on 2181 and exports
-    # KRAY_ZK_CONNECT for jobs; the workers export the head's address.
+    # The head: after the common setup, starts a 3-server ZooKeeper ensemble on 2181-2183 and
+    # exports KRAY_ZK_CONNECT for jobs; the workers export the head's addresses.
     head_setup = config["head_setup_commands"]
     assert head_setup[: len(raw["setup_commands"])] == raw["setup_commands"]
     head_only = "\n".join(raw["head_setup_commands"])
     assert "/usr/share/zookeeper/bin/zkServer.sh start" in head_only
-    assert "clientPort=2181" in head_only
-    assert "KRAY_ZK_CONNECT=" in head_only and ":2181" in head_only
+    assert '"clientPort=218$i"' in head_only and "for i in 1 2 3" in head_only
+    assert all(f"server.{i}=127.0.0.1:{2887 + i}:{3887 + i}" in head_only for i in (1, 2, 3))
+    assert "KRAY_ZK_CONNECT=$IP:2181,$IP:2182,$IP:2183" in head_only
     assert "boto3" in head_only  # the head's autoscaler launches the workers
-    assert "KRAY_ZK_CONNECT=$RAY_HEAD_IP:2181" in "\n".join(raw["worker_setup_commands"])
+    assert "KRAY_ZK_CONNECT=$RAY_HEAD_IP:2181,$RAY_HEAD_IP:2182,$RAY_HEAD_IP:2183" in \
+        "\n".join(raw["worker_setup_commands"])
 
     # Ray's standard start commands.
     head_start = "\n".join(config["head_start_ray_commands"])
