@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 
 from coordination.errors import KrayError
 from jobs import rundir
-from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_on_ray
+from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_hosts, spark_on_ray
 
 PHASES = ["detection_ms", "inbox_wait_ms", "election_zk_ms", "propagation_ms", "unavailability_ms"]
 # the timestamps each phase runs between (unavailability_ms is computed from first_produce_ok_ms)
@@ -251,6 +251,12 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
             progress: Callable[[str], None] = lambda line: None) -> Analysis:
     """The whole job on a running SparkSession."""
     runs = find_runs(paths)
+    driver = spark.sparkContext.getConf().get("spark.driver.host")
+    elsewhere = spark_hosts(spark) - {driver}
+    if elsewhere:  # Spark reads the run directories and writes its tables through local paths
+        raise KrayError(f"Spark executors run on {sorted(elsewhere)}, not on this node ({driver}), so they cannot "
+                        f"read the run directories here: keep the runs on storage every node reads, or run the "
+                        f"analysis where its executors can be placed on this node")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     progress(f"Reading {len(runs)} run directories")

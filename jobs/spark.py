@@ -84,6 +84,15 @@ def spark_on_ray(settings: SparkSettings | None = None):
              "RayDP's actors to stop", tolerate=())
 
 
+def spark_hosts(spark) -> set[str]:
+    """The hosts of this session's driver and executors."""
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()  # "host:port" -> memory, for each
+    keys, hosts = status.keys().iterator(), set()
+    while keys.hasNext():
+        hosts.add(keys.next().rsplit(":", 1)[0])
+    return hosts
+
+
 def runs_on_ray(spark) -> bool:
     """Whether this session is RayDP's: its master URL is Ray's and its master is a Ray actor."""
     app = spark.sparkContext.appName

@@ -44,7 +44,6 @@ def test_soak_with_every_fault_kind(ray_session, tmp_path):
     growth = {a: samples[-1].rss_mb[a] / v[len(v) // 2] for a, v in start.items() if v}
     print("resident memory, MB (start median -> end):",
           {a: f"{v[len(v) // 2]:.0f} -> {samples[-1].rss_mb[a]:.0f}" for a, v in start.items() if v})
-    assert growth and max(growth.values()) < GROWTH_LIMIT, growth
 
     from jobs.analysis import analyse
     from jobs.spark import spark_on_ray
@@ -52,3 +51,4 @@ def test_soak_with_every_fault_kind(ray_session, tmp_path):
     with spark_on_ray() as spark:
         result = analyse(spark, [run_dir], tmp_path / "analysis")
     assert result.failovers >= 10 and (tmp_path / "analysis" / "report.md").exists()
+    assert growth and max(growth.values()) < GROWTH_LIMIT, growth
