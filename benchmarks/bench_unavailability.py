@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -70,8 +69,7 @@ def main() -> None:
     parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "kray-bench-runs"))
     args = parser.parse_args()
     rows = []
-    with embedded_zookeeper_and_ray() as env:
-        os.environ["KRAY_ZK_CONNECT"] = env.connect  # every run joins this ZooKeeper and this Ray
+    with embedded_zookeeper_and_ray():  # every run joins this ZooKeeper and this Ray
         for timeout in args.timeouts:
             for detector in {"both": (True, False), "on": (True,), "off": (False,)}[args.detector]:
                 exp = experiment(args.partitions, args.kills, timeout, detector, args.rate)

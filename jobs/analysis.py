@@ -227,23 +227,26 @@ def regressions(table) -> list[dict]:
     from pyspark.ml.regression import LinearRegression
     from pyspark.sql import functions as F
 
-    out = []
-    for phase in PHASES:
-        rows = table.where(table[phase].isNotNull()).select(phase, *FEATURES).cache()
+    def fit(phase: str, rows) -> dict:
         spread = rows.agg(F.count(F.lit(1)).alias("n"), *(F.countDistinct(f).alias(f) for f in FEATURES)).head()
         varying = [f for f in FEATURES if spread[f] > 1]
         n = spread["n"]
         if not varying or n < len(varying) + 2:
-            out.append({"phase": phase, "n": n, "intercept": None, "r2": None, "coefficients": {},
-                        "skipped": f"{n} failovers for {len(varying)} varying features"})
-            rows.unpersist()
-            continue
+            return {"phase": phase, "n": n, "intercept": None, "r2": None, "coefficients": {},
+                    "skipped": f"{n} failovers for {len(varying)} varying features"}
         data = VectorAssembler(inputCols=varying, outputCol="x").transform(rows)
         model = LinearRegression(featuresCol="x", labelCol=phase, regParam=0.0, elasticNetParam=0.0,
                                  solver="auto").fit(data)
-        out.append({"phase": phase, "n": n, "intercept": float(model.intercept), "r2": float(model.summary.r2),
-                    "coefficients": dict(zip(varying, map(float, model.coefficients))), "skipped": None})
-        rows.unpersist()
+        return {"phase": phase, "n": n, "intercept": float(model.intercept), "r2": float(model.summary.r2),
+                "coefficients": dict(zip(varying, map(float, model.coefficients))), "skipped": None}
+
+    out = []
+    for phase in PHASES:
+        rows = table.where(table[phase].isNotNull()).select(phase, *FEATURES).cache()
+        try:
+            out.append(fit(phase, rows))
+        finally:
+            rows.unpersist()
     return out
 
 

@@ -63,7 +63,8 @@ class Environment(NamedTuple):
 @contextmanager
 def embedded_zookeeper_and_ray(step=lambda message: None):
     """ZooKeeper (KRAY_ZK_CONNECT, else a server started here) and Ray: the session this process already
-    has, else the cluster RAY_ADDRESS names, else a local Ray. What was started here is stopped on exit."""
+    has, else the cluster RAY_ADDRESS names, else a local Ray. What was started here is stopped on exit;
+    until then KRAY_ZK_CONNECT names it, so that runs started inside (a sweep's, a benchmark's) join it."""
     import ray
 
     from coordination.server import ZooKeeperServer, ZooKeeperSettings
@@ -73,7 +74,7 @@ def embedded_zookeeper_and_ray(step=lambda message: None):
     if not connect:
         step("Starting an embedded ZooKeeper server on loopback")
         server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()
-        connect = server.connect_string
+        connect = os.environ[ZK_CONNECT_ENV] = server.connect_string
     started_ray = not ray.is_initialized()
     try:
         if started_ray:
@@ -89,4 +90,5 @@ def embedded_zookeeper_and_ray(step=lambda message: None):
                 ray.shutdown()
     finally:
         if server is not None:
+            os.environ.pop(ZK_CONNECT_ENV, None)
             server.stop()

@@ -18,7 +18,6 @@ def summary_table(a: Analysis) -> str:
     by = {(r["detector"], r["bucket"], r["phase"]): r for r in a.percentiles}
     keys = sorted({(d, b) for d, b, _ in by}, key=lambda k: (k[0], bucket_order(k[1])))
     head = ["detector", "partitions affected", "failovers", *(f"{p[:-3]} p50/p99" for p in PHASES)]
-    lines = ["  ".join(head)]
     rows = [[("on" if d else "off"), b, str(by[(d, b, PHASES[0])]["n"]),
              *(f"{_fmt(by[(d, b, p)]['p50'])}/{_fmt(by[(d, b, p)]['p99'])}" for p in PHASES)] for d, b in keys]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]

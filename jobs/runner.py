@@ -24,7 +24,6 @@ from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.recording import RunRecorder, recorder_name
 from coordination import admin
-from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 from jobs import failovers, rundir
 from jobs.chaos import BROKER_FAULTS, Chaos
@@ -241,15 +240,14 @@ class ExperimentRun:
 
     def _resident_memory(self, load_stats: list[dict], controller_id: int | None, status: dict) -> dict[str, float]:
         """MB per actor: the brokers that answer at once, the active controller, the load actors."""
-        refs = {f"broker-{b}": h.info.remote() for b, h in list(self.cluster.brokers.items())}  # chaos changes it
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=2)
+        refs = {h.info.remote(): f"broker-{b}" for b, h in list(self.cluster.brokers.items())}  # chaos changes it
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=2) if refs else ([], [])
         out = {}
-        for name, ref in refs.items():
+        for ref in ready:
             try:
-                out[name] = ray.get(ref, timeout=0)["rss_mb"] if ref in ready else None
+                out[refs[ref]] = ray.get(ref)["rss_mb"]
             except Exception:  # a broker that died meanwhile: no figure this time
                 pass
-        out = {name: mb for name, mb in out.items() if mb is not None}
         if "rss_mb" in status:
             out[f"controller-{controller_id}"] = status["rss_mb"]
         return out | {s["name"]: s["rss_mb"] for s in load_stats if "rss_mb" in s}

@@ -51,9 +51,10 @@ class SparkSettings(BaseModel):
 
 def add_spark_arguments(parser) -> None:
     """The Spark sizing options every job that starts Spark takes (defaults fit a 2-core machine)."""
-    parser.add_argument("--executors", type=int, default=1, help="Spark executors (Ray actors)")
-    parser.add_argument("--executor-cores", type=int, default=1)
-    parser.add_argument("--executor-memory", default="500M")
+    defaults = SparkSettings()
+    parser.add_argument("--executors", type=int, default=defaults.executors, help="Spark executors (Ray actors)")
+    parser.add_argument("--executor-cores", type=int, default=defaults.executor_cores)
+    parser.add_argument("--executor-memory", default=defaults.executor_memory)
 
 
 def settings_from(args) -> SparkSettings:

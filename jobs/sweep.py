@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 import time
 from pathlib import Path
@@ -123,22 +122,14 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
     def step(line: str) -> None:
         progress(f"[{time.monotonic() - started:5.0f}s] {line}")
 
-    with embedded_zookeeper_and_ray(step) as env:
-        before = os.environ.get("KRAY_ZK_CONNECT")
-        os.environ["KRAY_ZK_CONNECT"] = env.connect  # every experiment joins this ZooKeeper and this Ray
-        try:
-            for i, experiment in enumerate(experiments, 1):
-                step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of load, "
-                     f"{len(experiment.schedule)} broker kills)")
-                run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line))
-                broken = {k: v for k, v in summary.invariants.items() if v}
-                step(f"  {run_dir.name}: {summary.failovers} failovers" +
-                     (f"; INVARIANTS BROKEN: {broken}" if broken else "; every invariant holds"))
-        finally:
-            if before is None:
-                os.environ.pop("KRAY_ZK_CONNECT", None)
-            else:
-                os.environ["KRAY_ZK_CONNECT"] = before
+    with embedded_zookeeper_and_ray(step):  # every experiment joins this ZooKeeper and this Ray
+        for i, experiment in enumerate(experiments, 1):
+            step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of load, "
+                 f"{len(experiment.schedule)} broker kills)")
+            run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line))
+            broken = {k: v for k, v in summary.invariants.items() if v}
+            step(f"  {run_dir.name}: {summary.failovers} failovers" +
+                 (f"; INVARIANTS BROKEN: {broken}" if broken else "; every invariant holds"))
         step("Starting Spark on Ray (RayDP)")
         with spark_on_ray(spark) as session:
             step("Spark is up; analysing")

@@ -43,7 +43,6 @@ from actors.protocol import (
 from coordination import zkdata
 from coordination.errors import Errors
 from coordination.registration import BrokerRegistration
-from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 from jobs import rundir
 

@@ -176,7 +176,5 @@ def read_back(config: ClusterConfig, partitions: list[TopicPartition], idle_poll
 
 
 def _broker_ids(config: ClusterConfig) -> list[int]:
-    from coordination.zkclient import KrayZkClient
-
     with config.zk_client().start() as zk:
         return zk.get_all_broker_ids()

@@ -29,7 +29,6 @@ from actors.controller.events import (
 from actors.recording import RecordSink
 from actors.runtime import configure_actor_process, rss_mb
 from actors.protocol import ControllerResponse
-from coordination.zkclient import KrayZkClient
 from jobs import rundir
 
 

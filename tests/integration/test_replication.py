@@ -17,7 +17,7 @@ from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition,
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from tests.integration.conftest import read_all, wait_until, write_isr_as_leader, zk_states
+from tests.integration.conftest import AckedLoad, read_all, wait_until, write_isr_as_leader, zk_states
 
 FAST = BrokerConfig(min_insync_replicas=2, replica_lag_time_max_ms=2000, replica_fetch_wait_max_ms=200,
                     isr_change_propagation_interval_ms=200, replica_fetch_backoff_ms=200)
@@ -35,18 +35,6 @@ def test_acks_all_survives_the_leaders_death_without_losing_or_duplicating(new_c
     cluster, zk = new_cluster(broker=FAST)
     admin.create_topic(zk, "orders", 3, 3)
     cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 3)
-    producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1, delivery_timeout_ms=60_000)
-    acked: list[tuple[TopicPartition, int, bytes]] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        n = 0
-        while not stop.is_set():
-            values = [f"r{n + i}".encode() for i in range(30)]
-            for meta, value in zip(producer.send("orders", values), values):
-                acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
-            n += len(values)
-
     partitions = [TopicPartition("orders", p) for p in range(3)]
     live = Consumer(cluster.config.namespace, list(cluster.brokers), max_wait_ms=100)
     live.assign(partitions)
@@ -58,17 +46,15 @@ def test_acks_all_survives_the_leaders_death_without_losing_or_duplicating(new_c
             for tp, r in live.poll():
                 seen[tp].append(r)
 
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: len(acked) > 300, what="records acknowledged before the fault")
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    load = AckedLoad(cluster, "orders", batch=30)
+    wait_until(lambda: len(load.acked) > 300, what="records acknowledged before the fault")
     victim = ray.get(cluster.brokers[1].metadata.remote())["partitions"][TopicPartition("orders", 0)][0]
-    before = len(acked)
+    before = len(load.acked)
     cluster.kill_broker(victim)  # SIGKILL: its session lingers until it times out, then the controller elects
-    wait_until(lambda: len(acked) > before + 600, timeout=60, what="records acknowledged after the failover")
-    stop.set()
-    threads[0].join(60)
-    assert not threads[0].is_alive()
+    wait_until(lambda: len(load.acked) > before + 600, timeout=60, what="records acknowledged after the failover")
+    load.stop()
 
     logs = read_all(cluster, partitions)
     try:
@@ -76,19 +62,19 @@ def test_acks_all_survives_the_leaders_death_without_losing_or_duplicating(new_c
                    what="the live consumer to catch up")
     finally:
         caught_up.set()
-        threads[1].join(30)
+        consumer.join(30)
     assert {tp: [(r.offset, r.value) for r in rs] for tp, rs in seen.items()} == \
         {tp: [(r.offset, r.value) for r in rs] for tp, rs in logs.items()}
     in_log = {(tp, r.offset): r.value for tp, records in logs.items() for r in records}
-    for tp, offset, value in acked:  # every acknowledged record is there, where its acknowledgement said
+    for tp, offset, value in load.acked:  # every acknowledged record is there, where its acknowledgement said
         assert in_log.get((tp, offset)) == value, f"acknowledged {value!r} at {tp}@{offset} is missing"
     values = [r.value for records in logs.values() for r in records]
     assert len(values) == len(set(values)), "a record was written twice"
     for tp, records in logs.items():  # offsets are dense and acknowledged records in send order
         assert [r.offset for r in records] == list(range(len(records)))
-        sent = [int(v[1:]) for t, _, v in acked if t == tp]
+        sent = [int(v[1:]) for t, _, v in load.acked if t == tp]
         assert sent == sorted(sent)
-    assert producer.retries > 0  # the fault did hit the produce path
+    assert load.producer.retries > 0  # the fault did hit the produce path
 
 
 def test_produce_to_a_follower_is_refused_and_consumers_read_below_the_high_watermark(new_cluster):
