@@ -3,8 +3,9 @@ moment, and when each partition the fault took down was first written again (DES
 `first_produce_ok`). Pure: plain records in, FailoverRecords out.
 
 A fault's affected partitions are those whose last acknowledgement before the fault came from the
-broker the fault hit and, with acks=all, also those that had that broker in their ISR (a leader
-acknowledges nothing more until the controller takes the dead follower out). A partition is
+broker the fault hit and, with acks=all, also those whose leader or ISR the controller wrote for the
+fault: those that had that broker in their ISR (a leader acknowledges nothing more until the
+controller takes the dead follower out). A partition is
 available again at its first acknowledgement after the fault that is not a leftover of the old
 state: one from another broker or a newer leader epoch, or, after a pause, any acknowledgement once
 the paused process runs again.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from typing import Iterable, NamedTuple
+from typing import Collection, Iterable, NamedTuple
 
 from jobs.rundir import (
     Ack,
@@ -22,7 +23,6 @@ from jobs.rundir import (
     FaultRecord,
     LoadAtFault,
     LoadSample,
-    StateSample,
     TimelineRecord,
     tp_key,
 )
@@ -61,17 +61,16 @@ class AckIndex:
         return None
 
 
-def recovery(fault: FaultRecord, acks: AckIndex, isr_before: dict[str, list[int]] | None = None) -> dict[str, float]:
-    """When each partition the fault took down was acknowledged again (partition -> ms). With
-    `isr_before` (acks=all: each partition's ISR just before the fault) partitions that had the
-    broker as a follower in their ISR count too."""
+def recovery(fault: FaultRecord, acks: AckIndex, changed: Collection[str] = ()) -> dict[str, float]:
+    """When each partition the fault took down was acknowledged again (partition -> ms): those the
+    victim led, and with acks=all those in `changed`, the partitions whose leader or ISR the
+    controller wrote for the fault (a follower in the ISR holds up acks=all until it is removed)."""
     if fault.kind not in LEADER_FAULTS or fault.target is None:
         return {}
     out = {}
     for tp in acks.points:
         before = acks.last_before(tp, fault.injected_ms)
-        if before is None or (before.broker_id != fault.target
-                              and fault.target not in (isr_before or {}).get(tp, ())):
+        if before is None or (before.broker_id != fault.target and tp not in changed):
             continue
         stale_until = fault.ended_ms if fault.kind in PAUSES and fault.ended_ms else float("inf")
 
@@ -89,18 +88,11 @@ def recovery(fault: FaultRecord, acks: AckIndex, isr_before: dict[str, list[int]
 
 
 def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: AckIndex, samples: list[LoadSample],
-            session_timeout_ms: int, detector: bool, states: list[StateSample] | None = None) -> list[FailoverRecord]:
+            session_timeout_ms: int, detector: bool, acks_all: bool = False) -> list[FailoverRecord]:
     """One FailoverRecord per timeline, joined with the latest fault before it (for a broker failure, the
     latest that hit one of its brokers: faults overlap when deaths wait for session timeouts); a
     fault's recoveries go with its first timeline (its broker failure when it has one), so that no
-    partition is counted twice. `states` (the ZooKeeper
-    samples of an acks=all run) add the partitions that had the faulty broker in their ISR."""
-    states = sorted(states or [], key=lambda s: s.ts_ms)
-    state_times = [s.ts_ms for s in states]
-
-    def isr_before(ms: float) -> dict[str, list[int]] | None:
-        i = bisect.bisect_right(state_times, ms)
-        return {tp: p.isr for tp, p in states[i - 1].partitions.items()} if i else None
+    partition is counted twice. With `acks_all` the partitions its timelines changed count too."""
     faults = sorted(faults, key=lambda f: f.injected_ms)
     fault_times = [f.injected_ms for f in faults]
     samples = sorted(samples, key=lambda s: s.ts_ms)
@@ -116,7 +108,8 @@ def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: Ac
     for fault_id, group in by_fault.items():
         fault = fault_by_id.get(fault_id)
         carrier = next((t for t in group if t.kind == "broker_failure"), group[0])
-        recovered = recovery(fault, acks, isr_before(fault.injected_ms)) if fault is not None else {}
+        changed = {tp for t in group for tp in t.partitions} if acks_all else set()
+        recovered = recovery(fault, acks, changed) if fault is not None else {}
         for t in group:
             at = fault.injected_ms if fault is not None else t.detected_ms
             j = bisect.bisect_right(sample_times, at)

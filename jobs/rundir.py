@@ -111,6 +111,7 @@ class TimelineRecord(Record):
     inbox_depth: int
     partitions_total: int = 0
     partitions_affected: int = 0
+    partitions: list[str] = Field(default_factory=list)  # topic-partition of each leader/ISR it wrote
     live_brokers: int = 0
     zk_written_ms: float | None = None
     requests_sent_ms: float | None = None

@@ -4,11 +4,14 @@
                                  /00000000000000001234.log   the next segment, from 1234
                                  /leader-epoch-checkpoint
 
-A segment is rolled when it reaches `segment_bytes`. Each segment keeps an
-in-memory index of record positions, rebuilt when the log is opened: opening
-recovers the log by reading every segment, and truncates at the first entry that
-is cut short, fails its CRC or breaks the offset sequence (later segments go too);
-`recovery` then says what was cut. Writes reach the operating system at once
+A segment is rolled when it reaches `segment_bytes`. Each segment keeps a sparse
+in-memory index, as Kafka's `.index` file: one (offset, byte position) entry each
+time `index_interval_bytes` have been appended since the last one, so that memory
+does not grow with the number of records; a read or a truncation scans forward
+from the entry at or below its offset. Opening recovers the log by reading every
+segment a chunk at a time, rebuilding the index, and truncates at the first entry
+that is cut short, fails its CRC or breaks the offset sequence (later segments go
+too); `recovery` then says what was cut. Writes reach the operating system at once
 (flush, no fsync: Kafka's default leaves durability to replication).
 """
 from __future__ import annotations
@@ -30,18 +33,52 @@ log = logging.getLogger(__name__)
 
 SEGMENT_SUFFIX = ".log"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
+RECOVERY_CHUNK_BYTES = 1 << 20
 
 
 @dataclass
 class Segment:
     base_offset: int
     path: Path
-    positions: array = field(default_factory=lambda: array("q"))  # byte position of each record
+    next_offset: int
     size: int = 0
+    index_offsets: array = field(default_factory=lambda: array("q"))  # sparse index: an offset ...
+    index_positions: array = field(default_factory=lambda: array("q"))  # ... and where its record starts
+    unindexed_bytes: int = 0  # appended since the last index entry
 
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + len(self.positions)
+    def appended(self, length: int, index_interval_bytes: int) -> None:
+        """One more record of `length` bytes at the end; indexed when enough bytes passed unindexed."""
+        if self.unindexed_bytes >= index_interval_bytes:
+            self.index_offsets.append(self.next_offset)
+            self.index_positions.append(self.size)
+            self.unindexed_bytes = 0
+        self.unindexed_bytes += length
+        self.size += length
+        self.next_offset += 1
+
+    def lookup(self, offset: int) -> tuple[int, int, int]:
+        """(an offset at or below `offset`, its position, a position the record at `offset` starts
+        before): the bytes to scan for it."""
+        i = bisect.bisect_right(self.index_offsets, offset)
+        floor = (self.index_offsets[i - 1], self.index_positions[i - 1]) if i else (self.base_offset, 0)
+        return *floor, self.index_positions[i] if i < len(self.index_positions) else self.size
+
+    def decode(self, start: int, stop: int, expected_offset: int) -> records.Decoded:
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            return records.decode(f.read(stop - start), expected_offset)
+
+    def truncate(self, offset: int) -> None:
+        """Keep the records below `offset` (within this segment)."""
+        floor, start, stop = self.lookup(offset)
+        positions = self.decode(start, stop, floor).positions
+        size = start + positions[offset - floor] if offset - floor < len(positions) else stop
+        os.truncate(self.path, size)
+        keep = bisect.bisect_left(self.index_offsets, offset)
+        del self.index_offsets[keep:], self.index_positions[keep:]
+        self.unindexed_bytes = size - (self.index_positions[-1] if keep else 0)
+        self.size, self.next_offset = size, offset
 
 
 def segment_name(base_offset: int) -> str:
@@ -49,10 +86,12 @@ def segment_name(base_offset: int) -> str:
 
 
 class Log:
-    def __init__(self, directory: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+    def __init__(self, directory: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 index_interval_bytes: int = INDEX_INTERVAL_BYTES):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.segment_bytes = segment_bytes
+        self.index_interval_bytes = index_interval_bytes
         self.segments: list[Segment] = []
         self.recovery: str | None = None
         self.leader_epochs = LeaderEpochCache(self.dir / "leader-epoch-checkpoint")
@@ -95,19 +134,17 @@ class Log:
         self._write([records.encode(r) for r in batch])
 
     def _write(self, entries: list[bytes]) -> None:
-        """Append encoded entries: one write per segment they reach, positions indexed."""
+        """Append encoded entries: one write per segment they reach, indexed as they go."""
         start = 0
         while start < len(entries):
             segment = self.segments[-1]
             if segment.size >= self.segment_bytes:
                 segment = self._roll()
-            size, positions, end = segment.size, segment.positions, start
-            while end < len(entries) and size < self.segment_bytes:
-                positions.append(size)
-                size += len(entries[end])
+            end = start
+            while end < len(entries) and segment.size < self.segment_bytes:
+                segment.appended(len(entries[end]), self.index_interval_bytes)
                 end += 1
             self._file.write(b"".join(entries[start:end]))
-            segment.size = size
             start = end
         self._file.flush()
 
@@ -119,19 +156,14 @@ class Log:
         self._file.close()
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             self.segments.pop().path.unlink()
-        segment = self.segments[-1]
-        keep = offset - segment.base_offset
-        size = segment.positions[keep] if keep < len(segment.positions) else segment.size
-        os.truncate(segment.path, size)
-        del segment.positions[keep:]
-        segment.size = size
-        self._file = open(segment.path, "ab")
+        self.segments[-1].truncate(offset)
+        self._file = open(self.segments[-1].path, "ab")
         self.leader_epochs.truncate_from_end(offset)
         log.info("Truncated log %s to offset %d", self.dir.name, offset)
 
     def _roll(self) -> Segment:
         self._file.close()
-        segment = Segment(self.log_end_offset, self.dir / segment_name(self.log_end_offset))
+        segment = Segment(self.log_end_offset, self.dir / segment_name(self.log_end_offset), self.log_end_offset)
         segment.path.touch()
         self.segments.append(segment)
         self._file = open(segment.path, "ab")
@@ -140,8 +172,8 @@ class Log:
     # -- reads ---------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> list[Record]:
-        """Records from `offset`: those that start within `max_bytes` (always the first one), and only
-        below `max_offset` when given (a consumer reads below the high watermark)."""
+        """Records from `offset`: whole records within `max_bytes` (always the first one, as Kafka's
+        KIP-74), and only below `max_offset` when given (a consumer reads below the high watermark)."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeException(f"offset {offset} is outside {self.dir.name}'s log "
                                         f"[{self.log_start_offset}, {self.log_end_offset}]")
@@ -154,19 +186,22 @@ class Log:
             if offset >= segment.next_offset:
                 index += 1
                 continue
-            first = offset - segment.base_offset
-            last = min(limit, segment.next_offset) - segment.base_offset
-            start = segment.positions[first]
-            stop = max(first + 1, bisect.bisect_left(segment.positions, start + budget, first + 1, last))
-            end = segment.positions[stop] if stop < len(segment.positions) else segment.size
-            with open(segment.path, "rb") as f:
-                f.seek(start)
-                got = records.decode(f.read(end - start), offset).records
-            if not got:
+            floor, start, before = segment.lookup(offset)  # the record at `offset` ends by `before`
+            decoded = segment.decode(start, min(segment.size, before + max(budget, 0)), floor)
+            skip = offset - floor
+            if len(decoded.records) <= skip:
                 raise KrayError(f"{segment.path}: unreadable record at offset {offset}")
+            ends = decoded.positions[skip + 1:] + [decoded.valid_bytes]
+            first = decoded.positions[skip]
+            got = [r for r, end in zip(decoded.records[skip:], ends)
+                   if r.offset < limit and (end - first <= budget or r.offset == offset and not out)]
+            if not got:  # the next record does not fit
+                break
             out += got
             offset += len(got)
-            budget -= end - start
+            budget -= ends[len(got) - 1] - first
+            if offset < min(limit, segment.next_offset):  # the budget ended inside this segment
+                break
         return out
 
     # -- life cycle ----------------------------------------------------------
@@ -190,22 +225,38 @@ class Log:
             if base != expected:
                 self._cut(paths[i:], f"segment {path.name} starts at {base}, expected {expected}")
                 break
-            data = path.read_bytes()
-            decoded = records.decode(data, base)
-            for r in decoded.records:
-                if not epochs or r.leader_epoch > epochs[-1][0]:
-                    epochs.append((r.leader_epoch, r.offset))
-            segment = Segment(base, path, array("q", decoded.positions), decoded.valid_bytes)
+            segment = Segment(base, path, base)
             self.segments.append(segment)
+            error = self._reindex(segment, epochs)
             expected = segment.next_offset
-            if decoded.error is not None:
-                os.truncate(path, decoded.valid_bytes)
-                self._cut(paths[i + 1:], f"{path.name}: {decoded.error}")
+            if error is not None:
+                os.truncate(path, segment.size)
+                self._cut(paths[i + 1:], f"{path.name}: {error}")
                 break
         if not self.segments:
-            self.segments.append(Segment(expected, self.dir / segment_name(expected)))
+            self.segments.append(Segment(expected, self.dir / segment_name(expected), expected))
             self.segments[0].path.touch()
         return epochs
+
+    def _reindex(self, segment: Segment, epochs: list[tuple[int, int]]) -> str | None:
+        """Index a segment's good entries a chunk at a time (an entry cut by a chunk's end is read
+        again with the next), noting where leader epochs start; why it stopped early, if it did."""
+        with open(segment.path, "rb") as f:
+            pending = b""
+            while True:
+                chunk = f.read(RECOVERY_CHUNK_BYTES)
+                buffer = pending + chunk
+                decoded = records.decode(buffer, segment.next_offset)
+                for r, start, end in zip(decoded.records, decoded.positions,
+                                         decoded.positions[1:] + [decoded.valid_bytes]):
+                    if not epochs or r.leader_epoch > epochs[-1][0]:
+                        epochs.append((r.leader_epoch, r.offset))
+                    segment.appended(end - start, self.index_interval_bytes)
+                pending = buffer[decoded.valid_bytes:]
+                if decoded.error is None and not chunk:
+                    return None
+                if decoded.error is not None and not (decoded.cut and chunk):
+                    return decoded.error
 
     def _cut(self, later: list[Path], reason: str) -> None:
         for path in later:

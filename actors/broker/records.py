@@ -56,6 +56,7 @@ class Decoded(NamedTuple):
     positions: list[int]  # byte position of each record in the buffer
     valid_bytes: int  # where the last good entry ends
     error: str | None  # why decoding stopped before the end of the buffer
+    cut: bool = False  # the buffer ends inside an entry that more bytes may complete
 
 
 def decode(buffer: bytes, expected_offset: int | None = None) -> Decoded:
@@ -63,11 +64,12 @@ def decode(buffer: bytes, expected_offset: int | None = None) -> Decoded:
     records, positions, pos, end = [], [], 0, len(buffer)
     while pos < end:
         if end - pos < HEADER_BYTES:
-            return Decoded(records, positions, pos, f"truncated entry header at byte {pos}")
+            return Decoded(records, positions, pos, f"truncated entry header at byte {pos}", cut=True)
         (length,) = _LENGTH.unpack_from(buffer, pos)
         body_end = pos + _LENGTH.size + length
         if length < _HEAD.size + _INT.size or body_end > end:
-            return Decoded(records, positions, pos, f"entry at byte {pos} claims {length} bytes")
+            return Decoded(records, positions, pos, f"entry at byte {pos} claims {length} bytes",
+                           cut=length >= _HEAD.size + _INT.size)
         crc, offset, epoch, timestamp, producer_id, sequence, key_length = _HEAD.unpack_from(buffer, pos + _LENGTH.size)
         if zlib.crc32(buffer[pos + 8:body_end]) != crc:
             return Decoded(records, positions, pos, f"CRC mismatch in the entry at byte {pos} (offset {offset})")

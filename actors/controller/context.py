@@ -90,6 +90,7 @@ class ControllerContext:
     # partitions whose leadership this controller wrote to or read from ZooKeeper during the current
     # event (cleared per event): for them the context's ISR is ZooKeeper's, leaders may have changed others
     leaderships_synced: set[TopicPartition] = field(default_factory=set)
+    leaderships_written: set[TopicPartition] = field(default_factory=set)  # the same, written only
 
     # -- brokers -------------------------------------------------------------
 

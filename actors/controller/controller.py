@@ -57,6 +57,7 @@ from coordination.election import ControllerElection
 from coordination.errors import ControllerMovedException, Errors
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
+from jobs.rundir import tp_key
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,6 @@ class KafkaController:
             kind=kind, controller_id=self.broker_id, epoch=self.ctx.epoch, brokers=sorted(brokers),
             detected_ms=self._event.enqueued_ms, processing_started_ms=self._event_started_ms,
             inbox_depth=self.inbox_depth())
-        self._writes_before = self.psm.leadership_writes + self.rsm.leadership_writes
 
     def _finish_timeline_writes(self) -> None:
         t = self.timeline
@@ -121,12 +121,14 @@ class KafkaController:
         t.epoch = self.ctx.epoch
         t.partitions_total = self.ctx.partition_count()
         t.live_brokers = len(self.ctx.live_brokers)
-        t.partitions_affected = self.psm.leadership_writes + self.rsm.leadership_writes - self._writes_before
+        t.partitions = sorted(tp_key(tp.topic, tp.partition) for tp in self.ctx.leaderships_written)
+        t.partitions_affected = len(t.partitions)
         self.timelines.append(t)
 
     def process(self, event: ControllerEvent) -> None:
         self._event, self._event_started_ms, self.timeline = event, now_ms(), None
         self.ctx.leaderships_synced.clear()
+        self.ctx.leaderships_written.clear()
         try:
             if isinstance(event, DescribeController):
                 event.reply.set_result(self.status())

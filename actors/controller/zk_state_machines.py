@@ -54,7 +54,6 @@ class _Machine:
         self.ctx = ctx
         self.zk = zk
         self.batch = batch
-        self.leadership_writes = 0
 
     @property
     def _prefix(self) -> str:
@@ -83,7 +82,7 @@ class _Machine:
                 else:
                     lai = updates[tp]
                     written[tp] = LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr, result)
-            self.leadership_writes += len(written)
+            self.ctx.leaderships_written.update(written)
             self.ctx.leaderships_synced.update(written)
             self.read_leaderships(moved)
             return written, moved

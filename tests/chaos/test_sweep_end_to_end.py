@@ -25,5 +25,5 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, ray_sess
     off = [row["detection_ms"] for row in table if not row["detector"]]
     on = [row["detection_ms"] for row in table if row["detector"]]
     assert min(off) > max(on)  # ZooKeeper's session timeout against Ray's report
-    assert all(row["unavailability_ms"] is not None for row in table)
+    assert all(row["unavailability_ms"] is not None for row in table), ([(r["detector"], r["partitions_affected"], r["unavailability_ms"]) for r in table], sweep_dir)
     assert "report.md" in summary_table(result) and (result.out / "report.md").exists()

@@ -1,6 +1,8 @@
 """The replica log on disk: record format, segments, reads, truncation, recovery, checkpoints."""
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from actors.broker import records
@@ -107,7 +109,7 @@ def test_recovery_truncates_at_a_corrupted_record_and_reports_it(tmp_path):
     log.close()
     second = sorted((tmp_path / "t-0").glob("*.log"))[1]
     data = bytearray(second.read_bytes())
-    data[log.segments[1].positions[1] + 45] ^= 0xFF  # in the value of the second record of the second segment
+    data[records.decode(bytes(data)).positions[1] + 45] ^= 0xFF  # in the value of the second record of the second segment
     second.write_bytes(bytes(data))
     recovered = Log(tmp_path / "t-0", segment_bytes=400)
     base = int(second.stem)
@@ -127,6 +129,71 @@ def test_recovery_of_a_torn_tail_and_a_clean_reopen(tmp_path):
     path.write_bytes(path.read_bytes()[:-4])
     assert Log(tmp_path / "t-0").log_end_offset == 4
     assert Log(tmp_path / "t-0").recovery is None  # the first recovery fixed the file
+
+
+def reference_read(sizes: list[int], offset: int, max_bytes: int, limit: int) -> list[int]:
+    """The offsets a read must give: whole records within max_bytes, at least the first."""
+    out, used = [], 0
+    for o in range(offset, limit):
+        if out and used + sizes[o] > max_bytes:
+            break
+        out.append(o)
+        used += sizes[o]
+    return out
+
+
+def test_the_sparse_index_finds_every_offset_and_stays_small(tmp_path):
+    rng = random.Random(7)
+    log = Log(tmp_path / "t-0", segment_bytes=2_000, index_interval_bytes=200)
+    batches = [[Record(-1, -1, 0, None, bytes(rng.randrange(1, 40))) for _ in range(rng.randrange(1, 6))]
+               for _ in range(150)]
+    for epoch, batch in enumerate(batches):
+        log.append_as_leader(batch, leader_epoch=epoch // 10)
+    sizes = [records.entry_size(r) for batch in batches for r in batch]
+    end = log.log_end_offset
+    assert end == len(sizes) and len(log.segments) > 5
+    for segment in log.segments:  # an entry per 200 bytes or so, not per record
+        assert len(segment.index_offsets) <= segment.size // 200 < (segment.next_offset - segment.base_offset) / 2
+    for _ in range(400):
+        offset = rng.randrange(end + 1)
+        max_bytes, limit = rng.choice([1, 50, 300, 5_000, 10**6]), rng.randrange(offset, end + 1)
+        got = log.read(offset, max_bytes, max_offset=limit)
+        assert [r.offset for r in got] == reference_read(sizes, offset, max_bytes, limit)
+        assert [len(r.value) for r in got] == [s - records.entry_size(Record(0, 0, 0, None, b"")) for s in
+                                               sizes[offset:offset + len(got)]]
+
+
+def test_truncation_keeps_the_index_as_recovery_would_build_it(tmp_path):
+    rng = random.Random(11)
+    log = Log(tmp_path / "t-0", segment_bytes=1_500, index_interval_bytes=64)
+    for i in range(60):
+        log.append_as_leader([Record(-1, -1, 0, None, bytes(rng.randrange(1, 80))) for _ in range(3)], i // 20)
+    indexed = log.segments[-2].index_offsets[1]  # a cut at an indexed record drops its entry too
+    for cut in sorted({indexed, 170, 121, 120, 64, 3, 0}, reverse=True):
+        log.truncate_to(cut)
+        log.append_as_leader(entries(2), leader_epoch=9)
+        reopened = Log(tmp_path / "t-0", segment_bytes=1_500, index_interval_bytes=64)
+        assert reopened.recovery is None
+        assert [(s.base_offset, s.next_offset, s.size, list(s.index_offsets), list(s.index_positions),
+                 s.unindexed_bytes) for s in reopened.segments] == \
+               [(s.base_offset, s.next_offset, s.size, list(s.index_offsets), list(s.index_positions),
+                 s.unindexed_bytes) for s in log.segments]
+        assert [r.offset for r in log.read(0, 10**6)] == list(range(cut + 2))
+        reopened.close()
+
+
+def test_recovery_reads_a_segment_larger_than_its_chunk(tmp_path):
+    log = Log(tmp_path / "t-0")
+    log.append_as_leader(entries(3_000, size=777), leader_epoch=1)  # 2.4 MB: entries cross chunk ends
+    size = log.segments[0].size
+    log.close()
+    reopened = Log(tmp_path / "t-0")
+    assert reopened.recovery is None and reopened.log_end_offset == 3_000 and reopened.segments[0].size == size
+    assert [r.offset for r in reopened.read(2_990, 10**6)] == list(range(2_990, 3_000))
+    path = reopened.segments[0].path
+    reopened.close()
+    path.write_bytes(path.read_bytes()[:-100])  # a torn last entry past the first chunks
+    assert Log(tmp_path / "t-0").log_end_offset == 2_999
 
 
 def test_delete_removes_the_directory(tmp_path):
