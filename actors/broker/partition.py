@@ -12,6 +12,7 @@ import threading
 from typing import NamedTuple
 
 from actors.broker.log import Log
+from actors.broker.producer_state import ProducerState, find_run
 from actors.broker.records import Record
 from actors.broker.replication import (
     FollowerState,
@@ -53,7 +54,7 @@ class Partition:
         self.high_watermark = min(high_watermark_, log.log_end_offset)
         self.followers: dict[int, FollowerState] = {}
         self.leader_epoch_start_offset = 0
-        self.producers = producer_state(log)  # producer id -> its last runs of appended sequences
+        self.producers = ProducerState(log)
         self.changed = threading.Condition()  # reentrant: the shell may hold it around a call
         self.leader_term = 0  # counts the times this replica started leading: a wait belongs to one term
         self.stopped = False  # StopReplica: a fetcher still holding this object must leave it alone
@@ -125,7 +126,7 @@ class Partition:
                     f"{self.topic}-{self.partition}: ISR {list(self.state.isr)} is smaller than "
                     f"min.insync.replicas={min_insync_replicas}")
             first, last = batch[0], batch[-1]
-            runs = self.producers.get(first.producer_id, []) if first.producer_id >= 0 else []
+            runs = self.producers.get(first.producer_id)
             if runs:
                 known = find_run(runs, first.sequence, last.sequence)
                 if known is not None:  # a retry of what is already in the log
@@ -134,7 +135,7 @@ class Partition:
                     raise OutOfOrderSequenceException(
                         f"producer {first.producer_id}: sequence {first.sequence} after {runs[-1][1]}")
             offsets = self.log.append_as_leader(batch, self.state.leader_epoch)
-            self._remember(batch, offsets[0])
+            self.producers.append(first.producer_id, first.sequence, last.sequence, offsets[0])
             self._advance_high_watermark()
             self.changed.notify_all()
             return offsets
@@ -201,12 +202,6 @@ class Partition:
         moved, self.high_watermark = new > self.high_watermark, new
         return moved
 
-    def _remember(self, batch: list[Record], first_offset: int) -> None:
-        producer_id = batch[0].producer_id
-        if producer_id >= 0:
-            self.producers[producer_id] = add_run(self.producers.get(producer_id, []), batch[0].sequence,
-                                                  batch[-1].sequence, first_offset)
-
     # -- follower ------------------------------------------------------------
 
     def following(self, leader_epoch: int) -> bool:
@@ -219,7 +214,7 @@ class Partition:
                 return False
             self.log.append(batch)
             for r in batch:
-                self._remember([r], r.offset)
+                self.producers.append(r.producer_id, r.sequence, r.sequence, r.offset)
             self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
             return True
 
@@ -230,7 +225,7 @@ class Partition:
             if offset < self.log.log_end_offset:
                 self.log.truncate_to(offset)
                 self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-                self.producers = producer_state(self.log)
+                self.producers.truncate(self.log, offset)
             return True
 
     def stop(self) -> None:
@@ -258,37 +253,3 @@ class Partition:
             records = self.log.read(offset, max_bytes, max_offset=self.high_watermark) \
                 if offset < self.high_watermark else []
             return FetchResult(records, self.high_watermark, self.log.log_end_offset)
-
-
-Run = tuple[int, int, int]  # first sequence, last sequence, first offset: records appended back to back
-RUNS_KEPT = 5  # Kafka keeps the last five batches of each producer
-
-
-def add_run(runs: list[Run], first_sequence: int, last_sequence: int, first_offset: int) -> list[Run]:
-    """Extend the last run when the new records follow it in both sequence and offset."""
-    if runs and runs[-1][1] + 1 == first_sequence and runs[-1][2] + runs[-1][1] - runs[-1][0] + 1 == first_offset:
-        return runs[:-1] + [(runs[-1][0], last_sequence, runs[-1][2])]
-    return (runs + [(first_sequence, last_sequence, first_offset)])[-RUNS_KEPT:]
-
-
-def find_run(runs: list[Run], first_sequence: int, last_sequence: int) -> tuple[int, int] | None:
-    """The offsets of sequences already appended (a retried batch), or None."""
-    for run_first, run_last, offset in runs:
-        if run_first <= first_sequence and last_sequence <= run_last:
-            return offset + first_sequence - run_first, offset + last_sequence - run_first
-    return None
-
-
-def producer_state(log: Log) -> dict[int, list[Run]]:
-    """Every idempotent producer's last runs, read from the log (when it is opened or truncated;
-    appends keep them current), so that a follower turned leader recognises retries of batches
-    its old leader had appended."""
-    out: dict[int, list[Run]] = {}
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:
-        chunk = log.read(offset, 1 << 20)
-        for r in chunk:
-            if r.producer_id >= 0:
-                out[r.producer_id] = add_run(out.get(r.producer_id, []), r.sequence, r.sequence, r.offset)
-        offset += len(chunk)
-    return out

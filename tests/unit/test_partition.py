@@ -111,7 +111,7 @@ def test_a_follower_turned_leader_recognises_retries_of_the_old_leaders_batches(
     assert follower.append_as_leader(batch(4, producer_id=7), 1, 1) == (0, 3)
     assert follower.append_as_leader(batch(1, producer_id=7, first_sequence=4), 1, 1) == (4, 4)
     reopened = Partition("t", 0, 2, Log(tmp_path / "f"))  # and after a restart, from the log
-    assert reopened.producers[7] == follower.producers[7]
+    assert reopened.producers.runs[7] == follower.producers.runs[7]
 
 
 def test_consumers_read_below_the_high_watermark_only(leader):
