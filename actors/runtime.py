@@ -15,6 +15,12 @@ from coordination.errors import KrayError
 # of the event's time (measured on a broker failure); at 50,000 it is a handful.
 GC_THRESHOLDS = (50_000, 20, 20)
 
+# glibc gives threads that allocate at once their own malloc arenas (up to 8 per core) and keeps what
+# is freed in each: a broker's ~120 threads (its concurrency groups, Ray's and kazoo's) grew its
+# resident memory by 40 MB of arenas in minutes. Two arenas keep it near its working set
+# (BENCHMARKS.md, "Soak and memory"). Set for the process before it starts, hence Ray's runtime_env.
+MANY_THREADS_ENV = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
+
 
 def rss_mb() -> float:
     """This process's resident memory in MB (soak runs watch it stay flat)."""

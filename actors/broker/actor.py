@@ -32,7 +32,14 @@ from actors.data_protocol import (
     ProduceResponse,
 )
 from actors.recording import RecordSink
-from actors.runtime import beside_this_actor, configure_actor_process, poll, ray_says_this_actor_lives, rss_mb
+from actors.runtime import (
+    MANY_THREADS_ENV,
+    beside_this_actor,
+    configure_actor_process,
+    poll,
+    ray_says_this_actor_lives,
+    rss_mb,
+)
 from actors.protocol import (
     ControllerRequestT,
     ControllerResponse,
@@ -56,7 +63,7 @@ log = logging.getLogger(__name__)
 CONCURRENCY_GROUPS = {"control": 8, "replication": 16}
 
 
-@ray.remote(num_cpus=0, max_concurrency=64, concurrency_groups=CONCURRENCY_GROUPS)
+@ray.remote(num_cpus=0, max_concurrency=64, concurrency_groups=CONCURRENCY_GROUPS, runtime_env=MANY_THREADS_ENV)
 class BrokerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process()
