@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 
 from ray.exceptions import RayError
@@ -38,9 +39,43 @@ def beside_this_actor():
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
-def configure_actor_process() -> None:
+def configure_actor_process(niceness: int = 0) -> None:
     configure_logging()
     gc.set_threshold(*GC_THRESHOLDS)
+    if niceness:
+        set_niceness(niceness)
+
+
+def set_niceness(niceness: int, this_thread_only: bool = False) -> bool:
+    """Give every thread of this process (or only the calling one) `niceness`: Linux schedules threads,
+    so each is set; threads started later inherit it from the thread that starts them. False when the
+    OS refuses (raising priority needs root or CAP_SYS_NICE): they run on as they were."""
+    global _niceness_refused
+    threads = [threading.get_native_id()] if this_thread_only else [int(t) for t in os.listdir("/proc/self/task")]
+    try:
+        for tid in threads:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        return True
+    except OSError as e:
+        if not _niceness_refused:  # once per process: a broker asks from each of its control threads
+            _niceness_refused = True
+            logging.getLogger(__name__).warning("Cannot set the nice value to %d (%s); control_plane_niceness "
+                                                "needs root or CAP_SYS_NICE", niceness, e)
+        return False
+
+
+_niceness_refused = False
+
+
+_thread_niceness = threading.local()
+
+
+def set_thread_niceness(niceness: int) -> None:
+    """`niceness` for the calling thread, once per thread (a broker's control-plane threads, not its
+    data plane)."""
+    if getattr(_thread_niceness, "value", 0) != niceness:
+        set_niceness(niceness, this_thread_only=True)
+        _thread_niceness.value = niceness
 
 
 def ray_says_this_actor_lives() -> bool:

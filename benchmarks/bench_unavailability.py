@@ -2,6 +2,7 @@
 failure detector, for ZooKeeper session timeouts of 2 s and 6 s (issue 5).
 
     .venv/bin/python -m benchmarks.bench_unavailability [--partitions 1000] [--kills 5] [--detector both|on|off]
+        [--control-niceness -10 0]
 
 Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions
 with replication factor 3, acks=all with min.insync.replicas=2, one producer sending a record to
@@ -16,10 +17,12 @@ checked. Prints a Markdown table for BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import tempfile
 from pathlib import Path
 
+from actors.config import ControllerConfig
 from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec
 from jobs.failovers import unavailability_ms
@@ -28,13 +31,14 @@ from jobs.rundir import FaultKind, JsonlReader
 from jobs.runner import percentile, run_experiment
 
 
-def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool, rate: float = 0) -> Experiment:
+def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool, rate: float = 0,
+               niceness: int = ControllerConfig().control_plane_niceness) -> Experiment:
     spacing = 14.0 + (0 if detector else 2 * session_timeout_ms / 1000)  # down 3 s, back, leaders back
     return Experiment(
         name=f"unavailability-{'ray' if detector else 'zk'}-{session_timeout_ms}", brokers=3,
         session_timeout_ms=session_timeout_ms, detector=detector,
         broker={"min_insync_replicas": 2},
-        controller={"leader_imbalance_check_interval_seconds": 3},
+        controller={"leader_imbalance_check_interval_seconds": 3, "control_plane_niceness": niceness},
         topics=[{"name": "load", "partitions": partitions, "replication_factor": 3}],
         load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
         schedule=[FaultSpec(at_s=5 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3)
@@ -66,25 +70,29 @@ def main() -> None:
     parser.add_argument("--timeouts", type=int, nargs="+", default=[2000, 6000])
     parser.add_argument("--rate", type=float, default=0, help="records/s; 0 streams as fast as acknowledged")
     parser.add_argument("--detector", choices=["both", "on", "off"], default="both")
+    parser.add_argument("--control-niceness", type=int, nargs="+", default=[ControllerConfig().control_plane_niceness],
+                        help="control_plane_niceness values to compare (below 0 needs root or CAP_SYS_NICE)")
     parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "kray-bench-runs"))
     args = parser.parse_args()
     rows = []
     with embedded_zookeeper_and_ray():  # every run joins this ZooKeeper and this Ray
-        for timeout in args.timeouts:
-            for detector in {"both": (True, False), "on": (True,), "off": (False,)}[args.detector]:
-                exp = experiment(args.partitions, args.kills, timeout, detector, args.rate)
-                run_dir, _ = run_experiment(exp, args.runs_dir, progress=lambda line: None)
-                row = {"session_timeout_ms": timeout, "detector": detector, **measure(run_dir)}
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-    print(f"\n| session timeout | detector | failovers | partitions | unavailable p50 / p99 ms | detection p50 / max ms"
-          f" | detected -> acked p50 / max ms | produce rate at fault (records/s) | invariant violations |")
-    print("|---|---|---|---|---|---|---|---|---|")
+        for timeout, detector, niceness in itertools.product(
+                args.timeouts, {"both": (True, False), "on": (True,), "off": (False,)}[args.detector],
+                args.control_niceness):
+            exp = experiment(args.partitions, args.kills, timeout, detector, args.rate, niceness)
+            run_dir, _ = run_experiment(exp, args.runs_dir, progress=lambda line: None)
+            row = {"session_timeout_ms": timeout, "detector": detector, "niceness": niceness, **measure(run_dir)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    print(f"\n| session timeout | detector | control plane nice | failovers | partitions | unavailable p50 / p99 ms"
+          f" | detection p50 / max ms | detected -> acked p50 / max ms | produce rate at fault (records/s)"
+          f" | invariant violations |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         def pair(a: str, b: str) -> str:
             return f"{r[a]:.0f} / {r[b]:.0f}" if r[a] is not None else "-"
         print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | "
-              f"{r['failovers']} | {r['partitions']} | {pair('unavailable_p50', 'unavailable_p99')} | "
+              f"{r['niceness']} | {r['failovers']} | {r['partitions']} | {pair('unavailable_p50', 'unavailable_p99')} | "
               f"{pair('detect_p50', 'detect_max')} | {pair('process_p50', 'process_max')} | "
               f"{r['produce_rate']:,.0f} | {r['violations']} |")
 

@@ -76,7 +76,8 @@ class ReplicaFetcher:
                     or partition.state.leader_epoch != self.partitions[tp][1] + 1:
                 return False
             self.partitions[tp] = (partition, partition.state.leader_epoch, self.partitions[tp][2])
-            return True
+        self._wake.set()  # a fetch fenced by the leader's newer epoch need not wait out its backoff
+        return True
 
     def nudge(self) -> None:
         """Partitions were added while a fetch may be long-polling at the leader: ask the leader to end
@@ -121,8 +122,9 @@ class ReplicaFetcher:
                             self.source_id, type(e).__name__, e)
                 failed = unreachable = True
             self._failures = self._failures + 1 if failed else 0
-            if failed:
-                self._stopped.wait(self.backoff_ms(self._failures, unreachable) / 1000)
+            if failed:  # until the backoff ends, or partitions come or change epoch
+                self._wake.wait(self.backoff_ms(self._failures, unreachable) / 1000)
+                self._wake.clear()
 
     def backoff_ms(self, failures: int, unreachable: bool) -> float:
         """Doubling from FIRST_BACKOFF_MS: up to replica.fetch.backoff.ms for a leader that does not answer,

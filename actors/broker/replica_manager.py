@@ -239,8 +239,10 @@ class ReplicaManager:
             r._replace(acked_ms=answered) if r.error_code == Errors.NONE else r for r in results.values()))
 
     def fetch(self, request: FetchRequest, now_ms: Callable[[], int]) -> tuple[FetchResponse, list[TopicPartition]]:
-        """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes.
-        Also returns the partitions whose ISR the fetching follower may now join (for the shell to write)."""
+        """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless a
+        partition has an error (a fenced epoch, a moved leader: answered at once, as Kafka's fetchMessages
+        does, so that the fetcher can act on it). Also returns the partitions whose ISR the fetching
+        follower may now join (for the shell to write)."""
         deadline = time.monotonic() + request.max_wait_ms / 1000
         generation = self.generation
         out, size = self._fetch_once(request, now_ms())
@@ -249,7 +251,7 @@ class ReplicaManager:
             expand = [tp for tp in (TopicPartition(f.topic, f.partition) for f in out if f.error_code == Errors.NONE)
                       if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
         while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0 \
-                and not self._outdated(request):
+                and not self._outdated(request) and all(f.error_code == Errors.NONE for f in out):
             with self.data_arrived:  # checked under the lock that appends and role changes notify under
                 if self.generation == generation and not self._has_news(request) and not self._outdated(request):
                     self.data_arrived.wait(remaining)

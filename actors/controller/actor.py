@@ -35,7 +35,7 @@ from jobs import rundir
 @ray.remote(num_cpus=0, max_concurrency=4)
 class ControllerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
-        configure_actor_process()
+        configure_actor_process(config.controller.control_plane_niceness)
         self.broker_id = broker_id
         self.zk = config.zk_client().start()
         me = ray.get_runtime_context().current_actor

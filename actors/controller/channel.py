@@ -166,7 +166,7 @@ class RequestSender:
     """Kafka's RequestSendThread for one target broker, as an actor owned by the active controller."""
 
     def __init__(self, controller_id: int, broker_id: int, config: ClusterConfig, controller):
-        configure_actor_process()
+        configure_actor_process(config.controller.control_plane_niceness)
         self.controller_id = controller_id
         self.broker_id = broker_id
         self.config = config

@@ -35,8 +35,13 @@ def test_garbage_in_every_znode_kind_is_skipped_and_reported(new_cluster):
     k = zk.kazoo
     k.create(zkdata.topic_path("bad-topic"), GARBAGE)  # a topic znode that is not JSON
     k.create(zkdata.topic_config_path("bad-topic"), GARBAGE)
-    k.create(zkdata.topic_path("bad-state"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
-    k.create(zkdata.partition_state_path(TopicPartition("bad-state", 0)), GARBAGE, makepath=True)
+    state = zkdata.partition_state_path(TopicPartition("bad-state", 0))
+    t = k.transaction()  # the topic and its garbage state at once, before the controller can elect a leader
+    t.create(zkdata.topic_path("bad-state"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
+    for parent in (state.rsplit("/", 2)[0], state.rsplit("/", 1)[0]):
+        t.create(parent)
+    t.create(state, GARBAGE)
+    assert all(r is True or isinstance(r, str) for r in t.commit())
     k.create(zkdata.broker_path(9), GARBAGE, ephemeral=True)  # a registration that is not a broker's
     k.create(zkdata.REASSIGN_PARTITIONS, GARBAGE)
     k.create(zkdata.PREFERRED_REPLICA_ELECTION, GARBAGE)

@@ -289,6 +289,24 @@ def test_an_idle_fetch_long_polls_and_an_append_wakes_it(rm):
     assert [r.value for r in response.partitions[0].records] == [b"x"]  # woken by the append, not the timeout
 
 
+def test_a_fetch_with_a_partition_error_is_answered_at_once(rm):
+    """A follower still fetching in the leader epoch before an ISR change (its LeaderAndIsr is on the
+    way) learns of it now, not after max_wait_ms: waiting would hold acks=all for that partition until
+    some other append woke the fetch."""
+    import time
+
+    from actors.data_protocol import FetchPartition, FetchRequest
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)),
+                                     ps(T1, leader=1, leader_epoch=3, isr=(1, 2))), BROKER_EPOCH)
+    request = FetchRequest(replica_id=2, max_wait_ms=30_000,
+                           partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 2)])
+    started = time.monotonic()
+    response, _ = rm.fetch(request, lambda: 0)
+    assert time.monotonic() - started < 5
+    assert [p.error_code for p in response.partitions] == [Errors.NONE, Errors.FENCED_LEADER_EPOCH]
+
+
 def test_a_fetch_older_than_its_fetchers_partitions_is_answered_at_once(rm):
     """The follower's nudge (wake_fetches with its fetcher's partition count) may reach the leader before
     the fetch it means to end: that fetch is still answered at once, not after max_wait_ms. A newer fetch,
