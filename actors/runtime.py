@@ -4,7 +4,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import threading
 import time
 
 from ray.exceptions import RayError
@@ -19,7 +18,8 @@ GC_THRESHOLDS = (50_000, 20, 20)
 # glibc gives threads that allocate at once their own malloc arenas (up to 8 per core) and keeps what
 # is freed in each: a broker's ~120 threads (its concurrency groups, Ray's and kazoo's) grew its
 # resident memory by 40 MB of arenas in minutes. Two arenas keep it near its working set
-# (BENCHMARKS.md, "Soak and memory"). Set for the process before it starts, hence Ray's runtime_env.
+# (BENCHMARKS.md, "Soak and memory"). Set for the process before it starts, hence Ray's runtime_env
+# (which the actors a broker creates, its controller candidate and RequestSenders, inherit).
 MANY_THREADS_ENV = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
 
 
@@ -46,36 +46,20 @@ def configure_actor_process(niceness: int = 0) -> None:
         set_niceness(niceness)
 
 
-def set_niceness(niceness: int, this_thread_only: bool = False) -> bool:
-    """Give every thread of this process (or only the calling one) `niceness`: Linux schedules threads,
-    so each is set; threads started later inherit it from the thread that starts them. False when the
-    OS refuses (raising priority needs root or CAP_SYS_NICE): they run on as they were."""
-    global _niceness_refused
-    threads = [threading.get_native_id()] if this_thread_only else [int(t) for t in os.listdir("/proc/self/task")]
-    try:
-        for tid in threads:
+def set_niceness(niceness: int) -> bool:
+    """Give every thread of this process `niceness`: Linux schedules threads, so each is set; threads
+    started later inherit it from the thread that starts them. False when the OS refuses (raising
+    priority needs root or CAP_SYS_NICE): the process runs on as it was, with a warning."""
+    for tid in (int(t) for t in os.listdir("/proc/self/task")):
+        try:
             os.setpriority(os.PRIO_PROCESS, tid, niceness)
-        return True
-    except OSError as e:
-        if not _niceness_refused:  # once per process: a broker asks from each of its control threads
-            _niceness_refused = True
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+        except OSError as e:
             logging.getLogger(__name__).warning("Cannot set the nice value to %d (%s); control_plane_niceness "
                                                 "needs root or CAP_SYS_NICE", niceness, e)
-        return False
-
-
-_niceness_refused = False
-
-
-_thread_niceness = threading.local()
-
-
-def set_thread_niceness(niceness: int) -> None:
-    """`niceness` for the calling thread, once per thread (a broker's control-plane threads, not its
-    data plane)."""
-    if getattr(_thread_niceness, "value", 0) != niceness:
-        set_niceness(niceness, this_thread_only=True)
-        _thread_niceness.value = niceness
+            return False
+    return True
 
 
 def ray_says_this_actor_lives() -> bool:

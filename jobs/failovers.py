@@ -3,9 +3,11 @@ moment, and when each partition the fault took down was first written again (DES
 `first_produce_ok`). Pure: plain records in, FailoverRecords out.
 
 A fault's affected partitions are those whose last acknowledgement before the fault came from the
-broker the fault hit and, with acks=all, also those whose leader or ISR the controller wrote for the
-fault: those that had that broker in their ISR (a leader acknowledges nothing more until the
-controller takes the dead follower out). A partition is
+broker the fault hit and, with acks=all, also those that had that broker in their ISR (a leader
+acknowledges nothing more until the dead follower is taken out): the partitions whose leader or ISR
+the controller wrote for the fault, and those the last ZooKeeper sample before it shows with the
+broker in their ISR (a leader may have shrunk the ISR itself before the controller acted; a broker
+may have rejoined ISRs after the sample). A partition is
 available again at its first acknowledgement after the fault that is not a leftover of the old
 state: one from another broker or a newer leader epoch, or, after a pause, any acknowledgement once
 the paused process runs again.
@@ -23,6 +25,7 @@ from jobs.rundir import (
     FaultRecord,
     LoadAtFault,
     LoadSample,
+    StateSample,
     TimelineRecord,
     tp_key,
 )
@@ -88,11 +91,18 @@ def recovery(fault: FaultRecord, acks: AckIndex, changed: Collection[str] = ()) 
 
 
 def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: AckIndex, samples: list[LoadSample],
-            session_timeout_ms: int, detector: bool, acks_all: bool = False) -> list[FailoverRecord]:
+            session_timeout_ms: int, detector: bool, states: list[StateSample] | None = None) -> list[FailoverRecord]:
     """One FailoverRecord per timeline, joined with the latest fault before it (for a broker failure, the
     latest that hit one of its brokers: faults overlap when deaths wait for session timeouts); a
     fault's recoveries go with its first timeline (its broker failure when it has one), so that no
-    partition is counted twice. With `acks_all` the partitions its timelines changed count too."""
+    partition is counted twice. `states` (the ZooKeeper samples of an acks=all run) add the partitions
+    that had the faulty broker in their ISR, by the sample and by the timelines' writes."""
+    states = sorted(states or [], key=lambda s: s.ts_ms)
+    state_times = [s.ts_ms for s in states]
+
+    def in_isr_before(fault: FaultRecord) -> set[str]:
+        i = bisect.bisect_right(state_times, fault.injected_ms)
+        return {tp for tp, p in states[i - 1].partitions.items() if fault.target in p.isr} if i else set()
     faults = sorted(faults, key=lambda f: f.injected_ms)
     fault_times = [f.injected_ms for f in faults]
     samples = sorted(samples, key=lambda s: s.ts_ms)
@@ -108,7 +118,8 @@ def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: Ac
     for fault_id, group in by_fault.items():
         fault = fault_by_id.get(fault_id)
         carrier = next((t for t in group if t.kind == "broker_failure"), group[0])
-        changed = {tp for t in group for tp in t.partitions} if acks_all else set()
+        changed = {tp for t in group for tp in t.partitions} | in_isr_before(fault) \
+            if states and fault is not None else set()
         recovered = recovery(fault, acks, changed) if fault is not None else {}
         for t in group:
             at = fault.injected_ms if fault is not None else t.detected_ms

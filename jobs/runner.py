@@ -333,7 +333,7 @@ class ExperimentRun:
             list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults,
             failovers.AckIndex(reader.lines(rundir.PRODUCED, rundir.Ack)),
             list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector,
-            acks_all=self.exp.load.acks_code == -1)
+            list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)) if self.exp.load.acks_code == -1 else None)
         self.writer.write(rundir.FAILOVERS, records)
         report = check_run(self.run_dir)
         unavailable = sorted(failovers.unavailability_ms(records))

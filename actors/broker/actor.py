@@ -39,7 +39,6 @@ from actors.runtime import (
     poll,
     ray_says_this_actor_lives,
     rss_mb,
-    set_thread_niceness,
 )
 from actors.protocol import (
     ControllerRequestT,
@@ -120,9 +119,7 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def handle(self, requests: list[ControllerRequestT]) -> list[ControllerResponse]:
-        """Controller requests delivered together by the RequestSender, applied in their order (by a
-        thread with the control plane's CPU priority)."""
-        set_thread_niceness(self.config.controller.control_plane_niceness)
+        """Controller requests delivered together by the RequestSender, applied in their order."""
         handlers = {"LeaderAndIsr": self.leader_and_isr, "UpdateMetadata": self.update_metadata,
                     "StopReplica": self.stop_replica}
         responses = [handlers[r.api](r) for r in requests]

@@ -11,7 +11,8 @@ while a fetch was in flight ignores that fetch's answer.
 After an error the fetcher backs off, starting at FIRST_BACKOFF_MS and doubling up to
 replica.fetch.backoff.ms (Kafka waits the full backoff every time): the commonest error
 right after a failover is a new leader that has not applied its LeaderAndIsr yet, which
-is over within milliseconds.
+is over within milliseconds. The backoff also ends when partitions are added or move to a
+new leader epoch here (a fetch fenced by the leader's newer epoch can go again at once).
 """
 from __future__ import annotations
 
@@ -98,11 +99,11 @@ class ReplicaFetcher:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
+            self._wake.clear()  # this round sees every change made before it: only later ones wake a wait
             with self._lock:
                 current, version = dict(self.partitions), self.version
             if not current:
                 self._wake.wait(1.0)
-                self._wake.clear()
                 continue
             try:
                 if self._handle is None:
@@ -124,7 +125,6 @@ class ReplicaFetcher:
             self._failures = self._failures + 1 if failed else 0
             if failed:  # until the backoff ends, or partitions come or change epoch
                 self._wake.wait(self.backoff_ms(self._failures, unreachable) / 1000)
-                self._wake.clear()
 
     def backoff_ms(self, failures: int, unreachable: bool) -> float:
         """Doubling from FIRST_BACKOFF_MS: up to replica.fetch.backoff.ms for a leader that does not answer,

@@ -58,8 +58,8 @@ class Segment:
         self.next_offset += 1
 
     def lookup(self, offset: int) -> tuple[int, int, int]:
-        """(an offset at or below `offset`, its position, a position the record at `offset` starts
-        before): the bytes to scan for it."""
+        """(an offset at or below `offset`, its position, a position the record at `offset` ends at or
+        before: the next entry's, or the segment's size): the bytes to scan for it."""
         i = bisect.bisect_right(self.index_offsets, offset)
         floor = (self.index_offsets[i - 1], self.index_positions[i - 1]) if i else (self.base_offset, 0)
         return *floor, self.index_positions[i] if i < len(self.index_positions) else self.size
@@ -72,8 +72,10 @@ class Segment:
     def truncate(self, offset: int) -> None:
         """Keep the records below `offset` (within this segment)."""
         floor, start, stop = self.lookup(offset)
-        positions = self.decode(start, stop, floor).positions
-        size = start + positions[offset - floor] if offset - floor < len(positions) else stop
+        decoded = self.decode(start, stop, floor)
+        if decoded.error is not None:
+            raise KrayError(f"{self.path}: cannot truncate at offset {offset}: {decoded.error}")
+        size = start + decoded.positions[offset - floor] if offset - floor < len(decoded.positions) else stop
         os.truncate(self.path, size)
         keep = bisect.bisect_left(self.index_offsets, offset)
         del self.index_offsets[keep:], self.index_positions[keep:]
@@ -187,7 +189,10 @@ class Log:
                 index += 1
                 continue
             floor, start, before = segment.lookup(offset)  # the record at `offset` ends by `before`
-            decoded = segment.decode(start, min(segment.size, before + max(budget, 0)), floor)
+            stop = min(segment.size, before + max(budget, 0))
+            if limit < segment.next_offset:  # records below the limit end by where the record at it may start
+                stop = min(stop, max(before, segment.lookup(limit)[2]))
+            decoded = segment.decode(start, stop, floor)
             skip = offset - floor
             if len(decoded.records) <= skip:
                 raise KrayError(f"{segment.path}: unreadable record at offset {offset}")
@@ -242,7 +247,7 @@ class Log:
         """Index a segment's good entries a chunk at a time (an entry cut by a chunk's end is read
         again with the next), noting where leader epochs start; why it stopped early, if it did."""
         with open(segment.path, "rb") as f:
-            pending = b""
+            file_size, pending = os.fstat(f.fileno()).st_size, b""
             while True:
                 chunk = f.read(RECOVERY_CHUNK_BYTES)
                 buffer = pending + chunk
@@ -255,7 +260,9 @@ class Log:
                 pending = buffer[decoded.valid_bytes:]
                 if decoded.error is None and not chunk:
                     return None
-                if decoded.error is not None and not (decoded.cut and chunk):
+                claimed = records.claimed_bytes(pending) if decoded.cut else None
+                if decoded.error is not None and not (decoded.cut and chunk) \
+                        or claimed is not None and segment.size + claimed > file_size:  # a corrupted length
                     return decoded.error
 
     def _cut(self, later: list[Path], reason: str) -> None:

@@ -59,6 +59,12 @@ class Decoded(NamedTuple):
     cut: bool = False  # the buffer ends inside an entry that more bytes may complete
 
 
+def claimed_bytes(buffer: bytes) -> int | None:
+    """The bytes the entry at the start of the buffer claims (its length field included), if its length
+    field is there."""
+    return _LENGTH.unpack_from(buffer)[0] + _LENGTH.size if len(buffer) >= _LENGTH.size else None
+
+
 def decode(buffer: bytes, expected_offset: int | None = None) -> Decoded:
     """Every good entry from the start of the buffer; stops at the first bad one."""
     records, positions, pos, end = [], [], 0, len(buffer)

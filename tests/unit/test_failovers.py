@@ -307,15 +307,24 @@ def test_with_acks_all_partitions_following_on_the_victim_count_until_their_isr_
     assert recovery(fault(1, FaultKind.KILL_BROKER, 1, 1000.0), acks) == {}  # acks=1: followers do not count
 
 
-def test_with_acks_all_compose_counts_the_partitions_the_fault_s_timelines_changed():
-    """t-7 had the victim (1) in its ISR: the controller's broker failure wrote it; t-8 was not written.
-    A restarted broker may rejoin ISRs just before it is killed again: the controller knows, a sample
-    of ZooKeeper taken earlier would not."""
-    acks = AckIndex([ack("t-7", 3, 4, 990), ack("t-7", 3, 5, 1250), ack("t-8", 3, 2, 995), ack("t-8", 3, 2, 1010)])
+def test_with_acks_all_compose_counts_the_partitions_the_timelines_changed_or_the_sample_shows():
+    """The victim (1) was in three ISRs. t-7: the controller's broker failure wrote it, though the last
+    sample predates 1's return to its ISR (a restarted broker killed again). t-8: the sample shows 1,
+    but its leader shrank the ISR itself before the controller acted, so the controller did not write
+    it. t-9: neither, so not counted."""
+    from jobs.rundir import PartitionLeadership, StateSample
+
+    acks = AckIndex([ack("t-7", 3, 4, 990), ack("t-7", 3, 5, 1250), ack("t-8", 3, 2, 995),
+                     ack("t-8", 3, 2, 1400).model_copy(update={"leader_acked_ms": 1398}),  # after the shrink
+                     ack("t-9", 3, 2, 995), ack("t-9", 3, 2, 1010)])
+    sample = StateSample(ts_ms=500, live_brokers=[1, 2, 3], partitions={
+        "t-7": PartitionLeadership(leader=3, leader_epoch=4, isr=[3]),
+        "t-8": PartitionLeadership(leader=3, leader_epoch=2, isr=[3, 1]),
+        "t-9": PartitionLeadership(leader=3, leader_epoch=2, isr=[3, 2])})
     failure = timeline("broker_failure", 1010, partitions=["t-7"], partitions_affected=1)
     kill = fault(1, FaultKind.KILL_BROKER, 1, 1000.0)
-    got = compose([failure], [kill], acks, [], session_timeout_ms=6000, detector=True, acks_all=True)
-    assert got[0].first_produce_ok_ms == {"t-7": 1250}
+    got = compose([failure], [kill], acks, [], session_timeout_ms=6000, detector=True, states=[sample])
+    assert got[0].first_produce_ok_ms == {"t-7": 1250, "t-8": 1400}
     assert compose([failure], [kill], acks, [], session_timeout_ms=6000, detector=True)[0].first_produce_ok_ms == {}
 
 

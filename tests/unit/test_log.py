@@ -244,3 +244,18 @@ def test_leader_epochs_are_checkpointed_on_close_and_rebuilt_from_records_withou
     assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]
     (tmp_path / "t-0" / "leader-epoch-checkpoint").unlink()  # lost (a crash before the flush)
     assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]  # what the records tell
+
+
+def test_recovery_stops_at_a_length_field_claiming_more_than_the_file(tmp_path):
+    """A corrupted length in the middle of a 2.4 MB segment, read in 1 MB chunks: the log is cut there."""
+    log = Log(tmp_path / "t-0")
+    log.append_as_leader(entries(3_000, size=777), leader_epoch=1)
+    log.close()
+    path = log.segments[0].path
+    data = bytearray(path.read_bytes())
+    at = records.decode(bytes(data[:1_000_000])).positions[500]  # the 501st entry, inside the first chunk
+    data[at:at + 4] = (2**31 - 1).to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+    recovered = Log(tmp_path / "t-0")
+    assert recovered.log_end_offset == 500 and "claims" in recovered.recovery
+    assert path.stat().st_size == at
