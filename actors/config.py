@@ -29,7 +29,7 @@ class ControllerConfig(BaseModel):
         True, description="kray only: learn of broker deaths from Ray at once and remove the dead broker's "
                           "registration; off gives Kafka's behaviour (deaths found when the ZooKeeper session expires)")
     control_plane_niceness: int = Field(
-        -10, ge=-20, le=19, description="kray only: the nice value of the controller and RequestSender processes. "
+        0, ge=-20, le=19, description="kray only: the nice value of the controller and RequestSender processes. "
                                       "Below 0 they get the CPU first on a machine shared with brokers and load, "
                                       "as on hosts of their own (needs root or CAP_SYS_NICE; else left as they are)")
 
