@@ -66,8 +66,8 @@ class AckIndex:
 
 def recovery(fault: FaultRecord, acks: AckIndex, changed: Collection[str] = ()) -> dict[str, float]:
     """When each partition the fault took down was acknowledged again (partition -> ms): those the
-    victim led, and with acks=all those in `changed`, the partitions whose leader or ISR the
-    controller wrote for the fault (a follower in the ISR holds up acks=all until it is removed)."""
+    victim led, and with acks=all those in `changed`, the partitions that had it in their ISR (a
+    follower in the ISR holds up acks=all until it is removed)."""
     if fault.kind not in LEADER_FAULTS or fault.target is None:
         return {}
     out = {}

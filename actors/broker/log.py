@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 SEGMENT_SUFFIX = ".log"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
-RECOVERY_CHUNK_BYTES = 1 << 20
+READ_CHUNK_BYTES = 1 << 20  # reading a whole log through: recovery, producer state
 
 
 @dataclass
@@ -196,7 +196,7 @@ class Log:
             skip = offset - floor
             if len(decoded.records) <= skip:
                 raise KrayError(f"{segment.path}: unreadable record at offset {offset}")
-            ends = decoded.positions[skip + 1:] + [decoded.valid_bytes]
+            ends = decoded.ends[skip:]
             first = decoded.positions[skip]
             got = [r for r, end in zip(decoded.records[skip:], ends)
                    if r.offset < limit and (end - first <= budget or r.offset == offset and not out)]
@@ -249,11 +249,10 @@ class Log:
         with open(segment.path, "rb") as f:
             file_size, pending = os.fstat(f.fileno()).st_size, b""
             while True:
-                chunk = f.read(RECOVERY_CHUNK_BYTES)
+                chunk = f.read(READ_CHUNK_BYTES)
                 buffer = pending + chunk
                 decoded = records.decode(buffer, segment.next_offset)
-                for r, start, end in zip(decoded.records, decoded.positions,
-                                         decoded.positions[1:] + [decoded.valid_bytes]):
+                for r, start, end in zip(decoded.records, decoded.positions, decoded.ends):
                     if not epochs or r.leader_epoch > epochs[-1][0]:
                         epochs.append((r.leader_epoch, r.offset))
                     segment.appended(end - start, self.index_interval_bytes)

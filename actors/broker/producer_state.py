@@ -8,13 +8,12 @@ snapshot files at segment rolls; here one is kept in memory every `snapshot_inte
 so that a truncation reads a few thousand records instead of the whole log."""
 from __future__ import annotations
 
-from actors.broker.log import Log
+from actors.broker.log import READ_CHUNK_BYTES, Log
 
 Run = tuple[int, int, int]  # first sequence, last sequence, first offset: records appended back to back
 RUNS_KEPT = 5  # Kafka keeps the last five batches of each producer
 SNAPSHOT_INTERVAL = 10_000
 SNAPSHOTS_KEPT = 4
-REPLAY_CHUNK_BYTES = 1 << 20
 
 
 def add_run(runs: list[Run], first_sequence: int, last_sequence: int, first_offset: int) -> list[Run]:
@@ -65,7 +64,7 @@ class ProducerState:
         """Apply the log's records in [start, end); how many were read."""
         offset = start
         while offset < end:
-            chunk = log.read(offset, REPLAY_CHUNK_BYTES, max_offset=end)
+            chunk = log.read(offset, READ_CHUNK_BYTES, max_offset=end)
             for r in chunk:
                 self.append(r.producer_id, r.sequence, r.sequence, r.offset)
             offset += len(chunk)

@@ -58,6 +58,11 @@ class Decoded(NamedTuple):
     error: str | None  # why decoding stopped before the end of the buffer
     cut: bool = False  # the buffer ends inside an entry that more bytes may complete
 
+    @property
+    def ends(self) -> list[int]:
+        """Where each record ends in the buffer."""
+        return self.positions[1:] + [self.valid_bytes]
+
 
 def claimed_bytes(buffer: bytes) -> int | None:
     """The bytes the entry at the start of the buffer claims (its length field included), if its length
