@@ -1,6 +1,6 @@
 """The data plane's requests and responses: Produce, Fetch, OffsetsForLeaderEpoch.
 
-Field names follow Kafka's schemas (ProduceRequest.json, FetchRequest.json,
+Field names follow Kafka's schemas (ProduceRequest.json, FetchRequest.json v12+,
 OffsetForLeaderEpochRequest.json) in snake case, flattened to one row per
 partition. Records travel as `Record` rows (see `actors.protocol.Rows`).
 """
@@ -62,6 +62,7 @@ class FetchPartition(NamedTuple):
     fetch_offset: int
     current_leader_epoch: int = -1
     partition_max_bytes: int = 1024 * 1024
+    last_fetched_epoch: int = -1  # a follower's: the epoch of its last record (KIP-320), -1 to skip the check
 
 
 class FetchPartitions(Rows):
@@ -86,6 +87,7 @@ class FetchedPartition(NamedTuple):
     high_watermark: int = -1
     log_end_offset: int = -1
     records: Records = Records()
+    diverging_epoch: tuple[int, int] | None = None  # KIP-320: (epoch, end offset) for the follower to truncate at
 
 
 class FetchedPartitions(Rows):

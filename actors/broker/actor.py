@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 
 import ray
 
@@ -72,6 +73,8 @@ class BrokerActor:
         self._lock = threading.Lock()
         self.sink = RecordSink(config.recorder, config.namespace)
         self._controllers_seen: set[tuple[int, int]] = set()  # (controller id, epoch) accepted, for the record
+        self._requests: Counter[str] = Counter()  # per API, as Kafka's RequestsPerSec count (request=...)
+        self._requests_lock = threading.Lock()
         log_dir = config.log_dir(broker_id)
         self.recovered = sum(d.is_dir() for d in log_dir.iterdir()) if log_dir.is_dir() else 0  # replicas on disk
         self.replica_manager = ReplicaManager(broker_id, log_dir, config.broker.log_segment_bytes)
@@ -122,6 +125,7 @@ class BrokerActor:
         """Controller requests delivered together by the RequestSender, applied in their order."""
         handlers = {"LeaderAndIsr": self.leader_and_isr, "UpdateMetadata": self.update_metadata,
                     "StopReplica": self.stop_replica}
+        self._count(*(r.api for r in requests))
         responses = [handlers[r.api](r) for r in requests]
         for request, response in zip(requests, responses):
             controller = (request.controller_id, request.controller_epoch)
@@ -168,11 +172,13 @@ class BrokerActor:
     # -- the data plane ------------------------------------------------------
 
     def produce(self, request: ProduceRequest) -> ProduceResponse:
+        self._count("Produce")
         return self.replica_manager.append_records(request, self.config.broker.min_insync_replicas,
                                                    self.config.broker.message_max_bytes)
 
     @ray.method(concurrency_group="replication")
     def fetch(self, request: FetchRequest) -> FetchResponse:
+        self._count("FetchFollower" if request.replica_id >= 0 else "FetchConsumer")
         response, expand = self.replica_manager.fetch(request, now_ms)
         if expand:
             self.isr.expand(expand, request.replica_id)
@@ -185,6 +191,7 @@ class BrokerActor:
 
     @ray.method(concurrency_group="replication")
     def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+        self._count("OffsetsForLeaderEpoch")
         return self.replica_manager.offsets_for_leader_epoch(request)
 
     @ray.method(concurrency_group="control")
@@ -206,7 +213,13 @@ class BrokerActor:
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id,
                 "log_dir": str(self.replica_manager.log_dir), "recovered_partitions": self.recovered,
-                "rss_mb": rss_mb()}
+                "rss_mb": rss_mb(), "requests": self._count()}
+
+    def _count(self, *apis: str) -> dict[str, int]:
+        """Count requests served, per API; the counts so far."""
+        with self._requests_lock:
+            self._requests.update(apis)
+            return dict(self._requests)
 
     @ray.method(concurrency_group="control")
     def zk_session(self) -> tuple[int, bytes]:

@@ -1,10 +1,13 @@
 """Followers pull: one fetcher thread per source broker, covering every partition this broker
 follows there (Kafka's ReplicaFetcherManager / ReplicaFetcherThread).
 
-A partition joins a fetcher in the truncating state: the fetcher asks the leader
-where the follower's latest leader epoch ended (OffsetsForLeaderEpoch) and truncates
-there (KIP-101; its high watermark when the leader cannot tell), then fetches from
-its log end. Fetches long-poll on the leader (replica.fetch.wait.max.ms), so an
+A partition whose log has a leader epoch joins a fetcher ready to fetch: each fetch
+names the epoch of the follower's last record, and a leader whose log diverged from
+it answers where to truncate instead of records (KIP-320's truncation within the
+fetch: no extra round trip after a failover). One with no epoch yet, or told its
+offset is out of range, first asks the leader where its latest epoch ended
+(OffsetsForLeaderEpoch, KIP-101; its high watermark when the leader cannot tell).
+Either way it truncates where the two logs last agree, then fetches from its log end. Fetches long-poll on the leader (replica.fetch.wait.max.ms), so an
 idle fetcher waits instead of spinning. A partition whose leader epoch changed
 while a fetch was in flight ignores that fetch's answer.
 
@@ -63,8 +66,8 @@ class ReplicaFetcher:
         self.thread.start()
 
     def add(self, tp: TopicPartition, partition: Partition) -> None:
-        with self._lock:
-            self.partitions[tp] = (partition, partition.state.leader_epoch, False)
+        with self._lock:  # with an epoch it truncates within the fetch; without, it asks first
+            self.partitions[tp] = (partition, partition.state.leader_epoch, partition.log.leader_epochs.latest_epoch >= 0)
             self.added = True
             self.version += 1
         self._wake.set()
@@ -145,10 +148,7 @@ class ReplicaFetcher:
             partition, epoch, _ = pending[tp]
             if answer.error_code != Errors.NONE:
                 continue  # not the leader (yet): asked again on the next round
-            own = partition.log.leader_epochs.end_offset_for(answer.leader_epoch, partition.log.log_end_offset)[1]
-            offset = truncation_offset(partition.log.log_end_offset, partition.high_watermark,
-                                       (answer.leader_epoch, answer.end_offset), own)
-            if not partition.truncate_to(offset, epoch):
+            if not _truncate_where_agreed(partition, epoch, (answer.leader_epoch, answer.end_offset)):
                 continue  # no longer following in that epoch: a newer LeaderAndIsr decides
             with self._lock:
                 if self.partitions.get(tp, (None, None))[1] == epoch:
@@ -162,7 +162,8 @@ class ReplicaFetcher:
             replica_id=self.broker_id, replica_epoch=self.broker_epoch(), partitions_version=version,
             max_wait_ms=self.config.replica_fetch_wait_max_ms if long_poll else 0, min_bytes=1,
             partitions=FetchPartitions(FetchPartition(tp.topic, tp.partition, p.log.log_end_offset, epoch,
-                                                      self.config.replica_fetch_max_bytes)
+                                                      self.config.replica_fetch_max_bytes,
+                                                      p.log.leader_epochs.latest_epoch)
                                        for tp, (p, epoch, _) in current.items()))
         response = ray.get(leader.fetch.remote(request), timeout=self.config.replica_fetch_wait_max_ms / 1000 + 30)
         failed = False
@@ -171,7 +172,9 @@ class ReplicaFetcher:
             partition, epoch, _ = current[tp]
             if partition.state.leader_epoch != epoch or self.partitions.get(tp, (None, None))[1] != epoch:
                 continue  # the leadership moved while the fetch was in flight
-            if fetched.error_code == Errors.NONE:
+            if fetched.error_code == Errors.NONE and fetched.diverging_epoch is not None:
+                _truncate_where_agreed(partition, epoch, fetched.diverging_epoch)  # then fetch from there
+            elif fetched.error_code == Errors.NONE:
                 partition.append_as_follower(list(fetched.records), fetched.high_watermark, epoch)
             elif fetched.error_code == Errors.OFFSET_OUT_OF_RANGE:  # diverged: ask where to truncate again
                 with self._lock:
@@ -183,6 +186,15 @@ class ReplicaFetcher:
                 log.debug("[ReplicaFetcher replicaId=%d, leaderId=%d] %s for %s", self.broker_id, self.source_id,
                           Errors(fetched.error_code).name, tp)
         return failed
+
+
+def _truncate_where_agreed(partition: Partition, epoch: int, leader_answer: tuple[int, int]) -> bool:
+    """Truncate where the leader's answer ((epoch, end offset) of the follower's latest epoch, from
+    OffsetsForLeaderEpoch or a fetch's diverging epoch) and this log last agree; False if the
+    partition no longer follows in `epoch`."""
+    own = partition.log.leader_epochs.end_offset_for(leader_answer[0], partition.log.log_end_offset)[1]
+    return partition.truncate_to(truncation_offset(partition.log.log_end_offset, partition.high_watermark,
+                                                   leader_answer, own), epoch)
 
 
 class ReplicaFetcherManager:

@@ -16,6 +16,7 @@ from actors.broker.producer_state import ProducerState, find_run
 from actors.broker.records import Record
 from actors.broker.replication import (
     FollowerState,
+    diverging_epoch,
     high_watermark,
     in_sync_again,
     out_of_sync_replicas,
@@ -45,6 +46,7 @@ class FetchResult(NamedTuple):
     records: list[Record]
     high_watermark: int
     log_end_offset: int
+    diverging_epoch: tuple[int, int] | None = None  # KIP-320: where a follower's log left this one
 
 
 class Partition:
@@ -160,12 +162,20 @@ class Partition:
 
     # -- leader: follower fetches and the ISR --------------------------------
 
-    def fetch_for_follower(self, replica_id: int, fetch_offset: int, max_bytes: int, now_ms: int) -> FetchResult:
+    def fetch_for_follower(self, replica_id: int, fetch_offset: int, max_bytes: int, now_ms: int,
+                           last_fetched_epoch: int = -1) -> FetchResult:
         """A follower fetching from `fetch_offset` has everything below it: update what the leader
-        knows of it, advance the high watermark, and hand it what follows."""
+        knows of it, advance the high watermark, and hand it what follows. A fetch that names the
+        epoch of the follower's last record (KIP-320) is checked against this log first: if they
+        diverged it gets where to truncate instead, and counts for nothing (as in Kafka)."""
         with self.changed:
             if not self.is_leader:
                 raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+            if last_fetched_epoch >= 0:
+                diverged = diverging_epoch(fetch_offset, last_fetched_epoch, self.log.leader_epochs.end_offset_for(
+                    last_fetched_epoch, self.log.log_end_offset))
+                if diverged is not None:
+                    return FetchResult([], self.high_watermark, self.log.log_end_offset, diverged)
             if not self.log.log_start_offset <= fetch_offset <= self.log.log_end_offset:
                 raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: follower {replica_id} fetches "
                                                 f"{fetch_offset}, the log ends at {self.log.log_end_offset}")

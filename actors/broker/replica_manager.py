@@ -240,8 +240,8 @@ class ReplicaManager:
 
     def fetch(self, request: FetchRequest, now_ms: Callable[[], int]) -> tuple[FetchResponse, list[TopicPartition]]:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless a
-        partition has an error (a fenced epoch, a moved leader: answered at once, as Kafka's fetchMessages
-        does, so that the fetcher can act on it). Also returns the partitions whose ISR the fetching
+        partition has an error (a fenced epoch, a moved leader) or a diverging epoch: answered at once, as
+        Kafka's fetchMessages does, so that the fetcher can act on it. Also returns the partitions whose ISR the fetching
         follower may now join (for the shell to write)."""
         deadline = time.monotonic() + request.max_wait_ms / 1000
         generation = self.generation
@@ -251,7 +251,7 @@ class ReplicaManager:
             expand = [tp for tp in (TopicPartition(f.topic, f.partition) for f in out if f.error_code == Errors.NONE)
                       if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
         while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0 \
-                and not self._outdated(request) and all(f.error_code == Errors.NONE for f in out):
+                and not self._outdated(request) and not any(_answer_now(f) for f in out):
             with self.data_arrived:  # checked under the lock that appends and role changes notify under
                 if self.generation == generation and not self._has_news(request) and not self._outdated(request):
                     self.data_arrived.wait(remaining)
@@ -304,11 +304,12 @@ class ReplicaManager:
                     raise FencedLeaderEpochException(
                         f"{p.topic}-{p.partition}: leader epoch {p.current_leader_epoch}, "
                         f"this broker has {partition.state.leader_epoch}")
-                got = partition.fetch_for_follower(request.replica_id, p.fetch_offset, p.partition_max_bytes, now_ms) \
+                got = partition.fetch_for_follower(request.replica_id, p.fetch_offset, p.partition_max_bytes, now_ms,
+                                                   p.last_fetched_epoch) \
                     if request.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, p.partition_max_bytes)
                 size += sum(len(r.value) for r in got.records)
                 out.append(FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
-                                            got.log_end_offset, Records(got.records)))
+                                            got.log_end_offset, Records(got.records), got.diverging_epoch))
             except KrayError as e:
                 out.append(FetchedPartition(p.topic, p.partition, int(e.error)))
         return out, size
@@ -333,3 +334,8 @@ class ReplicaManager:
             if isr is not None:
                 out[tp] = isr
         return out
+
+
+def _answer_now(fetched: FetchedPartition) -> bool:
+    """The fetcher has something to act on: an error, or where to truncate."""
+    return fetched.error_code != Errors.NONE or fetched.diverging_epoch is not None

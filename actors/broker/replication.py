@@ -1,7 +1,8 @@
 """The leader's replication arithmetic: follower fetch state, high watermark, ISR shrink and
 expand, and where a follower truncates. Pure functions over plain values (Kafka's
 Partition.maybeIncrementLeaderHW, getOutOfSyncReplicas, isFollowerInSync and
-Replica.updateFetchState; KIP-101 for truncation by leader epoch).
+Replica.updateFetchState; KIP-101 for truncation by leader epoch, KIP-320 for finding it within
+the fetch).
 """
 from __future__ import annotations
 
@@ -63,3 +64,12 @@ def truncation_offset(follower_leo: int, follower_high_watermark: int, leader_an
         return min(follower_leo, follower_high_watermark)
     own = follower_end_for_answer_epoch if follower_end_for_answer_epoch >= 0 else follower_leo
     return min(follower_leo, end, own)
+
+
+def diverging_epoch(fetch_offset: int, last_fetched_epoch: int, leader_answer: tuple[int, int]) -> tuple[int, int] | None:
+    """KIP-320: a follower's fetch names the epoch of its last record; `leader_answer` is where the
+    leader's log has that epoch end ((largest epoch <= it, end offset), as for OffsetsForLeaderEpoch).
+    The logs diverged if the leader's copy of that epoch ends before the fetch offset, or the leader
+    never had that epoch: the answer is then the follower's truncation point, None when they agree."""
+    epoch, end = leader_answer
+    return leader_answer if end < fetch_offset or epoch < last_fetched_epoch else None

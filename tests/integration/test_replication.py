@@ -138,7 +138,8 @@ def test_not_enough_replicas(new_cluster, acks):
 def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
     """The leader appends records (acks=1) that no follower fetched, then dies. A follower takes over
     and gets other records at the same offsets. The old leader, back, truncates its divergent records
-    (by leader epoch), catches up, and once it leads again serves exactly the new leader's log."""
+    (by leader epoch, found within its fetch: KIP-320), catches up, and once it leads again serves
+    exactly the new leader's log."""
     cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1,
                                                               "replica_lag_time_max_ms": 10_000}))
     tp, state = one_partition_topic(cluster, zk)
@@ -158,6 +159,7 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
     wait_until(lambda: zk_states(zk, "t")[tp].leader in followers, timeout=30, what="a follower to take over")
+    new_leader = zk_states(zk, "t")[tp].leader
     Producer(cluster.config.namespace, followers, acks=-1).send("t", [f"new-{i}".encode() for i in range(4)],
                                                                partition=0)
     expected = [f"shared-{i}".encode() for i in range(5)] + [f"new-{i}".encode() for i in range(4)]
@@ -168,6 +170,8 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
     wait_until(lambda: zk_states(zk, "t")[tp].leader == old_leader, timeout=30, what="the old leader leading again")
     wait_until(lambda: [r.value for r in read_all(cluster, [tp])[tp]] == expected, timeout=30,
                what="the old leader's log to equal the new leader's")
+    # every replica had a leader epoch: each truncation was found within a fetch, none asked first
+    assert ray.get(cluster.brokers[new_leader].info.remote())["requests"].get("OffsetsForLeaderEpoch", 0) == 0
 
 
 def test_a_corrupted_segment_is_recovered_and_refilled_from_the_leader(new_cluster):

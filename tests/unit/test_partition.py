@@ -194,3 +194,17 @@ def test_a_follower_fetching_beyond_the_log_end_is_out_of_range(leader):
     with pytest.raises(OffsetOutOfRangeException):
         leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1)
     assert leader.followers[2].log_end_offset == -1  # not counted as having anything
+
+
+def test_a_fetch_naming_a_diverged_epoch_gets_where_to_truncate_and_counts_for_nothing(tmp_path, leader):
+    """KIP-320: the old leader wrote 5..7 in epoch 3 that this leader (epoch 4 from offset 5) never had."""
+    leader.append_as_leader(batch(5), 1, 1)
+    leader.make_leader(LEADS._replace(leader_epoch=4, isr=(1, 2)), now_ms=1)
+    leader.append_as_leader(batch(3, first_sequence=5), 1, 1)
+    diverged = leader.fetch_for_follower(3, 8, 1 << 20, now_ms=2, last_fetched_epoch=3)
+    assert (diverged.records, diverged.diverging_epoch) == ([], (3, 5))
+    assert leader.followers[3].log_end_offset == -1  # its offset 8 is not what this log has up to 8
+    agreed = leader.fetch_for_follower(3, 5, 1 << 20, now_ms=3, last_fetched_epoch=3)
+    assert agreed.diverging_epoch is None and [r.offset for r in agreed.records] == [5, 6, 7]
+    assert leader.followers[3].log_end_offset == 5
+    assert leader.fetch_for_follower(2, 8, 1 << 20, now_ms=3, last_fetched_epoch=4).diverging_epoch is None

@@ -307,6 +307,28 @@ def test_a_fetch_with_a_partition_error_is_answered_at_once(rm):
     assert [p.error_code for p in response.partitions] == [Errors.NONE, Errors.FENCED_LEADER_EPOCH]
 
 
+def test_a_fetch_whose_log_diverged_is_answered_at_once_with_where_to_truncate(rm):
+    """KIP-320: a follower whose last record's epoch the leader's log ends earlier gets the diverging
+    epoch now, not after max_wait_ms, beside the other partitions' answers."""
+    import time
+
+    from actors.broker.records import Record
+    from actors.data_protocol import FetchPartition, FetchRequest
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=2, isr=(1,)),
+                                     ps(T1, leader=1, leader_epoch=2, isr=(1,))), BROKER_EPOCH)
+    rm.partition(T0).append_as_leader([Record(-1, -1, 0, None, b"x")] * 3, 1, 1)
+    request = FetchRequest(replica_id=2, max_wait_ms=30_000, partitions=[
+        FetchPartition("t", 0, 4, 2, MAX_BYTES, last_fetched_epoch=1),  # had offset 3 in epoch 1: not here
+        FetchPartition("t", 1, 0, 2, MAX_BYTES, last_fetched_epoch=-1)])
+    started = time.monotonic()
+    response, expand = rm.fetch(request, lambda: 0)
+    assert time.monotonic() - started < 5
+    assert [(p.error_code, p.diverging_epoch, len(p.records)) for p in response.partitions] == \
+        [(Errors.NONE, (1, 0), 0), (Errors.NONE, None, 0)]
+    assert expand == [T1]  # caught up on T1; on T0 its fetch offset says nothing of what it has
+
+
 def test_a_fetch_older_than_its_fetchers_partitions_is_answered_at_once(rm):
     """The follower's nudge (wake_fetches with its fetcher's partition count) may reach the leader before
     the fetch it means to end: that fetch is still answered at once, not after max_wait_ms. A newer fetch,

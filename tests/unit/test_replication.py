@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from actors.broker.replication import (
     FollowerState,
+    diverging_epoch,
     high_watermark,
     in_sync_again,
     out_of_sync_replicas,
@@ -59,3 +60,17 @@ def test_truncation_by_leader_epoch_and_fallback_to_the_high_watermark():
     assert truncation_offset(12, 10, (3, 20), 12) == 12
     # no answer: seed 000's rule, truncate to the high watermark
     assert truncation_offset(25, 18, (-1, -1), -1) == 18
+
+
+def test_a_fetch_finds_where_the_follower_diverged():
+    """KIP-320: the leader checks the epoch of the follower's last record against its own log."""
+    # the follower's epoch 3 runs to 25; the leader's epoch 3 ended at 20 (epoch 4 began there)
+    assert diverging_epoch(fetch_offset=25, last_fetched_epoch=3, leader_answer=(3, 20)) == (3, 20)
+    # the leader never had epoch 3: its answer is the largest older one, where to truncate
+    assert diverging_epoch(25, 3, (2, 22)) == (2, 22)
+    # the leader knows no epoch that old or new: the follower falls back to its high watermark
+    assert diverging_epoch(25, 3, (-1, -1)) == (-1, -1)
+    # agreed: the follower is behind the end of its epoch (or at it), or its epoch is the leader's latest
+    assert diverging_epoch(12, 3, (3, 20)) is None
+    assert diverging_epoch(20, 3, (3, 20)) is None
+    assert diverging_epoch(30, 4, (4, 30)) is None
