@@ -17,6 +17,9 @@ Failure cases:
   registers again as soon as it sees its znode gone.
 - the GCS subscription breaks: the detector resubscribes; meanwhile ZooKeeper's session
   timeout still finds every death, only later.
+- the actor died before it was watched (the broker that hosted the previous controller dies
+  with it, and the new controller starts watching afterwards): no state change will come, so
+  a watched name that Ray cannot find is looked up among the dead actors, and reported.
 
 Uses Ray's GCS pub/sub client (`ray._private.gcs_pubsub`), which Ray's dashboard uses for
 the same purpose; Ray has no public API for actor-state notifications.
@@ -45,6 +48,7 @@ class RayFailureDetector:
         self._lock = threading.Lock()
         self._watched: set[int] = set()
         self._actors: dict[bytes, int] = {}  # actor id -> broker id
+        self._found_dead: set[int] = set()  # reported from Ray's table of dead actors, until a new incarnation
         self._stopped = threading.Event()
         self._resolve = threading.Event()
         self._gcs_address = ray.get_runtime_context().gcs_address
@@ -61,6 +65,7 @@ class RayFailureDetector:
         with self._lock:
             self._watched = set(broker_ids)
             self._actors = {a: b for a, b in self._actors.items() if b in self._watched and b not in fresh}
+            self._found_dead &= self._watched - set(fresh)
         self._resolve.set()
 
     def stop(self) -> None:
@@ -77,11 +82,13 @@ class RayFailureDetector:
             self._resolve.wait()
             self._resolve.clear()
             with self._lock:
-                missing = self._watched - set(self._actors.values())
+                missing = self._watched - set(self._actors.values()) - self._found_dead
             for broker_id in missing:
                 try:
                     actor_id = ray.get_actor(self.actor_name(broker_id), namespace=self.namespace)._actor_id.binary()
-                except Exception:  # not (yet) created under that name, or the GCS is busy: try again shortly
+                except Exception:  # dead before we watched, not (yet) created, or the GCS is busy
+                    if self._died_unwatched(broker_id):
+                        continue
                     self._stopped.wait(RESOLVE_RETRY_S)
                     self._resolve.set()
                     continue
@@ -89,6 +96,29 @@ class RayFailureDetector:
                     if broker_id in self._watched:
                         self._actors = {a: b for a, b in self._actors.items() if b != broker_id}
                         self._actors[actor_id] = broker_id
+
+    def _died_unwatched(self, broker_id: int) -> bool:
+        """Report the watched actor if Ray's table has it dead under its name in our namespace (and
+        none alive, since the name lookup failed); whether it did."""
+        from ray._private import state
+        from ray.core.generated import gcs_pb2
+
+        name = self.actor_name(broker_id)
+        try:
+            dead = state.state._connect_and_get_accessor().get_actor_table(None, "DEAD")
+        except Exception:  # the GCS is busy: looked up again on the next try
+            return False
+        for blob in dead:
+            data = gcs_pb2.ActorTableData.FromString(blob)
+            if data.name == name and data.ray_namespace == self.namespace:
+                with self._lock:
+                    if broker_id not in self._watched or broker_id in self._found_dead:
+                        return True
+                    self._found_dead.add(broker_id)
+                log.info("Ray reports actor %s DEAD (pid %s), before it was watched", name, data.pid or "?")
+                self.on_death(broker_id, "DEAD")
+                return True
+        return False
 
     def _subscribe_loop(self) -> None:
         asyncio.run(self._subscribe())

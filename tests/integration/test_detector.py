@@ -103,6 +103,27 @@ def test_a_killed_controller_is_replaced_before_its_session_expires(new_cluster)
     cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
 
 
+def test_the_broker_that_hosted_the_controller_is_handled_by_the_next_one_before_its_session_expires(new_cluster):
+    """The broker and its controller are SIGKILLed together, so the old controller handles nothing.
+    The next controller starts watching after the broker's death was published: it finds the broker
+    among Ray's dead actors instead, and handles it as any broker failure."""
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    old_id, old_epoch = cluster.wait_until_ready(zk)
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
+    pids = [ray.get(cluster.brokers[old_id].info.remote())["pid"],
+            ray.get(cluster.controller_actor(old_id).status.remote())["pid"]]
+    killed = time.monotonic()
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    cluster.brokers.pop(old_id)
+    new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=20)
+    wait_until(lambda: broker_failures(cluster, new_id), timeout=20, what="the broker failure handled")
+    assert time.monotonic() - killed < LONG_SESSION_MS / 1000 / 3  # Ray's word, not the session timeout
+    assert [f["brokers"] for f in broker_failures(cluster, new_id)] == [[old_id]]
+    assert old_id not in zk.get_all_broker_ids()
+    assert all(s.leader != old_id and old_id not in s.isr for s in zk_states(zk, "t").values())
+
+
 def test_with_the_detector_off_deaths_wait_for_the_session(new_cluster):
     """Kafka's behaviour: a killed broker stays registered until its session times out."""
     cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, ray_failure_detector_enable=False)
