@@ -73,11 +73,15 @@ class IsrManager:
             self._changed.add(tp)
 
     def propagate(self) -> None:
-        """One /isr_change_notification/isr_change_N znode for everything changed since the last one."""
+        """One /isr_change_notification/isr_change_N znode for everything changed since the last one.
+        The changes are forgotten once the znode is written (as Kafka clears its isrChangeSet only
+        then): a failed write leaves them for the next round, or no UpdateMetadata would carry them."""
         with self._lock:
-            changed, self._changed = sorted(self._changed), set()
+            changed = sorted(self._changed)
         if changed:
             self.zk.kazoo.create(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{zkdata.ISR_CHANGE_PREFIX}",
                                  zkdata.IsrChangeNotificationZNode(partitions=[
                                      zkdata.PartitionRef(topic=tp.topic, partition=tp.partition) for tp in changed
                                  ]).encode(), sequence=True)
+            with self._lock:
+                self._changed.difference_update(changed)

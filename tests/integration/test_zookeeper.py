@@ -300,3 +300,36 @@ def test_zk_restart_fault_brings_the_server_back_and_sessions_survive():
         client.close()
     finally:
         server.stop()
+
+
+def test_a_leaders_isr_change_is_announced_even_if_the_first_announcement_fails(zk, tmp_path):
+    """The leader writes its ISR shrink, then announces it under /isr_change_notification, where the
+    controller picks it up for UpdateMetadata. If the announcement cannot be written (no session),
+    the change is kept and announced on the next round, not forgotten."""
+    from actors.broker.isr import IsrManager
+    from actors.broker.replica_manager import ReplicaManager
+    from actors.protocol import LeaderAndIsrRequest, PartitionState
+
+    tp = TopicPartition("t", 0)
+    zk.ensure_persistent_paths()
+    zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1, 2]),
+                    makepath=True)
+    rm = ReplicaManager(1, tmp_path)
+    rm.become_leader_or_follower(LeaderAndIsrRequest(
+        controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
+            topic="t", partition=0, controller_epoch=1, leader=1, leader_epoch=0, isr=(1, 2), zk_version=0,
+            replicas=(1, 2))]), -1)
+    isr = IsrManager(1, zk, rm)
+    isr.shrink(now_ms=int(time.time() * 1000) + 60_000, replica_lag_time_max_ms=1000)  # follower 2 never fetched
+    assert zkdata.decode(zkdata.PartitionStateZNode, "", zk.get(zkdata.partition_state_path(tp))[0]).isr == [1]
+    zk.kazoo.stop()
+    with pytest.raises(Exception):
+        isr.propagate()
+    zk.kazoo.start()
+    isr.propagate()
+    [name] = zk.children(zkdata.ISR_CHANGE_NOTIFICATION)
+    notification = zkdata.decode(zkdata.IsrChangeNotificationZNode, name,
+                                 zk.get(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{name}")[0])
+    assert [(p.topic, p.partition) for p in notification.partitions] == [("t", 0)]
+    isr.propagate()  # announced once
+    assert zk.children(zkdata.ISR_CHANGE_NOTIFICATION) == [name]
