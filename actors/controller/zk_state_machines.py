@@ -251,9 +251,13 @@ class ZkReplicaStateMachine(_Machine):
         for tp, lai in written.items():
             self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
             state_change_log.debug("%s Removed a replica from the ISR of %s: new state %s", self._prefix, tp, lai)
-        retry = [(tp, r) for (tp, r) in plan.transitions if tp in moved]
+        if moved:
+            state_change_log.info("%s %d ISR removals found a newer partition state in ZooKeeper (a leader "
+                                  "changed the ISR): read again and retried", self._prefix, len(moved))
+        moved_set = set(moved)
+        retry = [(tp, r) for (tp, r) in plan.transitions if tp in moved_set]
         # a failed ISR write (not a version race) leaves the replica where it was, as ZooKeeper says
-        skip = set(moved) | (set(plan.isr_removals) - set(written))
+        skip = moved_set | (set(plan.isr_removals) - set(written))
         for broker_id, tp, is_new in plan.leader_and_isr_to:
             if tp not in skip:
                 self.batch.add_leader_and_isr([broker_id], tp, is_new=is_new)
