@@ -55,6 +55,7 @@ from coordination.zkdata import TopicPartition
 from jobs import rundir
 
 log = logging.getLogger(__name__)
+state_change_log = logging.getLogger("state.change.logger")
 
 
 # Kafka's control plane (KIP-291) and its purgatories in Ray's terms: produce requests waiting for
@@ -158,6 +159,11 @@ class BrokerActor:
             error = self.replica_manager.check_request(request, self.broker_epoch)
             if error == 0:
                 self.metadata_cache.update(request)
+                state_change_log.debug("[Broker id=%d] Cached %d partition states and live brokers %s from "
+                                       "UpdateMetadata of controller %d epoch %d with correlation id %d",
+                                       self.broker_id, len(request.partition_states),
+                                       sorted(b.id for b in request.live_brokers), request.controller_id,
+                                       request.controller_epoch, request.correlation_id)
             return _answer(request, ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error))
 
     @ray.method(concurrency_group="control")

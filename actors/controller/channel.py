@@ -5,7 +5,10 @@ partitions per broker; `build` turns them into one LeaderAndIsr and one
 UpdateMetadata request per broker. `RequestSender` is Kafka's RequestSendThread
 as a Ray actor: a FIFO queue for one broker, one call in flight (carrying
 every request queued so far, applied in order), retried with backoff until it
-is answered, the responses handed back to the controller's inbox.
+is answered, the responses handed back to the controller's inbox. Ray does not
+keep the order of calls to an actor with several threads, so each batch the
+controller enqueues carries its number, and the sender queues it only after
+the ones before it (`InOrder`).
 """
 from __future__ import annotations
 
@@ -156,6 +159,23 @@ class ControllerBrokerRequestBatch:
         return dict(out)
 
 
+class InOrder:
+    """Releases numbered batches in number order, from 0, whatever order they arrive in."""
+
+    def __init__(self):
+        self.next = 0
+        self.waiting: dict[int, list] = {}
+
+    def add(self, number: int, items: list) -> list:
+        """The items now in order (this batch's and any that waited for it), in order."""
+        self.waiting[number] = items
+        out = []
+        while self.next in self.waiting:
+            out += self.waiting.pop(self.next)
+            self.next += 1
+        return out
+
+
 def request_sender_prefix(controller_id: int, broker_id: int) -> str:
     """RequestSender actors are named as Kafka names the thread, plus a unique suffix per actor."""
     return f"Controller-{controller_id}-to-broker-{broker_id}-send-thread"
@@ -172,6 +192,7 @@ class RequestSender:
         self.config = config
         self.controller = controller
         self._queue: queue.Queue[ControllerRequestT] = queue.Queue()
+        self._order, self._in_order = threading.Lock(), InOrder()
         self._stopped = threading.Event()
         threading.Thread(target=self._run, name=request_sender_prefix(controller_id, broker_id), daemon=True).start()
 
@@ -179,9 +200,11 @@ class RequestSender:
         """Answered never while the sender lives: the controller waits on it to learn of its death."""
         self._stopped.wait()
 
-    def enqueue(self, requests: list[ControllerRequestT]) -> int:
-        for request in requests:
-            self._queue.put(request)
+    def enqueue(self, number: int, requests: list[ControllerRequestT]) -> int:
+        """Queue the controller's `number`th batch for the broker, once the ones before it are queued."""
+        with self._order:
+            for request in self._in_order.add(number, requests):
+                self._queue.put(request)
         return self._queue.qsize()
 
     def _send(self, requests: list[ControllerRequestT]) -> list[ControllerResponse]:
@@ -226,6 +249,7 @@ class ControllerChannelManager:
         self.controller_handle = controller_handle
         self.on_sender_died = on_sender_died
         self.senders: dict[int, ray.actor.ActorHandle] = {}
+        self._batch_numbers: dict[int, itertools.count] = {}  # per sender: the number of its next batch
         self.unanswered: dict[int, dict[int, ControllerRequestT]] = defaultdict(dict)  # broker -> id -> request
         self._liveness: dict[ray.ObjectRef, tuple[int, object]] = {}  # -> (broker, its sender)
         self._lock = threading.Lock()
@@ -243,6 +267,7 @@ class ControllerChannelManager:
                                        scheduling_strategy=beside_this_actor()).remote(
             self.controller_id, broker_id, self.config, self.controller_handle)
         self.senders[broker_id] = sender
+        self._batch_numbers[broker_id] = itertools.count()
         with self._lock:
             self._liveness[sender.wait_stopped.remote()] = (broker_id, sender)
 
@@ -263,13 +288,13 @@ class ControllerChannelManager:
         self._start_sender(broker_id)
         pending = list(self.unanswered[broker_id].values())
         if pending:
-            self.senders[broker_id].enqueue.remote(pending)
+            self.senders[broker_id].enqueue.remote(next(self._batch_numbers[broker_id]), pending)
         return len(pending)
 
     def send(self, requests: dict[int, list[ControllerRequestT]]) -> None:
         for broker_id, reqs in requests.items():
             if broker_id in self.senders and reqs:
-                self.senders[broker_id].enqueue.remote(reqs)
+                self.senders[broker_id].enqueue.remote(next(self._batch_numbers[broker_id]), reqs)
                 self.unanswered[broker_id].update((r.correlation_id, r) for r in reqs)
 
     def answered(self, broker_id: int, correlation_id: int) -> ControllerRequestT | None:

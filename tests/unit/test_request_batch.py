@@ -230,3 +230,16 @@ def test_every_request_gets_its_own_correlation_id(ctx):
     second = [r.correlation_id for rs in batch.build(ctx).values() for r in rs]
     ids = first + second
     assert len(ids) == 9 and len(set(ids)) == 9 and min(ids) >= 0
+
+
+def test_numbered_batches_are_released_in_number_order_whatever_order_they_arrive_in():
+    """Ray does not keep the order of calls to a RequestSender (it has two threads): an UpdateMetadata
+    queued after an older one would leave the broker's cache at the older state."""
+    from actors.controller.channel import InOrder
+
+    order = InOrder()
+    assert order.add(1, ["b1"]) == []  # waits for batch 0
+    assert order.add(3, ["d1", "d2"]) == []
+    assert order.add(0, ["a1", "a2"]) == ["a1", "a2", "b1"]
+    assert order.add(2, ["c1"]) == ["c1", "d1", "d2"]
+    assert order.add(4, []) == [] and order.add(5, ["f1"]) == ["f1"]
