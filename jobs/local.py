@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,35 +62,47 @@ class Environment(NamedTuple):
     zk_server: object | None  # the server started here (coordination.server launcher), None for an external one
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 @contextmanager
 def embedded_zookeeper_and_ray(step=lambda message: None):
     """ZooKeeper (KRAY_ZK_CONNECT, else a server started here) and Ray: the session this process already
     has, else the cluster RAY_ADDRESS names, else a local Ray. What was started here is stopped on exit;
-    until then KRAY_ZK_CONNECT names it, so that runs started inside (a sweep's, a benchmark's) join it."""
+    until then KRAY_ZK_CONNECT names it, so that runs started inside (a sweep's, a benchmark's) join it.
+    A SIGTERM (`timeout`, `kill`) stops it the same way as Ctrl-C does."""
     import ray
 
     from coordination.server import ZooKeeperServer, ZooKeeperSettings
 
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    if main:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     server = None
-    connect = connect_string()
-    if not connect:
-        step("Starting an embedded ZooKeeper server on loopback")
-        server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()
-        connect = os.environ[ZK_CONNECT_ENV] = server.connect_string
-    started_ray = not ray.is_initialized()
+    started_ray = False
     try:
-        if started_ray:
+        connect = connect_string()
+        if not connect:
+            step("Starting an embedded ZooKeeper server on loopback")
+            server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()
+            connect = os.environ[ZK_CONNECT_ENV] = server.connect_string
+        if not ray.is_initialized():
+            started_ray = True
             address = os.environ.get("RAY_ADDRESS")
             step(f"ZooKeeper at {connect}; " + (f"joining the Ray cluster at {address}" if address
                                                else "starting a local Ray"))
             ray.init(address=address, include_dashboard=False if not address else None, log_to_driver=False,
                      configure_logging=False)
-        try:
-            yield Environment(connect, server)
-        finally:
-            if started_ray:
-                ray.shutdown()
+            if main:  # again: ray.init sets its own
+                signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        yield Environment(connect, server)
     finally:
+        if started_ray:
+            ray.shutdown()
         if server is not None:
             os.environ.pop(ZK_CONNECT_ENV, None)
             server.stop()
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -1,7 +1,9 @@
 """The `kray` command end to end: zk start/status/stop and cluster up/status/down."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -112,3 +114,24 @@ def _chaos_commands(ok, fails):
     assert "name a broker id, or --controller" in fails("chaos", "pause")
     assert "broker 9 is not running" in fails("chaos", "kill-broker", "9")
 
+
+
+def test_sigterm_stops_the_embedded_zookeeper_it_started(ray_session):
+    """A job stopped with SIGTERM (`timeout`, `kill`) leaves no ZooKeeper server behind, as Ctrl-C does
+    (before, the signal handler of the Ray it started ended the process at once and the server ran on)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KRAY_ZK_CONNECT", "RAY_ADDRESS")}
+    script = ("import time\nfrom jobs.local import embedded_zookeeper_and_ray\n"
+              "with embedded_zookeeper_and_ray() as environment:\n"
+              "    print(environment.connect, flush=True)\n    time.sleep(120)\n")
+    job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env,
+                           start_new_session=True)
+    try:
+        port = int(job.stdout.readline().rsplit(":", 1)[1])
+        assert server_mode(port) == "standalone"
+        os.killpg(job.pid, signal.SIGTERM)  # as `timeout` does: the job and the Ray it started
+        job.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever the job left in its group
+            os.killpg(job.pid, signal.SIGKILL)
+    assert server_mode(port) is None
+    assert ray_session.is_initialized() and ray_session.cluster_resources()  # the tests' Ray is untouched
