@@ -1,6 +1,6 @@
 """The data plane's requests and responses: Produce, Fetch, OffsetsForLeaderEpoch.
 
-Field names follow Kafka's schemas (ProduceRequest.json, FetchRequest.json v12+,
+Field names follow Kafka's schemas (ProduceRequest.json, FetchRequest.json v12+ with its fetch session,
 OffsetForLeaderEpochRequest.json) in snake case, flattened to one row per
 partition. Records travel as `Record` rows (see `actors.protocol.Rows`).
 """
@@ -69,6 +69,15 @@ class FetchPartitions(Rows):
     row = FetchPartition
 
 
+class ForgottenPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class ForgottenPartitions(Rows):
+    row = ForgottenPartition
+
+
 class FetchRequest(Message):
     replica_id: int = CONSUMER_REPLICA_ID
     replica_epoch: int = -1  # the follower's broker epoch (Kafka's ReplicaState.ReplicaEpoch)
@@ -77,7 +86,11 @@ class FetchRequest(Message):
     partitions_version: int = 0
     max_wait_ms: int = Field(500, ge=0)
     min_bytes: int = Field(1, ge=0)
-    partitions: FetchPartitions
+    partitions: FetchPartitions  # in an incremental fetch, only those that changed since the last one
+    # KIP-227's fetch session: 0 with epoch 0 opens one, epoch -1 fetches without one (fetch_session.py)
+    session_id: int = Field(0, ge=0)
+    session_epoch: int = Field(-1, ge=-1)
+    forgotten: ForgottenPartitions = ForgottenPartitions()  # partitions the session drops
 
 
 class FetchedPartition(NamedTuple):
@@ -97,6 +110,8 @@ class FetchedPartitions(Rows):
 class FetchResponse(Message):
     broker_id: int
     partitions: FetchedPartitions
+    error_code: int = 0  # a fetch session error (the partitions are then empty)
+    session_id: int = 0
 
 
 class EpochQuery(NamedTuple):

@@ -7,8 +7,10 @@ it answers where to truncate instead of records (KIP-320's truncation within the
 fetch: no extra round trip after a failover). One with no epoch yet, or told its
 offset is out of range, first asks the leader where its latest epoch ended
 (OffsetsForLeaderEpoch, KIP-101; its high watermark when the leader cannot tell).
-Either way it truncates where the two logs last agree, then fetches from its log end. Fetches long-poll on the leader (replica.fetch.wait.max.ms), so an
-idle fetcher waits instead of spinning. A partition whose leader epoch changed
+Either way it truncates where the two logs last agree, then fetches from its log end. Fetches
+long-poll on the leader (replica.fetch.wait.max.ms), so an idle fetcher waits instead of
+spinning, and run in a fetch session (KIP-227): each names only the partitions whose position
+changed, and the answer carries only the partitions with news. A partition whose leader epoch changed
 while a fetch was in flight ignores that fetch's answer.
 
 After an error the fetcher backs off, starting at FIRST_BACKOFF_MS and doubling up to
@@ -26,6 +28,7 @@ from typing import Callable
 
 import ray
 
+from actors.broker.fetch_session import FetchSessionHandler
 from actors.broker.partition import Partition
 from actors.broker.replication import truncation_offset
 from actors.config import BrokerConfig
@@ -35,6 +38,7 @@ from actors.data_protocol import (
     FetchPartition,
     FetchPartitions,
     FetchRequest,
+    ForgottenPartitions,
     OffsetsForLeaderEpochRequest,
 )
 from coordination.errors import Errors
@@ -61,6 +65,7 @@ class ReplicaFetcher:
         self._failures = 0  # consecutive rounds that failed
         self.added = False  # partitions were added since the last nudge
         self.version = 0  # counts additions; each fetch carries the count it was built with
+        self.session = FetchSessionHandler()  # KIP-227: fetches name only what changed
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"ReplicaFetcherThread-{broker_id}-from-{source_id}")
         self.thread.start()
@@ -122,6 +127,7 @@ class ReplicaFetcher:
                 unreachable = False
             except Exception as e:  # the leader is gone or restarting: back off, the controller will move it
                 self._handle = None
+                self.session.reset()
                 log.warning("[ReplicaFetcher replicaId=%d, leaderId=%d] Error fetching: %s: %s", self.broker_id,
                             self.source_id, type(e).__name__, e)
                 failed = unreachable = True
@@ -158,17 +164,25 @@ class ReplicaFetcher:
     def _fetch(self, leader, current: dict[TopicPartition, tuple[Partition, int, bool]], version: int,
                long_poll: bool = True) -> bool:
         """One fetch for every partition, long-polling unless told not to; whether some failed."""
+        wanted = {tp: FetchPartition(tp.topic, tp.partition, p.log.log_end_offset, epoch,
+                                     self.config.replica_fetch_max_bytes, p.log.leader_epochs.latest_epoch)
+                  for tp, (p, epoch, _) in current.items()}
+        session_id, session_epoch, to_send, forgotten = self.session.build(wanted)
         request = FetchRequest(
             replica_id=self.broker_id, replica_epoch=self.broker_epoch(), partitions_version=version,
             max_wait_ms=self.config.replica_fetch_wait_max_ms if long_poll else 0, min_bytes=1,
-            partitions=FetchPartitions(FetchPartition(tp.topic, tp.partition, p.log.log_end_offset, epoch,
-                                                      self.config.replica_fetch_max_bytes,
-                                                      p.log.leader_epochs.latest_epoch)
-                                       for tp, (p, epoch, _) in current.items()))
+            partitions=FetchPartitions(to_send), session_id=session_id, session_epoch=session_epoch,
+            forgotten=ForgottenPartitions(forgotten))
         response = ray.get(leader.fetch.remote(request), timeout=self.config.replica_fetch_wait_max_ms / 1000 + 30)
+        if not self.session.handle_response(response.error_code, response.session_id):
+            log.info("[ReplicaFetcher replicaId=%d, leaderId=%d] %s: opening a new fetch session", self.broker_id,
+                     self.source_id, Errors(response.error_code).name)
+            return False  # the next round sends a full fetch at once
         failed = False
         for fetched in response.partitions:
             tp = TopicPartition(fetched.topic, fetched.partition)
+            if tp not in current:
+                continue
             partition, epoch, _ = current[tp]
             if partition.state.leader_epoch != epoch or self.partitions.get(tp, (None, None))[1] != epoch:
                 continue  # the leadership moved while the fetch was in flight

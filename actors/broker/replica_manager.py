@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from actors.broker.log import DEFAULT_SEGMENT_BYTES, Log
 from actors.broker.partition import LeaderAndIsrState, Partition
 from actors.broker.records import entry_size
@@ -24,6 +25,7 @@ from actors.data_protocol import (
     EpochEndOffsets,
     FetchedPartition,
     FetchedPartitions,
+    FetchPartition,
     FetchRequest,
     FetchResponse,
     OffsetsForLeaderEpochRequest,
@@ -79,6 +81,7 @@ class ReplicaManager:
         self.generation = 0  # counts role changes, which end long-polling fetches
         # per follower, the newest (broker epoch, partitions_version) its fetcher announced (wake_fetches)
         self.fetcher_versions: dict[int, tuple[int, int]] = {}
+        self.fetch_sessions = FetchSessionCache()
 
     @property
     def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
@@ -241,11 +244,15 @@ class ReplicaManager:
     def fetch(self, request: FetchRequest, now_ms: Callable[[], int]) -> tuple[FetchResponse, list[TopicPartition]]:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless a
         partition has an error (a fenced epoch, a moved leader) or a diverging epoch: answered at once, as
-        Kafka's fetchMessages does, so that the fetcher can act on it. Also returns the partitions whose ISR the fetching
-        follower may now join (for the shell to write)."""
+        Kafka's fetchMessages does, so that the fetcher can act on it. A fetch in a session (KIP-227)
+        covers all the session's partitions and is answered with those that have news. Also returns the
+        partitions whose ISR the fetching follower may now join (for the shell to write)."""
+        error, session, partitions = self.fetch_sessions.open(request)
+        if error != Errors.NONE:
+            return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(), error_code=int(error)), []
         deadline = time.monotonic() + request.max_wait_ms / 1000
         generation = self.generation
-        out, size = self._fetch_once(request, now_ms())
+        out, size = self._fetch_once(request.replica_id, partitions, now_ms())
         expand = []  # decided as the fetch arrives (Kafka's maybeExpandIsr), for partitions it fetched in
         if request.replica_id >= 0:  # the current epoch
             expand = [tp for tp in (TopicPartition(f.topic, f.partition) for f in out if f.error_code == Errors.NONE)
@@ -253,21 +260,24 @@ class ReplicaManager:
         while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0 \
                 and not self._outdated(request) and not any(_answer_now(f) for f in out):
             with self.data_arrived:  # checked under the lock that appends and role changes notify under
-                if self.generation == generation and not self._has_news(request) and not self._outdated(request):
+                if self.generation == generation and not self._has_news(request.replica_id, partitions) \
+                        and not self._outdated(request):
                     self.data_arrived.wait(remaining)
             if self.generation != generation:  # roles changed: answer now (the fetcher has new work), and
-                out, size = self._fetch_once(request, now_ms())  # take no one into an ISR that may have moved
-                expand = []
+                out, size = self._fetch_once(request.replica_id, partitions, now_ms())  # take no one into an
+                expand = []  # ISR that may have moved
                 break
-            if self._has_news(request):
-                out, size = self._fetch_once(request, now_ms())
-        return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(out)), expand
+            if self._has_news(request.replica_id, partitions):
+                out, size = self._fetch_once(request.replica_id, partitions, now_ms())
+        out = self.fetch_sessions.respond(session, request.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH), out)
+        return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(out),
+                             session_id=session.id if session is not None else INVALID_SESSION_ID), expand
 
-    def _has_news(self, request: FetchRequest) -> bool:
+    def _has_news(self, replica_id: int, partitions: list[FetchPartition]) -> bool:
         """Whether a waiting fetch would now get records: a cheap look at each partition's offsets,
         so that an append to one partition does not make every waiting fetch read every log."""
-        follower = request.replica_id >= 0
-        for p in request.partitions:
+        follower = replica_id >= 0
+        for p in partitions:
             partition = self.partitions.get(TopicPartition(p.topic, p.partition))
             if partition is None:
                 return True
@@ -293,9 +303,10 @@ class ReplicaManager:
                                                         (replica_epoch, partitions_version))
             self.data_arrived.notify_all()
 
-    def _fetch_once(self, request: FetchRequest, now_ms: int) -> tuple[list[FetchedPartition], int]:
+    def _fetch_once(self, replica_id: int, partitions: list[FetchPartition],
+                    now_ms: int) -> tuple[list[FetchedPartition], int]:
         out, size = [], 0
-        for p in request.partitions:
+        for p in partitions:
             partition = self.partitions.get(TopicPartition(p.topic, p.partition))
             try:
                 if partition is None:
@@ -304,9 +315,9 @@ class ReplicaManager:
                     raise FencedLeaderEpochException(
                         f"{p.topic}-{p.partition}: leader epoch {p.current_leader_epoch}, "
                         f"this broker has {partition.state.leader_epoch}")
-                got = partition.fetch_for_follower(request.replica_id, p.fetch_offset, p.partition_max_bytes, now_ms,
+                got = partition.fetch_for_follower(replica_id, p.fetch_offset, p.partition_max_bytes, now_ms,
                                                    p.last_fetched_epoch) \
-                    if request.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, p.partition_max_bytes)
+                    if replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, p.partition_max_bytes)
                 size += sum(len(r.value) for r in got.records)
                 out.append(FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
                                             got.log_end_offset, Records(got.records), got.diverging_epoch))

@@ -329,6 +329,37 @@ def test_a_fetch_whose_log_diverged_is_answered_at_once_with_where_to_truncate(r
     assert expand == [T1]  # caught up on T1; on T0 its fetch offset says nothing of what it has
 
 
+def test_a_fetch_session_keeps_unnamed_partitions_caught_up_and_answers_only_news(rm):
+    """KIP-227 at the leader: an incremental fetch naming no partition still covers the whole session
+    (an idle follower stays in sync), long-polls until an append to any of them, and carries only the
+    partition with records."""
+    import threading
+    import time
+
+    from actors.broker.records import Record
+    from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)),
+                                     ps(T1, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+    t0 = int(time.time() * 1000)
+    full = FetchRequest(replica_id=2, session_epoch=0, max_wait_ms=0,
+                        partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)])
+    response, _ = rm.fetch(full, lambda: t0 + 1000)
+    assert response.session_id != 0 and [p.partition for p in response.partitions] == [0, 1]
+    produce = ProduceRequest(acks=1, partitions=[ProducePartition("t", 1, [Record(-1, -1, 0, None, b"x")])])
+    threading.Timer(0.2, rm.append_records, (produce, 1, MAX_BYTES)).start()
+    incremental = FetchRequest(replica_id=2, session_id=response.session_id, session_epoch=1, max_wait_ms=30_000,
+                               partitions=[])
+    started = time.monotonic()
+    response, _ = rm.fetch(incremental, lambda: t0 + 20_000)
+    assert 0.15 < time.monotonic() - started < 5  # long-polled, woken by the append
+    assert [(p.partition, [r.value for r in p.records]) for p in response.partitions] == [(1, [b"x"])]
+    assert T0 not in rm.isr_shrinks(t0 + 25_000, 10_000)  # caught up as of the incremental fetch
+    stale = incremental.model_copy(update={"max_wait_ms": 0})  # the same epoch again: out of turn
+    response, _ = rm.fetch(stale, lambda: t0 + 20_000)
+    assert (response.error_code, list(response.partitions)) == (Errors.INVALID_FETCH_SESSION_EPOCH, [])
+
+
 def test_a_fetch_older_than_its_fetchers_partitions_is_answered_at_once(rm):
     """The follower's nudge (wake_fetches with its fetcher's partition count) may reach the leader before
     the fetch it means to end: that fetch is still answered at once, not after max_wait_ms. A newer fetch,
