@@ -78,7 +78,8 @@ class BrokerActor:
         self._requests_lock = threading.Lock()
         log_dir = config.log_dir(broker_id)
         self.recovered = sum(d.is_dir() for d in log_dir.iterdir()) if log_dir.is_dir() else 0  # replicas on disk
-        self.replica_manager = ReplicaManager(broker_id, log_dir, config.broker.log_segment_bytes)
+        self.replica_manager = ReplicaManager(broker_id, log_dir, config.broker.log_segment_bytes,
+                                              config.broker.replica_lag_time_max_ms // 10)
         self.metadata_cache = MetadataCache()
         self.zk = config.zk_client().start()
         self.zk.ensure_persistent_paths()

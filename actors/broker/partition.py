@@ -186,6 +186,14 @@ class Partition:
                     self.changed.notify_all()
             return FetchResult(self.log.read(fetch_offset, max_bytes), self.high_watermark, self.log.log_end_offset)
 
+    def follower_is_current(self, replica_id: int, fetch_offset: int, now_ms: int, refresh_ms: int) -> bool:
+        """Whether a fetch from `fetch_offset` would change nothing: the follower had this log's end at a
+        fetch less than `refresh_ms` ago and still has it (read without the lock: an append racing
+        with it wakes the waiting fetch, which then looks again)."""
+        follower = self.followers.get(replica_id)
+        return self.is_leader and follower is not None and now_ms - follower.last_fetch_ms < refresh_ms \
+            and fetch_offset == follower.log_end_offset == self.log.log_end_offset
+
     def isr_to_shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> tuple[int, ...] | None:
         """The ISR without the followers that lag too long, or None when it stays."""
         with self.changed:

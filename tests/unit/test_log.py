@@ -8,7 +8,7 @@ import pytest
 from actors.broker import records
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.leader_epochs import LeaderEpochCache
-from actors.broker.log import Log, segment_name
+from actors.broker.log import TAIL_BYTES, Log, segment_name
 from actors.broker.records import Record
 from coordination.errors import KafkaStorageException, OffsetOutOfRangeException
 
@@ -180,6 +180,38 @@ def test_truncation_keeps_the_index_as_recovery_would_build_it(tmp_path):
                  s.unindexed_bytes) for s in log.segments]
         assert [r.offset for r in log.read(0, 10**6)] == list(range(cut + 2))
         reopened.close()
+
+
+def test_reads_from_the_decoded_tail_give_what_the_file_gives(tmp_path):
+    """The newest records are served from memory; the same reads on a reopened log (whose tail is
+    empty: every read goes to the file) give equal records, through leader and follower appends,
+    truncations and segment rolls, and the tail stays bounded."""
+    rng = random.Random(5)
+    log = Log(tmp_path / "t-0", segment_bytes=3_000, index_interval_bytes=100)
+    epoch, from_tail = 0, 0
+    for step in range(400):
+        end = log.log_end_offset
+        if rng.random() < 0.05 and end:
+            log.truncate_to(rng.randrange(end))
+            epoch += 1
+        elif rng.random() < 0.5:  # a follower copying records that carry their offsets and epochs
+            log.append([Record(end + i, epoch, step, None, bytes(rng.randrange(1, 300)), 3, i)
+                        for i in range(rng.randrange(1, 4))])
+        else:
+            log.append_as_leader(entries(rng.randrange(1, 4), size=rng.randrange(1, 300)), leader_epoch=epoch)
+        assert log._tail_bytes <= 2 * TAIL_BYTES + 1_000
+        assert [r.offset for r in log._tail] == list(range(log.log_end_offset - len(log._tail), log.log_end_offset))
+        if step % 40 == 39:
+            reopened = Log(tmp_path / "t-0", segment_bytes=3_000, index_interval_bytes=100)
+            end = log.log_end_offset
+            for _ in range(100):
+                offset = rng.choice([end, end - 1, end - 5, rng.randrange(end + 1)])
+                offset = max(offset, 0)
+                max_bytes, limit = rng.choice([1, 200, 2_000, 10**6]), rng.randrange(offset, end + 1)
+                from_tail += offset >= end - len(log._tail)
+                assert log.read(offset, max_bytes, limit) == reopened.read(offset, max_bytes, limit)
+            reopened.close()
+    assert len(log.segments) > 5 and from_tail > 200
 
 
 def test_recovery_reads_a_segment_larger_than_its_chunk(tmp_path):

@@ -360,6 +360,42 @@ def test_a_fetch_session_keeps_unnamed_partitions_caught_up_and_answers_only_new
     assert (response.error_code, list(response.partitions)) == (Errors.INVALID_FETCH_SESSION_EPOCH, [])
 
 
+def test_a_session_passes_over_caught_up_partitions_but_keeps_their_follower_in_sync(rm):
+    """A round's cost follows what changed: partitions whose follower is caught up and has the high
+    watermark are not read (their follower state is left as it was), but at least every
+    caught_up_refresh_ms (3 s here), so that a follower fetching steadily stays in the ISR under a
+    replica.lag.time.max.ms longer than that, and one that stops is still removed (at most 3 s early)."""
+    import time
+
+    from actors.broker.records import Record
+    from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2)),
+                                     ps(T1, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2))), BROKER_EPOCH)
+    t0 = int(time.time() * 1000) + 1_000  # the clock given to fetches: ms after t0
+    response, _ = rm.fetch(FetchRequest(replica_id=2, session_epoch=0, max_wait_ms=0, partitions=[
+        FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)]), lambda: t0 + 1_000)
+    session, epoch, visits, t1_offset = response.session_id, 1, set(), 0
+    for now in range(1_500, 20_001, 500):
+        changed = []
+        if now == 10_000:  # one record to T1: only T1 is read and answered, and named in the next fetch
+            rm.append_records(ProduceRequest(acks=1, partitions=[
+                ProducePartition("t", 1, [Record(-1, -1, 0, None, b"x")])]), 1, MAX_BYTES)
+        elif now == 10_500:
+            changed, t1_offset = [FetchPartition("t", 1, 1, 0)], 1
+        response, _ = rm.fetch(FetchRequest(replica_id=2, session_id=session, session_epoch=epoch, max_wait_ms=0,
+                                            partitions=changed), lambda: t0 + now)
+        epoch += 1
+        assert [p.partition for p in response.partitions] == ([1] if now in (10_000, 10_500) else [])
+        if rm.partition(T0).followers[2].last_fetch_ms == t0 + now:
+            visits.add(now)
+        assert rm.isr_shrinks(t0 + now, 4_000) == {}
+    assert visits == {4_000, 7_000, 10_000, 13_000, 16_000, 19_000}  # T0 read every 3 s, not every 500 ms
+    assert rm.partition(T1).followers[2].log_end_offset == t1_offset == 1
+    assert rm.isr_shrinks(t0 + 21_000, 4_000) == {}  # stopped fetching at 20 s: not out before 20 + 4 - 3 s
+    assert set(rm.isr_shrinks(t0 + 24_001, 4_000)) == {T0, T1}
+
+
 def test_a_fetch_older_than_its_fetchers_partitions_is_answered_at_once(rm):
     """The follower's nudge (wake_fetches with its fetcher's partition count) may reach the leader before
     the fetch it means to end: that fetch is still answered at once, not after max_wait_ms. A newer fetch,
