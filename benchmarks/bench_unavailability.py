@@ -9,10 +9,14 @@ with replication factor 3, acks=all with min.insync.replicas=2, one producer sen
 every partition in each call, back to back; a non-controller broker is SIGKILLed `--kills` times
 (down for 3 s, then started anew; the auto leader rebalance gives it its leaderships back before
 the next kill). Per affected partition (led by the victim, or with the victim in its ISR, which
-stalls acks=all until the controller removes it): fault -> first acknowledged produce. Per
+stalls acks=all until the controller removes it): fault -> first acknowledged produce; also over
+only the partitions that had a produce in flight at the fault (with a rate-limited load the others
+send again only when the rate lets them, which the first figure counts as unavailability). Per
 failover: fault -> detected (the controller's inbox has it), detected -> requests_acked (election,
-ZooKeeper write, LeaderAndIsr/UpdateMetadata applied by every broker). Every run's invariants are
-checked. Prints a Markdown table for BENCHMARKS.md.
+ZooKeeper write, LeaderAndIsr/UpdateMetadata applied by every broker). The baseline, same run: the
+acks=all produce latency of the same load away from the faults (records sent from 2 s before a kill
+to 10 s after it left out). Every run's invariants are checked. Prints a Markdown table for
+BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -55,7 +59,20 @@ def measure(run_dir: Path) -> dict:
     detect = sorted(f.detected_ms - f.fault_injected_ms for f in failovers)
     process = sorted(f.requests_acked_ms - f.detected_ms for f in failovers if f.requests_acked_ms)
     rate = [f.load.produce_rate for f in failovers]
-    return {"failovers": len(failovers), "partitions": len(down),
+    faults = [f.fault_injected_ms for f in failovers]
+    steady, in_flight = [], [set() for _ in faults]  # per fault, the partitions with a produce in flight
+    for ack in reader.lines(rundir.PRODUCED, rundir.Ack):
+        if not any(-2_000 <= ack.sent_ms - t < 10_000 for t in faults):
+            steady.append(ack.acked_ms - ack.sent_ms)
+        for i, t in enumerate(faults):
+            if ack.sent_ms < t <= ack.acked_ms:
+                in_flight[i].add(f"{ack.topic}-{ack.partition}")
+    steady.sort()
+    busy = sorted(ok - f.fault_injected_ms for f, names in zip(failovers, in_flight)
+                  for tp, ok in f.first_produce_ok_ms.items() if tp in names)
+    return {"steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
+            "in_flight_partitions": len(busy), "in_flight_p50": percentile(busy, 50),
+            "in_flight_p99": percentile(busy, 99),"failovers": len(failovers), "partitions": len(down),
             "unavailable_p50": percentile(down, 50), "unavailable_p99": percentile(down, 99),
             "detect_p50": percentile(detect, 50), "detect_max": detect[-1] if detect else None,
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
@@ -86,15 +103,17 @@ def main() -> None:
             rows.append(row)
     print(f"\n| session timeout | detector | control plane nice | failovers | partitions | unavailable p50 / p99 ms"
           f" | detection p50 / max ms | detected -> acked p50 / max ms | produce rate at fault (records/s)"
+          f" | with a produce in flight: partitions, p50 / p99 ms | acks=all latency away from faults p50 / p99 ms"
           f" | invariant violations |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         def pair(a: str, b: str) -> str:
             return f"{r[a]:.0f} / {r[b]:.0f}" if r[a] is not None else "-"
         print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | "
               f"{r['niceness']} | {r['failovers']} | {r['partitions']} | {pair('unavailable_p50', 'unavailable_p99')} | "
               f"{pair('detect_p50', 'detect_max')} | {pair('process_p50', 'process_max')} | "
-              f"{r['produce_rate']:,.0f} | {r['violations']} |")
+              f"{r['produce_rate']:,.0f} | {r['in_flight_partitions']}, {pair('in_flight_p50', 'in_flight_p99')} | "
+              f"{pair('steady_p50', 'steady_p99')} | {r['violations']} |")
 
 
 if __name__ == "__main__":
