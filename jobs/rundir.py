@@ -210,6 +210,8 @@ class Summary(Record):
     consumed: int
     unavailability_ms_p50: float | None = None
     unavailability_ms_p99: float | None = None
+    produce_latency_ms_p50: float | None = None  # send -> acknowledgement, every acknowledged record
+    produce_latency_ms_p99: float | None = None
     malformed_lines: dict[str, int] = Field(default_factory=dict)
     invariants: dict[str, int] = Field(default_factory=dict)  # invariant -> violations
 

@@ -329,19 +329,26 @@ class ExperimentRun:
     def _summarise(self, started: float) -> rundir.Summary:
         reader = JsonlReader(self.run_dir)
         faults = list(reader.lines(rundir.FAULTS, FaultRecord))
+        latency = []  # every acknowledged record's, from the same read that indexes them
+
+        def acks():
+            for ack in reader.lines(rundir.PRODUCED, rundir.Ack):
+                latency.append(ack.acked_ms - ack.sent_ms)
+                yield ack
         records = failovers.compose(
-            list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults,
-            failovers.AckIndex(reader.lines(rundir.PRODUCED, rundir.Ack)),
+            list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults, failovers.AckIndex(acks()),
             list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector,
             list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)) if self.exp.load.acks_code == -1 else None)
         self.writer.write(rundir.FAILOVERS, records)
         report = check_run(self.run_dir)
         unavailable = sorted(failovers.unavailability_ms(records))
+        latency.sort()
         summary = rundir.Summary(
             run_id=self.run_dir.name, experiment=self.exp.name, started_ms=started, ended_ms=now_ms(),
             faults=len(faults), failovers=len(records), acked=report.counts.get("acked", 0),
             consumed=report.counts.get("consumed_live", 0),
             unavailability_ms_p50=percentile(unavailable, 50), unavailability_ms_p99=percentile(unavailable, 99),
+            produce_latency_ms_p50=percentile(latency, 50), produce_latency_ms_p99=percentile(latency, 99),
             malformed_lines={**reader.malformed, **report.malformed_lines}, invariants=report.invariants)
         self.writer.document(rundir.SUMMARY, summary)
         self.writer.close()
@@ -383,7 +390,9 @@ def report(run_dir: Path) -> str:
     if summary is not None:
         lines.append(f"\n{summary.faults} faults, {summary.failovers} failovers, {summary.acked:,} records "
                      f"acknowledged, {summary.consumed:,} consumed live; unavailability p50 "
-                     f"{_fmt(summary.unavailability_ms_p50)} ms, p99 {_fmt(summary.unavailability_ms_p99)} ms")
+                     f"{_fmt(summary.unavailability_ms_p50)} ms, p99 {_fmt(summary.unavailability_ms_p99)} ms; "
+                     f"produce latency p50 {_fmt(summary.produce_latency_ms_p50)} ms, "
+                     f"p99 {_fmt(summary.produce_latency_ms_p99)} ms")
     lines.append(check_run(run_dir).render())
     lines.append(f"Run directory: {run_dir}")
     return "\n".join(lines)

@@ -53,6 +53,7 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
     killed = next(f for f in failovers if f.fault_kind is FaultKind.KILL_BROKER and f.kind == "broker_failure")
     assert killed.first_produce_ok_ms and killed.requests_acked_ms is not None  # its partitions came back
     assert summary.acked > 1000 and summary.unavailability_ms_p99 is not None
+    assert 0 < summary.produce_latency_ms_p50 <= summary.produce_latency_ms_p99
     assert check_main([str(run_dir)]) == 0
 
 
