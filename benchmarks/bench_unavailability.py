@@ -31,7 +31,7 @@ from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec
 from jobs.failovers import unavailability_ms
 from jobs.local import embedded_zookeeper_and_ray
-from jobs.rundir import FaultKind, JsonlReader
+from jobs.rundir import FaultKind, JsonlReader, tp_key
 from jobs.runner import percentile, run_experiment
 
 
@@ -66,13 +66,13 @@ def measure(run_dir: Path) -> dict:
             steady.append(ack.acked_ms - ack.sent_ms)
         for i, t in enumerate(faults):
             if ack.sent_ms < t <= ack.acked_ms:
-                in_flight[i].add(f"{ack.topic}-{ack.partition}")
+                in_flight[i].add(tp_key(ack.topic, ack.partition))
     steady.sort()
     busy = sorted(ok - f.fault_injected_ms for f, names in zip(failovers, in_flight)
                   for tp, ok in f.first_produce_ok_ms.items() if tp in names)
     return {"steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
             "in_flight_partitions": len(busy), "in_flight_p50": percentile(busy, 50),
-            "in_flight_p99": percentile(busy, 99),"failovers": len(failovers), "partitions": len(down),
+            "in_flight_p99": percentile(busy, 99), "failovers": len(failovers), "partitions": len(down),
             "unavailable_p50": percentile(down, 50), "unavailable_p99": percentile(down, 99),
             "detect_p50": percentile(detect, 50), "detect_max": detect[-1] if detect else None,
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,

@@ -8,8 +8,9 @@ in a failover waited for that CPU.
 Leader side, `FetchSessionCache`: one session per follower broker (a new full fetch replaces it),
 holding the last FetchPartition the follower sent for each partition and the high watermark last
 sent back. Every fetch still covers all of the session's partitions (a follower that is caught up
-stays caught up, as in Kafka), but the answer carries only those with records, an error, a
-diverging epoch, or a high watermark other than the one last sent.
+stays caught up, as in Kafka; the replica manager passes over those with nothing new for a while,
+see its `_fetch_once`), but the answer carries only those with records, an error, a diverging
+epoch, or a high watermark other than the one last sent.
 
 Follower side, `FetchSessionHandler`: remembers what the session holds and builds the next request
 from the difference (changed or new partitions to send, dropped ones to forget).

@@ -40,11 +40,10 @@ def entry_size(record: Record) -> int:
     return HEADER_BYTES + len(record.key or b"") + _INT.size + len(record.value)
 
 
-def encode(record: Record, offset: int | None = None, leader_epoch: int | None = None) -> bytes:
-    """The entry for a record, at `offset` in `leader_epoch` when given (a leader assigning them)."""
+def encode(record: Record) -> bytes:
+    """The entry for a record (a leader gives it its offset and epoch before)."""
     key = record.key
-    body = _BODY.pack(record.offset if offset is None else offset,
-                      record.leader_epoch if leader_epoch is None else leader_epoch, record.timestamp_ms,
+    body = _BODY.pack(record.offset, record.leader_epoch, record.timestamp_ms,
                       record.producer_id, record.sequence, NULL if key is None else len(key)) \
         + (key or b"") + _INT.pack(len(record.value)) + record.value
     crc = zlib.crc32(body)
