@@ -4,7 +4,11 @@ ZooKeeper-mode AlterIsr, and ReplicaManager's ISR change propagation).
 A change is written to the partition state znode conditionally on the zkVersion the
 leader was given: if the controller or another leader wrote since, the write fails
 and this broker stops acting as that partition's leader (no produce, no fetches
-served) until a LeaderAndIsr brings it a new state.
+served) until a LeaderAndIsr brings it a new state. An expansion also checks, in the
+same multi, that the joining broker is still registered: the controller reads ISRs only
+after a dead broker's registration is gone, so an expansion that would land after that
+read (and keep a dead broker in the ISR, stalling acks=all) is refused by ZooKeeper
+instead (the ZooKeeper-mode form of KIP-841's refusal of ineligible replicas).
 Changed partitions are announced in batches under /isr_change_notification, where
 the controller picks them up and sends UpdateMetadata.
 """
@@ -43,10 +47,11 @@ class IsrManager:
         if not self.is_alive(replica_id):
             return
         for tp in partitions:
-            self._change(tp, lambda p: p.isr_to_expand(replica_id), "Expanding")
+            self._change(tp, lambda p: p.isr_to_expand(replica_id), "Expanding", joining=replica_id)
 
-    def _change(self, tp: TopicPartition, new_isr, verb: str) -> None:
-        """Write `new_isr(partition)` (computed again here, on the state the previous change left)."""
+    def _change(self, tp: TopicPartition, new_isr, verb: str, joining: int | None = None) -> None:
+        """Write `new_isr(partition)` (computed again here, on the state the previous change left); with
+        `joining`, only while that broker is registered."""
         with self._writing:
             partition = self.rm.partition(tp)
             if partition is None:
@@ -54,12 +59,17 @@ class IsrManager:
             with partition.changed:  # the ISR and the state it was computed from, together
                 isr, state = new_isr(partition), partition.state
             if isr is not None:
-                self._write(tp, partition, state, isr, verb)
+                self._write(tp, partition, state, isr, verb, joining)
 
-    def _write(self, tp: TopicPartition, partition, state, isr: tuple[int, ...], verb: str) -> None:
+    def _write(self, tp: TopicPartition, partition, state, isr: tuple[int, ...], verb: str,
+               joining: int | None) -> None:
         data = zkdata.PartitionStateZNode.encode_fields(state.leader, state.leader_epoch, state.controller_epoch, isr)
         try:
-            stat = self.zk.kazoo.set(zkdata.partition_state_path(tp), data, version=state.zk_version)
+            stat = self._set_partition_state(tp, data, state.zk_version, joining)
+        except _NotRegistered:
+            log.info("[Partition %s broker=%d] Not expanding ISR from %s: broker %d is no longer registered",
+                     tp, self.broker_id, ",".join(map(str, state.isr)), joining)
+            return
         except (BadVersionError, NoNodeError):
             if partition.stop_leading(state.leader_epoch):
                 log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
@@ -71,6 +81,21 @@ class IsrManager:
                  ",".join(map(str, state.isr)), ",".join(map(str, isr)), stat.version)
         with self._lock:
             self._changed.add(tp)
+
+    def _set_partition_state(self, tp: TopicPartition, data: bytes, version: int, joining: int | None):
+        """The conditional write, in one multi with a check that `joining` is registered; its new stat."""
+        path = zkdata.partition_state_path(tp)
+        if joining is None:
+            return self.zk.kazoo.set(path, data, version=version)
+        txn = self.zk.kazoo.transaction()
+        txn.check(zkdata.broker_path(joining), -1)  # any version: it exists
+        txn.set_data(path, data, version=version)
+        registered, written = txn.commit()
+        if isinstance(registered, NoNodeError):
+            raise _NotRegistered
+        if isinstance(written, Exception):
+            raise written
+        return written
 
     def propagate(self) -> None:
         """One /isr_change_notification/isr_change_N znode for everything changed since the last one.
@@ -85,3 +110,7 @@ class IsrManager:
                                  ]).encode(), sequence=True)
             with self._lock:
                 self._changed.difference_update(changed)
+
+
+class _NotRegistered(Exception):
+    """The broker an ISR expansion would take in has no registration any more."""

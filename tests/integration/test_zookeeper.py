@@ -302,6 +302,38 @@ def test_zk_restart_fault_brings_the_server_back_and_sessions_survive():
         server.stop()
 
 
+def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
+    """A caught-up follower whose broker has lost its registration (dead, its registration removed
+    before the controller read the ISRs) is not taken into the ISR: ZooKeeper refuses the multi, the
+    leader keeps its ISR and keeps leading. Once the broker is registered again, it is taken in."""
+    from actors.broker.isr import IsrManager
+    from actors.broker.replica_manager import ReplicaManager
+    from actors.protocol import LeaderAndIsrRequest, PartitionState
+
+    tp = TopicPartition("t", 0)
+    zk.ensure_persistent_paths()
+    zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1]),
+                    makepath=True)
+    rm = ReplicaManager(1, tmp_path)
+    rm.become_leader_or_follower(LeaderAndIsrRequest(
+        controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
+            topic="t", partition=0, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,), zk_version=0,
+            replicas=(1, 2))]), -1)
+    partition = rm.partition(tp)
+    partition.fetch_for_follower(2, 0, 1024, int(time.time() * 1000))  # follower 2 has the whole log
+    assert partition.isr_to_expand(2) == (1, 2)
+    isr = IsrManager(1, zk, rm)
+
+    def zk_isr() -> list[int]:
+        return zkdata.decode(zkdata.PartitionStateZNode, "", zk.get(zkdata.partition_state_path(tp))[0]).isr
+
+    isr.expand([tp], 2)  # /brokers/ids/2 does not exist
+    assert zk_isr() == [1] and partition.state.isr == (1,) and partition.is_leader
+    zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True)
+    isr.expand([tp], 2)
+    assert zk_isr() == [1, 2] and partition.state.isr == (1, 2)
+
+
 def test_a_leaders_isr_change_is_announced_even_if_the_first_announcement_fails(zk, tmp_path):
     """The leader writes its ISR shrink, then announces it under /isr_change_notification, where the
     controller picks it up for UpdateMetadata. If the announcement cannot be written (no session),
