@@ -415,12 +415,14 @@ class KrayZkClient:
         return self.begin_update_partition_states(updates, epoch_zk_version)()
 
     def begin_update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode | bytes, int]],
-                                      epoch_zk_version: int) -> Callable[[], dict[TopicPartition, int | Exception]]:
-        """update_partition_states in two steps: the writes leave now, the returned function waits for them."""
+                                      epoch_zk_version: int, give_back_stale: bool = True,
+                                      ) -> Callable[[], dict[TopicPartition, int | Exception]]:
+        """update_partition_states in two steps: the writes leave now, the returned function waits for them.
+        With `give_back_stale`, a batch with STALE_VERSIONS_PER_BATCH stale versions gives the rest back."""
         ops = {zkdata.partition_state_path(tp): tp for tp in updates}
         wait = self.begin_fenced_multi(
             [SetDataOp(path, _znode_bytes(updates[tp][0]), updates[tp][1]) for path, tp in ops.items()],
-            epoch_zk_version, STALE_VERSIONS_PER_BATCH)
+            epoch_zk_version, STALE_VERSIONS_PER_BATCH if give_back_stale else None)
         return lambda: {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in wait()}
 
 

@@ -3,7 +3,8 @@
 Applying means: persist leader/ISR changes to ZooKeeper in `multi` batches
 fenced on the controller epoch, then update ControllerContext, then add the
 requests to the event's batch. A partition whose znode moved under us (a
-leader changed its ISR) is re-read and planned again. Large partition changes
+leader changed its ISR) is re-read and planned again, as long as each round writes
+something (Kafka retries until every write is done). Large partition changes
 are planned in chunks whose writes leave as soon as each is planned, so that
 ZooKeeper and the planning overlap.
 """
@@ -32,7 +33,7 @@ from coordination.zkdata import TopicPartition
 
 state_change_log = logging.getLogger("state.change.logger")
 
-MAX_ZK_RETRIES = 5
+MAX_ZK_RETRIES = 5  # rounds in a row that wrote nothing before the rest is given up
 PLAN_CHUNK = 1000  # partitions planned per step of an event; one multi's worth
 
 
@@ -47,6 +48,22 @@ def partition_state_znode(lai: LeaderAndIsr, controller_epoch: int) -> bytes:
     return zkdata.PartitionStateZNode.encode_fields(lai.leader, lai.leader_epoch, controller_epoch, lai.isr)
 
 
+class RetryRounds:
+    """Rounds of conditional writes: another while some are pending and the last MAX_ZK_RETRIES rounds
+    did not all leave as many pending as before them (Kafka loops until done; this ends a loop that
+    stopped making progress)."""
+
+    def __init__(self):
+        self.retrying, self._pending, self._idle = False, None, 0
+
+    def go_on(self, pending: int) -> bool:
+        if self._pending is not None:
+            self.retrying = True
+            self._idle = self._idle + 1 if pending >= self._pending else 0
+        self._pending = pending
+        return pending > 0 and self._idle < MAX_ZK_RETRIES
+
+
 class _Machine:
     def __init__(self, controller_id: int, ctx: ControllerContext, zk: KrayZkClient,
                  batch: ControllerBrokerRequestBatch):
@@ -59,17 +76,20 @@ class _Machine:
     def _prefix(self) -> str:
         return f"[Controller id={self.controller_id} epoch={self.ctx.epoch}]"
 
-    def write_leaderships(self, updates: dict[TopicPartition, LeaderAndIsr]) -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
+    def write_leaderships(self, updates: dict[TopicPartition, LeaderAndIsr], retry: bool = False) -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
         """Conditional writes; (written with their new zkVersion, moved under us and re-read into the context)."""
-        return self.begin_leadership_writes(updates)()
+        return self.begin_leadership_writes(updates, retry)()
 
-    def begin_leadership_writes(self, updates: dict[TopicPartition, LeaderAndIsr]):
-        """write_leaderships in two steps: the writes leave now; the returned function waits for them."""
+    def begin_leadership_writes(self, updates: dict[TopicPartition, LeaderAndIsr], retry: bool = False):
+        """write_leaderships in two steps: the writes leave now; the returned function waits for them.
+        A first attempt gives a batch with several stale versions back unsent (the context lags: read
+        it all again); a `retry` writes on versions just read, so only the ones that really moved
+        again fail: with leaders busy changing ISRs, a batch of them may always hold a few."""
         if not updates:
             return lambda: ({}, [])
         wait = self.zk.begin_update_partition_states(
             {tp: (partition_state_znode(lai, self.ctx.epoch), lai.zk_version) for tp, lai in updates.items()},
-            self.ctx.epoch_zk_version)
+            self.ctx.epoch_zk_version, give_back_stale=not retry)
 
         def finish() -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
             written, moved = {}, []
@@ -119,11 +139,10 @@ class ZkPartitionStateMachine(_Machine):
         failures: dict[TopicPartition, str] = {}  # elections that failed
         invalid: dict[TopicPartition, str] = {}
         changed: Counter[tuple[P, P]] = Counter()
-        pending = list(partitions)
-        for _ in range(MAX_ZK_RETRIES):
-            if not pending:
-                break
-            pending = self._plan_and_apply(pending, target, strategy, failures, invalid, changed)
+        pending, rounds = list(partitions), RetryRounds()
+        while rounds.go_on(len(pending)):
+            pending = self._plan_and_apply(pending, target, strategy, failures, invalid, changed,
+                                           retry=rounds.retrying)
             # an election that failed on a leader/ISR this event has not read may have failed on what a
             # leader has since changed (its notification still on the way): read ZooKeeper's, try again
             stale = [tp for tp in failures if tp in self.ctx.partition_leadership
@@ -143,7 +162,7 @@ class ZkPartitionStateMachine(_Machine):
 
     def _plan_and_apply(self, partitions: list[TopicPartition], target: P, strategy: ElectionStrategy,
                         failures: dict[TopicPartition, str], invalid: dict[TopicPartition, str],
-                        changed: Counter) -> list[TopicPartition]:
+                        changed: Counter, retry: bool) -> list[TopicPartition]:
         """Plan in chunks and send each chunk's writes as soon as it is planned, so that ZooKeeper
         applies one chunk while the next is planned; then apply the chunks in order. Returns the
         partitions to plan again (their znode moved under us)."""
@@ -155,7 +174,7 @@ class ZkPartitionStateMachine(_Machine):
             failures.update(plan.failed)
             created = self._create(plan)
             in_flight.append((plan, created, self.begin_leadership_writes(
-                {tp: e.leader_and_isr for tp, e in plan.elected.items()})))
+                {tp: e.leader_and_isr for tp, e in plan.elected.items()}, retry)))
         moved: list[TopicPartition] = []
         for plan, created, writes in in_flight:
             moved += self._apply(plan, created, *writes(), changed)
@@ -236,18 +255,19 @@ class ZkReplicaStateMachine(_Machine):
                                           if tp in leaderships and tp not in self.ctx.leaderships_synced
                                           and r not in leaderships[tp].leader_and_isr.isr}))
         for broker_replicas in by_broker.values():  # one broker at a time, as Kafka does
-            pending = broker_replicas
-            for _ in range(MAX_ZK_RETRIES):
-                if not pending:
-                    break
-                pending = self._apply(plan_replica_state_changes(self.ctx, pending, target))
+            pending, rounds = broker_replicas, RetryRounds()
+            while rounds.go_on(len(pending)):
+                pending = self._apply(plan_replica_state_changes(self.ctx, pending, target), rounds.retrying)
+            if pending:
+                state_change_log.error("%s Gave up changing %d replicas to %s: their partition states kept "
+                                       "changing in ZooKeeper", self._prefix, len(pending), target.name)
 
-    def _apply(self, plan: ReplicaChanges) -> list[tuple[TopicPartition, int]]:
+    def _apply(self, plan: ReplicaChanges, retry: bool) -> list[tuple[TopicPartition, int]]:
         for (tp, r), current in plan.invalid.items():
             state_change_log.error("%s Controller %d epoch %d failed to change state of replica %d for partition "
                                    "%s from %s to %s", self._prefix, self.controller_id, self.ctx.epoch, r, tp,
                                    current.name, plan.target.name)
-        written, moved = self.write_leaderships(plan.isr_removals)
+        written, moved = self.write_leaderships(plan.isr_removals, retry)
         for tp, lai in written.items():
             self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
             state_change_log.debug("%s Removed a replica from the ISR of %s: new state %s", self._prefix, tp, lai)

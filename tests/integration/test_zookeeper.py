@@ -113,6 +113,67 @@ def test_a_batch_with_many_stale_versions_gives_the_rest_back_unsent(zk):
     assert set(zk.update_partition_states(fresh, epoch_version).values()) == {1}
 
 
+def test_isr_removals_get_through_while_leaders_keep_rewriting_some_states(zk, chroot_connect):
+    """A broker's failure takes it out of 1,000 ISRs while the leaders of 30 of those partitions keep
+    rewriting their states (ISR changes of their own, conditional on the version they read). Every
+    batch then holds a few stale versions; the controller still writes every other removal, and
+    the context agrees with ZooKeeper. (Giving whole batches back on every round gave up on all.)"""
+    import threading
+
+    from actors.controller.channel import ControllerBrokerRequestBatch
+    from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch
+    from actors.controller.state_machines import ReplicaStateName as R
+    from actors.controller.zk_state_machines import ZkReplicaStateMachine
+    from actors.protocol import LiveBroker
+
+    epoch, epoch_version = zk.register_controller_and_increment_epoch(1)
+    zk.kazoo.create(zkdata.topic_path("busy"), zkdata.TopicZNode.from_assignment({}, None).encode())
+    tps = [TopicPartition("busy", p) for p in range(1000)]
+    state = zkdata.PartitionStateZNode(leader=1, leader_epoch=0, controller_epoch=epoch, isr=[1, 2, 3])
+    zk.create_partition_states(dict.fromkeys(tps, state), epoch_version)
+    ctx = ControllerContext(epoch=epoch, epoch_zk_version=epoch_version)
+    ctx.add_live_brokers({b: (LiveBroker(id=b, host="h", port=9090 + b), 100 + b) for b in (1, 2)})
+    for tp in tps:
+        ctx.update_partition_replicas(tp, (1, 2, 3))
+        ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(LeaderAndIsr(1, 0, (1, 2, 3), 0), epoch)
+        ctx.replica_states.update({(tp, r): R.OnlineReplica for r in (1, 2, 3)})
+    hot = {zkdata.partition_state_path(tp): tp for tp in tps[::33][:30]}
+    stop, rewrites = threading.Event(), [0]
+
+    def leaders(client: KrayZkClient) -> None:
+        """Each rewrites its state as it last read it (pipelined), until the controller's write fences it."""
+        known = {path: client.kazoo.get(path) for path in hot}  # data, stat
+        while not stop.is_set() and known:
+            sets = {path: client.kazoo.set_async(path, data, version=stat.version)
+                    for path, (data, stat) in known.items()}
+            for path, result in sets.items():
+                try:
+                    known[path] = (known[path][0], result.get())
+                    rewrites[0] += 1
+                except BadVersionError:
+                    data, stat = client.kazoo.get(path)
+                    if zkdata.decode(zkdata.PartitionStateZNode, path, data).isr != [1, 2, 3]:
+                        del known[path]  # the controller wrote: this leader is fenced
+                    else:
+                        known[path] = (data, stat)
+
+    with KrayZkClient(chroot_connect).start() as other:
+        writer = threading.Thread(target=leaders, args=(other,), daemon=True)
+        writer.start()
+        while rewrites[0] < len(hot):  # the context lags for every hot partition
+            time.sleep(0.01)
+        try:
+            rsm = ZkReplicaStateMachine(1, ctx, zk, ControllerBrokerRequestBatch(1))
+            rsm.handle_state_changes([(tp, 3) for tp in tps], R.OfflineReplica)
+        finally:
+            stop.set()
+            writer.join(10)
+    in_zk = {tp: r.state.isr for tp, r in zk.get_partition_states(tps).items()}
+    assert [tp for tp in tps if tp not in hot.values() and in_zk[tp] != [1, 2]] == []
+    assert all(list(ctx.partition_leadership[tp].leader_and_isr.isr) == in_zk[tp] for tp in tps)
+    assert all(ctx.replica_states[(tp, 3)] is R.OfflineReplica for tp in tps if in_zk[tp] == [1, 2])
+
+
 def test_deposed_controller_batch_fails_whole(zk, chroot_connect):
     _, old_version = zk.register_controller_and_increment_epoch(1)
     path = zkdata.partition_state_path(TopicPartition("t", 0))

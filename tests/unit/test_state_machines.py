@@ -364,3 +364,22 @@ def test_replica_planner_does_not_mutate_context():
     for target in R:
         plan_replica_state_changes(ctx, [(T0, 1), (T0, 2), (T0, 3), (T1, 1)], target)
     assert ctx == before
+
+
+# -- rounds of conditional writes -------------------------------------------------------------------
+
+def test_retry_rounds_go_on_while_they_make_progress_and_stop_after_idle_ones():
+    from actors.controller.zk_state_machines import MAX_ZK_RETRIES, RetryRounds
+
+    rounds = RetryRounds()
+    assert rounds.go_on(100) and not rounds.retrying  # the first round writes with a stale-version limit
+    for left in (60, 30, 29, 5, 1):  # each round writes something: more than MAX_ZK_RETRIES rounds
+        assert rounds.go_on(left) and rounds.retrying
+    for _ in range(MAX_ZK_RETRIES - 1):
+        assert rounds.go_on(1)  # nothing written, not yet given up
+    assert not rounds.go_on(1)
+    assert not RetryRounds().go_on(0)
+    progress_resets = RetryRounds()
+    for left in [10] * MAX_ZK_RETRIES + [9] + [9] * (MAX_ZK_RETRIES - 1):
+        assert progress_resets.go_on(left)
+    assert not progress_resets.go_on(9)
