@@ -225,12 +225,12 @@ class KrayZkClient:
             results += self._collect_multi(batch, self._send_multi(batch, epoch_zk_version), epoch_zk_version)
         return results
 
-    def begin_fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int,
-                           stale_limit: int | None = None) -> Callable[[], list[OpResult]]:
+    def begin_fenced_multi(self, ops: list[ZkOp], epoch_zk_version: int, stale_limit: int | None = None,
+                           batch_size: int = MULTI_BATCH) -> Callable[[], list[OpResult]]:
         """Send every batch of a pipelined fenced_multi now; the returned function waits for their
         outcome, so that the caller can work while ZooKeeper applies them. With `stale_limit`, a batch
         whose conditional writes failed that many times gives the rest back as NotAttemptedError."""
-        batches = [list(ops[i:i + MULTI_BATCH]) for i in range(0, len(ops), MULTI_BATCH)]
+        batches = [list(ops[i:i + batch_size]) for i in range(0, len(ops), batch_size)]
         in_flight = [self._send_multi(b, epoch_zk_version) for b in batches]
         return lambda: [r for batch, sent in zip(batches, in_flight)
                         for r in self._collect_multi(batch, sent, epoch_zk_version, stale_limit)]
@@ -415,14 +415,16 @@ class KrayZkClient:
         return self.begin_update_partition_states(updates, epoch_zk_version)()
 
     def begin_update_partition_states(self, updates: dict[TopicPartition, tuple[zkdata.PartitionStateZNode | bytes, int]],
-                                      epoch_zk_version: int, give_back_stale: bool = True,
+                                      epoch_zk_version: int, one_per_multi: bool = False,
                                       ) -> Callable[[], dict[TopicPartition, int | Exception]]:
         """update_partition_states in two steps: the writes leave now, the returned function waits for them.
-        With `give_back_stale`, a batch with STALE_VERSIONS_PER_BATCH stale versions gives the rest back."""
+        In batches of MULTI_BATCH that give the rest back at STALE_VERSIONS_PER_BATCH stale versions; or,
+        `one_per_multi`, each in a fenced multi of its own (pipelined, as Kafka sends them), so that a
+        stale version fails only its own write, for versions that are likely current but may have moved."""
         ops = {zkdata.partition_state_path(tp): tp for tp in updates}
         wait = self.begin_fenced_multi(
             [SetDataOp(path, _znode_bytes(updates[tp][0]), updates[tp][1]) for path, tp in ops.items()],
-            epoch_zk_version, STALE_VERSIONS_PER_BATCH if give_back_stale else None)
+            epoch_zk_version, *((None, 1) if one_per_multi else (STALE_VERSIONS_PER_BATCH, MULTI_BATCH)))
         return lambda: {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in wait()}
 
 

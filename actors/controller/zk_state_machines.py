@@ -83,13 +83,14 @@ class _Machine:
     def begin_leadership_writes(self, updates: dict[TopicPartition, LeaderAndIsr], retry: bool = False):
         """write_leaderships in two steps: the writes leave now; the returned function waits for them.
         A first attempt gives a batch with several stale versions back unsent (the context lags: read
-        it all again); a `retry` writes on versions just read, so only the ones that really moved
-        again fail: with leaders busy changing ISRs, a batch of them may always hold a few."""
+        it all again); a `retry` writes on versions just read, one write per multi, so that only the
+        ones that moved again fail: with leaders busy changing ISRs (a broker that has just come back
+        being taken into hundreds), a batch of them may always hold a few."""
         if not updates:
             return lambda: ({}, [])
         wait = self.zk.begin_update_partition_states(
             {tp: (partition_state_znode(lai, self.ctx.epoch), lai.zk_version) for tp, lai in updates.items()},
-            self.ctx.epoch_zk_version, give_back_stale=not retry)
+            self.ctx.epoch_zk_version, one_per_multi=retry)
 
         def finish() -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
             written, moved = {}, []

@@ -93,7 +93,8 @@ def test_partition_states_create_read_and_conditional_update(zk):
 def test_a_batch_with_many_stale_versions_gives_the_rest_back_unsent(zk):
     """ZooKeeper names one failing op per multi, so each stale version costs a round trip: after
     STALE_VERSIONS_PER_BATCH of them the rest of the batch comes back as NotAttemptedError (a
-    BadVersionError: read again and retry) and stays unchanged in ZooKeeper."""
+    BadVersionError: read again and retry) and stays unchanged in ZooKeeper. Sent one per multi,
+    only the stale ones fail."""
     from coordination.zkclient import STALE_VERSIONS_PER_BATCH, NotAttemptedError
 
     epoch, epoch_version = zk.register_controller_and_increment_epoch(1)
@@ -111,6 +112,10 @@ def test_a_batch_with_many_stale_versions_gives_the_rest_back_unsent(zk):
     assert {tp: r.state for tp, r in zk.get_partition_states(tps).items()} == dict.fromkeys(tps, old)
     fresh = {tp: (new, 0) for tp in tps if tp not in stale}  # the multi is atomic: nothing went through
     assert set(zk.update_partition_states(fresh, epoch_version).values()) == {1}
+    one_each = zk.begin_update_partition_states({tp: (new, 1 if tp in fresh else 5) for tp in tps}, epoch_version,
+                                                one_per_multi=True)()  # a write per multi: stale ones fail alone
+    assert {tp for tp, r in one_each.items() if type(r) is BadVersionError} == stale
+    assert all(one_each[tp] == 2 for tp in fresh)
 
 
 def test_isr_removals_get_through_while_leaders_keep_rewriting_some_states(zk, chroot_connect):
