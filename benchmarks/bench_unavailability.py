@@ -7,9 +7,11 @@ failure detector, for ZooKeeper session timeouts of 2 s and 6 s (issue 5).
 Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions
 with replication factor 3, acks=all with min.insync.replicas=2, one producer sending a record to
 every partition in each call, back to back; a non-controller broker is SIGKILLed `--kills` times
-(down for 3 s, then started anew; the auto leader rebalance gives it its leaderships back before
-the next kill). Per affected partition (led by the victim, or with the victim in its ISR, which
-stalls acks=all until the controller removes it): fault -> first acknowledged produce; also over
+(down for 3 s, then started anew), each kill once the cluster has recovered from the one before
+(every replica back in its ISR, the auto leader rebalance has given leaderships back: FaultSpec's
+after_recovery), so that each measures a failover of a fully replicated cluster. Per affected
+partition (led by the victim, or with the victim in its ISR, which stalls acks=all until the
+controller removes it): fault -> first acknowledged produce; also over
 only the partitions that had a produce in flight at the fault (with a rate-limited load the others
 send again only when the rate lets them, which the first figure counts as unavailability). Per
 failover: fault -> detected (the controller's inbox has it), detected -> requests_acked (election,
@@ -45,8 +47,8 @@ def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: b
         controller={"leader_imbalance_check_interval_seconds": 3, "control_plane_niceness": niceness},
         topics=[{"name": "load", "partitions": partitions, "replication_factor": 3}],
         load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
-        schedule=[FaultSpec(at_s=5 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3)
-                  for i in range(kills)],
+        schedule=[FaultSpec(at_s=5 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3,
+                            after_recovery=True) for i in range(kills)],
         duration_s=5 + kills * spacing, settle_s=60, seed=5)
 
 

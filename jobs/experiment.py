@@ -72,6 +72,11 @@ class FaultSpec(Spec):
     target: Target | None = Field(None, description="a broker id, or how to pick one when the fault is injected")
     seconds: float = Field(3.0, ge=0, description="how long a pause lasts; how long a killed or shut-down "
                                                   "broker, or a ZooKeeper server, stays down")
+    after_recovery: bool = Field(False, description="wait until every broker is up and every partition has all "
+                                                    "its replicas in sync and its preferred leader (up to "
+                                                    "recovery_timeout_s) before injecting: a fault on a cluster "
+                                                    "still recovering from the last one measures both")
+    recovery_timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
     def _target_fits_the_fault(self) -> "FaultSpec":

@@ -42,6 +42,15 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
+def recovered(assignment: dict[TopicPartition, list[int]], states: dict[str, rundir.PartitionLeadership],
+              live: set[int]) -> bool:
+    """Every replica's broker is up, and every partition has all its replicas in its ISR and its
+    preferred replica (the first assigned) leading."""
+    return all(
+        set(replicas) <= live and (s := states.get(tp_key(tp.topic, tp.partition))) is not None
+        and set(s.isr) == set(replicas) and s.leader == replicas[0] for tp, replicas in assignment.items())
+
+
 def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs",
                    progress: Callable[[str], None] = print) -> tuple[Path, rundir.Summary]:
     """Run it on the environment found (see the module docstring); (its run directory, its summary)."""
@@ -78,6 +87,7 @@ class ExperimentRun:
         self.zk_server = zk_server
         self.writer = JsonlWriter(run_dir)
         self._lock = threading.Lock()  # the cluster's broker handles change under fault threads
+        self._recovery_lock = threading.Lock()  # faults that wait for recovery go one at a time
         self._down: set[int] = set()  # brokers a fault has taken down and will bring back
         self._stop_sampling = threading.Event()
         self.acked = self.consumed = 0
@@ -191,8 +201,18 @@ class ExperimentRun:
         return self.rng.choice(candidates)
 
     def _inject(self, fault_id: int, spec: FaultSpec) -> None:
+        if spec.after_recovery:  # one at a time: each waits for the recovery from the one before
+            with self._recovery_lock:
+                self._inject_now(fault_id, spec)
+        else:
+            self._inject_now(fault_id, spec)
+
+    def _inject_now(self, fault_id: int, spec: FaultSpec) -> None:
         record = FaultRecord(fault_id=fault_id, kind=spec.fault, injected_ms=now_ms())
         try:
+            if spec.after_recovery and not self._wait_for_recovery(spec.recovery_timeout_s):
+                record.detail = f"injected without the cluster recovered after {spec.recovery_timeout_s:g} s"
+                self.progress(f"Fault {fault_id}: the cluster has not recovered; injecting anyway")
             target = self._target(spec)
             record.target = target
             self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
@@ -204,6 +224,22 @@ class ExperimentRun:
             self.progress(f"Fault {fault_id} ({spec.fault.value}) failed: {e}")
         self.writer.write(rundir.FAULTS, [record])
         self.faults_done += 1
+
+    def _wait_for_recovery(self, timeout_s: float) -> bool:
+        """Until `recovered` holds (or timeout_s passes); whether it does."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                assignment = {TopicPartition(name, p): replicas for name, topic in
+                              self.zk.get_topic_znodes({tp.topic for tp in self.partitions}).items()
+                              for p, replicas in topic.assignment().items()}
+                if recovered(assignment, self._zk_leaderships(), set(self.zk.get_all_broker_ids())):
+                    return True
+            except Exception as e:  # ZooKeeper busy for a moment: look again
+                log.debug("Reading the cluster's state: %s", e)
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
 
     def _act(self, spec: FaultSpec, target: int | None, record: FaultRecord) -> None:
         chaos, kind = self.chaos, spec.fault

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from coordination.errors import KrayError
+from coordination.zkdata import TopicPartition
 from jobs.chaos import BROKER_FAULTS
 from jobs.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
 from jobs.rundir import FaultKind
@@ -338,3 +339,28 @@ def test_single_kind_fixed_interval():
         FaultSpec(at_s=5.0, fault=FaultKind.ZK_RESTART, target=None, seconds=0),
         FaultSpec(at_s=7.5, fault=FaultKind.ZK_RESTART, target=None, seconds=0),
     ]
+
+
+# -- waiting for a recovered cluster before a fault ---------------------------------------------------
+
+def test_recovered_needs_every_replica_up_in_sync_and_the_preferred_leader():
+    from jobs.rundir import PartitionLeadership as L
+    from jobs.runner import recovered
+
+    assignment = {TopicPartition("t", 0): [1, 2, 3], TopicPartition("t", 1): [2, 3, 1]}
+    healthy = {"t-0": L(leader=1, leader_epoch=3, isr=[3, 1, 2]), "t-1": L(leader=2, leader_epoch=0, isr=[1, 2, 3])}
+    assert recovered(assignment, healthy, {1, 2, 3})
+    assert not recovered(assignment, healthy, {1, 2})  # a broker is down
+    assert not recovered(assignment, {**healthy, "t-1": L(leader=2, leader_epoch=1, isr=[2, 3])}, {1, 2, 3})
+    assert not recovered(assignment, {**healthy, "t-0": L(leader=2, leader_epoch=4, isr=[1, 2, 3])}, {1, 2, 3})
+    assert not recovered(assignment, {"t-0": healthy["t-0"]}, {1, 2, 3})  # no state for t-1
+    assert recovered({}, {}, set())
+
+
+def test_after_recovery_is_off_by_default_and_a_fault_may_ask_for_it():
+    assert not FaultSpec(at_s=1, fault=FaultKind.KILL_CONTROLLER).after_recovery
+    spec = FaultSpec(at_s=1, fault=FaultKind.KILL_BROKER, target="non-controller", after_recovery=True,
+                     recovery_timeout_s=30)
+    assert spec.after_recovery and spec.recovery_timeout_s == 30
+    with pytest.raises(ValueError):
+        FaultSpec(at_s=1, fault=FaultKind.KILL_CONTROLLER, recovery_timeout_s=0)
