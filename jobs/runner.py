@@ -22,6 +22,7 @@ import ray
 from actors.clients.load import ConsumerWorker, LoadGenerator, read_back
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
+from actors.controller.changes import imbalanced_leaderships
 from actors.recording import RunRecorder, recorder_name
 from coordination import admin
 from coordination.zkdata import TopicPartition
@@ -43,12 +44,14 @@ def now_ms() -> float:
 
 
 def recovered(assignment: dict[TopicPartition, list[int]], states: dict[str, rundir.PartitionLeadership],
-              live: set[int]) -> bool:
-    """Every replica's broker is up, and every partition has all its replicas in its ISR and its
-    preferred replica (the first assigned) leading."""
-    return all(
-        set(replicas) <= live and (s := states.get(tp_key(tp.topic, tp.partition))) is not None
-        and set(s.isr) == set(replicas) and s.leader == replicas[0] for tp, replicas in assignment.items())
+              live: set[int], imbalance_percentage: int) -> bool:
+    """Every replica's broker is up, every partition has all its replicas in its ISR, and leadership
+    is back as the auto leader rebalance leaves it (no broker over the imbalance ratio)."""
+    leaders = {tp: s.leader for tp in assignment if (s := states.get(tp_key(tp.topic, tp.partition))) is not None}
+    return len(leaders) == len(assignment) and all(
+        set(replicas) <= live and set(states[tp_key(tp.topic, tp.partition)].isr) == set(replicas)
+        for tp, replicas in assignment.items()) and not imbalanced_leaderships(
+        {tp: replicas[0] for tp, replicas in assignment.items()}, leaders, imbalance_percentage)
 
 
 def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs",
@@ -233,7 +236,8 @@ class ExperimentRun:
                 assignment = {TopicPartition(name, p): replicas for name, topic in
                               self.zk.get_topic_znodes({tp.topic for tp in self.partitions}).items()
                               for p, replicas in topic.assignment().items()}
-                if recovered(assignment, self._zk_leaderships(), set(self.zk.get_all_broker_ids())):
+                if recovered(assignment, self._zk_leaderships(), set(self.zk.get_all_broker_ids()),
+                             self.config.controller.leader_imbalance_per_broker_percentage):
                     return True
             except Exception as e:  # ZooKeeper busy for a moment: look again
                 log.debug("Reading the cluster's state: %s", e)

@@ -233,21 +233,29 @@ def preferred_election_needed(ctx: ControllerContext, partitions: Iterable[Topic
     return valid, errors
 
 
+def imbalanced_leaderships(preferred: dict[TopicPartition, int], leaders: dict[TopicPartition, int],
+                           imbalance_percentage: int) -> dict[int, list[TopicPartition]]:
+    """Kafka's leader imbalance: per preferred broker (the first assigned replica) whose share of
+    partitions led by someone else exceeds leader.imbalance.per.broker.percentage, those partitions."""
+    by_preferred: dict[int, list[TopicPartition]] = {}
+    for tp, broker in preferred.items():
+        by_preferred.setdefault(broker, []).append(tp)
+    out = {}
+    for broker, tps in sorted(by_preferred.items()):
+        not_preferred = [tp for tp in tps if tp in leaders and leaders[tp] != broker]
+        if len(not_preferred) / len(tps) > imbalance_percentage / 100:
+            out[broker] = not_preferred
+    return out
+
+
 def auto_rebalance_candidates(ctx: ControllerContext, imbalance_percentage: int) -> list[TopicPartition]:
     """Kafka's checkAndTriggerAutoLeaderRebalance: for each preferred broker whose share of partitions
     led by someone else exceeds the ratio, the partitions it could lead again (live, in the ISR)."""
     if ctx.partitions_being_reassigned:
         return []
-    by_preferred: dict[int, list[TopicPartition]] = {}
-    for tp in ctx.all_partitions():
-        replicas = ctx.partition_replicas(tp)
-        if replicas and not ctx.is_topic_queued_for_deletion(tp.topic):
-            by_preferred.setdefault(replicas[0], []).append(tp)
-    out = []
-    for preferred, tps in sorted(by_preferred.items()):
-        not_preferred = [tp for tp in tps if tp in ctx.partition_leadership
-                         and ctx.partition_leadership[tp].leader_and_isr.leader != preferred]
-        if len(not_preferred) / len(tps) > imbalance_percentage / 100:
-            out += [tp for tp in not_preferred if ctx.is_replica_online(preferred)
-                    and preferred in ctx.partition_leadership[tp].leader_and_isr.isr]
-    return out
+    preferred = {tp: replicas[0] for tp in ctx.all_partitions()
+                 if (replicas := ctx.partition_replicas(tp)) and not ctx.is_topic_queued_for_deletion(tp.topic)}
+    leaders = {tp: ctx.partition_leadership[tp].leader_and_isr.leader for tp in preferred
+               if tp in ctx.partition_leadership}
+    return [tp for broker, tps in imbalanced_leaderships(preferred, leaders, imbalance_percentage).items()
+            for tp in tps if ctx.is_replica_online(broker) and broker in ctx.partition_leadership[tp].leader_and_isr.isr]

@@ -343,18 +343,23 @@ def test_single_kind_fixed_interval():
 
 # -- waiting for a recovered cluster before a fault ---------------------------------------------------
 
-def test_recovered_needs_every_replica_up_in_sync_and_the_preferred_leader():
+def test_recovered_needs_every_replica_up_and_in_sync_and_leaders_balanced_as_kafka_leaves_them():
     from jobs.rundir import PartitionLeadership as L
     from jobs.runner import recovered
 
-    assignment = {TopicPartition("t", 0): [1, 2, 3], TopicPartition("t", 1): [2, 3, 1]}
-    healthy = {"t-0": L(leader=1, leader_epoch=3, isr=[3, 1, 2]), "t-1": L(leader=2, leader_epoch=0, isr=[1, 2, 3])}
-    assert recovered(assignment, healthy, {1, 2, 3})
-    assert not recovered(assignment, healthy, {1, 2})  # a broker is down
-    assert not recovered(assignment, {**healthy, "t-1": L(leader=2, leader_epoch=1, isr=[2, 3])}, {1, 2, 3})
-    assert not recovered(assignment, {**healthy, "t-0": L(leader=2, leader_epoch=4, isr=[1, 2, 3])}, {1, 2, 3})
-    assert not recovered(assignment, {"t-0": healthy["t-0"]}, {1, 2, 3})  # no state for t-1
-    assert recovered({}, {}, set())
+    assignment = {TopicPartition("t", p): [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3] for p in range(30)}
+    healthy = {f"t-{p}": L(leader=r[0], leader_epoch=2, isr=sorted(r)) for p, r in
+               ((tp.partition, r) for tp, r in assignment.items())}
+    assert recovered(assignment, healthy, {1, 2, 3}, 10)
+    assert not recovered(assignment, healthy, {1, 2}, 10)  # a broker is down
+    assert not recovered(assignment, {**healthy, "t-1": L(leader=2, leader_epoch=3, isr=[2, 3])}, {1, 2, 3}, 10)
+    assert not recovered(assignment, {k: v for k, v in healthy.items() if k != "t-4"}, {1, 2, 3}, 10)
+    one_moved = {**healthy, "t-0": L(leader=2, leader_epoch=3, isr=[1, 2, 3])}  # 1 of broker 1's 10: 10%
+    assert recovered(assignment, one_moved, {1, 2, 3}, 10)  # the auto leader rebalance leaves it so too
+    two_moved = {**one_moved, "t-3": L(leader=3, leader_epoch=3, isr=[1, 2, 3])}  # 20%
+    assert not recovered(assignment, two_moved, {1, 2, 3}, 10)
+    assert recovered(assignment, two_moved, {1, 2, 3}, 20)
+    assert recovered({}, {}, set(), 10)
 
 
 def test_after_recovery_is_off_by_default_and_a_fault_may_ask_for_it():
