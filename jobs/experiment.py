@@ -13,6 +13,7 @@ errors that name the field. Example:
       - {at_s: 5, fault: kill-broker, target: non-controller, seconds: 5}
       - {at_s: 15, fault: pause-broker, target: random, seconds: 2}
       - {at_s: 25, fault: kill-controller}
+      - {at_s: 30, fault: kill-broker, target: non-controller, after_recovery: true}
     duration_s: 40
     seed: 7
 """

@@ -13,7 +13,8 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
     session_timeout_ms: 2000
     kills: 6                         # broker kills per experiment (a non-controller, back after down_s)
     down_s: 2
-    spacing_s: 6                     # seconds between kills (more is added with the detector off)
+    spacing_s: 6                     # seconds between kills (more is added with the detector off);
+                                     # a kill also waits until the cluster has recovered from the last
 
 Every experiment of the grid runs on one ZooKeeper and one Ray (the embedded local default, or the
 cluster found: see jobs/runner.py), one after the other, into RUNS_DIR/<sweep run id>/; the
@@ -84,7 +85,7 @@ class Sweep(BaseModel):
                 topics=[{"name": "load", "partitions": partitions, "replication_factor": self.replication_factor}],
                 load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
                 schedule=[FaultSpec(at_s=3 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller",
-                                    seconds=self.down_s) for i in range(self.kills)],
+                                    seconds=self.down_s, after_recovery=True) for i in range(self.kills)],
                 duration_s=3 + self.kills * spacing, settle_s=self.settle_s, seed=self.seed))
         return out
 

@@ -16,7 +16,7 @@ def test_the_grid_has_one_experiment_per_combination_smallest_load_first():
     assert len({e.name for e in experiments}) == len(experiments)
     for e in experiments:
         assert [f.fault for f in e.schedule] == [FaultKind.KILL_BROKER] * 4
-        assert all(f.target == "non-controller" and f.seconds == sweep.down_s for f in e.schedule)
+        assert all(f.target == "non-controller" and f.seconds == sweep.down_s and f.after_recovery for f in e.schedule)
         gaps = {round(b.at_s - a.at_s, 6) for a, b in zip(e.schedule, e.schedule[1:])}
         assert gaps == {sweep.spacing_s + (0 if e.detector else sweep.session_timeout_ms / 1000)}
         assert e.schedule[-1].at_s < e.duration_s
