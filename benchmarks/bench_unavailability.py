@@ -8,8 +8,8 @@ Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topi
 with replication factor 3, acks=all with min.insync.replicas=2, one producer sending a record to
 every partition in each call, back to back; a non-controller broker is SIGKILLed `--kills` times
 (down for 3 s, then started anew), each kill once the cluster has recovered from the one before
-(every replica back in its ISR, the auto leader rebalance has given leaderships back: FaultSpec's
-after_recovery), so that each measures a failover of a fully replicated cluster. Per affected
+(the controller has handled the kill, every replica is back in its ISR, leadership is rebalanced:
+FaultSpec's after_recovery), so that each measures a failover of a fully replicated cluster. Per affected
 partition (led by the victim, or with the victim in its ISR, which stalls acks=all until the
 controller removes it): fault -> first acknowledged produce; also over
 only the partitions that had a produce in flight at the fault (with a rate-limited load the others

@@ -424,7 +424,8 @@ class KrayZkClient:
         ops = {zkdata.partition_state_path(tp): tp for tp in updates}
         wait = self.begin_fenced_multi(
             [SetDataOp(path, _znode_bytes(updates[tp][0]), updates[tp][1]) for path, tp in ops.items()],
-            epoch_zk_version, *((None, 1) if one_per_multi else (STALE_VERSIONS_PER_BATCH, MULTI_BATCH)))
+            epoch_zk_version, stale_limit=None if one_per_multi else STALE_VERSIONS_PER_BATCH,
+            batch_size=1 if one_per_multi else MULTI_BATCH)
         return lambda: {ops[r.op.path]: (r.error if r.error else r.stat.version) for r in wait()}
 
 

@@ -13,7 +13,6 @@ errors that name the field. Example:
       - {at_s: 5, fault: kill-broker, target: non-controller, seconds: 5}
       - {at_s: 15, fault: pause-broker, target: random, seconds: 2}
       - {at_s: 25, fault: kill-controller}
-      - {at_s: 30, fault: kill-broker, target: non-controller, after_recovery: true}
     duration_s: 40
     seed: 7
 """
@@ -73,11 +72,12 @@ class FaultSpec(Spec):
     target: Target | None = Field(None, description="a broker id, or how to pick one when the fault is injected")
     seconds: float = Field(3.0, ge=0, description="how long a pause lasts; how long a killed or shut-down "
                                                   "broker, or a ZooKeeper server, stays down")
-    after_recovery: bool = Field(False, description="wait until every broker is up and every partition has all "
-                                                    "its replicas in sync and its preferred leader (up to "
-                                                    "recovery_timeout_s) before injecting: a fault on a cluster "
-                                                    "still recovering from the last one measures both")
-    recovery_timeout_s: float = Field(120.0, gt=0)
+    after_recovery: bool = Field(False, description="before injecting, wait (up to recovery_timeout_s) until the "
+                                                    "controller has handled the last such fault's kill, every "
+                                                    "broker is up, every replica is in its ISR and no broker is "
+                                                    "over the leader imbalance ratio: a fault on a cluster still "
+                                                    "recovering from the last one measures both")
+    recovery_timeout_s: float = Field(120.0, gt=0, description="with after_recovery: how long to wait at most")
 
     @model_validator(mode="after")
     def _target_fits_the_fault(self) -> "FaultSpec":
@@ -115,7 +115,9 @@ class Experiment(Spec):
     load: LoadSpec = Field(default_factory=LoadSpec)
     schedule: list[FaultSpec] = Field(default_factory=list)
     random_faults: RandomFaults | None = None
-    duration_s: float = Field(30.0, gt=0, le=7 * 24 * 3600, description="seconds of load, faults included")
+    duration_s: float = Field(30.0, gt=0, le=7 * 24 * 3600, description="seconds of load, faults "
+                             "included (faults that wait for recovery may run later: the load then goes on "
+                             "after the last one as long as the schedule planned)")
     settle_s: float = Field(30.0, ge=0, description="after the load: how long the cluster may take to converge")
     sample_interval_s: float = Field(1.0, gt=0)
     seed: int = 0
@@ -141,6 +143,12 @@ class Experiment(Spec):
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s is not within duration_s={self.duration_s}")
             if isinstance(f.target, int) and not 1 <= f.target <= self.brokers:
                 raise ValueError(f"fault {f.fault.value}: broker {f.target} is not one of 1..{self.brokers}")
+            if f.after_recovery and self.controller.auto_leader_rebalance_enable \
+                    and self.controller.leader_imbalance_check_interval_seconds >= f.recovery_timeout_s:
+                raise ValueError(f"fault {f.fault.value} at {f.at_s}s waits for the auto leader rebalance, which "
+                                 f"runs every {self.controller.leader_imbalance_check_interval_seconds:g}s: set "
+                                 f"controller.leader_imbalance_check_interval_seconds below recovery_timeout_s "
+                                 f"({f.recovery_timeout_s:g})")
         return self
 
     @property

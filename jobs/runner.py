@@ -44,14 +44,19 @@ def now_ms() -> float:
 
 
 def recovered(assignment: dict[TopicPartition, list[int]], states: dict[str, rundir.PartitionLeadership],
-              live: set[int], imbalance_percentage: int) -> bool:
-    """Every replica's broker is up, every partition has all its replicas in its ISR, and leadership
-    is back as the auto leader rebalance leaves it (no broker over the imbalance ratio)."""
+              live: set[int], imbalance_percentage: int | None, awaited: dict[str, int]) -> bool:
+    """Every replica's broker is up, every partition has all its replicas in its ISR, the controller
+    has moved each `awaited` partition past the leader epoch given (it has handled the last kill:
+    until then a killed broker may still look registered and in sync), and, unless
+    `imbalance_percentage` is None (no auto leader rebalance), leadership is back as the rebalance
+    leaves it (no broker over the imbalance ratio)."""
     leaders = {tp: s.leader for tp in assignment if (s := states.get(tp_key(tp.topic, tp.partition))) is not None}
     return len(leaders) == len(assignment) and all(
         set(replicas) <= live and set(states[tp_key(tp.topic, tp.partition)].isr) == set(replicas)
-        for tp, replicas in assignment.items()) and not imbalanced_leaderships(
-        {tp: replicas[0] for tp, replicas in assignment.items()}, leaders, imbalance_percentage)
+        for tp, replicas in assignment.items()) and all(
+        key in states and states[key].leader_epoch > epoch for key, epoch in awaited.items()) and (
+        imbalance_percentage is None or not imbalanced_leaderships(
+            {tp: replicas[0] for tp, replicas in assignment.items()}, leaders, imbalance_percentage))
 
 
 def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs",
@@ -90,7 +95,10 @@ class ExperimentRun:
         self.zk_server = zk_server
         self.writer = JsonlWriter(run_dir)
         self._lock = threading.Lock()  # the cluster's broker handles change under fault threads
-        self._recovery_lock = threading.Lock()  # faults that wait for recovery go one at a time
+        self._recovery_turn = threading.Condition()  # faults that wait for recovery go one at a time, in order
+        self._recovery_queue: list[int] = []  # their fault ids, in schedule order
+        self._awaited: dict[str, int] = {}  # partitions the last such kill must move past these leader epochs
+        self._last_injected = time.monotonic()
         self._down: set[int] = set()  # brokers a fault has taken down and will bring back
         self._stop_sampling = threading.Event()
         self.acked = self.consumed = 0
@@ -148,7 +156,11 @@ class ExperimentRun:
         begin = time.monotonic()
         threads, next_progress = [], 0.0
         pending = list(enumerate(faults, 1))
-        while (elapsed := time.monotonic() - begin) < exp.duration_s:
+        self._recovery_queue = [i for i, spec in pending if spec.after_recovery]
+        # a fault that waited for recovery keeps the load going as long after it as the schedule planned
+        tail = exp.duration_s - faults[-1].at_s if faults else 0.0
+        while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or any(t.is_alive() for t in threads) \
+                or time.monotonic() < self._last_injected + tail:
             while pending and pending[0][1].at_s <= elapsed:
                 fault_id, spec = pending.pop(0)
                 threads.append(threading.Thread(target=self._inject, args=(fault_id, spec), daemon=True))
@@ -157,8 +169,6 @@ class ExperimentRun:
                 self.progress(self._progress_line(elapsed, len(faults)))
                 next_progress += PROGRESS_EVERY_S
             time.sleep(0.05)
-        for t in threads:
-            t.join()
 
     def _finish(self) -> None:
         exp = self.exp
@@ -204,45 +214,62 @@ class ExperimentRun:
         return self.rng.choice(candidates)
 
     def _inject(self, fault_id: int, spec: FaultSpec) -> None:
-        if spec.after_recovery:  # one at a time: each waits for the recovery from the one before
-            with self._recovery_lock:
-                self._inject_now(fault_id, spec)
-        else:
+        if not spec.after_recovery:
             self._inject_now(fault_id, spec)
+            return
+        with self._recovery_turn:  # one at a time, in schedule order: each waits for the one before
+            self._recovery_turn.wait_for(lambda: self._recovery_queue[0] == fault_id)
+        try:
+            self._inject_now(fault_id, spec)
+        finally:
+            with self._recovery_turn:
+                self._recovery_queue.pop(0)
+                self._recovery_turn.notify_all()
 
     def _inject_now(self, fault_id: int, spec: FaultSpec) -> None:
         record = FaultRecord(fault_id=fault_id, kind=spec.fault, injected_ms=now_ms())
         try:
-            if spec.after_recovery and not self._wait_for_recovery(spec.recovery_timeout_s):
-                record.detail = f"injected without the cluster recovered after {spec.recovery_timeout_s:g} s"
-                self.progress(f"Fault {fault_id}: the cluster has not recovered; injecting anyway")
+            states, note = None, ""
+            if spec.after_recovery:
+                states = self._wait_for_recovery(spec.recovery_timeout_s)
+                if states is None:
+                    self._awaited = {}
+                    note = f"injected without the cluster recovered after {spec.recovery_timeout_s:g} s; "
+                    self.progress(f"Fault {fault_id}: the cluster has not recovered; injecting anyway")
             target = self._target(spec)
             record.target = target
+            if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER):
+                self._awaited = {key: s.leader_epoch for key, s in states.items() if target in s.isr}
             self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
                           + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else ""))
             record.injected_ms = now_ms()
+            self._last_injected = time.monotonic()
             self._act(spec, target, record)
+            record.detail = note + record.detail
         except Exception as e:  # a fault that could not be injected is recorded as such; the run goes on
             record.detail = f"failed: {type(e).__name__}: {e}"[:500]
             self.progress(f"Fault {fault_id} ({spec.fault.value}) failed: {e}")
         self.writer.write(rundir.FAULTS, [record])
         self.faults_done += 1
 
-    def _wait_for_recovery(self, timeout_s: float) -> bool:
-        """Until `recovered` holds (or timeout_s passes); whether it does."""
+    def _wait_for_recovery(self, timeout_s: float) -> dict[str, rundir.PartitionLeadership] | None:
+        """Until `recovered` holds (the partition states it read then), or None after timeout_s."""
         deadline = time.monotonic() + timeout_s
+        controller = self.config.controller
+        imbalance = controller.leader_imbalance_per_broker_percentage if controller.auto_leader_rebalance_enable \
+            else None
         while True:
             try:
                 assignment = {TopicPartition(name, p): replicas for name, topic in
                               self.zk.get_topic_znodes({tp.topic for tp in self.partitions}).items()
                               for p, replicas in topic.assignment().items()}
-                if recovered(assignment, self._zk_leaderships(), set(self.zk.get_all_broker_ids()),
-                             self.config.controller.leader_imbalance_per_broker_percentage):
-                    return True
+                states = self._zk_leaderships()
+                if recovered(assignment, states, set(self.zk.get_all_broker_ids()), imbalance, self._awaited):
+                    return states
             except Exception as e:  # ZooKeeper busy for a moment: look again
                 log.debug("Reading the cluster's state: %s", e)
             if time.monotonic() > deadline:
-                return False
+                return None
             time.sleep(0.5)
 
     def _act(self, spec: FaultSpec, target: int | None, record: FaultRecord) -> None:

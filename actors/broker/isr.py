@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Callable
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 
 from actors.broker.replica_manager import ReplicaManager
 from coordination import zkdata
@@ -93,6 +93,8 @@ class IsrManager:
         registered, written = txn.commit()
         if isinstance(registered, NoNodeError):
             raise _NotRegistered
+        if isinstance(registered, Exception) and not isinstance(registered, RolledBackError):
+            raise registered  # the check failed otherwise (no access?): as a failed set would
         if isinstance(written, Exception):
             raise written
         return written

@@ -3,8 +3,8 @@
 Applying means: persist leader/ISR changes to ZooKeeper in `multi` batches
 fenced on the controller epoch, then update ControllerContext, then add the
 requests to the event's batch. A partition whose znode moved under us (a
-leader changed its ISR) is re-read and planned again, as long as each round writes
-something (Kafka retries until every write is done). Large partition changes
+leader changed its ISR) is re-read and planned again while the rounds make progress
+(Kafka retries until every write is done; MAX_ZK_RETRIES rounds in a row without one end it). Large partition changes
 are planned in chunks whose writes leave as soon as each is planned, so that
 ZooKeeper and the planning overlap.
 """
@@ -276,7 +276,7 @@ class ZkReplicaStateMachine(_Machine):
             state_change_log.info("%s %d ISR removals found a newer partition state in ZooKeeper (a leader "
                                   "changed the ISR): read again and retried", self._prefix, len(moved))
         moved_set = set(moved)
-        retry = [(tp, r) for (tp, r) in plan.transitions if tp in moved_set]
+        again = [(tp, r) for (tp, r) in plan.transitions if tp in moved_set]
         # a failed ISR write (not a version race) leaves the replica where it was, as ZooKeeper says
         skip = moved_set | (set(plan.isr_removals) - set(written))
         for broker_id, tp, is_new in plan.leader_and_isr_to:
@@ -304,4 +304,4 @@ class ZkReplicaStateMachine(_Machine):
             changed += 1
         if changed:
             state_change_log.info("%s Changed state of %d replicas to %s", self._prefix, changed, plan.target.name)
-        return retry
+        return again

@@ -165,7 +165,9 @@ def test_isr_removals_get_through_while_leaders_keep_rewriting_some_states(zk, c
     with KrayZkClient(chroot_connect).start() as other:
         writer = threading.Thread(target=leaders, args=(other,), daemon=True)
         writer.start()
+        deadline = time.monotonic() + 30
         while rewrites[0] < len(hot):  # the context lags for every hot partition
+            assert writer.is_alive() and time.monotonic() < deadline
             time.sleep(0.01)
         try:
             rsm = ZkReplicaStateMachine(1, ctx, zk, ControllerBrokerRequestBatch(1))

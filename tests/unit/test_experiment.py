@@ -350,16 +350,20 @@ def test_recovered_needs_every_replica_up_and_in_sync_and_leaders_balanced_as_ka
     assignment = {TopicPartition("t", p): [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3] for p in range(30)}
     healthy = {f"t-{p}": L(leader=r[0], leader_epoch=2, isr=sorted(r)) for p, r in
                ((tp.partition, r) for tp, r in assignment.items())}
-    assert recovered(assignment, healthy, {1, 2, 3}, 10)
-    assert not recovered(assignment, healthy, {1, 2}, 10)  # a broker is down
-    assert not recovered(assignment, {**healthy, "t-1": L(leader=2, leader_epoch=3, isr=[2, 3])}, {1, 2, 3}, 10)
-    assert not recovered(assignment, {k: v for k, v in healthy.items() if k != "t-4"}, {1, 2, 3}, 10)
+    assert recovered(assignment, healthy, {1, 2, 3}, 10, {})
+    assert not recovered(assignment, healthy, {1, 2}, 10, {})  # a broker is down
+    assert not recovered(assignment, {**healthy, "t-1": L(leader=2, leader_epoch=3, isr=[2, 3])}, {1, 2, 3}, 10, {})
+    assert not recovered(assignment, {k: v for k, v in healthy.items() if k != "t-4"}, {1, 2, 3}, 10, {})
     one_moved = {**healthy, "t-0": L(leader=2, leader_epoch=3, isr=[1, 2, 3])}  # 1 of broker 1's 10: 10%
-    assert recovered(assignment, one_moved, {1, 2, 3}, 10)  # the auto leader rebalance leaves it so too
+    assert recovered(assignment, one_moved, {1, 2, 3}, 10, {})  # the auto leader rebalance leaves it so too
     two_moved = {**one_moved, "t-3": L(leader=3, leader_epoch=3, isr=[1, 2, 3])}  # 20%
-    assert not recovered(assignment, two_moved, {1, 2, 3}, 10)
-    assert recovered(assignment, two_moved, {1, 2, 3}, 20)
-    assert recovered({}, {}, set(), 10)
+    assert not recovered(assignment, two_moved, {1, 2, 3}, 10, {})
+    assert recovered(assignment, two_moved, {1, 2, 3}, 20, {})
+    assert recovered(assignment, two_moved, {1, 2, 3}, None, {})  # no auto leader rebalance: not waited for
+    # the last kill's partitions must have moved past the epochs they had (the controller handled it)
+    assert not recovered(assignment, healthy, {1, 2, 3}, 10, {"t-0": 2, "t-1": 1})
+    assert recovered(assignment, healthy, {1, 2, 3}, 10, {"t-0": 1, "t-1": 1})
+    assert recovered({}, {}, set(), 10, {})
 
 
 def test_after_recovery_is_off_by_default_and_a_fault_may_ask_for_it():
@@ -369,3 +373,11 @@ def test_after_recovery_is_off_by_default_and_a_fault_may_ask_for_it():
     assert spec.after_recovery and spec.recovery_timeout_s == 30
     with pytest.raises(ValueError):
         FaultSpec(at_s=1, fault=FaultKind.KILL_CONTROLLER, recovery_timeout_s=0)
+
+
+def test_a_fault_cannot_wait_for_a_rebalance_slower_than_its_recovery_timeout():
+    fault = {"at_s": 1, "fault": "kill-controller", "after_recovery": True, "recovery_timeout_s": 60}
+    with pytest.raises(ValueError, match="leader_imbalance_check_interval_seconds"):
+        Experiment(name="x", schedule=[fault])  # the default check runs every 300 s
+    Experiment(name="x", schedule=[fault], controller={"leader_imbalance_check_interval_seconds": 5})
+    Experiment(name="x", schedule=[fault], controller={"auto_leader_rebalance_enable": False})
