@@ -18,6 +18,8 @@ system-packages:
 	@java -version 2>&1 | head -1
 	@test -f /usr/share/java/zookeeper.jar || { echo "Installing Debian's zookeeper package"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq zookeeper; }
+	@command -v kcat >/dev/null || { echo "Installing Debian's kcat (a Kafka client the tests drive)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq kcat; }
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

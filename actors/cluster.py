@@ -16,6 +16,7 @@ from actors.controller.channel import broker_actor_name, controller_actor_name
 from actors.placement import NodeInfo, place_brokers
 from actors.runtime import poll
 from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
 
 
 def alive_nodes() -> list[NodeInfo]:
@@ -93,6 +94,16 @@ class LocalCluster:
             caches = dict(zip(self.brokers, ray.get([h.metadata.remote() for h in self.brokers.values()])))
             return caches if all(predicate(c) for c in caches.values()) else None
         return poll(converged, timeout, "broker metadata caches to converge", tolerate=())
+
+    def bootstrap_servers(self) -> str:
+        """The brokers' listeners as a Kafka client's bootstrap.servers."""
+        return ",".join(f"{host}:{port}" for host, port in ray.get([h.listener.remote() for h in self.brokers.values()]))
+
+    def metadata_of(self, tp: TopicPartition) -> tuple[int, int, list[int]]:
+        """(leader, leader epoch, ISR) of a partition with the newest leader epoch any live broker's cache has."""
+        caches = ray.get([h.metadata.remote() for h in self.brokers.values()])
+        return max((c["partitions"][tp] for c in caches if tp in c["partitions"]), key=lambda v: v[1],
+                   default=(-1, -1, []))
 
     def kill_controller(self, broker_id: int) -> None:
         """SIGKILL the candidate's process; Ray restarts it (its ZooKeeper session lingers until timeout)."""

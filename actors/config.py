@@ -42,9 +42,14 @@ class BrokerConfig(BaseModel):
     log_dirs: str | None = Field(None, description="log.dirs; broker N keeps its replicas under <log_dirs>/broker-N "
                                                    "(default: <temp dir>/kray-logs/<namespace>)")
     log_segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="log.segment.bytes")
+    log_retention_ms: int = Field(7 * 24 * 3600 * 1000, ge=-1, description="log.retention.ms (-1: forever)")
+    log_retention_bytes: int = Field(-1, ge=-1, description="log.retention.bytes per partition (-1: no limit)")
+    log_retention_check_interval_ms: int = Field(300_000, ge=10, description="log.retention.check.interval.ms")
     min_insync_replicas: int = Field(1, ge=1, description="min.insync.replicas")
     message_max_bytes: int = Field(1_048_588, ge=64, description="message.max.bytes: the largest record batch "
                                                                  "a produce may append to a partition")
+    socket_request_max_bytes: int = Field(104_857_600, ge=1024, description="socket.request.max.bytes: a larger "
+                                                                            "request frame closes the connection")
     replica_lag_time_max_ms: int = Field(30_000, ge=10, description="replica.lag.time.max.ms")
     replica_fetch_wait_max_ms: int = Field(500, ge=0, description="replica.fetch.wait.max.ms")
     replica_fetch_max_bytes: int = Field(1024 * 1024, ge=1, description="replica.fetch.max.bytes")
@@ -65,8 +70,13 @@ class ClusterConfig(BaseModel):
                     "readable by all (zookeeper.set.acl); default $KRAY_ZK_CREDENTIAL, none: open znodes")
     namespace: str = Field("kray", description="Ray namespace holding the cluster's named actors")
     zk_session_timeout_ms: int = Field(18_000, ge=1000, description="zookeeper.session.timeout.ms")
-    host: str = "127.0.0.1"
-    base_port: int = Field(9092, description="broker N advertises PLAINTEXT://host:(base_port + N)")
+    host: str | None = Field("127.0.0.1", description="the listeners' host (Kafka's listeners / advertised.listeners: "
+                                                     "broker N listens on PLAINTEXT://host:(base_port + N)); None "
+                                                     "binds every interface and advertises the Ray node's address "
+                                                     "(multi-node clusters)")
+    base_port: int = Field(0, ge=0, description="broker N listens on base_port + N (`kray cluster start` uses 9092); "
+                                                "0 picks a free port at each start, which the registration in "
+                                                "/brokers/ids/N carries to clients and followers")
     controller_socket_timeout_ms: int = Field(30_000, ge=100, description="controller.socket.timeout.ms")
     request_retry_backoff_ms: int = Field(100, ge=1, description="RequestSendThread's backoff")
     broker_max_restarts: int = Field(-1, description="Ray restarts of a broker actor (-1: forever)")
@@ -82,6 +92,21 @@ class ClusterConfig(BaseModel):
         """A (not yet started) ZooKeeper client for this cluster, with its credential."""
         return KrayZkClient(self.zk_connect, session_timeout_ms or self.zk_session_timeout_ms,
                             credential=self.zk_credential.get_secret_value() if self.zk_credential else None)
+
+    @property
+    def bind_host(self) -> str:
+        return self.host or "0.0.0.0"
+
+    def listener_port(self, broker_id: int) -> int:
+        return self.base_port + broker_id if self.base_port else 0
+
+    def advertised_host(self) -> str:
+        """The host clients and followers connect to (called on the broker's node)."""
+        if self.host:
+            return self.host
+        import ray
+
+        return ray.util.get_node_ip_address()
 
     def log_dir(self, broker_id: int) -> Path:
         base = Path(self.broker.log_dirs) if self.broker.log_dirs else \

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from coordination import zkdata
 from coordination.errors import (
+    InvalidConfigurationException,
     InvalidPartitionsException,
     InvalidReplicaAssignmentException,
     InvalidReplicationFactorException,
@@ -23,6 +24,7 @@ from coordination.errors import (
     TopicExistsException,
     UnknownTopicOrPartitionException,
 )
+from coordination.topic_config import parse_topic_config
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 
@@ -99,6 +101,7 @@ def create_topic(zk: KrayZkClient, topic: str, partitions: int, replication_fact
         raise InvalidTopicException(f"Topic '{topic}' collides with existing topics: {', '.join(sorted(colliding))}")
     if zk.get(zkdata.delete_topic_path(topic)) is not None:
         raise TopicExistsException(f"Topic '{topic}' is marked for deletion.")
+    parse_topic_config(config or {})
     assignment = assign_replicas_to_brokers(zk.get_all_broker_ids(), partitions, replication_factor)
     znode = zkdata.TopicZNode.from_assignment(assignment, zkdata.new_topic_id())
     txn = zk.kazoo.transaction()
@@ -172,6 +175,32 @@ def format_describe(descriptions: list[TopicDescription]) -> str:
             lines.append(f"\tTopic: {d.topic}\tPartition: {p.partition}\tLeader: {leader}\t"
                          f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
     return "\n".join(lines)
+
+
+def alter_topic_config(zk: KrayZkClient, topic: str, set_configs: dict[str, str],
+                       delete_configs: list[str] = ()) -> dict[str, str]:
+    """`kafka-configs --alter --entity-type topics` in ZooKeeper mode (AdminZkClient.changeTopicConfig):
+    validate the topic's new configs, write /config/topics/T, then announce it with a sequential
+    /config/changes/config_change_N ({"version":2,"entity_path":"topics/T"}) that every broker
+    watches. Bad input changes nothing. The configs now in force."""
+    if topic not in zk.get_all_topics():
+        raise UnknownTopicOrPartitionException(f"Topic '{topic}' does not exist.")
+    path = zkdata.topic_config_path(topic)
+    got = zk.get(path)
+    current = zkdata.decode(zkdata.TopicConfigZNode, path, got[0]).config if got and got[0] else {}
+    missing = [name for name in delete_configs if name not in current]
+    if missing:
+        raise InvalidConfigurationException(f"Invalid config(s): {','.join(missing)} (not set on topic {topic})")
+    configs = {k: v for k, v in {**current, **set_configs}.items() if k not in delete_configs}
+    parse_topic_config(configs)
+    data = zkdata.TopicConfigZNode(config=configs).encode()
+    if got is None:
+        zk.kazoo.create(path, data, makepath=True)
+    else:
+        zk.kazoo.set(path, data, version=got[1].version)
+    zk.kazoo.create(f"{zkdata.CONFIG_CHANGES}/{zkdata.CONFIG_CHANGE_PREFIX}",
+                    zkdata.ConfigChangeNotificationZNode(entity_path=f"topics/{topic}").encode(), sequence=True)
+    return configs
 
 
 def delete_topic(zk: KrayZkClient, topic: str) -> None:

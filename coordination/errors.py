@@ -21,22 +21,31 @@ class Errors(IntEnum):
     REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
+    COORDINATOR_NOT_AVAILABLE = 15
     INVALID_TOPIC_EXCEPTION = 17
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
     REASSIGNMENT_IN_PROGRESS = 60
     FETCH_SESSION_ID_NOT_FOUND = 70
     INVALID_FETCH_SESSION_EPOCH = 71
     FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
     STALE_BROKER_EPOCH = 77
+    INVALID_RECORD = 87
 
 
 class KrayError(Exception):
@@ -102,8 +111,36 @@ class OutOfOrderSequenceException(KrayError):
     error = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
+class DuplicateSequenceException(KrayError):
+    error = Errors.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochException(KrayError):
+    error = Errors.INVALID_PRODUCER_EPOCH
+
+
 class FencedLeaderEpochException(KrayError):
     error = Errors.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochException(KrayError):
+    error = Errors.UNKNOWN_LEADER_EPOCH
+
+
+class CorruptRecordException(KrayError):
+    error = Errors.CORRUPT_MESSAGE
+
+
+class InvalidRecordException(KrayError):
+    error = Errors.INVALID_RECORD
+
+
+class UnsupportedCompressionTypeException(KrayError):
+    error = Errors.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class InvalidConfigurationException(KrayError):
+    error = Errors.INVALID_CONFIG
 
 
 class KafkaStorageException(KrayError):

@@ -11,8 +11,10 @@ Create the client inside the process that uses it: kazoo clients do not pickle.
 """
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
@@ -294,6 +296,23 @@ class KrayZkClient:
             return False
         (result,) = self.fenced_multi([DeleteOp(path, stat.version)], epoch_zk_version)
         return result.error is None
+
+    def get_or_create_cluster_id(self) -> str:
+        """Kafka's getOrGenerateClusterId: the first broker writes a random id, every other reads it."""
+        existing = self.get_znode(zkdata.ClusterIdZNode, zkdata.CLUSTER_ID)
+        if existing is not None:
+            return existing.id
+        generated = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        try:
+            self.kazoo.create(zkdata.CLUSTER_ID, zkdata.ClusterIdZNode(id=generated).encode(), makepath=True)
+            return generated
+        except NodeExistsError:  # another broker was first
+            return self.get_znode(zkdata.ClusterIdZNode, zkdata.CLUSTER_ID).id
+
+    def bootstrap_servers(self) -> str:
+        """"host:port,..." of every registered broker's listener: a Kafka client's bootstrap.servers."""
+        brokers = self.get_brokers(self.get_all_broker_ids())
+        return ",".join(f"{info.host}:{info.port}" for _, (info, _) in sorted(brokers.items()))
 
     def get_all_broker_ids(self) -> list[int]:
         return sorted(int(c) for c in self.children(zkdata.BROKER_IDS) if c.isdigit())

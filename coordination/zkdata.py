@@ -35,6 +35,7 @@ CONTROLLER_EPOCH = "/controller_epoch"
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 BROKER_SEQUENCE_ID = "/brokers/seqid"
+CLUSTER_ID = "/cluster/id"
 CONFIG = "/config"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
@@ -44,6 +45,8 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+CONFIG_CHANGE_PREFIX = "config_change_"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 # Kafka's KafkaZkClient creates these at start-up (ZkData.PersistentZkPaths).
 PERSISTENT_PATHS = (
@@ -108,6 +111,13 @@ class ControllerZNode(ZNodeModel):
     version: int = 1
     brokerid: int
     timestamp: str = Field(default_factory=lambda: str(int(time.time() * 1000)))
+
+
+class ClusterIdZNode(ZNodeModel):
+    """`/cluster/id`: the cluster's id, created by the first broker (Kafka's ClusterIdZNode)."""
+
+    version: str = "1"
+    id: str
 
 
 class BrokerIdZNode(ZNodeModel):
@@ -200,6 +210,32 @@ class PreferredReplicaElectionZNode(ZNodeModel):
 class IsrChangeNotificationZNode(ZNodeModel):
     version: int = 1
     partitions: list[PartitionRef]
+
+
+class ConfigChangeNotificationZNode(ZNodeModel):
+    """`/config/changes/config_change_N`: which entity's configs changed (version 2: "topics/T"; version 1
+    named entity_type and entity_name apart)."""
+
+    version: int = 2
+    entity_path: str | None = None
+    entity_type: str | None = None
+    entity_name: str | None = None
+
+    def entity(self) -> tuple[str, str]:
+        if self.entity_path is not None:
+            kind, _, name = self.entity_path.partition("/")
+            return kind, name
+        return self.entity_type or "", self.entity_name or ""
+
+
+class ProducerIdBlockZNode(ZNodeModel):
+    """`/latest_producer_id_block`: the last block of producer ids claimed, and by which broker (Kafka
+    writes the ids as strings)."""
+
+    version: int = 1
+    broker: int
+    block_start: str
+    block_end: str
 
 
 M = TypeVar("M", bound=ZNodeModel)

@@ -89,7 +89,7 @@ def cluster_up(args) -> None:
         subprocess.run([RAY, "start", "--head", "--include-dashboard=false", "--disable-usage-stats"],
                        check=True, capture_output=True)
     _ray_connect()
-    config = ClusterConfig(zk_connect=connect, namespace=args.namespace,
+    config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
                            zk_session_timeout_ms=args.session_timeout_ms,
                            broker=BrokerConfig(log_dirs=str(local.kray_home() / "logs" / args.namespace)))
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
@@ -341,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--brokers", type=int, default=3)
     s.add_argument("--namespace", default="kray")
     s.add_argument("--session-timeout-ms", type=int, default=18_000)
+    s.add_argument("--base-port", type=int, default=9092,
+                   help="broker N listens on base-port + N (0: free ports, named in /brokers/ids/N)")
     s.set_defaults(func=cluster_up)
     cl.add_parser("down").set_defaults(func=cluster_down)
     cl.add_parser("status").set_defaults(func=cluster_status)

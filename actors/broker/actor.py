@@ -1,37 +1,33 @@
 """The Broker actor: registers in ZooKeeper, hosts its controller candidate, answers the
-controller, serves produce and fetch, and replicates the partitions it follows.
+controller over Ray, and serves the Kafka protocol on its listener for clients and followers.
 
-A thin shell: epoch checks, role changes, produce and fetch are ReplicaManager's
-(and its Partitions'), the cache is MetadataCache's, pulling from leaders is the
-fetchers', ISR writes are IsrManager's. Requests run on Ray's thread pool: one lock
-serialises controller requests; produce and fetch only take their partitions'
-locks, since they may wait (acks=all, long-polling fetches).
+Two planes, two transports. The controller's requests (LeaderAndIsr, UpdateMetadata, StopReplica)
+arrive as Ray calls on the `control` threads. The data plane is one asyncio event loop on a thread
+of its own ("kafka-network-thread"): the SocketServer, KafkaApis, the ReplicaManager with every
+Partition and Log, and the replica fetchers all live on it and need no locks; other threads hand it
+work (`_on_loop`) and wait for the answer. ISR writes to ZooKeeper go on the IsrManager's thread.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
 import time
-from collections import Counter
+from typing import Callable, TypeVar
 
 import ray
 
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
+from actors.broker.log_config import LogConfig
 from actors.broker.metadata_cache import MetadataCache
+from actors.broker.kafka_apis import KafkaApis
+from actors.broker.network import SocketServer
 from actors.broker.replica_manager import ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
-from actors.controller.channel import broker_actor_name, controller_actor_name
-from actors.data_protocol import (
-    FetchRequest,
-    FetchResponse,
-    OffsetsForLeaderEpochRequest,
-    OffsetsForLeaderEpochResponse,
-    ProduceRequest,
-    ProduceResponse,
-)
+from actors.controller.channel import controller_actor_name
 from actors.recording import RecordSink
 from actors.runtime import (
     MANY_THREADS_ENV,
@@ -49,49 +45,52 @@ from actors.protocol import (
     UpdateMetadataRequest,
 )
 from coordination import zkdata
+from coordination.config_changes import ConfigChangeListener
 from coordination.errors import Errors
+from coordination.producer_ids import ProducerIdManager
 from coordination.registration import BrokerRegistration
 from coordination.zkdata import TopicPartition
 from jobs import rundir
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
+T = TypeVar("T")
 
 
-# Kafka's control plane (KIP-291) and its purgatories in Ray's terms: produce requests waiting for
-# acks=all hold a thread each, so the controller's requests and the followers' fetches get threads
-# of their own. Sharing one pool, 64 waiting produces starved both: no fetch advanced the high
-# watermark and no LeaderAndIsr shrank the ISR until the produces timed out.
-CONCURRENCY_GROUPS = {"control": 8, "replication": 16}
-
-
-@ray.remote(num_cpus=0, max_concurrency=64, concurrency_groups=CONCURRENCY_GROUPS, runtime_env=MANY_THREADS_ENV)
+@ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={"control": 8}, runtime_env=MANY_THREADS_ENV)
 class BrokerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process()
         self.broker_id = broker_id
         self.config = config
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # controller requests, one at a time
         self.sink = RecordSink(config.recorder, config.namespace)
         self._controllers_seen: set[tuple[int, int]] = set()  # (controller id, epoch) accepted, for the record
-        self._requests: Counter[str] = Counter()  # per API, as Kafka's RequestsPerSec count (request=...)
-        self._requests_lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name=f"kafka-network-thread-{broker_id}", daemon=True).start()
         log_dir = config.log_dir(broker_id)
         self.recovered = sum(d.is_dir() for d in log_dir.iterdir()) if log_dir.is_dir() else 0  # replicas on disk
-        self.replica_manager = ReplicaManager(broker_id, log_dir, config.broker.log_segment_bytes,
-                                              config.broker.replica_lag_time_max_ms // 10)
-        self.metadata_cache = MetadataCache()
         self.zk = config.zk_client().start()
         self.zk.ensure_persistent_paths()
+        self.cluster_id = self.zk.get_or_create_cluster_id()
+        self.topic_configs: dict[str, LogConfig] = {}
+        self.replica_manager = ReplicaManager(broker_id, log_dir, self._log_config)
+        self.metadata_cache = MetadataCache()
+        self.isr = IsrManager(broker_id, self.zk, self.replica_manager, self._on_loop,
+                              is_alive=lambda b: b in self.metadata_cache.alive_brokers)
+        self.producer_ids = ProducerIdManager(self.zk, broker_id)
+        self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
+                              self.producer_ids.generate_producer_id, on_follower_fetch=self._expand_isr)
+        self.server = SocketServer(self.apis.handle, config.bind_host, config.listener_port(broker_id),
+                                   max_request_bytes=config.broker.socket_request_max_bytes)
+        self.port = self._on_loop_await(self.server.start())
+        self.fetchers = ReplicaFetcherManager(broker_id, config.broker)
+        self.config_changes = ConfigChangeListener(self.zk, self._topic_config_changed)
         self.registration = BrokerRegistration(
-            self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.host, config.base_port + broker_id),
+            self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.advertised_host(), self.port),
             may_register_again=ray_says_this_actor_lives)
         self.registration.register()
         self.registration.keep_registered()
-        self.fetchers = ReplicaFetcherManager(broker_id, lambda leader: ray.get_actor(
-            broker_actor_name(leader), namespace=config.namespace), config.broker, lambda: self.broker_epoch)
-        self.isr = IsrManager(broker_id, self.zk, self.replica_manager,
-                              is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self._stopped = threading.Event()
         threading.Thread(target=self._scheduler, name=f"kafka-scheduler-{broker_id}", daemon=True).start()
         self.controller = poll(lambda: ControllerActor.options(  # beside its broker, as in Kafka
@@ -101,13 +100,48 @@ class BrokerActor:
                                                      "(a killed incarnation's candidate is still being stopped)",
             tolerate=(ValueError,), interval=0.1)
 
+    # -- the event loop ------------------------------------------------------
+
+    def _on_loop(self, fn: Callable[[], T]) -> T:
+        """Run fn on the data plane's event loop and wait for its result (from any other thread)."""
+        async def call():
+            return fn()
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+
+    def _on_loop_await(self, coroutine) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def _expand_isr(self, replica_id: int, partitions: list[TopicPartition]) -> None:
+        self.isr.expand(partitions, replica_id)
+
+    def _log_config(self, topic: str) -> LogConfig:
+        """The topic's LogConfig: as last announced, or read from /config/topics/T when its first replica
+        is created here (as Kafka's LogManager does; a topic created after the broker started)."""
+        config = self.topic_configs.get(topic)
+        if config is None:
+            znode = self.zk.get_znode(zkdata.TopicConfigZNode, zkdata.topic_config_path(topic))
+            config = self.topic_configs[topic] = self._parse_config(znode.config if znode else {})
+        return config
+
+    def _parse_config(self, overrides: dict[str, str]) -> LogConfig:
+        return LogConfig.from_overrides(self.config.broker, overrides,
+                                        self.config.controller.unclean_leader_election_enable)
+
+    def _topic_config_changed(self, topic: str, overrides: dict[str, str]) -> None:
+        """A topic's configs in ZooKeeper (at start, or a kafka-configs --alter): applied from now on."""
+        config = self.topic_configs[topic] = self._parse_config(overrides)
+        self._on_loop(lambda: self.replica_manager.update_log_config(topic, config))
+        log.info("[Broker id=%d] Topic %s configs: %s", self.broker_id, topic, overrides)
+
     def _scheduler(self) -> None:
         """Kafka's periodic replica tasks: ISR shrink (every half replica.lag.time.max.ms), ISR change
-        propagation, high-watermark checkpoints."""
+        propagation, high-watermark checkpoints, log retention."""
         cfg = self.config.broker
+        rm = self.replica_manager
         tasks = [(cfg.replica_lag_time_max_ms / 2, lambda: self.isr.shrink(now_ms(), cfg.replica_lag_time_max_ms)),
                  (cfg.isr_change_propagation_interval_ms, self.isr.propagate),
-                 (cfg.replica_high_watermark_checkpoint_interval_ms, self.replica_manager.checkpoint_high_watermarks)]
+                 (cfg.replica_high_watermark_checkpoint_interval_ms, lambda: self._on_loop(rm.checkpoint_high_watermarks)),
+                 (cfg.log_retention_check_interval_ms, lambda: self._on_loop(rm.delete_old_segments))]
         due = [time.monotonic() + interval / 1000 for interval, _ in tasks]
         while not self._stopped.wait(max(0.0, min(due) - time.monotonic())):
             for i, (interval, task) in enumerate(tasks):
@@ -127,7 +161,6 @@ class BrokerActor:
         """Controller requests delivered together by the RequestSender, applied in their order."""
         handlers = {"LeaderAndIsr": self.leader_and_isr, "UpdateMetadata": self.update_metadata,
                     "StopReplica": self.stop_replica}
-        self._count(*(r.api for r in requests))
         responses = [handlers[r.api](r) for r in requests]
         for request, response in zip(requests, responses):
             controller = (request.controller_id, request.controller_epoch)
@@ -140,9 +173,11 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
-        """Apply the roles, then stop fetching for new leaders and (re)start it for new followers."""
-        with self._lock:
+        """Apply the roles, then stop fetching for new leaders and (re)start it for new followers, from
+        the listeners the request names (Kafka's live leaders)."""
+        def apply() -> ControllerResponse:
             response = self.replica_manager.become_leader_or_follower(request, self.broker_epoch)
+            self.fetchers.addresses.update({b.id: (b.host, b.port) for b in request.live_leaders})
             for st, result in zip(request.partition_states, response.partition_errors):
                 if result.error_code != Errors.NONE:
                     continue
@@ -151,13 +186,16 @@ class BrokerActor:
                     self.fetchers.unfollow(tp)
                 else:
                     self.fetchers.follow(tp, self.replica_manager.partition(tp), st.leader)
-            self.fetchers.nudge()
-            return _answer(request, response)
+            return response
+        self._count("LeaderAndIsr")
+        with self._lock:
+            return _answer(request, self._on_loop(apply))
 
     @ray.method(concurrency_group="control")
     def update_metadata(self, request: UpdateMetadataRequest) -> ControllerResponse:
+        self._count("UpdateMetadata")
         with self._lock:
-            error = self.replica_manager.check_request(request, self.broker_epoch)
+            error = self._on_loop(lambda: self.replica_manager.check_request(request, self.broker_epoch))
             if error == 0:
                 self.metadata_cache.update(request)
                 state_change_log.debug("[Broker id=%d] Cached %d partition states and live brokers %s from "
@@ -169,37 +207,17 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def stop_replica(self, request: StopReplicaRequest) -> ControllerResponse:
-        with self._lock:
+        def apply() -> ControllerResponse:
             response = self.replica_manager.stop_replicas(request, self.broker_epoch)
             for p, result in zip(request.partitions, response.partition_errors):
                 if result.error_code == Errors.NONE:  # the partition is stopped: its fetcher ignores it already
                     self.fetchers.unfollow(TopicPartition(p.topic, p.partition))
-            return _answer(request, response)
+            return response
+        self._count("StopReplica")
+        with self._lock:
+            return _answer(request, self._on_loop(apply))
 
-    # -- the data plane ------------------------------------------------------
-
-    def produce(self, request: ProduceRequest) -> ProduceResponse:
-        self._count("Produce")
-        return self.replica_manager.append_records(request, self.config.broker.min_insync_replicas,
-                                                   self.config.broker.message_max_bytes)
-
-    @ray.method(concurrency_group="replication")
-    def fetch(self, request: FetchRequest) -> FetchResponse:
-        self._count("FetchFollower" if request.replica_id >= 0 else "FetchConsumer")
-        response, expand = self.replica_manager.fetch(request, now_ms)
-        if expand:
-            self.isr.expand(expand, request.replica_id)
-        return response
-
-    @ray.method(concurrency_group="replication")
-    def wake_fetches(self, replica_id: int, replica_epoch: int, partitions_version: int) -> None:
-        """A follower got new partitions to fetch from here: end its long-polling fetch now."""
-        self.replica_manager.wake_fetches(replica_id, replica_epoch, partitions_version)
-
-    @ray.method(concurrency_group="replication")
-    def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
-        self._count("OffsetsForLeaderEpoch")
-        return self.replica_manager.offsets_for_leader_epoch(request)
+    # -- for tools and tests -------------------------------------------------
 
     @ray.method(concurrency_group="control")
     def metadata(self) -> dict:
@@ -211,22 +229,24 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def replicas(self) -> dict:
-        with self._lock:
-            return {tp: role(r, self.broker_id) for tp, r in self.replica_manager.replicas.items()}
+        return self._on_loop(lambda: {tp: role(r, self.broker_id) for tp, r in self.replica_manager.replicas.items()})
+
+    @ray.method(concurrency_group="control")
+    def listener(self) -> tuple[str, int]:
+        """(host, port) this broker advertises: what clients' bootstrap.servers name."""
+        return self.config.advertised_host(), self.port
 
     @ray.method(concurrency_group="control")
     def info(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id(),
+                "node_id": ray.get_runtime_context().get_node_id(), "listener": self.listener(),
                 "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id,
                 "log_dir": str(self.replica_manager.log_dir), "recovered_partitions": self.recovered,
                 "rss_mb": rss_mb(), "requests": self._count()}
 
     def _count(self, *apis: str) -> dict[str, int]:
-        """Count requests served, per API; the counts so far."""
-        with self._requests_lock:
-            self._requests.update(apis)
-            return dict(self._requests)
+        """Count requests served, per API (the listener's and the controller's); the counts so far."""
+        return self.server.count(*apis)
 
     @ray.method(concurrency_group="control")
     def zk_session(self) -> tuple[int, bytes]:
@@ -256,8 +276,11 @@ class BrokerActor:
         """Stop fetching, checkpoint the high watermarks, and close the controller's and our ZooKeeper
         sessions so ephemerals go at once."""
         self._stopped.set()
-        self.fetchers.shutdown()
-        self.replica_manager.checkpoint_high_watermarks()
+        self.config_changes.stop()
+        self._on_loop_await(self.fetchers.shutdown())
+        self._on_loop_await(self.server.stop())
+        self._on_loop(self.replica_manager.checkpoint_high_watermarks)
+        self.isr.close()
         try:
             ray.get(self.controller.shutdown.remote(), timeout=10)
         except Exception:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
 
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 
@@ -26,40 +27,53 @@ from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class IsrManager:
+    """ISR writes go one at a time on a thread of their own (ZooKeeper calls block); what a partition
+    is and becomes is read and applied on the broker's event loop, through `on_loop`."""
+
     def __init__(self, broker_id: int, zk: KrayZkClient, replica_manager: ReplicaManager,
-                 is_alive: Callable[[int], bool] = lambda broker_id: True):
-        self.broker_id, self.zk, self.rm = broker_id, zk, replica_manager
+                 on_loop: Callable[[Callable[[], T]], T], is_alive: Callable[[int], bool] = lambda broker_id: True):
+        self.broker_id, self.zk, self.rm, self.on_loop = broker_id, zk, replica_manager, on_loop
         self.is_alive = is_alive  # whether the metadata cache has the broker alive
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
-        self._writing = threading.Lock()  # one ISR change at a time: two at once would fence each other
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"isr-writer-{broker_id}")  # one change at a time:
+        # two at once would fence each other
 
     def shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
-        for tp in self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms):
-            self._change(tp, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms), "Shrinking")
+        """Kafka's isr-expiration task (from the scheduler's thread)."""
+        last_fetch = lambda r: self.rm.last_fetch_ms.get(r, 0)  # noqa: E731
+        for tp in self.on_loop(lambda: self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms)):
+            self._writer.submit(self._change, tp, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms,
+                                                                            last_fetch), "Shrinking").result()
 
     def expand(self, partitions: list[TopicPartition], replica_id: int) -> None:
-        """Take a caught-up follower back, if it is alive: a fetch that was long-polling here when its
-        broker died must not bring a dead broker into the ISR (KIP-841's check)."""
+        """Take a caught-up follower back, if it is alive (a fetch that was long-polling here when its
+        broker died must not bring a dead broker into the ISR: KIP-841's check). Called on the loop:
+        the writes go on the writer's thread."""
         if not self.is_alive(replica_id):
             return
         for tp in partitions:
-            self._change(tp, lambda p: p.isr_to_expand(replica_id), "Expanding", joining=replica_id)
+            self._writer.submit(self._change, tp, lambda p: p.isr_to_expand(replica_id), "Expanding", replica_id)
 
     def _change(self, tp: TopicPartition, new_isr, verb: str, joining: int | None = None) -> None:
         """Write `new_isr(partition)` (computed again here, on the state the previous change left); with
         `joining`, only while that broker is registered."""
-        with self._writing:
-            partition = self.rm.partition(tp)
+        try:
+            partition = self.on_loop(lambda: self.rm.partition(tp))
             if partition is None:
                 return
-            with partition.changed:  # the ISR and the state it was computed from, together
-                isr, state = new_isr(partition), partition.state
+            isr, state = self.on_loop(lambda: (new_isr(partition), partition.state))
             if isr is not None:
                 self._write(tp, partition, state, isr, verb, joining)
+        except Exception:  # a ZooKeeper hiccup: the next fetch or check tries again
+            log.exception("[Partition %s broker=%d] %s ISR failed", tp, self.broker_id, verb)
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=False, cancel_futures=True)
 
     def _write(self, tp: TopicPartition, partition, state, isr: tuple[int, ...], verb: str,
                joining: int | None) -> None:
@@ -71,12 +85,12 @@ class IsrManager:
                      tp, self.broker_id, ",".join(map(str, state.isr)), joining)
             return
         except (BadVersionError, NoNodeError):
-            if partition.stop_leading(state.leader_epoch):
+            if self.on_loop(lambda: partition.stop_leading(state.leader_epoch)):
                 log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
                             "updating the ISR, and no longer acting as leader until a LeaderAndIsr arrives",
                             tp, self.broker_id, state.zk_version)
             return
-        partition.update_isr(isr, stat.version, state.leader_epoch)
+        self.on_loop(lambda: partition.update_isr(isr, stat.version, state.leader_epoch))
         log.info("[Partition %s broker=%d] %s ISR from %s to %s; zkVersion updated to %d", tp, self.broker_id, verb,
                  ",".join(map(str, state.isr)), ",".join(map(str, isr)), stat.version)
         with self._lock:

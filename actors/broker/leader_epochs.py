@@ -51,6 +51,18 @@ class LeaderEpochCache:
             self.entries = kept
             self.dirty = True
 
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at start_offset (retention): epochs that ended before it go, and the one
+        it falls in starts there (Kafka's truncateFromStart)."""
+        below = [i for i, (_, o) in enumerate(self.entries) if o <= start_offset]
+        if not below:
+            return
+        keep = below[-1]
+        kept = [(self.entries[keep][0], start_offset)] + self.entries[keep + 1:]
+        if kept != self.entries:
+            self.entries = kept
+            self.dirty = True
+
     def flush(self) -> None:
         if self.dirty and self.path is not None:
             write_checkpoint(self.path, self.entries)

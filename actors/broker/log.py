@@ -1,22 +1,24 @@
-"""A replica's log on the broker's local disk: segment files of CRC-checked records.
+"""A replica's log on the broker's local disk, in Kafka's layout: segment files of v2 record batches
+exactly as producers sent them (the leader patched only their offsets and epoch), each with a
+sparse offset index.
 
-    <log dir>/<topic>-<partition>/00000000000000000000.log   records from offset 0
-                                 /00000000000000001234.log   the next segment, from 1234
+    <log dir>/<topic>-<partition>/00000000000000000000.log     batches from offset 0
+                                 /00000000000000000000.index   Kafka's .index: (relative offset, position)
+                                 /00000000000000001234.log     the next segment, from 1234 ...
                                  /leader-epoch-checkpoint
 
-A segment is rolled when it reaches `segment_bytes`. Each segment keeps a sparse
-in-memory index, as Kafka's `.index` file: one (offset, byte position) entry each
-time `index_interval_bytes` have been appended since the last one, so that memory
-does not grow with the number of records; a read or a truncation scans forward
-from the entry at or below its offset. Opening recovers the log by reading every
-segment a chunk at a time, rebuilding the index, and truncates at the first entry
-that is cut short, fails its CRC or breaks the offset sequence (later segments go
-too); `recovery` then says what was cut. Writes reach the operating system at once
-(flush, no fsync: Kafka's default leaves durability to replication).
+How it fails: opening recovers the log by reading every segment a chunk at a time and checking
+every batch (length, magic, CRC-32C, offsets following on); it truncates at the first batch that is
+cut short or bad, drops later segments, says what it cut in `recovery`, and rewrites the indexes.
+Writes reach the operating system at once (no fsync: Kafka's default leaves durability to
+replication), so a killed broker loses nothing acknowledged by its followers.
 
-The newest records (about TAIL_BYTES) are also kept decoded in memory, where Kafka has the page
-cache: followers and consumers read just behind the log end, and decoding the file from the index
-entry below each read was most of a leader's work in serving fetches.
+A segment is rolled when the next batch would not fit in `segment_bytes`. An index entry is added
+each time `index_interval_bytes` were appended since the last one (Kafka's index.interval.bytes),
+naming a batch's last offset and where that batch starts; a read looks up the entry at or below
+its offset and walks batch headers from there. Reads return whole batches as bytes: no record is
+decoded on the produce, replicate or fetch path. Retention deletes whole segments (and with them
+the log start offset moves), never the active one.
 """
 from __future__ import annotations
 
@@ -24,72 +26,108 @@ import bisect
 import logging
 import os
 import shutil
+import struct
 from array import array
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
-from actors.broker import records
+from actors.broker import batches
+from actors.broker.batches import BATCH_OVERHEAD, BatchHeader
 from actors.broker.leader_epochs import LeaderEpochCache
-from actors.broker.records import Record
 from coordination.errors import KrayError, OffsetOutOfRangeException
 
 log = logging.getLogger(__name__)
 
-SEGMENT_SUFFIX = ".log"
+SEGMENT_SUFFIX, INDEX_SUFFIX = ".log", ".index"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
-READ_CHUNK_BYTES = 1 << 20  # reading a whole log through: recovery, producer state
-TAIL_BYTES = 2 * INDEX_INTERVAL_BYTES  # the newest records kept decoded (up to twice this between trims)
+READ_CHUNK_BYTES = 1 << 20  # reading a log through: recovery, producer state, timestamps
+_INDEX_ENTRY = struct.Struct(">ii")
 
 
-@dataclass
+class LogAppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    headers: list[BatchHeader]  # as stored (offsets and epochs given)
+
+
+def segment_name(base_offset: int, suffix: str = SEGMENT_SUFFIX) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
 class Segment:
-    base_offset: int
-    path: Path
-    next_offset: int
-    size: int = 0
-    index_offsets: array = field(default_factory=lambda: array("q"))  # sparse index: an offset ...
-    index_positions: array = field(default_factory=lambda: array("q"))  # ... and where its record starts
-    unindexed_bytes: int = 0  # appended since the last index entry
+    """One .log file and its sparse index (in memory, mirrored in the .index file)."""
 
-    def appended(self, length: int, index_interval_bytes: int) -> None:
-        """One more record of `length` bytes at the end; indexed when enough bytes passed unindexed."""
-        if self.unindexed_bytes >= index_interval_bytes:
-            self.index_offsets.append(self.next_offset)
-            self.index_positions.append(self.size)
+    def __init__(self, directory: Path, base_offset: int):
+        self.base_offset = self.next_offset = base_offset
+        self.path = directory / segment_name(base_offset)
+        self.index_path = directory / segment_name(base_offset, INDEX_SUFFIX)
+        self.size = 0
+        self.max_timestamp = -1
+        self.index_offsets = array("q")  # a batch's last offset ...
+        self.index_positions = array("q")  # ... and where that batch starts
+        self.unindexed_bytes = 0  # appended since the last index entry
+        self._read_fd: int | None = None
+
+    def pread(self, position: int, length: int) -> bytes:
+        if self._read_fd is None:
+            self._read_fd = os.open(self.path, os.O_RDONLY)
+        return os.pread(self._read_fd, length, position)
+
+    def appended(self, header: BatchHeader, position: int, index_interval_bytes: int) -> bytes:
+        """Account for a batch written at `position`; the .index entry to write, if one is due."""
+        entry = b""
+        if self.unindexed_bytes > index_interval_bytes:
+            self.index_offsets.append(header.last_offset)
+            self.index_positions.append(position)
             self.unindexed_bytes = 0
-        self.unindexed_bytes += length
-        self.size += length
-        self.next_offset += 1
+            entry = _INDEX_ENTRY.pack(header.last_offset - self.base_offset, position)
+        self.unindexed_bytes += header.size
+        self.size = position + header.size
+        self.next_offset = header.last_offset + 1
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        return entry
 
-    def lookup(self, offset: int) -> tuple[int, int, int]:
-        """(an offset at or below `offset`, its position, a position the record at `offset` ends at or
-        before: the next entry's, or the segment's size): the bytes to scan for it."""
+    def headers(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from byte `start`, reading a chunk at a time."""
+        stop = self.size if stop is None else stop
+        while start < stop:
+            chunk = self.pread(start, min(READ_CHUNK_BYTES, stop - start))
+            last = start
+            for pos, header in _headers_in(chunk):
+                last = start + pos + header.size
+                yield start + pos, header
+            if last == start:  # a batch larger than a chunk: read its header alone
+                header = batches.read_header(self.pread(start, BATCH_OVERHEAD))
+                yield start, header
+                last = start + header.size
+            start = last
+
+    def position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Where the batch holding `offset` starts (the first whose last offset reaches it)."""
         i = bisect.bisect_right(self.index_offsets, offset)
-        floor = (self.index_offsets[i - 1], self.index_positions[i - 1]) if i else (self.base_offset, 0)
-        return *floor, self.index_positions[i] if i < len(self.index_positions) else self.size
+        start = self.index_positions[i - 1] if i else 0
+        for pos, header in self.headers(start):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
 
-    def decode(self, start: int, stop: int, expected_offset: int) -> records.Decoded:
-        with open(self.path, "rb") as f:
-            f.seek(start)
-            return records.decode(f.read(stop - start), expected_offset)
-
-    def truncate(self, offset: int) -> None:
-        """Keep the records below `offset` (within this segment)."""
-        floor, start, stop = self.lookup(offset)
-        decoded = self.decode(start, stop, floor)
-        if decoded.error is not None:
-            raise KrayError(f"{self.path}: cannot truncate at offset {offset}: {decoded.error}")
-        size = start + decoded.positions[offset - floor] if offset - floor < len(decoded.positions) else stop
-        os.truncate(self.path, size)
-        keep = bisect.bisect_left(self.index_offsets, offset)
-        del self.index_offsets[keep:], self.index_positions[keep:]
-        self.unindexed_bytes = size - (self.index_positions[-1] if keep else 0)
-        self.size, self.next_offset = size, offset
+    def close(self) -> None:
+        if self._read_fd is not None:
+            os.close(self._read_fd)
+            self._read_fd = None
 
 
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+def _headers_in(buf: bytes) -> Iterator[tuple[int, BatchHeader]]:
+    """Batch headers in a chunk, the last batch possibly cut by the chunk's end."""
+    pos, end = 0, len(buf)
+    while end - pos >= BATCH_OVERHEAD:
+        header = batches.read_header(buf, pos)
+        if header.batch_length < BATCH_OVERHEAD - batches.LOG_OVERHEAD:
+            return
+        yield pos, header
+        pos += header.size
 
 
 class Log:
@@ -105,10 +143,8 @@ class Log:
         for epoch, offset in self._recover():  # what the checkpoint may have missed
             self.leader_epochs.assign(epoch, offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
-        self._file = open(self.segments[-1].path, "ab")
-        self._tail: list[Record] = []  # the records just below the log end, oldest first
-        self._tail_sizes: list[int] = []  # each one's entry size
-        self._tail_bytes = 0
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self._open_active()
 
     # -- offsets -------------------------------------------------------------
 
@@ -120,140 +156,214 @@ class Log:
     def log_end_offset(self) -> int:
         return self.segments[-1].next_offset
 
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
     # -- writes --------------------------------------------------------------
 
-    def append_as_leader(self, batch: list[Record], leader_epoch: int) -> tuple[int, int]:
-        """Append records at the log end under `leader_epoch`, giving them their offsets (whatever
-        offset and epoch they carried); the offsets of the first and last record."""
+    def append_as_leader(self, batch: bytes, leader_epoch: int) -> LogAppendInfo:
+        """Append one validated batch at the log end, giving it its offsets and `leader_epoch`."""
         first = self.log_end_offset
+        header = batches.read_header(batch)._replace(base_offset=first, partition_leader_epoch=leader_epoch)
         self.leader_epochs.assign(leader_epoch, first)
-        self._write([r._replace(offset=first + i, leader_epoch=leader_epoch) for i, r in enumerate(batch)])
-        return first, first + len(batch) - 1
+        self._write(batches.assign_offsets(batch, first, leader_epoch), [header])
+        return LogAppendInfo(first, header.last_offset, header.max_timestamp, [header])
 
-    def append(self, batch: list[Record]) -> None:
-        """Append records that carry their offsets (a follower copying its leader); they must
-        continue the log without a gap."""
-        if not batch:
-            return
-        if batch[0].offset != self.log_end_offset:
-            raise KrayError(f"{self.dir.name}: append at offset {batch[0].offset}, log end is {self.log_end_offset}")
-        epochs = self.leader_epochs
-        for r in batch:
-            if r.leader_epoch > epochs.latest_epoch:
-                epochs.assign(r.leader_epoch, r.offset)
-        self._write(batch)
+    def append_as_follower(self, records) -> LogAppendInfo | None:
+        """Append a leader's batches as they are (with their offsets); they must continue the log."""
+        headers = batches.validate_fetched(records)
+        if not headers:
+            return None
+        if headers[0].base_offset != self.log_end_offset:
+            raise KrayError(f"{self.dir.name}: append at offset {headers[0].base_offset}, log end is "
+                            f"{self.log_end_offset}")
+        for h in headers:
+            if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
+        self._write(bytes(records[:sum(h.size for h in headers)]), headers)
+        return LogAppendInfo(headers[0].base_offset, headers[-1].last_offset,
+                             max(h.max_timestamp for h in headers), headers)
 
-    def _write(self, batch: list[Record]) -> None:
-        """Append records at the log end: one write per segment they reach, indexed as they go, and
-        kept in the tail."""
-        entries = [records.encode(r) for r in batch]
-        start = 0
-        while start < len(entries):
-            segment = self.segments[-1]
-            if segment.size >= self.segment_bytes:
-                segment = self._roll()
-            end = start
-            while end < len(entries) and segment.size < self.segment_bytes:
-                segment.appended(len(entries[end]), self.index_interval_bytes)
-                end += 1
-            self._file.write(b"".join(entries[start:end]))
-            start = end
-        self._file.flush()
-        sizes = [len(e) for e in entries]
-        self._tail += batch
-        self._tail_sizes += sizes
-        self._tail_bytes += sum(sizes)
-        if self._tail_bytes > 2 * TAIL_BYTES:  # trimmed now and then, not on every append
-            drop = 0
-            while self._tail_bytes > TAIL_BYTES:
-                self._tail_bytes -= self._tail_sizes[drop]
-                drop += 1
-            del self._tail[:drop], self._tail_sizes[:drop]
+    def _write(self, data, headers: list[BatchHeader]) -> None:
+        segment = self.segments[-1]
+        if segment.size and segment.size + len(data) > self.segment_bytes:
+            segment = self._roll()
+        position, entries = segment.size, []
+        for h in headers:
+            entries.append(segment.appended(h, position, self.index_interval_bytes))
+            position += h.size
+        os.write(self._fd, data)
+        index = b"".join(entries)
+        if index:
+            os.write(self._index_fd, index)
+
+    def _roll(self) -> Segment:
+        self._close_active()
+        self.segments.append(Segment(self.dir, self.log_end_offset))
+        self._open_active()
+        return self.segments[-1]
 
     def truncate_to(self, offset: int) -> None:
-        """Drop every record at or after `offset` (a follower discarding what its leader never had)."""
+        """Drop every batch whose last offset is at or past `offset` (a follower discarding what its
+        leader never had): the log then ends where the first dropped batch started, which is `offset`
+        itself when it falls between batches, as truncation points do."""
         if offset >= self.log_end_offset:
             return
         offset = max(offset, self.log_start_offset)
-        keep = max(0, len(self._tail) - (self.log_end_offset - offset))
-        self._tail_bytes -= sum(self._tail_sizes[keep:])
-        del self._tail[keep:], self._tail_sizes[keep:]
-        self._file.close()
+        self._close_active()
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            self.segments.pop().path.unlink()
-        self.segments[-1].truncate(offset)
-        self._file = open(self.segments[-1].path, "ab")
-        self.leader_epochs.truncate_from_end(offset)
-        log.info("Truncated log %s to offset %d", self.dir.name, offset)
+            self._delete_segment(self.segments.pop())
+        segment = self.segments[-1]
+        found = segment.position_of(offset)
+        if found is not None:
+            keep_bytes = found[0]
+            kept = [(pos, h) for pos, h in segment.headers(0, keep_bytes)]
+            os.truncate(segment.path, keep_bytes)
+            fresh = Segment(self.dir, segment.base_offset)
+            segment.close()
+            self.segments[-1] = fresh
+            self._rewrite_index(fresh, kept)
+        self._open_active()
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        log.info("Truncated log %s to offset %d", self.dir.name, self.log_end_offset)
 
-    def _roll(self) -> Segment:
-        self._file.close()
-        segment = Segment(self.log_end_offset, self.dir / segment_name(self.log_end_offset), self.log_end_offset)
-        segment.path.touch()
-        self.segments.append(segment)
-        self._file = open(segment.path, "ab")
-        return segment
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Kafka's truncateFullyAndStartAt: an empty log from `offset` (a follower whose leader's log
+        starts past all of this one)."""
+        self._close_active()
+        for segment in self.segments:
+            self._delete_segment(segment)
+        self.segments = [Segment(self.dir, offset)]
+        self.segments[0].path.touch()
+        self.leader_epochs.entries, self.leader_epochs.dirty = [], True
+        self._open_active()
+
+    # -- retention -----------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int, retention_ms: int, retention_bytes: int, high_watermark: int) -> int:
+        """Kafka's retention: the oldest segments whose newest batch is older than retention.ms, then as
+        many more as keep the log over retention.bytes (-1 turns either off); only segments wholly
+        below the high watermark, never the active one. How many went."""
+        candidates = [s for s in self.segments[:-1] if s.next_offset <= high_watermark]
+        doomed = 0
+        if retention_ms >= 0:
+            while doomed < len(candidates) and candidates[doomed].max_timestamp < now_ms - retention_ms:
+                doomed += 1
+        if retention_bytes >= 0:
+            excess = self.size_in_bytes - retention_bytes - sum(s.size for s in candidates[:doomed])
+            while doomed < len(candidates) and excess - candidates[doomed].size >= 0:
+                excess -= candidates[doomed].size
+                doomed += 1
+        if doomed:
+            self.delete_segments_below(candidates[doomed - 1].next_offset)
+        return doomed
+
+    def delete_segments_below(self, offset: int) -> int:
+        """Drop the segments that lie wholly below `offset` (retention here, or the leader's log start
+        that a follower follows); the log start offset moves to the first kept segment."""
+        doomed = 0
+        while doomed < len(self.segments) - 1 and self.segments[doomed].next_offset <= offset:
+            doomed += 1
+        for segment in self.segments[:doomed]:
+            self._delete_segment(segment)
+        del self.segments[:doomed]
+        if doomed:
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
+            log.info("Deleted %d segments of log %s: it starts at offset %d", doomed, self.dir.name,
+                     self.log_start_offset)
+        return doomed
 
     # -- reads ---------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> list[Record]:
-        """Records from `offset`: whole records within `max_bytes` (always the first one, as Kafka's
-        KIP-74), and only below `max_offset` when given (a consumer reads below the high watermark)."""
-        if offset < self.log_start_offset or offset > self.log_end_offset:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding `offset`, within `max_bytes` but always the first (KIP-74),
+        and only batches wholly below `max_offset` when given (consumers read below the high
+        watermark). Empty at the log end."""
+        if not self.log_start_offset <= offset <= self.log_end_offset:
             raise OffsetOutOfRangeException(f"offset {offset} is outside {self.dir.name}'s log "
-                                        f"[{self.log_start_offset}, {self.log_end_offset}]")
-        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-        out: list[Record] = []
-        budget = max_bytes
-        first_in_tail = offset - (self.log_end_offset - len(self._tail))
-        if first_in_tail >= 0:  # no file to read
-            for i in range(first_in_tail, len(self._tail)):
-                r, size = self._tail[i], self._tail_sizes[i]
-                if r.offset >= limit or out and size > budget:
-                    break
-                out.append(r)
-                budget -= size
-            return out
-        index = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
-        while offset < limit and (budget > 0 or not out):
-            segment = self.segments[index]
-            if offset >= segment.next_offset:
-                index += 1
+                                            f"[{self.log_start_offset}, {self.log_end_offset}]")
+        i = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
+        while i < len(self.segments) and offset >= self.segments[i].next_offset:
+            i += 1
+        if i >= len(self.segments):
+            return b""
+        segment = self.segments[i]
+        found = segment.position_of(offset)
+        if found is None:
+            return b""
+        start, first = found
+        if max_offset is not None and first.last_offset >= max_offset:
+            return b""
+        buf = segment.pread(start, max(first.size, min(max_bytes, segment.size - start)))
+        end = 0
+        for pos, header in _headers_in(buf):
+            if pos + header.size > len(buf) or max_offset is not None and header.last_offset >= max_offset:
+                break
+            end = pos + header.size
+        return buf[:end]
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """The headers of the batches holding offsets in [start, end), a chunk of the file at a time."""
+        end = self.log_end_offset if end is None else end
+        for segment in self.segments:
+            if segment.next_offset <= start or segment.base_offset >= end:
                 continue
-            floor, start, before = segment.lookup(offset)  # the record at `offset` ends by `before`
-            stop = min(segment.size, before + max(budget, 0))
-            if limit < segment.next_offset:  # records below the limit end by where the record at it may start
-                stop = min(stop, max(before, segment.lookup(limit)[2]))
-            decoded = segment.decode(start, stop, floor)
-            skip = offset - floor
-            if len(decoded.records) <= skip:
-                raise KrayError(f"{segment.path}: unreadable record at offset {offset}")
-            ends = decoded.ends[skip:]
-            first = decoded.positions[skip]
-            got = [r for r, end in zip(decoded.records[skip:], ends)
-                   if r.offset < limit and (end - first <= budget or r.offset == offset and not out)]
-            if not got:  # the next record does not fit
-                break
-            out += got
-            offset += len(got)
-            budget -= ends[len(got) - 1] - first
-            if offset < min(limit, segment.next_offset):  # the budget ended inside this segment
-                break
-        return out
+            for _, header in segment.headers():
+                if header.last_offset >= start and header.base_offset < end:
+                    yield header
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time: (offset, timestamp) of the first record at or after `timestamp`."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            for pos, header in segment.headers():
+                if header.max_timestamp >= timestamp:
+                    for record in batches.decode_records(segment.pread(pos, header.size)):
+                        if record.timestamp >= timestamp:
+                            return record.offset, record.timestamp
+        return None
 
     # -- life cycle ----------------------------------------------------------
 
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.leader_epochs.flush()
+
     def close(self) -> None:
-        self._file.close()
+        self._close_active()
+        for segment in self.segments:
+            segment.close()
         self.leader_epochs.flush()
 
     def delete(self) -> None:
         """Remove the log from disk (StopReplica with delete)."""
-        self._file.close()
+        self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def _open_active(self) -> None:
+        segment = self.segments[-1]
+        self._fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._index_fd = os.open(segment.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _close_active(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+            os.close(self._index_fd)
+            self._fd = self._index_fd = None
+
+    def _delete_segment(self, segment: Segment) -> None:
+        segment.close()
+        segment.path.unlink(missing_ok=True)
+        segment.index_path.unlink(missing_ok=True)
+
+    def _rewrite_index(self, segment: Segment, kept: list[tuple[int, BatchHeader]]) -> None:
+        entries = [segment.appended(h, pos, self.index_interval_bytes) for pos, h in kept]
+        segment.index_path.write_bytes(b"".join(entries))
+
     def _recover(self) -> list[tuple[int, int]]:
-        """Read every segment, cut at the first bad entry; returns where each leader epoch starts."""
+        """Check every segment, cut at the first bad batch; returns where each leader epoch starts."""
         epochs: list[tuple[int, int]] = []
         paths = sorted(self.dir.glob(f"*{SEGMENT_SUFFIX}"))
         expected = int(paths[0].stem) if paths else 0
@@ -262,42 +372,52 @@ class Log:
             if base != expected:
                 self._cut(paths[i:], f"segment {path.name} starts at {base}, expected {expected}")
                 break
-            segment = Segment(base, path, base)
+            segment = Segment(self.dir, base)
             self.segments.append(segment)
-            error = self._reindex(segment, epochs)
+            kept, error = self._check_segment(segment, path.stat().st_size)
+            for _, h in kept:
+                if not epochs or h.partition_leader_epoch > epochs[-1][0]:
+                    epochs.append((h.partition_leader_epoch, h.base_offset))
+            self._rewrite_index(segment, kept)
             expected = segment.next_offset
             if error is not None:
                 os.truncate(path, segment.size)
                 self._cut(paths[i + 1:], f"{path.name}: {error}")
                 break
         if not self.segments:
-            self.segments.append(Segment(expected, self.dir / segment_name(expected), expected))
+            self.segments.append(Segment(self.dir, expected))
             self.segments[0].path.touch()
         return epochs
 
-    def _reindex(self, segment: Segment, epochs: list[tuple[int, int]]) -> str | None:
-        """Index a segment's good entries a chunk at a time (an entry cut by a chunk's end is read
-        again with the next), noting where leader epochs start; why it stopped early, if it did."""
-        with open(segment.path, "rb") as f:
-            file_size, pending = os.fstat(f.fileno()).st_size, b""
-            while True:
-                chunk = f.read(READ_CHUNK_BYTES)
-                buffer = pending + chunk
-                decoded = records.decode(buffer, segment.next_offset)
-                for r, start, end in zip(decoded.records, decoded.positions, decoded.ends):
-                    if not epochs or r.leader_epoch > epochs[-1][0]:
-                        epochs.append((r.leader_epoch, r.offset))
-                    segment.appended(end - start, self.index_interval_bytes)
-                pending = buffer[decoded.valid_bytes:]
-                if decoded.error is None and not chunk:
-                    return None
-                claimed = records.claimed_bytes(pending) if decoded.cut else None
-                if decoded.error is not None and not (decoded.cut and chunk) \
-                        or claimed is not None and segment.size + claimed > file_size:  # a corrupted length
-                    return decoded.error
+    def _check_segment(self, segment: Segment, file_size: int) -> tuple[list[tuple[int, BatchHeader]], str | None]:
+        """The good batches of a segment file, and why reading stopped early, if it did."""
+        kept: list[tuple[int, BatchHeader]] = []
+        position, expected = 0, segment.base_offset
+        while position < file_size:
+            chunk = segment.pread(position, max(READ_CHUNK_BYTES, BATCH_OVERHEAD))
+            if len(chunk) < BATCH_OVERHEAD:
+                return kept, f"truncated batch header at byte {position}"
+            header = batches.read_header(chunk)
+            if header.batch_length < BATCH_OVERHEAD - batches.LOG_OVERHEAD or position + header.size > file_size:
+                return kept, f"batch at byte {position} claims {header.batch_length} bytes"
+            if header.size > len(chunk):
+                chunk = segment.pread(position, header.size)
+            for pos, h in batches.iter_batches(chunk):
+                try:
+                    batches.check(chunk, pos, h)
+                except KrayError as e:
+                    return kept, str(e)
+                if h.base_offset != expected:
+                    return kept, f"batch at byte {position + pos} has offset {h.base_offset}, expected {expected}"
+                kept.append((position + pos, h))
+                segment.size, segment.next_offset = position + pos + h.size, h.last_offset + 1
+                expected = h.last_offset + 1
+            position = segment.size
+        return kept, None
 
     def _cut(self, later: list[Path], reason: str) -> None:
         for path in later:
             path.unlink()
+            path.with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
         self.recovery = f"truncated at offset {self.segments[-1].next_offset if self.segments else 0}: {reason}"
         log.warning("Recovered log %s: %s", self.dir.name, self.recovery)

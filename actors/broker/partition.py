@@ -1,19 +1,23 @@
 """One replica of a partition on a broker: its log, its role, its high watermark, and as leader
 what it knows of its followers and of idempotent producers (Kafka's Partition).
 
-No Ray and no ZooKeeper: the broker's shell decides when to call these (a LeaderAndIsr,
-a produce, a follower's fetch, the ISR check), writes ISR changes to ZooKeeper and
-sends fetches. A Condition wakes produce calls waiting for acks=all when the high
-watermark moves, and anything else waiting on the partition.
+Single-threaded: the broker's event loop owns every Partition (no locks). No Ray, no ZooKeeper
+and no sockets: the shell decides when to call these (a LeaderAndIsr, a produce, a follower's
+fetch, the ISR check), writes ISR changes to ZooKeeper and sends fetches. Records stay the v2
+batches the producer sent; only batch headers are read here.
+
+What waits on a partition registers a callback rather than blocking: an acks=all produce waits
+for the high watermark to pass its batch (`await_high_watermark`, Kafka's DelayedProduce), and
+fetches waiting for news hear of every change through `listener` (Kafka's DelayedFetch keys).
 """
 from __future__ import annotations
 
-import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
+from actors.broker import batches
 from actors.broker.log import Log
-from actors.broker.producer_state import ProducerState, find_run
-from actors.broker.records import Record
+from actors.broker.log_config import LogConfig
+from actors.broker.producer_state import ProducerStateManager
 from actors.broker.replication import (
     FollowerState,
     diverging_epoch,
@@ -27,7 +31,6 @@ from coordination.errors import (
     NotEnoughReplicasException,
     NotLeaderOrFollowerException,
     OffsetOutOfRangeException,
-    OutOfOrderSequenceException,
 )
 
 
@@ -43,122 +46,149 @@ class LeaderAndIsrState(NamedTuple):
 
 
 class FetchResult(NamedTuple):
-    records: list[Record]
+    records: bytes
     high_watermark: int
     log_end_offset: int
+    log_start_offset: int
     diverging_epoch: tuple[int, int] | None = None  # KIP-320: where a follower's log left this one
 
 
+class AppendResult(NamedTuple):
+    first_offset: int
+    last_offset: int
+    leader_epoch: int
+    log_start_offset: int
+    term: int  # leader_term at the append: a wait for its acks belongs to this term
+    duplicate: bool = False  # an idempotent retry answered with the offsets it already had
+
+
+HwWaiter = Callable[[Errors], None]
+
+
 class Partition:
-    def __init__(self, topic: str, partition: int, broker_id: int, log: Log, high_watermark_: int = 0):
-        self.topic, self.partition, self.broker_id, self.log = topic, partition, broker_id, log
+    def __init__(self, topic: str, partition: int, broker_id: int, log: Log, config: LogConfig,
+                 high_watermark_: int = 0, listener: Callable[["Partition"], None] = lambda p: None):
+        self.topic, self.partition, self.broker_id, self.log, self.config = topic, partition, broker_id, log, config
         self.state = LeaderAndIsrState(-1, -1, (), (), -1)
-        self.high_watermark = min(high_watermark_, log.log_end_offset)
+        self.high_watermark = max(log.log_start_offset, min(high_watermark_, log.log_end_offset))
         self.followers: dict[int, FollowerState] = {}
         self.leader_epoch_start_offset = 0
-        self.producers = ProducerState(log)
-        self.changed = threading.Condition()  # reentrant: the shell may hold it around a call
-        self.leader_term = 0  # counts the times this replica started leading: a wait belongs to one term
+        self.producers = ProducerStateManager(log)
+        self.leader_term = 0  # counts the times this replica started or stopped leading
         self.stopped = False  # StopReplica: a fetcher still holding this object must leave it alone
+        self.listener = listener  # told of every change a waiting fetch may care about
+        self._hw_waiters: list[tuple[int, int, HwWaiter]] = []  # (offset, term, callback), acks=all produces
 
     @property
     def is_leader(self) -> bool:
         return self.state.leader == self.broker_id
+
+    def _changed(self) -> None:
+        self.listener(self)
+        if self._hw_waiters:
+            self._complete_waiters()
 
     # -- role changes (LeaderAndIsr) -----------------------------------------
 
     def make_leader(self, state: LeaderAndIsrState, now_ms: int) -> None:
         """Kafka's makeLeader: a new epoch starts at the log end; every follower's last caught-up time
         restarts (now for ISR members); a new leader knows no follower's log end until it fetches."""
-        with self.changed:
-            was_leader = self.is_leader
-            self.leader_term += 0 if was_leader else 1
-            self.state = state
-            self.leader_epoch_start_offset = self.log.log_end_offset
-            self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
-            self.followers = {
-                r: FollowerState(log_end_offset=self.followers[r].log_end_offset
-                                 if was_leader and r in self.followers else -1,
-                                 last_caught_up_ms=now_ms if r in state.isr else 0)
-                for r in state.replicas if r != self.broker_id}
-            self._advance_high_watermark()
-            self.changed.notify_all()
+        was_leader = self.is_leader
+        self.leader_term += 0 if was_leader else 1
+        self.state = state
+        self.leader_epoch_start_offset = self.log.log_end_offset
+        self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
+        self.followers = {
+            r: FollowerState(log_end_offset=self.followers[r].log_end_offset if was_leader and r in self.followers
+                             else -1, last_caught_up_ms=now_ms if r in state.isr else 0)
+            for r in state.replicas if r != self.broker_id}
+        self._advance_high_watermark()
+        self._changed()
 
     def make_follower(self, state: LeaderAndIsrState) -> None:
         """Kafka's makeFollower: record the new leader; the fetcher truncates and then fetches."""
-        with self.changed:
-            self.leader_term += 1 if self.is_leader else 0
-            self.state = state
-            self.followers = {}
-            self.changed.notify_all()  # waiting produce calls learn they are no longer leader
+        self.leader_term += 1 if self.is_leader else 0
+        self.state = state
+        self.followers = {}
+        self._changed()  # waiting produces learn they are no longer leader
 
     def stop_leading(self, leader_epoch: int) -> bool:
         """This leader's ISR write found a newer partition state in ZooKeeper: someone else (a new
         controller's election) has moved on, so stop serving as leader until a LeaderAndIsr says
         otherwise. Ignored when a LeaderAndIsr for another epoch arrived meanwhile."""
-        with self.changed:
-            if not self.is_leader or self.state.leader_epoch != leader_epoch:
-                return False
-            self.leader_term += 1
-            self.state = self.state._replace(leader=-1)
-            self.followers = {}
-            self.changed.notify_all()
-            return True
+        if not self.is_leader or self.state.leader_epoch != leader_epoch:
+            return False
+        self.leader_term += 1
+        self.state = self.state._replace(leader=-1)
+        self.followers = {}
+        self._changed()
+        return True
 
     def update_isr(self, isr: tuple[int, ...], zk_version: int, leader_epoch: int | None = None) -> None:
         """The leader's own ISR change, once ZooKeeper has it (ignored if a LeaderAndIsr for another
         leader epoch came in meanwhile)."""
-        with self.changed:
-            if leader_epoch is not None and leader_epoch != self.state.leader_epoch:
-                return
-            self.state = self.state._replace(isr=isr, zk_version=zk_version)
-            self._advance_high_watermark()
-            self.changed.notify_all()
+        if leader_epoch is not None and leader_epoch != self.state.leader_epoch:
+            return
+        self.state = self.state._replace(isr=isr, zk_version=zk_version)
+        self._advance_high_watermark()
+        self._changed()
+
+    def stop(self) -> None:
+        """StopReplica: no more leading or following through this object."""
+        self.stopped = True
+        self.leader_term += 1 if self.is_leader else 0
+        self.state = self.state._replace(leader=-1)
+        self.followers = {}
+        self._changed()
 
     # -- leader: produce -----------------------------------------------------
 
-    def append_as_leader(self, batch: list[Record], required_acks: int, min_insync_replicas: int) -> tuple[int, int]:
-        """Append a producer's records; (first offset, last offset). A retried idempotent batch
-        (its sequence already in the log) gets its original offsets back and is not appended twice."""
-        with self.changed:
-            if not self.is_leader:
-                raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
-            if required_acks == -1 and len(self.state.isr) < min_insync_replicas:
-                raise NotEnoughReplicasException(
-                    f"{self.topic}-{self.partition}: ISR {list(self.state.isr)} is smaller than "
-                    f"min.insync.replicas={min_insync_replicas}")
-            first, last = batch[0], batch[-1]
-            runs = self.producers.get(first.producer_id)
-            if runs:
-                known = find_run(runs, first.sequence, last.sequence)
-                if known is not None:  # a retry of what is already in the log
-                    return known
-                if first.sequence != runs[-1][1] + 1:
-                    raise OutOfOrderSequenceException(
-                        f"producer {first.producer_id}: sequence {first.sequence} after {runs[-1][1]}")
-            offsets = self.log.append_as_leader(batch, self.state.leader_epoch)
-            self.producers.append(first.producer_id, first.sequence, last.sequence, offsets[0])
-            self._advance_high_watermark()
-            self.changed.notify_all()
-            return offsets
+    def append_as_leader(self, records: bytes, required_acks: int) -> AppendResult:
+        """Append a producer's batch as sent, giving it its offsets and this leader's epoch. A retried
+        idempotent batch (the same sequences already in the log) gets its original offsets back."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+        if required_acks == -1 and len(self.state.isr) < self.config.min_insync_replicas:
+            raise NotEnoughReplicasException(
+                f"{self.topic}-{self.partition}: ISR {list(self.state.isr)} is smaller than "
+                f"min.insync.replicas={self.config.min_insync_replicas}")
+        header = batches.validate_produce(records, self.config.max_message_bytes)
+        epoch = self.state.leader_epoch
+        duplicate = self.producers.check(header)
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset, epoch, self.log.log_start_offset,
+                                self.leader_term, duplicate=True)
+        info = self.log.append_as_leader(records, epoch)
+        self.producers.update(header._replace(base_offset=info.first_offset, partition_leader_epoch=epoch))
+        self._advance_high_watermark()
+        self._changed()
+        return AppendResult(info.first_offset, info.last_offset, epoch, self.log.log_start_offset, self.leader_term)
 
-    def wait_for_high_watermark(self, offset: int, timeout_s: float, min_insync_replicas: int = 1,
-                                term: int | None = None) -> Errors:
-        """acks=all: block until the high watermark passes `offset` (the ISR has the record), as Kafka's
-        DelayedProduce: NOT_LEADER_OR_FOLLOWER if this broker stopped leading meanwhile (even if it
-        leads again: the record may have been truncated), NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR
-        that has it is smaller than min.insync.replicas. `term` is leader_term when it was appended."""
-        with self.changed:
-            term = self.leader_term if term is None else term
-            lost = lambda: not self.is_leader or self.leader_term != term  # noqa: E731
-            done = self.changed.wait_for(lambda: self.high_watermark > offset or lost(), timeout_s)
-            if lost():
-                return Errors.NOT_LEADER_OR_FOLLOWER
-            if not done:
-                return Errors.REQUEST_TIMED_OUT
-            if len(self.state.isr) < min_insync_replicas:
-                return Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            return Errors.NONE
+    def await_high_watermark(self, offset: int, term: int, callback: HwWaiter) -> None:
+        """acks=all: `callback(error)` once the high watermark passes `offset` (the ISR has the batch),
+        as Kafka's DelayedProduce: NOT_LEADER_OR_FOLLOWER if this broker stopped leading after the
+        append in `term` (even if it leads again: the batch may have been truncated),
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that has it is smaller than min.insync.replicas."""
+        self._hw_waiters.append((offset, term, callback))
+        self._complete_waiters()
+
+    def forget_waiter(self, callback: HwWaiter) -> None:
+        """A produce that timed out stops waiting."""
+        self._hw_waiters = [w for w in self._hw_waiters if w[2] is not callback]
+
+    def _complete_waiters(self) -> None:
+        done, waiting = [], []
+        for offset, term, callback in self._hw_waiters:
+            if not self.is_leader or self.leader_term != term:
+                done.append((callback, Errors.NOT_LEADER_OR_FOLLOWER))
+            elif self.high_watermark > offset:
+                done.append((callback, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                             if len(self.state.isr) < self.config.min_insync_replicas else Errors.NONE))
+            else:
+                waiting.append((offset, term, callback))
+        self._hw_waiters = waiting
+        for callback, error in done:
+            callback(error)
 
     # -- leader: follower fetches and the ISR --------------------------------
 
@@ -166,51 +196,59 @@ class Partition:
                            last_fetched_epoch: int = -1) -> FetchResult:
         """A follower fetching from `fetch_offset` has everything below it: update what the leader
         knows of it, advance the high watermark, and hand it what follows. A fetch that names the
-        epoch of the follower's last record (KIP-320) is checked against this log first: if they
+        epoch of the follower's last batch (KIP-320) is checked against this log first: if they
         diverged it gets where to truncate instead, and counts for nothing (as in Kafka)."""
-        with self.changed:
-            if not self.is_leader:
-                raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
-            if last_fetched_epoch >= 0:
-                diverged = diverging_epoch(fetch_offset, last_fetched_epoch, self.log.leader_epochs.end_offset_for(
-                    last_fetched_epoch, self.log.log_end_offset))
-                if diverged is not None:
-                    return FetchResult([], self.high_watermark, self.log.log_end_offset, diverged)
-            if not self.log.log_start_offset <= fetch_offset <= self.log.log_end_offset:
-                raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: follower {replica_id} fetches "
-                                                f"{fetch_offset}, the log ends at {self.log.log_end_offset}")
-            if replica_id in self.followers:
-                self.followers[replica_id] = update_fetch_state(self.followers[replica_id], fetch_offset,
-                                                                self.log.log_end_offset, now_ms)
-                if self._advance_high_watermark():
-                    self.changed.notify_all()
-            return FetchResult(self.log.read(fetch_offset, max_bytes), self.high_watermark, self.log.log_end_offset)
+        if not self.is_leader:
+            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+        log = self.log
+        if last_fetched_epoch >= 0:
+            diverged = diverging_epoch(fetch_offset, last_fetched_epoch,
+                                       log.leader_epochs.end_offset_for(last_fetched_epoch, log.log_end_offset))
+            if diverged is not None:
+                return FetchResult(b"", self.high_watermark, log.log_end_offset, log.log_start_offset, diverged)
+        if not log.log_start_offset <= fetch_offset <= log.log_end_offset:
+            raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: follower {replica_id} fetches "
+                                            f"{fetch_offset}, the log is [{log.log_start_offset}, "
+                                            f"{log.log_end_offset}]")
+        self.follower_fetched(replica_id, fetch_offset, now_ms)
+        return FetchResult(log.read(fetch_offset, max_bytes), self.high_watermark, log.log_end_offset,
+                           log.log_start_offset)
 
-    def follower_is_current(self, replica_id: int, fetch_offset: int, now_ms: int, refresh_ms: int) -> bool:
-        """Whether a fetch from `fetch_offset` would change nothing: the follower had this log's end at a
-        fetch less than `refresh_ms` ago and still has it (read without the lock: an append racing
-        with it wakes the waiting fetch, which then looks again)."""
+    def follower_fetched(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """What a follower's fetch from `fetch_offset` tells the leader (Kafka's updateFollowerFetchState)."""
+        if replica_id in self.followers:
+            self.followers[replica_id] = update_fetch_state(self.followers[replica_id], fetch_offset,
+                                                            self.log.log_end_offset, now_ms)
+            if self._advance_high_watermark():
+                self._changed()
+
+    def follower_is_current(self, replica_id: int, fetch_offset: int) -> bool:
+        """Whether the follower fetching from `fetch_offset` already has this whole log: as long as that
+        holds, every fetch of its session keeps it caught up, and there is nothing to send it."""
         follower = self.followers.get(replica_id)
-        return self.is_leader and follower is not None and now_ms - follower.last_fetch_ms < refresh_ms \
-            and fetch_offset == follower.log_end_offset == self.log.log_end_offset
+        return follower is not None and fetch_offset == follower.log_end_offset == self.log.log_end_offset
 
-    def isr_to_shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> tuple[int, ...] | None:
-        """The ISR without the followers that lag too long, or None when it stays."""
-        with self.changed:
-            if not self.is_leader:
-                return None
-            out = out_of_sync_replicas(self.broker_id, self.state.isr, self.followers, now_ms, replica_lag_time_max_ms)
-            return tuple(r for r in self.state.isr if r not in out) if out else None
+    def isr_to_shrink(self, now_ms: int, replica_lag_time_max_ms: int,
+                      last_session_fetch_ms: Callable[[int], int] = lambda r: 0) -> tuple[int, ...] | None:
+        """The ISR without the followers that lag too long, or None when it stays. A follower that has
+        this whole log was caught up at its session's latest fetch (its fetches leave such partitions
+        unnamed: KIP-227)."""
+        if not self.is_leader:
+            return None
+        leo = self.log.log_end_offset
+        followers = {r: f._replace(last_caught_up_ms=max(f.last_caught_up_ms, last_session_fetch_ms(r)))
+                     if f.log_end_offset >= leo else f for r, f in self.followers.items()}
+        out = out_of_sync_replicas(self.broker_id, self.state.isr, followers, now_ms, replica_lag_time_max_ms)
+        return tuple(r for r in self.state.isr if r not in out) if out else None
 
     def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR with this follower added when it has caught up (checked as it fetches, as Kafka's
         maybeExpandIsr), or None when it stays."""
-        with self.changed:
-            follower = self.followers.get(replica_id)
-            if not self.is_leader or follower is None or replica_id in self.state.isr \
-                    or not in_sync_again(follower, self.high_watermark, self.leader_epoch_start_offset):
-                return None
-            return self.state.isr + (replica_id,)
+        follower = self.followers.get(replica_id)
+        if not self.is_leader or follower is None or replica_id in self.state.isr \
+                or not in_sync_again(follower, self.high_watermark, self.leader_epoch_start_offset):
+            return None
+        return self.state.isr + (replica_id,)
 
     def _advance_high_watermark(self) -> bool:
         if not self.is_leader:
@@ -226,48 +264,58 @@ class Partition:
         """Still a follower in this leader epoch (a fetcher's answer may come after a role change)."""
         return not self.stopped and not self.is_leader and self.state.leader_epoch == leader_epoch
 
-    def append_as_follower(self, batch: list[Record], leader_high_watermark: int, leader_epoch: int) -> bool:
-        with self.changed:
-            if not self.following(leader_epoch):
-                return False
-            self.log.append(batch)
-            for r in batch:
-                self.producers.append(r.producer_id, r.sequence, r.sequence, r.offset)
-            self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
-            return True
+    def append_as_follower(self, records: bytes, leader_high_watermark: int, leader_log_start_offset: int,
+                           leader_epoch: int) -> bool:
+        """Append the leader's batches as they are; the high watermark follows the leader's."""
+        if not self.following(leader_epoch):
+            return False
+        if records:
+            info = self.log.append_as_follower(records)
+            if info is not None:
+                for header in info.headers:
+                    self.producers.update(header)
+        if leader_log_start_offset > self.log.log_start_offset:  # the leader's retention moved it
+            self.log.delete_segments_below(leader_log_start_offset)
+        self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+        return True
 
     def truncate_to(self, offset: int, leader_epoch: int) -> bool:
-        with self.changed:
-            if not self.following(leader_epoch):
-                return False
-            if offset < self.log.log_end_offset:
-                self.log.truncate_to(offset)
-                self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-                self.producers.truncate(self.log, offset)
-            return True
+        if not self.following(leader_epoch):
+            return False
+        if offset < self.log.log_end_offset:
+            self.log.truncate_to(offset)
+            self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+            self.producers.truncate(self.log, self.log.log_end_offset)
+        return True
 
-    def stop(self) -> None:
-        """StopReplica: no more leading or following through this object."""
-        with self.changed:
-            self.stopped = True
-            self.leader_term += 1 if self.is_leader else 0
-            self.state = self.state._replace(leader=-1)
-            self.followers = {}
-            self.changed.notify_all()
+    def truncate_fully_and_start_at(self, offset: int, leader_epoch: int) -> bool:
+        """The leader's log starts beyond this whole log (Kafka's handleOutOfRangeError): start again there."""
+        if not self.following(leader_epoch):
+            return False
+        self.log.truncate_fully_and_start_at(offset)
+        self.high_watermark = offset
+        self.producers.truncate(self.log, offset)
+        return True
 
-    # -- consumers -----------------------------------------------------------
+    # -- consumers and retention ---------------------------------------------
 
     def read_for_consumer(self, offset: int, max_bytes: int) -> FetchResult:
-        """Records below the high watermark only. An offset between the high watermark and the log
+        """Batches below the high watermark only. An offset between the high watermark and the log
         end gets nothing (seed 000: it may have been acknowledged by a previous leader); beyond the
-        log end is OFFSET_OUT_OF_RANGE."""
-        with self.changed:
-            if not self.is_leader:
-                raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
-            if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
-                raise OffsetOutOfRangeException(
-                    f"{self.topic}-{self.partition}: offset {offset} outside [{self.log.log_start_offset}, "
-                    f"{self.log.log_end_offset}]")
-            records = self.log.read(offset, max_bytes, max_offset=self.high_watermark) \
-                if offset < self.high_watermark else []
-            return FetchResult(records, self.high_watermark, self.log.log_end_offset)
+        log end, or below its start, is OFFSET_OUT_OF_RANGE."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+        log = self.log
+        if not log.log_start_offset <= offset <= log.log_end_offset:
+            raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: offset {offset} outside "
+                                            f"[{log.log_start_offset}, {log.log_end_offset}]")
+        records = log.read(offset, max_bytes, max_offset=self.high_watermark) if offset < self.high_watermark else b""
+        return FetchResult(records, self.high_watermark, log.log_end_offset, log.log_start_offset)
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention (retention.ms, retention.bytes): whole segments below the high watermark go."""
+        deleted = self.log.delete_old_segments(now_ms, self.config.retention_ms, self.config.retention_bytes,
+                                               self.high_watermark)
+        if deleted:
+            self.producers.truncate_head(self.log.log_start_offset)
+        return deleted

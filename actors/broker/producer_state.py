@@ -1,71 +1,129 @@
-"""What a replica knows of idempotent producers (Kafka's ProducerStateManager): each producer's
-last runs of appended sequences, so that a retried batch gets its original offsets back and a gap
-in sequences is refused, also on a follower turned leader.
+"""What a replica knows of idempotent producers (Kafka 2.8's ProducerStateManager, without
+transactions): per producer id its epoch and its last five batches, so that a retried batch gets
+its original offsets back and a gap in sequences is refused, also on a follower turned leader.
 
-Appends keep it current; opening a log reads it all. A truncation (a follower discarding what its
-leader never had) replays the log from the latest snapshot at or below the cut: Kafka writes
-snapshot files at segment rolls; here one is kept in memory every `snapshot_interval` offsets,
-so that a truncation reads a few thousand records instead of the whole log."""
+The rules of a leader's append (ProducerAppendInfo.checkProducerEpoch / checkSequence,
+Log.analyzeAndValidateProducerState):
+- a batch from an older epoch than the producer's: INVALID_PRODUCER_EPOCH;
+- a duplicate of one of the cached batches (same epoch, same first and last sequence) is answered
+  with that batch's offsets and not appended again;
+- a new epoch starts at sequence 0, unless the producer is unknown here (its state was lost with
+  retention, or it is new): then any sequence is taken;
+- otherwise the batch must follow the last sequence (wrapping at Int32.MaxValue):
+  OUT_OF_ORDER_SEQUENCE_NUMBER — except a batch whose whole range lies at or below the last
+  sequence yet is not cached: DUPLICATE_SEQUENCE_NUMBER, as Kafka 0.11-1.x answered it and as
+  clients still take it: already delivered.
+
+Appends keep it current (leader and follower alike, from batch headers only); opening a log reads
+every header. A truncation replays from the latest in-memory snapshot at or below the cut (one every
+`snapshot_interval` offsets; Kafka writes snapshot files at segment rolls).
+"""
 from __future__ import annotations
 
-from actors.broker.log import READ_CHUNK_BYTES, Log
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
-Run = tuple[int, int, int]  # first sequence, last sequence, first offset: records appended back to back
-RUNS_KEPT = 5  # Kafka keeps the last five batches of each producer
+from actors.broker.batches import BatchHeader
+from actors.broker.log import Log
+from coordination.errors import (
+    DuplicateSequenceException,
+    InvalidProducerEpochException,
+    OutOfOrderSequenceException,
+)
+
+BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 SNAPSHOT_INTERVAL = 10_000
 SNAPSHOTS_KEPT = 4
+_INT32_MAX = 2 ** 31 - 1
 
 
-def add_run(runs: list[Run], first_sequence: int, last_sequence: int, first_offset: int) -> list[Run]:
-    """Extend the last run when the new records follow it in both sequence and offset (a new list:
-    snapshots share the old one)."""
-    if runs and runs[-1][1] + 1 == first_sequence and runs[-1][2] + runs[-1][1] - runs[-1][0] + 1 == first_offset:
-        return runs[:-1] + [(runs[-1][0], last_sequence, runs[-1][2])]
-    return (runs + [(first_sequence, last_sequence, first_offset)])[-RUNS_KEPT:]
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
 
 
-def find_run(runs: list[Run], first_sequence: int, last_sequence: int) -> tuple[int, int] | None:
-    """The offsets of sequences already appended (a retried batch), or None."""
-    for run_first, run_last, offset in runs:
-        if run_first <= first_sequence and last_sequence <= run_last:
-            return offset + first_sequence - run_first, offset + last_sequence - run_first
-    return None
+@dataclass(frozen=True)
+class ProducerStateEntry:
+    epoch: int
+    batches: tuple[BatchMetadata, ...] = field(default=())
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
 
 
-class ProducerState:
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
+
+
+class ProducerStateManager:
     def __init__(self, log: Log, snapshot_interval: int = SNAPSHOT_INTERVAL):
         self.snapshot_interval = snapshot_interval
-        self.runs: dict[int, list[Run]] = {}  # producer id -> its last runs
-        self.snapshots: list[tuple[int, dict[int, list[Run]]]] = []  # (offset, the runs of the records below it)
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.snapshots: list[tuple[int, dict[int, ProducerStateEntry]]] = []  # (offset, state below it)
         self._next_snapshot = log.log_start_offset + snapshot_interval
         self.replayed = self._replay(log, log.log_start_offset, log.log_end_offset)
 
-    def get(self, producer_id: int) -> list[Run]:
-        return self.runs.get(producer_id, []) if producer_id >= 0 else []
+    def check(self, h: BatchHeader) -> BatchMetadata | None:
+        """A leader's check of a producer's batch before it is appended: the duplicate's metadata (answer
+        with it, append nothing), None to append, or the error."""
+        if not h.has_producer_id:
+            return None
+        entry = self.producers.get(h.producer_id)
+        if entry is None:
+            return None
+        if h.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochException(f"producer {h.producer_id}: epoch {h.producer_epoch} is older than "
+                                                f"{entry.epoch}")
+        if h.producer_epoch > entry.epoch:
+            if h.base_sequence != 0:
+                raise OutOfOrderSequenceException(f"producer {h.producer_id}: a new epoch {h.producer_epoch} must "
+                                                  f"start at sequence 0, not {h.base_sequence}")
+            return None
+        for b in entry.batches:
+            if (b.first_seq, b.last_seq) == (h.base_sequence, h.last_sequence):
+                return b
+        if not in_sequence(entry.last_seq, h.base_sequence):
+            if entry.batches and entry.batches[0].first_seq <= h.base_sequence and h.last_sequence <= entry.last_seq:
+                raise DuplicateSequenceException(f"producer {h.producer_id}: sequences {h.base_sequence}.."
+                                                 f"{h.last_sequence} were appended already")
+            raise OutOfOrderSequenceException(f"producer {h.producer_id}: sequence {h.base_sequence} after "
+                                              f"{entry.last_seq}")
+        return None
 
-    def append(self, producer_id: int, first_sequence: int, last_sequence: int, first_offset: int) -> None:
-        """Records appended at `first_offset` (producer id -1: not idempotent, nothing to remember)."""
-        if first_offset >= self._next_snapshot:
-            self.snapshots = (self.snapshots + [(first_offset, dict(self.runs))])[-SNAPSHOTS_KEPT:]
-            self._next_snapshot = first_offset + self.snapshot_interval
-        if producer_id >= 0:
-            self.runs[producer_id] = add_run(self.runs.get(producer_id, []), first_sequence, last_sequence,
-                                             first_offset)
+    def update(self, h: BatchHeader) -> None:
+        """A batch was appended (its header carries its offsets)."""
+        if h.base_offset >= self._next_snapshot:
+            self.snapshots = (self.snapshots + [(h.base_offset, dict(self.producers))])[-SNAPSHOTS_KEPT:]
+            self._next_snapshot = h.base_offset + self.snapshot_interval
+        if not h.has_producer_id:
+            return
+        entry = self.producers.get(h.producer_id)
+        kept = entry.batches if entry is not None and entry.epoch == h.producer_epoch else ()
+        self.producers[h.producer_id] = ProducerStateEntry(h.producer_epoch, (kept + (BatchMetadata(
+            h.base_sequence, h.last_sequence, h.base_offset, h.last_offset),))[-BATCHES_KEPT:])
 
     def truncate(self, log: Log, offset: int) -> None:
         """The log was cut at `offset`: back to the latest snapshot at or below it, then replay."""
         self.snapshots = [s for s in self.snapshots if s[0] <= offset]
-        start, runs = self.snapshots[-1] if self.snapshots else (log.log_start_offset, {})
-        self.runs = dict(runs)
+        start, producers = self.snapshots[-1] if self.snapshots else (log.log_start_offset, {})
+        self.producers = dict(producers)
         self._next_snapshot = start + self.snapshot_interval
         self.replayed = self._replay(log, start, offset)
 
+    def truncate_head(self, log_start_offset: int) -> None:
+        """Retention moved the log start: producers whose last batch is gone are forgotten (Kafka's
+        truncateHead), and so are snapshots below it."""
+        self.producers = {pid: e for pid, e in self.producers.items()
+                          if e.batches and e.batches[-1].last_offset >= log_start_offset}
+        self.snapshots = [s for s in self.snapshots if s[0] >= log_start_offset]
+
     def _replay(self, log: Log, start: int, end: int) -> int:
-        """Apply the log's records in [start, end); how many were read."""
-        offset = start
-        while offset < end:
-            chunk = log.read(offset, READ_CHUNK_BYTES, max_offset=end)
-            for r in chunk:
-                self.append(r.producer_id, r.sequence, r.sequence, r.offset)
-            offset += len(chunk)
-        return offset - start
+        """Apply the headers of the batches in [start, end); how many batches were read."""
+        count = 0
+        for header in log.batches(start, end):
+            self.update(header)
+            count += 1
+        return count

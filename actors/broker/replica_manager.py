@@ -1,48 +1,38 @@
-"""The broker's replicas: controller requests applied to Partitions and their logs.
+"""The broker's replicas: controller requests applied to Partitions and their logs, produce and fetch
+served from them (Kafka's ReplicaManager with its produce and fetch purgatories).
 
-Kafka's ReplicaManager.becomeLeaderOrFollower / stopReplicas: a request from a
-stale controller epoch, or meant for an earlier incarnation of this broker, is
-refused whole; a partition state is applied only when its leader epoch is newer
-than the one held. Each replica's log lives under the broker's log directory,
-next to the high-watermark checkpoint. No Ray and no ZooKeeper: the broker's
-shell starts and stops fetchers for the role changes this returns.
+Controller requests (becomeLeaderOrFollower / stopReplicas): a request from a stale controller
+epoch, or meant for an earlier incarnation of this broker, is refused whole; a partition state is
+applied only when its leader epoch is newer than the one held. Each replica's log lives under the
+broker's log directory, next to the high-watermark checkpoint.
+
+Waiting costs no thread: everything here runs on the broker's event loop. An acks=all produce
+awaits a `DelayedProduce` that the partitions complete as their high watermarks pass its batches;
+a fetch with nothing to answer awaits a `DelayedFetch` that any change to one of its partitions
+completes (Kafka's purgatories, keyed by partition). No ZooKeeper and no sockets: the shell writes
+ISR changes and starts fetchers for the role changes this returns.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
-from actors.broker.fetch_session import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    INVALID_SESSION_ID,
-    FetchSession,
-    FetchSessionCache,
-)
+from actors.broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from actors.broker.log import DEFAULT_SEGMENT_BYTES, Log
+from actors.broker.log_config import LogConfig
 from actors.broker.partition import LeaderAndIsrState, Partition
-from actors.broker.records import entry_size
 from actors.data_protocol import (
     EpochEndOffset,
-    EpochEndOffsets,
     FetchedPartition,
-    FetchedPartitions,
+    FetchParams,
     FetchPartition,
-    FetchRequest,
-    FetchResponse,
-    OffsetsForLeaderEpochRequest,
-    OffsetsForLeaderEpochResponse,
-    ProduceRequest,
-    ProduceResponse,
+    FetchResult,
     ProduceResult,
-    ProduceResults,
-    Records,
 )
-
 from actors.protocol import (
     ControllerRequest,
     ControllerResponse,
@@ -56,29 +46,83 @@ from coordination.errors import (
     FencedLeaderEpochException,
     KrayError,
     NotLeaderOrFollowerException,
-    RecordTooLargeException,
+    UnknownLeaderEpochException,
 )
 from coordination.zkdata import TopicPartition
 
 state_change_log = logging.getLogger("state.change.logger")
 
 UNKNOWN_BROKER_EPOCH = -1
-
-
 HW_CHECKPOINT = "replication-offset-checkpoint"
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1  # ListOffsets' special timestamps
 
 
 def role(state: LeaderAndIsrState, broker_id: int) -> str:
     return "Leader" if state.leader == broker_id else "Follower"
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class DelayedProduce:
+    """An acks=all produce waiting for the high watermarks of the partitions it appended to; done
+    when all have answered or its timeout ends (the rest then get REQUEST_TIMED_OUT)."""
+
+    def __init__(self, waits: list[tuple[TopicPartition, Partition, int, int]], timeout_s: float):
+        loop = asyncio.get_running_loop()
+        self.future = loop.create_future()
+        self.errors: dict[TopicPartition, Errors] = {}
+        self._pending = {tp: partition for tp, partition, _, _ in waits}
+        self._callbacks = {}
+        self._timer = loop.call_later(timeout_s, self._expire)
+        for tp, partition, last_offset, term in waits:
+            self._callbacks[tp] = callback = lambda error, tp=tp: self._answered(tp, error)
+            partition.await_high_watermark(last_offset, term, callback)
+
+    def _answered(self, tp: TopicPartition, error: Errors) -> None:
+        if self._pending.pop(tp, None) is not None:
+            self.errors[tp] = error
+            if not self._pending:
+                self._finish()
+
+    def _expire(self) -> None:
+        for tp, partition in self._pending.items():
+            partition.forget_waiter(self._callbacks[tp])
+            self.errors[tp] = Errors.REQUEST_TIMED_OUT
+        self._pending.clear()
+        self._finish()
+
+    def _finish(self) -> None:
+        self._timer.cancel()
+        if not self.future.done():
+            self.future.set_result(self.errors)
+
+
+class DelayedFetch:
+    """A fetch with nothing to answer yet, woken by a change to any of its partitions (`keys`)."""
+
+    def __init__(self, keys):
+        self.keys = keys
+        self.future = asyncio.get_running_loop().create_future()
+
+    def wake(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+    async def wait(self, timeout_s: float) -> None:
+        timer = asyncio.get_running_loop().call_later(timeout_s, self.wake)
+        try:
+            await self.future
+        finally:
+            timer.cancel()
+
+
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_dir: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                 caught_up_refresh_ms: int = 3_000):
+    def __init__(self, broker_id: int, log_dir: Path, config_for: Callable[[str], LogConfig],
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES):
         self.broker_id = broker_id
-        # a caught-up follower's partitions are left out of its session's fetches for this long at most
-        # (its last caught-up time is then refreshed): keep it well under replica.lag.time.max.ms
-        self.caught_up_refresh_ms = caught_up_refresh_ms
+        self.config_for = config_for  # a topic's LogConfig (its overrides over the broker's defaults)
         self.controller_epoch = 0
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -86,16 +130,14 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._checkpointed = {TopicPartition(t, p): hw for t, p, hw in
                               read_checkpoint(self.log_dir / HW_CHECKPOINT, (str, int, int))}
-        self._checkpoint_lock = threading.Lock()
-        self.data_arrived = threading.Condition()  # wakes long-polling fetches after every append
-        self.generation = 0  # counts role changes, which end long-polling fetches
-        # per follower, the newest (broker epoch, partitions_version) its fetcher announced (wake_fetches)
-        self.fetcher_versions: dict[int, tuple[int, int]] = {}
         self.fetch_sessions = FetchSessionCache()
+        self._waiting: list[DelayedFetch] = []
+        self.generation = 0  # counts role changes here: a fetch waiting across one answers at once
+        self.last_fetch_ms: dict[int, int] = {}  # follower broker -> its latest fetch (any partition)
 
     @property
     def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
-        return {tp: p.state for tp, p in list(self.partitions.items())}
+        return {tp: p.state for tp, p in self.partitions.items()}
 
     def partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -103,22 +145,44 @@ class ReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         """Kafka's replication-offset-checkpoint: where each replica's HW was, for the next start; and
         each log's leader-epoch checkpoint, if it changed."""
-        for partition in list(self.partitions.values()):
-            with partition.changed:
-                if not partition.stopped:
-                    partition.log.leader_epochs.flush()
-        with self._checkpoint_lock:
-            write_checkpoint(self.log_dir / HW_CHECKPOINT, [(tp.topic, tp.partition, p.high_watermark)
-                                                            for tp, p in sorted(list(self.partitions.items()))])
+        for partition in self.partitions.values():
+            partition.log.leader_epochs.flush()
+        write_checkpoint(self.log_dir / HW_CHECKPOINT, [(tp.topic, tp.partition, p.high_watermark)
+                                                        for tp, p in sorted(self.partitions.items())])
 
     def _get_or_create(self, tp: TopicPartition) -> Partition:
         if tp not in self.partitions:
-            log = Log(self.log_dir / f"{tp.topic}-{tp.partition}", self.segment_bytes)
+            config = self.config_for(tp.topic)
+            log = Log(self.log_dir / f"{tp.topic}-{tp.partition}", config.segment_bytes)
             if log.recovery:
                 state_change_log.warning("[Broker id=%d] Log of %s recovered: %s", self.broker_id, tp, log.recovery)
-            self.partitions[tp] = Partition(tp.topic, tp.partition, self.broker_id, log,
-                                            self._checkpointed.get(tp, 0))
+            self.partitions[tp] = Partition(tp.topic, tp.partition, self.broker_id, log, config,
+                                            self._checkpointed.get(tp, 0), listener=self._changed)
         return self.partitions[tp]
+
+    def update_log_config(self, topic: str, config: LogConfig) -> None:
+        """A topic's configs changed at run time (kafka-configs --alter): its replicas use them now."""
+        for tp, partition in self.partitions.items():
+            if tp.topic == topic:
+                partition.config = config
+                partition.log.segment_bytes = config.segment_bytes
+
+    def _changed(self, partition: Partition) -> None:
+        """A partition changed (records, high watermark, role): sessions read it again, and the fetches
+        waiting on it answer."""
+        tp = TopicPartition(partition.topic, partition.partition)
+        self.fetch_sessions.mark(tp)
+        for fetch in self._waiting:
+            if tp in fetch.keys:
+                fetch.wake()
+
+    def wake_fetches(self) -> None:
+        """End every waiting fetch now (roles changed here: a follower's fetcher may have new work)."""
+        self.generation += 1
+        for fetch in self._waiting:
+            fetch.wake()
+
+    # -- controller requests -------------------------------------------------
 
     def check_request(self, request: ControllerRequest, broker_epoch: int) -> Errors:
         """STALE_BROKER_EPOCH for a request meant for an earlier registration; STALE_CONTROLLER_EPOCH
@@ -143,7 +207,7 @@ class ReplicaManager:
             return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
         results = []
         debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
-        now_ms = int(time.time() * 1000)
+        now = now_ms()
         for st in request.partition_states:
             tp = TopicPartition(st.topic, st.partition)
             current = self.partitions.get(tp)
@@ -160,7 +224,7 @@ class ReplicaManager:
                                               st.zk_version, st.controller_epoch)
                     partition = self._get_or_create(tp)
                     if st.leader == self.broker_id:
-                        partition.make_leader(state, now_ms)
+                        partition.make_leader(state, now)
                     else:
                         partition.make_follower(state)
                     if debug:
@@ -202,7 +266,7 @@ class ReplicaManager:
             else:
                 stopped = self.partitions.pop(tp, None)
                 if stopped is not None:
-                    stopped.stop()  # waiting produce calls give up; fetchers leave it alone
+                    stopped.stop()  # waiting produces give up; fetchers leave it alone
                     if p.delete_partition:
                         stopped.log.delete()
                     else:
@@ -212,159 +276,154 @@ class ReplicaManager:
         self.wake_fetches()
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
 
-    # -- the data plane ------------------------------------------------------
+    # -- produce -------------------------------------------------------------
 
-    def append_records(self, request: ProduceRequest, min_insync_replicas: int,
-                       message_max_bytes: int) -> ProduceResponse:
-        """Append each partition's records on its leader; with acks=all, wait (up to the request's
-        timeout) until the ISR has them. A batch larger than message.max.bytes is refused whole."""
-        appended, results = [], {}
-        for p in request.partitions:
+    async def append_records(self, acks: int, timeout_ms: int,
+                             entries: Iterable[tuple[TopicPartition, bytes]]) -> list[ProduceResult]:
+        """Append each partition's batch on its leader; with acks=all, wait (up to the request's
+        timeout) until the ISR has them."""
+        results: dict[TopicPartition, ProduceResult] = {}
+        waits = []
+        for tp, records in entries:
+            partition = self.partitions.get(tp)
+            try:
+                if partition is None:
+                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
+                appended = partition.append_as_leader(records, acks)
+                results[tp] = ProduceResult(tp.topic, tp.partition, int(Errors.NONE), appended.first_offset,
+                                            appended.log_start_offset)
+                if acks == -1:
+                    waits.append((tp, partition, appended.last_offset, appended.term))
+            except KrayError as e:
+                results[tp] = ProduceResult(tp.topic, tp.partition, int(e.error), error_message=str(e))
+        if waits:
+            errors = await DelayedProduce(waits, timeout_ms / 1000).future
+            for tp, error in errors.items():
+                if error != Errors.NONE:
+                    results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
+        return list(results.values())
+
+    # -- fetch ---------------------------------------------------------------
+
+    async def fetch(self, params: FetchParams) -> tuple[FetchResult, list[TopicPartition]]:
+        """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless
+        a partition has an error or a diverging epoch, answered at once (Kafka's fetchMessages) so
+        that the fetcher can act on it. Also returns the partitions whose ISR the fetching follower
+        may now join (for the shell to write)."""
+        error, session, to_read = self.fetch_sessions.open(params)
+        if error != Errors.NONE:
+            return FetchResult(int(error), INVALID_SESSION_ID, []), []
+        follower = params.replica_id >= 0
+        now = now_ms()
+        if follower:
+            self.last_fetch_ms[params.replica_id] = now
+        out = self._read(params, to_read, now, session)
+        expand = [tp for tp, f in out.items() if f.error_code == Errors.NONE
+                  and self.partitions[tp].isr_to_expand(params.replica_id) is not None] if follower else []
+        keys = session.partitions if session is not None else {TopicPartition(p.topic, p.partition) for p in to_read}
+        deadline = time.monotonic() + params.max_wait_ms / 1000
+        generation = self.generation
+        while sum(len(f.records) for f in out.values()) < params.min_bytes and generation == self.generation \
+                and not any(_answer_now(f) for f in out.values()) and (remaining := deadline - time.monotonic()) > 0:
+            waiting = DelayedFetch(keys)
+            self._waiting.append(waiting)
+            try:
+                await waiting.wait(remaining)
+            finally:
+                self._waiting.remove(waiting)
+            again = list(FetchSessionCache.take_dirty(session).values()) if session is not None else to_read
+            out.update(self._read(params, again, now_ms(), session))
+        full = params.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+        answer = self.fetch_sessions.respond(session, full, out.values())
+        return FetchResult(int(Errors.NONE), session.id if session is not None else INVALID_SESSION_ID, answer), expand
+
+    def _read(self, params: FetchParams, partitions: list[FetchPartition], now: int,
+              session=None) -> dict[TopicPartition, FetchedPartition]:
+        """Read each partition for the fetch, within the request's max_bytes (the first batch always,
+        KIP-74)."""
+        out: dict[TopicPartition, FetchedPartition] = {}
+        budget = params.max_bytes
+        for p in partitions:
             tp = TopicPartition(p.topic, p.partition)
             partition = self.partitions.get(tp)
             try:
                 if partition is None:
                     raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
-                size = sum(map(entry_size, p.records))
-                if size > message_max_bytes:
-                    raise RecordTooLargeException(
-                        f"The request included a message larger than the max message size the server will "
-                        f"accept: {size} bytes for {tp}, message.max.bytes={message_max_bytes}")
-                with partition.changed:  # the term and epoch the records were appended in
-                    first, last = partition.append_as_leader(list(p.records), request.acks, min_insync_replicas)
-                    term, epoch = partition.leader_term, partition.state.leader_epoch
-                appended.append((tp, partition, last, term))
-                results[tp] = ProduceResult(p.topic, p.partition, int(Errors.NONE), first, last, leader_epoch=epoch)
-            except KrayError as e:
-                results[tp] = ProduceResult(p.topic, p.partition, int(e.error), error_message=str(e))
-        if appended:
-            with self.data_arrived:
-                self.data_arrived.notify_all()
-        if request.acks == -1:
-            deadline = time.monotonic() + request.timeout_ms / 1000
-            for tp, partition, last, term in appended:
-                error = partition.wait_for_high_watermark(last, max(0.0, deadline - time.monotonic()),
-                                                          min_insync_replicas, term)
-                if error != Errors.NONE:
-                    results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
-        answered = time.time() * 1000
-        return ProduceResponse(broker_id=self.broker_id, results=ProduceResults(
-            r._replace(acked_ms=answered) if r.error_code == Errors.NONE else r for r in results.values()))
-
-    def fetch(self, request: FetchRequest, now_ms: Callable[[], int]) -> tuple[FetchResponse, list[TopicPartition]]:
-        """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless a
-        partition has an error (a fenced epoch, a moved leader) or a diverging epoch: answered at once, as
-        Kafka's fetchMessages does, so that the fetcher can act on it. A fetch in a session (KIP-227)
-        covers all the session's partitions and is answered with those that have news. Also returns the
-        partitions whose ISR the fetching follower may now join (for the shell to write)."""
-        error, session, partitions = self.fetch_sessions.open(request)
-        if error != Errors.NONE:
-            return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(), error_code=int(error)), []
-        deadline = time.monotonic() + request.max_wait_ms / 1000
-        generation = self.generation
-        out, size = self._fetch_once(request.replica_id, partitions, now_ms(), session)
-        expand = []  # decided as the fetch arrives (Kafka's maybeExpandIsr), for partitions it fetched in
-        if request.replica_id >= 0:  # the current epoch
-            expand = [tp for tp in (TopicPartition(f.topic, f.partition) for f in out if f.error_code == Errors.NONE)
-                      if tp in self.partitions and self.partitions[tp].isr_to_expand(request.replica_id) is not None]
-        while size < request.min_bytes and (remaining := deadline - time.monotonic()) > 0 \
-                and not self._outdated(request) and not any(_answer_now(f) for f in out):
-            with self.data_arrived:  # checked under the lock that appends and role changes notify under
-                if self.generation == generation and not self._has_news(request.replica_id, partitions) \
-                        and not self._outdated(request):
-                    self.data_arrived.wait(remaining)
-            if self.generation != generation:  # roles changed: answer now (the fetcher has new work), and
-                out, size = self._fetch_once(request.replica_id, partitions, now_ms(), session)  # take no one
-                expand = []  # into an ISR that may have moved
-                break
-            if self._has_news(request.replica_id, partitions):
-                out, size = self._fetch_once(request.replica_id, partitions, now_ms(), session)
-        out = self.fetch_sessions.respond(session, request.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH), out)
-        return FetchResponse(broker_id=self.broker_id, partitions=FetchedPartitions(out),
-                             session_id=session.id if session is not None else INVALID_SESSION_ID), expand
-
-    def _has_news(self, replica_id: int, partitions: list[FetchPartition]) -> bool:
-        """Whether a waiting fetch would now get records: a cheap look at each partition's offsets,
-        so that an append to one partition does not make every waiting fetch read every log."""
-        follower = replica_id >= 0
-        for p in partitions:
-            partition = self.partitions.get(TopicPartition(p.topic, p.partition))
-            if partition is None:
-                return True
-            end = partition.log.log_end_offset if follower else partition.high_watermark
-            if end > p.fetch_offset:
-                return True
-        return False
-
-    def _outdated(self, request: FetchRequest) -> bool:
-        """A follower's fetch built before its fetcher took on partitions it has told us of: answer it
-        now, so that the fetcher comes back with them (whichever of the two calls arrived first)."""
-        return request.replica_id >= 0 and self.fetcher_versions.get(request.replica_id, (-1, -1)) > (
-            request.replica_epoch, request.partitions_version)
-
-    def wake_fetches(self, replica_id: int | None = None, replica_epoch: int = -1, partitions_version: int = 0) -> None:
-        """End long-polling fetches now: every one (roles changed here: their partitions may have moved),
-        or the follower's that are older than the partitions its fetcher has just taken on."""
-        with self.data_arrived:
-            if replica_id is None:
-                self.generation += 1
-            else:
-                self.fetcher_versions[replica_id] = max(self.fetcher_versions.get(replica_id, (-1, -1)),
-                                                        (replica_epoch, partitions_version))
-            self.data_arrived.notify_all()
-
-    def _fetch_once(self, replica_id: int, partitions: list[FetchPartition], now_ms: int,
-                    session: FetchSession | None = None) -> tuple[list[FetchedPartition], int]:
-        """Read each partition for the fetch. In a session, a partition whose follower is caught up and
-        whose high watermark it has already been sent is passed over: the answer would leave it out
-        anyway, and at a few records per round most of a follower's partitions are such (this is what
-        keeps a fetch round's cost in proportion to what changed, not to the partitions followed)."""
-        out, size = [], 0
-        sent_hw = session.high_watermarks if session is not None else {}
-        for p in partitions:
-            tp = TopicPartition(p.topic, p.partition)
-            partition = self.partitions.get(tp)
-            if partition is not None and sent_hw.get(tp) == partition.high_watermark \
-                    and p.current_leader_epoch == partition.state.leader_epoch \
-                    and partition.follower_is_current(replica_id, p.fetch_offset, now_ms, self.caught_up_refresh_ms):
-                continue
-            try:
-                if partition is None:
-                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {p.topic}-{p.partition}")
-                if p.current_leader_epoch >= 0 and p.current_leader_epoch != partition.state.leader_epoch:
-                    raise FencedLeaderEpochException(
-                        f"{p.topic}-{p.partition}: leader epoch {p.current_leader_epoch}, "
-                        f"this broker has {partition.state.leader_epoch}")
-                got = partition.fetch_for_follower(replica_id, p.fetch_offset, p.partition_max_bytes, now_ms,
+                _check_leader_epoch(partition, p.current_leader_epoch)
+                max_bytes = min(p.partition_max_bytes, budget) if budget > 0 or not out else 0
+                got = partition.fetch_for_follower(params.replica_id, p.fetch_offset, max_bytes, now,
                                                    p.last_fetched_epoch) \
-                    if replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, p.partition_max_bytes)
-                size += sum(len(r.value) for r in got.records)
-                out.append(FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
-                                            got.log_end_offset, Records(got.records), got.diverging_epoch))
+                    if params.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, max_bytes)
+                budget -= len(got.records)
+                out[tp] = FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
+                                           got.log_start_offset, got.records, got.diverging_epoch, got.log_end_offset)
             except KrayError as e:
-                out.append(FetchedPartition(p.topic, p.partition, int(e.error)))
-        return out, size
-
-    def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
-        """Where each asked epoch ended in this leader's log (KIP-101), for a follower about to truncate."""
-        out = []
-        for q in request.partitions:
-            partition = self.partitions.get(TopicPartition(q.topic, q.partition))
-            if partition is None or not partition.is_leader:
-                out.append(EpochEndOffset(q.topic, q.partition, int(Errors.NOT_LEADER_OR_FOLLOWER)))
-                continue
-            epoch, end = partition.log.leader_epochs.end_offset_for(q.leader_epoch, partition.log.log_end_offset)
-            out.append(EpochEndOffset(q.topic, q.partition, int(Errors.NONE), epoch, end))
-        return OffsetsForLeaderEpochResponse(broker_id=self.broker_id, partitions=EpochEndOffsets(out))
-
-    def isr_shrinks(self, now_ms: int, replica_lag_time_max_ms: int) -> dict[TopicPartition, tuple[int, ...]]:
-        """For each partition led here, the ISR without followers that lag too long (only those that change)."""
-        out = {}
-        for tp, partition in list(self.partitions.items()):
-            isr = partition.isr_to_shrink(now_ms, replica_lag_time_max_ms)
-            if isr is not None:
-                out[tp] = isr
+                out[tp] = FetchedPartition(p.topic, p.partition, int(e.error))
+        if session is not None:
+            session.dirty.difference_update(out)  # what reading them changed is in the answer already
         return out
+
+    # -- offsets -------------------------------------------------------------
+
+    def offsets_for_leader_epoch(self, queries: Iterable[tuple[str, int, int, int]]) -> list[EpochEndOffset]:
+        """Where each asked epoch ended in this leader's log (KIP-101): (topic, partition, current leader
+        epoch, epoch asked)."""
+        out = []
+        for topic, index, current_epoch, leader_epoch in queries:
+            partition = self.partitions.get(TopicPartition(topic, index))
+            try:
+                if partition is None or not partition.is_leader:
+                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {topic}-{index}")
+                _check_leader_epoch(partition, current_epoch)
+                epoch, end = partition.log.leader_epochs.end_offset_for(leader_epoch, partition.log.log_end_offset)
+                out.append(EpochEndOffset(topic, index, int(Errors.NONE), epoch, end))
+            except KrayError as e:
+                out.append(EpochEndOffset(topic, index, int(e.error)))
+        return out
+
+    def list_offset(self, tp: TopicPartition, timestamp: int, current_leader_epoch: int = -1,
+                    replica_id: int = -1) -> tuple[int, int, int]:
+        """ListOffsets for one partition on its leader: (timestamp, offset, leader epoch). Earliest is the
+        log start; latest the high watermark for clients (the log end for replicas); a timestamp gives
+        the first offset at or after it below the high watermark, or -1."""
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {tp}")
+        _check_leader_epoch(partition, current_leader_epoch)
+        log, epoch = partition.log, partition.state.leader_epoch
+        if timestamp == EARLIEST_TIMESTAMP:
+            return -1, log.log_start_offset, epoch
+        if timestamp == LATEST_TIMESTAMP:
+            return -1, log.log_end_offset if replica_id >= 0 else partition.high_watermark, epoch
+        found = log.offset_for_timestamp(timestamp)
+        if found is None or found[0] >= partition.high_watermark:
+            return -1, -1, -1
+        return found[1], found[0], epoch
+
+    # -- periodic tasks ------------------------------------------------------
+
+    def isr_shrinks(self, now: int, replica_lag_time_max_ms: int) -> list[TopicPartition]:
+        """The partitions led here whose ISR holds a follower that lags too long."""
+        last_fetch = lambda r: self.last_fetch_ms.get(r, 0)  # noqa: E731
+        return [tp for tp, partition in self.partitions.items()
+                if partition.isr_to_shrink(now, replica_lag_time_max_ms, last_fetch) is not None]
+
+    def delete_old_segments(self) -> int:
+        """Kafka's log retention task: whole segments past retention.ms or retention.bytes go."""
+        now = now_ms()
+        return sum(partition.delete_old_segments(now) for partition in self.partitions.values())
+
+
+def _check_leader_epoch(partition: Partition, requested: int) -> None:
+    """A request naming the leader epoch it knows (KIP-320): older than this replica's is fenced, newer
+    is not known here yet."""
+    if requested < 0 or requested == partition.state.leader_epoch:
+        return
+    if requested < partition.state.leader_epoch:
+        raise FencedLeaderEpochException(f"{partition.topic}-{partition.partition}: leader epoch {requested}, "
+                                         f"this broker has {partition.state.leader_epoch}")
+    raise UnknownLeaderEpochException(f"{partition.topic}-{partition.partition}: leader epoch {requested} is newer "
+                                      f"than this broker's {partition.state.leader_epoch}")
 
 
 def _answer_now(fetched: FetchedPartition) -> bool:

@@ -14,8 +14,7 @@ from actors.broker.fetch_session import (
     FetchSessionHandler,
     next_epoch,
 )
-from actors.data_protocol import FetchedPartition, FetchPartition, FetchRequest, ForgottenPartition, Records
-from actors.broker.records import Record
+from actors.data_protocol import FetchedPartition, FetchParams, FetchPartition
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
@@ -28,11 +27,17 @@ def fp(tp: TopicPartition, offset: int, epoch: int = 0) -> FetchPartition:
 
 def fetched(tp: TopicPartition, hw: int, records: int = 0, error: Errors = Errors.NONE,
             diverging=None) -> FetchedPartition:
-    return FetchedPartition(tp.topic, tp.partition, int(error), hw, hw,
-                            Records(Record(i, 0, 0, None, b"x") for i in range(records)), diverging)
+    return FetchedPartition(tp.topic, tp.partition, int(error), hw, 0, b"x" * records, diverging)
 
 
-def request(handler: FetchSessionHandler, wanted: dict, replica_id: int = 2) -> FetchRequest:
+def FetchRequest(replica_id: int, partitions=(), session_id: int = 0, session_epoch: int = FINAL_EPOCH,
+                 forgotten=()) -> FetchParams:
+    return FetchParams(replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                       partitions=list(partitions), session_id=session_id, session_epoch=session_epoch,
+                       forgotten=list(forgotten))
+
+
+def request(handler: FetchSessionHandler, wanted: dict, replica_id: int = 2) -> FetchParams:
     sid, epoch, send, forget = handler.build(wanted)
     return FetchRequest(replica_id=replica_id, session_id=sid, session_epoch=epoch, partitions=send, forgotten=forget)
 
@@ -68,11 +73,13 @@ def test_the_first_fetch_is_full_and_the_next_names_only_what_changed():
     wanted[B] = fp(B, 4)  # B appended records
     req = request(handler, wanted)
     assert (req.session_id, req.session_epoch, tps(req.partitions), list(req.forgotten)) == (session.id, 1, [B], [])
+    cache.mark(C)  # the leader appended to C meanwhile
     error, same, partitions = cache.open(req)
-    assert same is session and tps(partitions) == [A, B, C]  # the leader still fetches all of them
-    assert [p.fetch_offset for p in partitions] == [0, 4, 0]
-    answer = cache.respond(session, False, [fetched(A, 0), fetched(B, 4, records=2), fetched(C, 0)])
-    assert tps(answer) == [B]
+    assert same is session and sorted(tps(partitions)) == [B, C]  # named, or changed at the leader
+    assert {p.partition: p.fetch_offset for p in partitions if p.topic == "t"} == {1: 4}
+    assert [p.fetch_offset for p in session.partitions.values()] == [0, 4, 0]  # the session holds them all
+    answer = cache.respond(session, False, [fetched(B, 0), fetched(C, 0, records=2)])
+    assert tps(answer) == [C]
     assert handler.handle_response(Errors.NONE, session.id)
 
 
@@ -121,10 +128,11 @@ def test_dropped_partitions_are_forgotten_and_new_ones_added():
     cache.respond(session, True, [fetched(A, 0), fetched(B, 0)])
     handler.handle_response(Errors.NONE, session.id)
     req = request(handler, {A: fp(A, 0), C: fp(C, 7)})
-    assert tps(req.partitions) == [C] and list(req.forgotten) == [ForgottenPartition("t", 1)]
+    assert tps(req.partitions) == [C] and list(req.forgotten) == [("t", 1)]
     _, _, partitions = cache.open(req)
-    assert {TopicPartition(p.topic, p.partition): p.fetch_offset for p in partitions} == {A: 0, C: 7}
-    assert tps(cache.respond(session, False, [fetched(A, 0), fetched(C, 7)])) == [C]  # new: its HW is news
+    assert {TopicPartition(p.topic, p.partition): p.fetch_offset for p in partitions} == {C: 7}
+    assert {tp: p.fetch_offset for tp, p in session.partitions.items()} == {A: 0, C: 7}
+    assert tps(cache.respond(session, False, [fetched(C, 7)])) == [C]  # new: its HW is news
 
 
 def test_an_unknown_session_is_refused_and_the_follower_starts_again():
@@ -208,7 +216,9 @@ def test_random_rounds_keep_the_leaders_view_equal_to_the_followers():
                 follower_hw.pop(tp, None)
             elif tp not in wanted:
                 wanted[tp] = fp(tp, 0, rng.randint(0, 2))
-            leader_hw[tp] += rng.randint(0, 1)
+            if rng.random() < 0.5:
+                leader_hw[tp] += 1
+                cache.mark(tp)  # as the replica manager does on every change
         req = request(handler, wanted)
         if rng.random() < 0.05:  # lost on the way: the follower's call failed
             handler.reset()
@@ -216,7 +226,7 @@ def test_random_rounds_keep_the_leaders_view_equal_to_the_followers():
             continue
         error, session, partitions = cache.open(req)
         assert error == Errors.NONE
-        assert {TopicPartition(p.topic, p.partition): p for p in partitions} == wanted
+        assert session.partitions == wanted
         answer = cache.respond(session, req.session_epoch == INITIAL_EPOCH,
                                [fetched(TopicPartition(p.topic, p.partition), leader_hw[TopicPartition(p.topic, p.partition)])
                                 for p in partitions])

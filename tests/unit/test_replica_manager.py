@@ -1,12 +1,21 @@
-"""The broker side of controller requests: ReplicaManager epoch checks and MetadataCache."""
+"""The broker's ReplicaManager (controller requests with their epoch checks; produce and fetch with
+their purgatories) and its MetadataCache."""
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from actors.broker.batches import decode_records
+from actors.broker.log_config import LogConfig
 
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from actors.broker.partition import LeaderAndIsrState
-from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, ReplicaManager, role
+from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, ReplicaManager, now_ms, role
 from actors.config import BrokerConfig
+from actors.data_protocol import FetchParams, FetchPartition
 from actors.protocol import (
     LeaderAndIsrRequest,
     LiveBroker,
@@ -15,7 +24,7 @@ from actors.protocol import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
-from coordination.errors import Errors
+from coordination.errors import Errors, FencedLeaderEpochException, NotLeaderOrFollowerException
 from coordination.zkdata import TopicPartition
 
 BROKER = 1
@@ -49,9 +58,24 @@ def roles(rm):
     return {tp: role(r, rm.broker_id) for tp, r in rm.replicas.items()}
 
 
+CONFIG_FOR = lambda topic: LogConfig.from_overrides(BrokerConfig(), {})  # noqa: E731
+
+
 @pytest.fixture
 def rm(tmp_path):
-    return ReplicaManager(BROKER, tmp_path)
+    return ReplicaManager(BROKER, tmp_path, CONFIG_FOR)
+
+
+def batch(n: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i in range(n):
+        builder.append(i, timestamp=1_000, key=None, value=f"v{i}".encode(), headers=[])
+    return bytes(builder.build())
+
+
+def values(records: bytes) -> list[bytes]:
+    return [r.value for r in decode_records(records)]
 
 
 # -- LeaderAndIsr ----------------------------------------------------------------------------------
@@ -257,211 +281,200 @@ def test_replicas_get_logs_that_stop_replica_keeps_or_deletes(rm, tmp_path):
 
 
 def test_high_watermarks_are_checkpointed_and_read_back(rm, tmp_path):
-    from actors.broker.records import Record
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,))), BROKER_EPOCH)
-    rm.partition(T0).append_as_leader([Record(-1, -1, 0, None, b"x")] * 3, 1, 1)
+    rm.partition(T0).append_as_leader(batch(3), 1)
     assert rm.partition(T0).high_watermark == 3  # alone in the ISR
     rm.checkpoint_high_watermarks()
     assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
-    again = ReplicaManager(BROKER, tmp_path)
+    again = ReplicaManager(BROKER, tmp_path, CONFIG_FOR)
     again.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1)), BROKER_EPOCH)
     assert again.partition(T0).high_watermark == 3 and again.partition(T0).log.log_end_offset == 3
 
 
+# -- produce and fetch, on an event loop as in the broker -------------------------------------------
+
+def fetch(replica_id=2, partitions=(), max_wait_ms=0, session_id=0, session_epoch=-1, forgotten=()):
+    return FetchParams(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=MAX_BYTES,
+                       partitions=list(partitions), session_id=session_id, session_epoch=session_epoch,
+                       forgotten=list(forgotten))
+
+
+def later(delay_s: float, fn) -> None:
+    asyncio.get_running_loop().call_later(delay_s, fn)
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
 def test_an_idle_fetch_long_polls_and_an_append_wakes_it(rm):
-    """A follower's fetch with nothing to read waits up to max_wait_ms (no spinning), and returns as
-    soon as a produce appends."""
-    import threading
-    import time
-
-    from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
-    from actors.broker.records import Record
-
+    """A follower's fetch with nothing to read waits up to max_wait_ms (no thread, no spinning), and
+    returns as soon as a produce appends."""
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
-    request = FetchRequest(replica_id=2, max_wait_ms=400, partitions=[FetchPartition("t", 0, 0, 0)])
-    started = time.monotonic()
-    response, _ = rm.fetch(request, lambda: 0)
-    assert time.monotonic() - started >= 0.35 and list(response.partitions[0].records) == []
-    produce = ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, [Record(-1, -1, 0, None, b"x")])])
-    threading.Timer(0.1, rm.append_records, (produce, 1, MAX_BYTES)).start()
-    request = request.model_copy(update={"max_wait_ms": 30_000})
-    response, _ = rm.fetch(request, lambda: 0)
-    assert [r.value for r in response.partitions[0].records] == [b"x"]  # woken by the append, not the timeout
+
+    async def scenario():
+        started = time.monotonic()
+        result, _ = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=400))
+        assert time.monotonic() - started >= 0.35 and result.partitions[0].records == b""
+        later(0.1, lambda: asyncio.ensure_future(rm.append_records(1, 1000, [(T0, batch(1))])))
+        started = time.monotonic()
+        result, _ = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=30_000))
+        assert time.monotonic() - started < 5  # woken by the append, not the timeout
+        return result
+
+    assert values(run(scenario()).partitions[0].records) == [b"v0"]
 
 
 def test_a_fetch_with_a_partition_error_is_answered_at_once(rm):
     """A follower still fetching in the leader epoch before an ISR change (its LeaderAndIsr is on the
-    way) learns of it now, not after max_wait_ms: waiting would hold acks=all for that partition until
-    some other append woke the fetch."""
-    import time
-
-    from actors.data_protocol import FetchPartition, FetchRequest
-
+    way) learns of it now, not after max_wait_ms; a newer epoch than the leader's is not known yet."""
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)),
-                                     ps(T1, leader=1, leader_epoch=3, isr=(1, 2))), BROKER_EPOCH)
-    request = FetchRequest(replica_id=2, max_wait_ms=30_000,
-                           partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 2)])
+                                     ps(T1, leader=1, leader_epoch=3, isr=(1, 2)),
+                                     ps(T2, leader=1, leader_epoch=3, isr=(1, 2))), BROKER_EPOCH)
     started = time.monotonic()
-    response, _ = rm.fetch(request, lambda: 0)
+    result, _ = run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 2),
+                                               FetchPartition("t", 2, 0, 4)], max_wait_ms=30_000)))
     assert time.monotonic() - started < 5
-    assert [p.error_code for p in response.partitions] == [Errors.NONE, Errors.FENCED_LEADER_EPOCH]
+    assert [p.error_code for p in result.partitions] == [Errors.NONE, Errors.FENCED_LEADER_EPOCH,
+                                                        Errors.UNKNOWN_LEADER_EPOCH]
 
 
 def test_a_fetch_whose_log_diverged_is_answered_at_once_with_where_to_truncate(rm):
-    """KIP-320: a follower whose last record's epoch the leader's log ends earlier gets the diverging
+    """KIP-320: a follower whose last batch's epoch the leader's log ends earlier gets the diverging
     epoch now, not after max_wait_ms, beside the other partitions' answers."""
-    import time
-
-    from actors.broker.records import Record
-    from actors.data_protocol import FetchPartition, FetchRequest
-
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=2, isr=(1,)),
                                      ps(T1, leader=1, leader_epoch=2, isr=(1,))), BROKER_EPOCH)
-    rm.partition(T0).append_as_leader([Record(-1, -1, 0, None, b"x")] * 3, 1, 1)
-    request = FetchRequest(replica_id=2, max_wait_ms=30_000, partitions=[
-        FetchPartition("t", 0, 4, 2, MAX_BYTES, last_fetched_epoch=1),  # had offset 3 in epoch 1: not here
-        FetchPartition("t", 1, 0, 2, MAX_BYTES, last_fetched_epoch=-1)])
+    rm.partition(T0).append_as_leader(batch(3), 1)
     started = time.monotonic()
-    response, expand = rm.fetch(request, lambda: 0)
+    result, expand = run(rm.fetch(fetch(partitions=[
+        FetchPartition("t", 0, 4, 2, MAX_BYTES, last_fetched_epoch=1),  # had offset 3 in epoch 1: not here
+        FetchPartition("t", 1, 0, 2, MAX_BYTES, last_fetched_epoch=-1)], max_wait_ms=30_000)))
     assert time.monotonic() - started < 5
-    assert [(p.error_code, p.diverging_epoch, len(p.records)) for p in response.partitions] == \
+    assert [(p.error_code, p.diverging_epoch, len(p.records)) for p in result.partitions] == \
         [(Errors.NONE, (1, 0), 0), (Errors.NONE, None, 0)]
     assert expand == [T1]  # caught up on T1; on T0 its fetch offset says nothing of what it has
 
 
-def test_a_fetch_session_keeps_unnamed_partitions_caught_up_and_answers_only_news(rm):
-    """KIP-227 at the leader: an incremental fetch naming no partition still covers the whole session
-    (an idle follower stays in sync), long-polls until an append to any of them, and carries only the
-    partition with records."""
-    import threading
-    import time
-
-    from actors.broker.records import Record
-    from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
-
+def test_a_fetch_session_reads_only_named_and_changed_partitions_and_answers_only_news(rm):
+    """KIP-227 at the leader: an incremental fetch naming no partition long-polls until an append to any
+    of the session's partitions, reads only that one and carries only it; an idle follower stays in
+    sync through its session's fetches."""
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)),
                                      ps(T1, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
-    t0 = int(time.time() * 1000)
-    full = FetchRequest(replica_id=2, session_epoch=0, max_wait_ms=0,
-                        partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)])
-    response, _ = rm.fetch(full, lambda: t0 + 1000)
-    assert response.session_id != 0 and [p.partition for p in response.partitions] == [0, 1]
-    produce = ProduceRequest(acks=1, partitions=[ProducePartition("t", 1, [Record(-1, -1, 0, None, b"x")])])
-    threading.Timer(0.2, rm.append_records, (produce, 1, MAX_BYTES)).start()
-    incremental = FetchRequest(replica_id=2, session_id=response.session_id, session_epoch=1, max_wait_ms=30_000,
-                               partitions=[])
-    started = time.monotonic()
-    response, _ = rm.fetch(incremental, lambda: t0 + 20_000)
-    assert 0.15 < time.monotonic() - started < 5  # long-polled, woken by the append
-    assert [(p.partition, [r.value for r in p.records]) for p in response.partitions] == [(1, [b"x"])]
-    assert T0 not in rm.isr_shrinks(t0 + 25_000, 10_000)  # caught up as of the incremental fetch
-    stale = incremental.model_copy(update={"max_wait_ms": 0})  # the same epoch again: out of turn
-    response, _ = rm.fetch(stale, lambda: t0 + 20_000)
-    assert (response.error_code, list(response.partitions)) == (Errors.INVALID_FETCH_SESSION_EPOCH, [])
+    read = []
+    original = rm._read
+    rm._read = lambda params, partitions, now, session=None: read.append(sorted(p.partition for p in partitions)) \
+        or original(params, partitions, now, session)
+
+    async def scenario():
+        result, _ = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)],
+                                         session_epoch=0))
+        assert result.session_id != 0 and [p.partition for p in result.partitions] == [0, 1]
+        later(0.2, lambda: asyncio.ensure_future(rm.append_records(1, 1000, [(T1, batch(1))])))
+        started = time.monotonic()
+        incremental, _ = await rm.fetch(fetch(session_id=result.session_id, session_epoch=1, max_wait_ms=30_000))
+        assert 0.15 < time.monotonic() - started < 5  # long-polled, woken by the append
+        stale, _ = await rm.fetch(fetch(session_id=result.session_id, session_epoch=1))  # out of turn
+        return incremental, stale
+
+    incremental, stale = run(scenario())
+    assert [(p.partition, values(p.records)) for p in incremental.partitions] == [(1, [b"v0"])]
+    assert read == [[0, 1], [], [1]]  # the full fetch, the empty first look, then only what changed
+    assert rm.isr_shrinks(now_ms() + 25_000, 30_000) == []
+    assert (stale.error_code, stale.partitions) == (Errors.INVALID_FETCH_SESSION_EPOCH, [])
 
 
-def test_a_session_passes_over_caught_up_partitions_but_keeps_their_follower_in_sync(rm):
-    """A round's cost follows what changed: partitions whose follower is caught up and has the high
-    watermark are not read (their follower state is left as it was), but at least every
-    caught_up_refresh_ms (3 s here), so that a follower fetching steadily stays in the ISR under a
-    replica.lag.time.max.ms longer than that, and one that stops is still removed (at most 3 s early)."""
-    import time
-
-    from actors.broker.records import Record
-    from actors.data_protocol import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
-
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2)),
-                                     ps(T1, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2))), BROKER_EPOCH)
-    t0 = int(time.time() * 1000) + 1_000  # the clock given to fetches: ms after t0
-    response, _ = rm.fetch(FetchRequest(replica_id=2, session_epoch=0, max_wait_ms=0, partitions=[
-        FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)]), lambda: t0 + 1_000)
-    session, epoch, visits, t1_offset = response.session_id, 1, set(), 0
-    for now in range(1_500, 20_001, 500):
-        changed = []
-        if now == 10_000:  # one record to T1: only T1 is read and answered, and named in the next fetch
-            rm.append_records(ProduceRequest(acks=1, partitions=[
-                ProducePartition("t", 1, [Record(-1, -1, 0, None, b"x")])]), 1, MAX_BYTES)
-        elif now == 10_500:
-            changed, t1_offset = [FetchPartition("t", 1, 1, 0)], 1
-        response, _ = rm.fetch(FetchRequest(replica_id=2, session_id=session, session_epoch=epoch, max_wait_ms=0,
-                                            partitions=changed), lambda: t0 + now)
-        epoch += 1
-        assert [p.partition for p in response.partitions] == ([1] if now in (10_000, 10_500) else [])
-        if rm.partition(T0).followers[2].last_fetch_ms == t0 + now:
-            visits.add(now)
-        assert rm.isr_shrinks(t0 + now, 4_000) == {}
-    assert visits == {4_000, 7_000, 10_000, 13_000, 16_000, 19_000}  # T0 read every 3 s, not every 500 ms
-    assert rm.partition(T1).followers[2].log_end_offset == t1_offset == 1
-    assert rm.isr_shrinks(t0 + 21_000, 4_000) == {}  # stopped fetching at 20 s: not out before 20 + 4 - 3 s
-    assert set(rm.isr_shrinks(t0 + 24_001, 4_000)) == {T0, T1}
+def test_a_follower_that_stops_fetching_leaves_the_isr_even_with_a_session(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2))), BROKER_EPOCH)
+    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], session_epoch=0)))
+    last = rm.last_fetch_ms[2]
+    assert rm.isr_shrinks(last + 3_000, 4_000) == []
+    assert rm.isr_shrinks(last + 4_001, 4_000) == [T0]
 
 
-def test_a_fetch_older_than_its_fetchers_partitions_is_answered_at_once(rm):
-    """The follower's nudge (wake_fetches with its fetcher's partition count) may reach the leader before
-    the fetch it means to end: that fetch is still answered at once, not after max_wait_ms. A newer fetch,
-    or one from the follower's next incarnation (a newer broker epoch), long-polls as usual."""
-    import threading
-    import time
-
-    from actors.data_protocol import FetchPartition, FetchRequest
-
+def test_a_role_change_ends_every_waiting_fetch(rm):
+    """A LeaderAndIsr here may give a follower's fetcher new partitions: its waiting fetch answers now."""
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
 
-    def waited(epoch: int, version: int, max_wait_ms: int = 400) -> float:
-        request = FetchRequest(replica_id=2, replica_epoch=epoch, partitions_version=version, max_wait_ms=max_wait_ms,
-                               partitions=[FetchPartition("t", 0, 0, 0)])
+    async def scenario():
+        later(0.1, lambda: rm.become_leader_or_follower(lai(ps(T1, leader=1, leader_epoch=0, isr=(1, 2))),
+                                                        BROKER_EPOCH))
         started = time.monotonic()
-        rm.fetch(request, lambda: 0)
+        await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=30_000))
         return time.monotonic() - started
 
-    rm.wake_fetches(2, 7, 3)  # the nudge arrives first
-    assert waited(7, 2) < 0.1  # built before the fetcher took on its third batch of partitions
-    assert waited(7, 3) >= 0.35  # built with them: nothing to read, so it waits
-    assert waited(8, 0) >= 0.35  # the follower restarted: its counts start again
-    rm.wake_fetches(2, 6, 99)  # a late nudge from an earlier incarnation changes nothing
-    assert waited(7, 3) >= 0.35
-    threading.Timer(0.1, rm.wake_fetches, (2, 7, 4)).start()  # the nudge arrives while the fetch waits
-    assert waited(7, 3, max_wait_ms=30_000) < 5
+    assert run(scenario()) < 5
 
 
 @pytest.mark.parametrize("acks, expected", [(0, Errors.NONE), (1, Errors.NONE), (-1, Errors.REQUEST_TIMED_OUT)])
 def test_acks_decide_what_a_produce_waits_for(rm, acks, expected):
-    """acks=0 and acks=1 are answered once the leader has the records; acks=all waits for the ISR (here a
-    follower that never fetches) until the request's timeout. The records are in the leader's log either way."""
-    import time
-
-    from actors.broker.records import Record
-    from actors.data_protocol import ProducePartition, ProduceRequest
-
+    """acks=0 and acks=1 are answered once the leader has the batch; acks=all waits for the ISR (here a
+    follower that never fetches) until the request's timeout. The batch is in the leader's log either way."""
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
-    request = ProduceRequest(acks=acks, timeout_ms=300, partitions=[
-        ProducePartition("t", 0, [Record(-1, -1, 0, None, b"a"), Record(-1, -1, 0, None, b"b")])])
     started = time.monotonic()
-    result = rm.append_records(request, min_insync_replicas=1, message_max_bytes=MAX_BYTES).results[0]
+    [result] = run(rm.append_records(acks, 300, [(T0, batch(2))]))
     waited = time.monotonic() - started
-    assert (result.error_code, result.base_offset, result.last_offset) == (expected, 0, 1)
+    assert (result.error_code, result.base_offset) == (expected, 0)
     assert (waited >= 0.25) == (acks == -1)
     assert rm.partition(T0).log.log_end_offset == 2 and rm.partition(T0).high_watermark == 0
 
 
-def test_a_batch_larger_than_message_max_bytes_is_refused_whole(rm):
+def test_acks_all_is_answered_when_the_followers_fetch_completes_it(rm):
+    """Kafka's DelayedProduce: woken by the follower's fetch that moves the high watermark, not by polling."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+
+    async def scenario():
+        later(0.1, lambda: asyncio.ensure_future(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 2, 0)]))))
+        started = time.monotonic()
+        [result] = await rm.append_records(-1, 30_000, [(T0, batch(2))])
+        return result, time.monotonic() - started
+
+    result, waited = run(scenario())
+    assert result.error_code == Errors.NONE and 0.05 < waited < 5
+
+
+def test_a_batch_larger_than_max_message_bytes_is_refused_whole(rm):
     """Kafka's RecordTooLargeException (MESSAGE_TOO_LARGE): nothing of that batch is appended, and the
     other partitions of the same request are not held back by it."""
-    from actors.broker.records import Record, entry_size
-    from actors.data_protocol import ProducePartition, ProduceRequest
+    small = batch(1)
+    rm.config_for = lambda topic: LogConfig.from_overrides(BrokerConfig(), {"max.message.bytes": str(len(small))})
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,)),
+                                     ps(T1, leader=1, leader_epoch=0, isr=(1,))), BROKER_EPOCH)
+    results = {r.partition: r for r in run(rm.append_records(1, 1000, [(T0, batch(40)), (T1, small)]))}
+    assert results[0].error_code == Errors.MESSAGE_TOO_LARGE
+    assert results[1].error_code == Errors.NONE and results[1].base_offset == 0
+    assert rm.partition(T0).log.log_end_offset == 0 and rm.partition(T1).log.log_end_offset == 1
 
-    t1 = TopicPartition("t", 1)
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,)), ps(t1, leader=1, leader_epoch=0,
-                                                                                       isr=(1,))), BROKER_EPOCH)
-    small = [Record(-1, -1, 0, None, b"x" * 100)]
-    limit = 3 * entry_size(small[0])
-    fits = small * 3
-    too_big = small * 4
-    request = ProduceRequest(acks=1, partitions=[ProducePartition("t", 0, too_big), ProducePartition("t", 1, fits)])
-    results = {r.partition: r for r in rm.append_records(request, 1, message_max_bytes=limit).results}
-    assert results[0].error_code == Errors.MESSAGE_TOO_LARGE and "message.max.bytes" in results[0].error_message
-    assert results[1].error_code == Errors.NONE and results[1].last_offset == 2
-    assert rm.partition(T0).log.log_end_offset == 0 and rm.partition(t1).log.log_end_offset == 3
+
+def test_produce_to_a_partition_not_led_here(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=0)), BROKER_EPOCH)
+    results = run(rm.append_records(1, 1000, [(T0, batch(1)), (T1, batch(1))]))
+    assert [r.error_code for r in results] == [Errors.NOT_LEADER_OR_FOLLOWER] * 2
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=4, isr=(1, 2))), BROKER_EPOCH)
+    rm.partition(T0).append_as_leader(batch(3), 1)
+    assert rm.list_offset(T0, -2) == (-1, 0, 4)
+    assert rm.list_offset(T0, -1) == (-1, 0, 4)  # a client's latest is the high watermark
+    assert rm.list_offset(T0, -1, replica_id=2) == (-1, 3, 4)  # a replica's the log end
+    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 3, 4)])))
+    assert rm.list_offset(T0, -1) == (-1, 3, 4)
+    assert rm.list_offset(T0, 500) == (1_000, 0, 4)  # every record of batch() has timestamp 1000
+    assert rm.list_offset(T0, 2_000) == (-1, -1, -1)
+    with pytest.raises(FencedLeaderEpochException):
+        rm.list_offset(T0, -1, current_leader_epoch=3)
+    with pytest.raises(NotLeaderOrFollowerException):
+        rm.list_offset(T1, -1)
+
+
+def test_offsets_for_leader_epoch(rm):
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=4, isr=(1,))), BROKER_EPOCH)
+    rm.partition(T0).append_as_leader(batch(3), 1)
+    answers = rm.offsets_for_leader_epoch([("t", 0, 4, 4), ("t", 0, -1, 2), ("t", 0, 3, 4), ("t", 1, -1, 0)])
+    assert [(a.error_code, a.leader_epoch, a.end_offset) for a in answers] == [
+        (Errors.NONE, 4, 3), (Errors.NONE, 2, 0), (Errors.FENCED_LEADER_EPOCH, -1, -1),
+        (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1)]
 
 
 # -- MetadataCache ----------------------------------------------------------------------------------

@@ -1,0 +1,186 @@
+"""Kafka's KafkaApis: each wire request (kafka-python's classes, generated from Kafka's JSON message
+definitions) turned into calls on the replica manager and the metadata cache, and the answers back
+into the response of the request's version.
+
+Runs on the broker's event loop, one request at a time per connection (the SocketServer's order).
+ApiVersions is the SocketServer's own; the group APIs get a clean error (kray has no group
+coordinator: consumers assign() partitions). Producer ids come in blocks from ZooKeeper, claimed off
+the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from actors.broker.api_versions import group_error_response, is_group_api
+from actors.broker.metadata_cache import MetadataCache
+from actors.broker.network import CloseConnection, RequestContext
+from actors.broker.replica_manager import ReplicaManager
+from actors.data_protocol import FetchParams, FetchPartition
+from coordination.errors import Errors, KrayError
+from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
+
+NO_LEADER = -1
+
+
+class KafkaApis:
+    def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
+                 cluster_id: Callable[[], str | None], producer_id: Callable[[], int],
+                 on_follower_fetch: Callable[[int, list[TopicPartition]], None] = lambda replica, tps: None):
+        self.broker_id = broker_id
+        self.rm, self.cache = replica_manager, metadata_cache
+        self.cluster_id = cluster_id
+        self.producer_id = producer_id  # blocking (ZooKeeper, once a block): called off the loop
+        self.on_follower_fetch = on_follower_fetch  # the partitions whose ISR a fetching follower may join
+        self._handlers = {ProduceRequest.API_KEY: self.produce, FetchRequest.API_KEY: self.fetch,
+                          ListOffsetsRequest.API_KEY: self.list_offsets, MetadataRequest.API_KEY: self.metadata,
+                          OffsetForLeaderEpochRequest.API_KEY: self.offset_for_leader_epoch,
+                          InitProducerIdRequest.API_KEY: self.init_producer_id}
+
+    async def handle(self, ctx: RequestContext, request):
+        if is_group_api(ctx.api_key):
+            return group_error_response(request, ctx.api_version)
+        return await self._handlers[ctx.api_key](ctx, request)
+
+    # -- Metadata ------------------------------------------------------------
+
+    async def metadata(self, ctx: RequestContext, request) -> MetadataResponse:
+        """From the metadata cache, which only UpdateMetadata fills (as Kafka's)."""
+        snapshot = self.cache.snapshot
+        by_topic: dict[str, list] = {}
+        for tp, st in snapshot.partitions.items():
+            by_topic.setdefault(tp.topic, []).append(st)
+        wanted = sorted(by_topic) if request.topics is None else [t.name for t in request.topics]
+        R = MetadataResponse
+        topics = []
+        for name in wanted:
+            states = by_topic.get(name)
+            if not states:
+                topics.append(R.MetadataResponseTopic(error_code=int(Errors.UNKNOWN_TOPIC_OR_PARTITION), name=name,
+                                                      is_internal=False, partitions=[]))
+                continue
+            partitions = [R.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=int(Errors.LEADER_NOT_AVAILABLE if st.leader < 0 else Errors.NONE),
+                partition_index=st.partition, leader_id=st.leader if st.leader >= 0 else NO_LEADER,
+                leader_epoch=st.leader_epoch, replica_nodes=list(st.replicas), isr_nodes=list(st.isr),
+                offline_replicas=list(st.offline_replicas)) for st in sorted(states, key=lambda s: s.partition)]
+            topics.append(R.MetadataResponseTopic(error_code=0, name=name, is_internal=False, partitions=partitions))
+        return R(throttle_time_ms=0, brokers=[R.MetadataResponseBroker(node_id=b.id, host=b.host, port=b.port,
+                                                                      rack=b.rack)
+                                              for b in sorted(snapshot.alive_brokers.values(), key=lambda b: b.id)],
+                 cluster_id=self.cluster_id(), controller_id=snapshot.controller_id
+                 if snapshot.controller_id is not None else -1, topics=topics)
+
+    # -- Produce -------------------------------------------------------------
+
+    async def produce(self, ctx: RequestContext, request) -> ProduceResponse | None:
+        """acks=0 gets no answer; if its append failed the connection is closed, as Kafka does, so that
+        the producer notices."""
+        if request.transactional_id is not None:
+            results = [(t.name, p.index, int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), -1, -1,
+                        "kray has no transaction coordinator") for t in request.topic_data for p in t.partition_data]
+        else:
+            entries = [(TopicPartition(t.name, p.index), p.records or b"")
+                       for t in request.topic_data for p in t.partition_data]
+            results = [(r.topic, r.partition, r.error_code, r.base_offset, r.log_start_offset, r.error_message)
+                       for r in await self.rm.append_records(request.acks, request.timeout_ms, entries)]
+        if request.acks == 0:
+            if any(r[2] != Errors.NONE for r in results):
+                raise CloseConnection(f"acks=0 produce failed: {[(r[0], r[1], Errors(r[2]).name) for r in results if r[2]]}")
+            return None
+        R = ProduceResponse
+        by_topic: dict[str, list] = {}
+        for topic, partition, error, base, start, message in results:
+            by_topic.setdefault(topic, []).append(R.TopicProduceResponse.PartitionProduceResponse(
+                index=partition, error_code=error, base_offset=base, log_append_time_ms=-1, log_start_offset=start,
+                record_errors=[], error_message=message))
+        return R(responses=[R.TopicProduceResponse(name=t, partition_responses=ps) for t, ps in by_topic.items()],
+                 throttle_time_ms=0)
+
+    # -- Fetch ---------------------------------------------------------------
+
+    async def fetch(self, ctx: RequestContext, request) -> FetchResponse:
+        params = FetchParams(
+            replica_id=request.replica_id, max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
+            max_bytes=request.max_bytes, session_id=request.session_id, session_epoch=request.session_epoch,
+            partitions=[FetchPartition(t.topic, p.partition, p.fetch_offset, p.current_leader_epoch,
+                                       p.partition_max_bytes, p.last_fetched_epoch, p.log_start_offset)
+                        for t in request.topics for p in t.partitions],
+            forgotten=[(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions])
+        result, expand = await self.rm.fetch(params)
+        if expand:
+            self.on_follower_fetch(request.replica_id, expand)
+        R = FetchResponse
+        P = R.FetchableTopicResponse.PartitionData
+        by_topic: dict[str, list] = {}
+        for f in result.partitions:
+            data = P(partition_index=f.partition, error_code=f.error_code, high_watermark=f.high_watermark,
+                     last_stable_offset=f.high_watermark, log_start_offset=f.log_start_offset,
+                     aborted_transactions=None, preferred_read_replica=-1, records=f.records)
+            if f.diverging_epoch is not None:
+                data.diverging_epoch = P.EpochEndOffset(epoch=f.diverging_epoch[0], end_offset=f.diverging_epoch[1])
+            by_topic.setdefault(f.topic, []).append(data)
+        return R(throttle_time_ms=0, error_code=result.error_code, session_id=result.session_id,
+                 responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()])
+
+    # -- offsets -------------------------------------------------------------
+
+    async def list_offsets(self, ctx: RequestContext, request) -> ListOffsetsResponse:
+        R = ListOffsetsResponse
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for p in t.partitions:
+                try:
+                    timestamp, offset, epoch = self.rm.list_offset(TopicPartition(t.name, p.partition_index),
+                                                                   p.timestamp, p.current_leader_epoch,
+                                                                   request.replica_id)
+                    error = Errors.NONE
+                except KrayError as e:
+                    timestamp, offset, epoch, error = -1, -1, -1, e.error
+                partitions.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=int(error), timestamp=timestamp, offset=offset,
+                    leader_epoch=epoch))
+            topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=partitions))
+        return R(throttle_time_ms=0, topics=topics)
+
+    async def offset_for_leader_epoch(self, ctx: RequestContext, request) -> OffsetForLeaderEpochResponse:
+        R = OffsetForLeaderEpochResponse
+        answers = self.rm.offsets_for_leader_epoch((t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+                                                   for t in request.topics for p in t.partitions)
+        by_topic: dict[str, list] = {}
+        for a in answers:
+            by_topic.setdefault(a.topic, []).append(R.OffsetForLeaderTopicResult.EpochEndOffset(
+                error_code=a.error_code, partition=a.partition, leader_epoch=a.leader_epoch, end_offset=a.end_offset))
+        return R(throttle_time_ms=0, topics=[R.OffsetForLeaderTopicResult(topic=t, partitions=ps)
+                                             for t, ps in by_topic.items()])
+
+    # -- idempotent producers ------------------------------------------------
+
+    async def init_producer_id(self, ctx: RequestContext, request) -> InitProducerIdResponse:
+        """A new producer id, epoch 0 (an idempotent producer without transactions); a transactional id
+        needs a transaction coordinator, which kray does not have."""
+        if request.transactional_id is not None:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=int(Errors.COORDINATOR_NOT_AVAILABLE),
+                                          producer_id=-1, producer_epoch=-1)
+        try:
+            producer_id = await asyncio.get_running_loop().run_in_executor(None, self.producer_id)
+        except Exception as e:  # ZooKeeper unreachable: the producer retries
+            log.warning("[KafkaApi-%d] Could not allocate a producer id: %s: %s", self.broker_id, type(e).__name__, e)
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=int(Errors.COORDINATOR_NOT_AVAILABLE),
+                                          producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)

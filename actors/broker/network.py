@@ -1,0 +1,219 @@
+"""The Kafka wire protocol over TCP: a broker's listener (Kafka's SocketServer) and a connection to
+another broker (the NetworkClient its replica fetchers use). Frames are a 4-byte size and a request
+or response; kafka-python's message classes (generated from Kafka's JSON message definitions)
+encode and decode them, headers included.
+
+How a connection fails, as Kafka's: a frame larger than socket.request.max.bytes (or of a negative
+size), an unknown API key, a version the broker does not serve (except ApiVersions, answered at v0
+with UNSUPPORTED_VERSION and the list, KIP-511), or bytes that do not decode close that connection
+and touch nothing else; every other connection goes on. Requests of one connection are handled one
+at a time and answered in order (Kafka mutes a channel while its request is in flight), on the
+broker's event loop: a request that waits (acks=all, a long-polling fetch) costs no thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import struct
+from collections import Counter, deque
+from typing import Awaitable, Callable, NamedTuple
+
+from kafka.protocol.api_header import RequestHeader, ResponseClassRegistry
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from actors.broker.api_versions import API_VERSIONS, api_versions_response, supported
+from coordination.errors import Errors
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hh")
+DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
+
+
+class RequestContext(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: str
+    client_software: tuple[str, str] | None = None  # KIP-511: (name, version) from ApiVersions v3+
+
+
+class CloseConnection(Exception):
+    """A handler's way to close the connection (an acks=0 produce that failed, as Kafka does)."""
+
+
+Handler = Callable[[RequestContext, object], Awaitable[object | None]]
+
+
+def request_name(api_key: int, request) -> str:
+    """Kafka's RequestsPerSec name: the API, with fetches split between followers and consumers."""
+    if api_key == FetchRequest.API_KEY:
+        return "FetchFollower" if request.replica_id >= 0 else "FetchConsumer"
+    return API_VERSIONS[api_key][0].__name__.removesuffix("Request")
+
+
+class SocketServer:
+    def __init__(self, handler: Handler, host: str, port: int, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+        self.handler, self.host, self.port, self.max_request_bytes = handler, host, port, max_request_bytes
+        self.requests: Counter[str] = Counter()
+        self.closed_for_errors = 0  # connections closed for bad input
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> int:
+        """Listen; the port bound (a free one when `port` is 0)."""
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._connections):
+            writer.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def count(self, *names: str) -> dict[str, int]:
+        """Count requests by name (the controller's, served over Ray, too); the counts so far."""
+        self.requests.update(names)
+        return dict(self.requests)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = "%s:%s" % writer.get_extra_info("peername")[:2]
+        self._connections.add(writer)
+        software = None
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if not 0 <= size <= self.max_request_bytes:
+                    return self._refuse(peer, f"a request of {size} bytes (socket.request.max.bytes="
+                                              f"{self.max_request_bytes})")
+                frame = await reader.readexactly(size)
+                if size < _KEY_VERSION.size:
+                    return self._refuse(peer, f"a {size}-byte request")
+                api_key, version = _KEY_VERSION.unpack_from(frame)
+                if api_key not in API_VERSIONS:
+                    return self._refuse(peer, f"unknown API key {api_key}")
+                cls = API_VERSIONS[api_key][0]
+                if not supported(api_key, version):
+                    if api_key != ApiVersionsRequest.API_KEY:
+                        return self._refuse(peer, f"unsupported version {version} of {cls.__name__}")
+                    header = _parse_header(frame, flexible=False)
+                    if header is None:
+                        return self._refuse(peer, "an undecodable ApiVersions header")
+                    self._write(writer, api_versions_response(Errors.UNSUPPORTED_VERSION), header.correlation_id, 0)
+                    continue
+                try:
+                    request = cls.decode(frame, version=version, header=True)
+                except Exception as e:  # garbage or cut short: Kafka's InvalidRequestException
+                    return self._refuse(peer, f"{cls.__name__} v{version} that does not decode "
+                                              f"({type(e).__name__}: {e})")
+                header = request.header
+                if api_key == ApiVersionsRequest.API_KEY and version >= 3:
+                    software = (request.client_software_name, request.client_software_version)
+                ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, peer, software)
+                self.requests[request_name(api_key, request)] += 1
+                if api_key == ApiVersionsRequest.API_KEY:
+                    response = api_versions_response()
+                else:
+                    try:
+                        response = await self.handler(ctx, request)
+                    except CloseConnection as e:
+                        log.info("Closing connection from %s: %s", peer, e)
+                        return
+                if response is not None:
+                    self._write(writer, response, header.correlation_id, version)
+                    if writer.transport.get_write_buffer_size() > 1 << 20:
+                        await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the client went away
+        except Exception:
+            log.exception("Closing connection from %s after an unexpected error", peer)
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+
+    def _refuse(self, peer: str, what: str) -> None:
+        self.closed_for_errors += 1
+        log.warning("Closing connection from %s: %s", peer, what)
+
+    @staticmethod
+    def _write(writer: asyncio.StreamWriter, response, correlation_id: int, version: int) -> None:
+        response.API_VERSION = version  # before the header: kafka-python would set it on the header too
+        response.with_header(correlation_id=correlation_id)
+        writer.write(response.encode(header=True, framed=True))
+
+
+def _parse_header(frame: bytes, flexible: bool) -> RequestHeader | None:
+    import io
+
+    try:
+        return RequestHeader.decode(io.BytesIO(frame), flexible=flexible)
+    except Exception:
+        return None
+
+
+class NetworkClient:
+    """One connection to a broker's listener; requests may be pipelined, answers come in order."""
+
+    def __init__(self):
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: deque[tuple[int, type, int, asyncio.Future]] = deque()
+        self._ids = itertools.count(1)
+        self._task: asyncio.Task | None = None
+        self.client_id = "kray"
+
+    async def connect(self, host: str, port: int, client_id: str = "kray") -> None:
+        self.client_id = client_id
+        self._reader, self._writer = await asyncio.open_connection(host, port)
+        self._task = asyncio.get_running_loop().create_task(self._read_responses())
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def send(self, request, version: int):
+        if not self.connected:
+            raise ConnectionError("not connected")
+        correlation_id = next(self._ids)
+        request.with_header(correlation_id=correlation_id, client_id=self.client_id)
+        future = asyncio.get_running_loop().create_future()
+        response_class = ResponseClassRegistry.get_response_class(request.header)
+        self._pending.append((correlation_id, response_class, version, future))
+        self._writer.write(request.encode(version=version, header=True, framed=True))
+        return await future
+
+    async def _read_responses(self) -> None:
+        error: Exception = ConnectionError("connection closed")
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+                frame = await self._reader.readexactly(size)
+                correlation_id, response_class, version, future = self._pending.popleft()
+                response = response_class.decode(frame, version=version, header=True)
+                if response.header.correlation_id != correlation_id:
+                    raise ConnectionError(f"response {response.header.correlation_id} to request {correlation_id}")
+                if not future.done():
+                    future.set_result(response)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            error = ConnectionError(str(e) or "connection closed")
+        except Exception as e:  # an answer that does not decode: the connection is no longer usable
+            error = ConnectionError(f"{type(e).__name__}: {e}")
+        finally:
+            self.close()
+            while self._pending:
+                future = self._pending.popleft()[3]
+                if not future.done():
+                    future.set_exception(error)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
