@@ -174,7 +174,8 @@ def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
             sent[(topic, a.partition, producer)].append((int(seq), a.offset))
         else:
             unparsed += 1
-        epoch_brokers[(topic, a.partition, a.leader_epoch)].add(a.broker_id)
+        if a.broker_id >= 0 and a.leader_epoch >= 0:  # known only where the producer knew them
+            epoch_brokers[(topic, a.partition, a.leader_epoch)].add(a.broker_id)
     if unparsed:
         notes.append(f"{unparsed} acks have a record_id not of the form <producer>-<sequence>; "
                      "their order was not checked")

@@ -39,7 +39,24 @@ class AckPoint(NamedTuple):
     acked_ms: float
     broker_id: int
     leader_epoch: int
-    leader_acked_ms: float | None = None
+    sent_ms: float = 0.0
+
+
+def attribute(acks: Iterable[Ack], epochs: dict[tuple[str, int], int],
+              leaders: dict[tuple[str, int], int]) -> Iterable[Ack]:
+    """Acks with the leader epoch their record was appended in and the broker that led in it: Kafka's
+    produce response names neither, but every batch carries its leader's epoch (`epochs`: (partition,
+    offset) -> epoch, from the final read-back) and the ZooKeeper samples name each epoch's leader
+    (`leaders`: (partition, epoch) -> broker). What cannot be told stays -1."""
+    for a in acks:
+        key = tp_key(a.topic, a.partition)
+        epoch = epochs.get((key, a.offset), a.leader_epoch)
+        yield a.model_copy(update={"leader_epoch": epoch, "broker_id": leaders.get((key, epoch), a.broker_id)})
+
+
+def epoch_leaders(states: Iterable[StateSample]) -> dict[tuple[str, int], int]:
+    """(partition, leader epoch) -> its leader, as the ZooKeeper samples saw them."""
+    return {(tp, p.leader_epoch): p.leader for s in states for tp, p in s.partitions.items() if p.leader >= 0}
 
 
 class AckIndex:
@@ -48,8 +65,7 @@ class AckIndex:
     def __init__(self, acks: Iterable[Ack]):
         points: dict[str, list[AckPoint]] = defaultdict(list)
         for a in acks:
-            points[tp_key(a.topic, a.partition)].append(AckPoint(a.acked_ms, a.broker_id, a.leader_epoch,
-                                                                               a.leader_acked_ms))
+            points[tp_key(a.topic, a.partition)].append(AckPoint(a.acked_ms, a.broker_id, a.leader_epoch, a.sent_ms))
         self.points = {tp: sorted(p) for tp, p in points.items()}
         self.times = {tp: [p.acked_ms for p in ps] for tp, ps in self.points.items()}
 
@@ -81,9 +97,9 @@ def recovery(fault: FaultRecord, acks: AckIndex, changed: Collection[str] = ()) 
             """An answer the old state still gave: a response on its way when the fault hit."""
             if p.broker_id != before.broker_id or p.leader_epoch != before.leader_epoch:
                 return False
-            if before.broker_id != fault.target and p.leader_acked_ms is not None:  # the victim was a follower:
-                return p.leader_acked_ms < fault.injected_ms  # what its leader decided after the fault counts
-            return p.acked_ms < stale_until
+            if before.broker_id != fault.target:  # the victim was a follower: a record sent after the fault
+                return p.sent_ms < fault.injected_ms  # is one its leader took after it (Kafka's response does
+            return p.acked_ms < stale_until  # not say when the leader decided)
         after = acks.first_after(tp, fault.injected_ms, stale)
         if after is not None:
             out[tp] = after.acked_ms

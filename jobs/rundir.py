@@ -139,11 +139,10 @@ class Ack(Record):
     partition: int
     offset: int
     record_id: str  # "<producer>-<sequence>": unique, increasing per producer in send order
-    broker_id: int
-    leader_epoch: int
+    broker_id: int  # -1 when the load generator did not know (Kafka's produce response does not say)
+    leader_epoch: int  # -1 likewise; both are filled in from the final read-back (failovers.attribute)
     sent_ms: float
     acked_ms: float  # when the acknowledgement reached the producer
-    leader_acked_ms: float | None = None  # when the leader acknowledged (its clock)
 
 
 class Consumed(Record):

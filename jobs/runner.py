@@ -398,14 +398,19 @@ class ExperimentRun:
         faults = list(reader.lines(rundir.FAULTS, FaultRecord))
         latency = []  # every acknowledged record's, from the same read that indexes them
 
+        states = list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample))
+        epochs = {(tp_key(c.topic, c.partition), c.offset): c.leader_epoch
+                  for c in reader.lines(rundir.CONSUMED, rundir.Consumed) if c.final}
+
         def acks():
             for ack in reader.lines(rundir.PRODUCED, rundir.Ack):
                 latency.append(ack.acked_ms - ack.sent_ms)
                 yield ack
         records = failovers.compose(
-            list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults, failovers.AckIndex(acks()),
+            list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults,
+            failovers.AckIndex(failovers.attribute(acks(), epochs, failovers.epoch_leaders(states))),
             list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector,
-            list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)) if self.exp.load.acks_code == -1 else None)
+            states if self.exp.load.acks_code == -1 else None)
         self.writer.write(rundir.FAILOVERS, records)
         report = check_run(self.run_dir)
         unavailable = sorted(failovers.unavailability_ms(records))

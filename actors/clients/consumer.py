@@ -1,66 +1,77 @@
-"""A consumer of assigned partitions (Kafka's KafkaConsumer with assign()): reads from each
-partition's leader up to its high watermark, tracks positions, follows leader changes."""
+"""A consumer of assigned partitions for tests, tools and the final read-back: confluent-kafka
+(librdkafka) with assign() and explicit offsets, no group (kray has no group coordinator;
+confluent-kafka insists on a group.id, which is never joined or committed to)."""
 from __future__ import annotations
 
-import time
+from typing import NamedTuple
 
-import ray
+import confluent_kafka
 
-from actors.broker.records import Record
-from actors.clients.metadata import ClusterMetadata
-from actors.data_protocol import CONSUMER_REPLICA_ID, FetchPartition, FetchPartitions, FetchRequest
-from coordination.errors import Errors, KrayError
+from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
 
-REFRESH_ON = {Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION,
-              Errors.LEADER_NOT_AVAILABLE}
+NO_GROUP = "kray-assign"  # confluent-kafka needs a group.id even for assign(); nothing joins it
+
+
+class ConsumedRecord(NamedTuple):
+    offset: int
+    key: bytes | None
+    value: bytes
+    leader_epoch: int  # the epoch of the leader that appended it (the batch's partitionLeaderEpoch)
+    timestamp_ms: int
+
+
+def consumer_config(bootstrap_servers: str, max_wait_ms: int = 500, **overrides) -> dict:
+    return {"bootstrap.servers": bootstrap_servers, "group.id": NO_GROUP, "enable.auto.commit": False,
+            "enable.auto.offset.store": False, "fetch.wait.max.ms": max_wait_ms, "auto.offset.reset": "earliest",
+            "log_level": 3, **overrides}
 
 
 class Consumer:
-    def __init__(self, namespace: str, bootstrap: list[int], max_wait_ms: int = 500,
-                 max_partition_bytes: int = 1024 * 1024):
-        self.metadata = ClusterMetadata(namespace, bootstrap)
-        self.max_wait_ms, self.max_partition_bytes = max_wait_ms, max_partition_bytes
-        self.positions: dict[TopicPartition, int] = {}
+    def __init__(self, bootstrap_servers: str, max_wait_ms: int = 500, **overrides):
+        self._consumer = confluent_kafka.Consumer(consumer_config(bootstrap_servers, max_wait_ms, **overrides))
+        self.partitions: list[TopicPartition] = []
 
     def assign(self, partitions: list[TopicPartition], offset: int = 0) -> None:
-        self.positions = {tp: offset for tp in partitions}
-        self.metadata.refresh()
+        self.partitions = list(partitions)
+        self._consumer.assign([confluent_kafka.TopicPartition(tp.topic, tp.partition, offset) for tp in partitions])
 
-    def poll(self) -> list[tuple[TopicPartition, Record]]:
-        """One fetch per leader (long-polling up to max_wait_ms); records in offset order per partition."""
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in self.positions:
-            by_leader.setdefault(self.metadata.leader(tp), []).append(tp)
-        calls = []
-        for leader, tps in by_leader.items():
-            if leader < 0:
-                continue
-            request = FetchRequest(replica_id=CONSUMER_REPLICA_ID, max_wait_ms=self.max_wait_ms, partitions=FetchPartitions(
-                FetchPartition(tp.topic, tp.partition, self.positions[tp], -1, self.max_partition_bytes) for tp in tps))
-            try:
-                calls.append((leader, self.metadata.broker(leader).fetch.remote(request)))
-            except Exception:
-                self.metadata.forget(leader)
-        out, refresh = [], len(calls) < len(by_leader)
-        for leader, ref in calls:
-            try:
-                response = ray.get(ref, timeout=self.max_wait_ms / 1000 + 30)
-            except Exception:  # the leader died: the metadata will name another
-                self.metadata.forget(leader)
-                refresh = True
-                continue
-            for fetched in response.partitions:
-                tp = TopicPartition(fetched.topic, fetched.partition)
-                if fetched.error_code == Errors.NONE:
-                    out += [(tp, r) for r in fetched.records]
-                    if fetched.records:
-                        self.positions[tp] = fetched.records[-1].offset + 1
-                elif Errors(fetched.error_code) in REFRESH_ON:
-                    refresh = True
-                else:
-                    raise KrayError(f"{tp} at offset {self.positions[tp]}: {Errors(fetched.error_code).name}")
-        if refresh:
-            time.sleep(0.05)
-            self.metadata.refresh()
+    def poll(self, timeout_s: float = 0.5, max_records: int = 10_000) -> list[tuple[TopicPartition, ConsumedRecord]]:
+        """The records that arrived, in offset order per partition."""
+        out = []
+        for msg in self._consumer.consume(max_records, timeout_s):
+            if msg.error() is not None:
+                if msg.error().fatal():
+                    raise KrayError(f"consumer: {msg.error().name()}: {msg.error().str()}")
+                continue  # transient (a leader moved): librdkafka retries
+            epoch = msg.leader_epoch()
+            out.append((TopicPartition(msg.topic(), msg.partition()), ConsumedRecord(
+                msg.offset(), msg.key(), msg.value(), -1 if epoch is None else epoch, msg.timestamp()[1])))
         return out
+
+    def high_watermarks(self, timeout_s: float = 10) -> dict[TopicPartition, int]:
+        """Each assigned partition's high watermark, from its leader (ListOffsets latest)."""
+        return {tp: self._consumer.get_watermark_offsets(confluent_kafka.TopicPartition(tp.topic, tp.partition),
+                                                         timeout=timeout_s)[1] for tp in self.partitions}
+
+    def read_to_end(self, partitions: list[TopicPartition], timeout_s: float = 120
+                    ) -> list[tuple[TopicPartition, ConsumedRecord]]:
+        """Every record from offset 0 up to each partition's high watermark as it was when asked."""
+        import time
+
+        self.assign(partitions)
+        ends = self.high_watermarks()
+        positions = dict.fromkeys(partitions, 0)
+        out, deadline = [], time.monotonic() + timeout_s
+        while any(positions[tp] < ends[tp] for tp in partitions):
+            if time.monotonic() > deadline:
+                short = {str(tp): (positions[tp], ends[tp]) for tp in partitions if positions[tp] < ends[tp]}
+                raise KrayError(f"read-back did not reach the high watermarks in {timeout_s:.0f} s: {short}")
+            for tp, record in self.poll():
+                if record.offset < ends[tp]:
+                    out.append((tp, record))
+                positions[tp] = max(positions[tp], record.offset + 1)
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()

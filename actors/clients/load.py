@@ -1,28 +1,30 @@
-"""Load for experiments: producer and consumer actors that record what they did.
+"""Load for experiments: producer and consumer actors on a real Kafka client (confluent-kafka, whose
+wheel carries librdkafka) that record what they did.
 
-A LoadGenerator streams through its idempotent Producer: each of its partitions has one batch
-of `records_per_partition` records in flight, and gets the next as soon as that one is
-acknowledged (or, with a target rate, once the rate allows). Partitions do not wait for each
-other, so the first acknowledgement after a fault says when that partition became available
-again (DESIGN.md's `first_produce_ok`). Every acknowledged record is recorded (produced.jsonl).
+A LoadGenerator produces to its partitions in turn, `records_per_partition` records to each in a
+row, at a target rate or (rate 0) as fast as its window of unacknowledged records allows; librdkafka
+batches, retries and keeps each partition's order, idempotent with acks=all as Kafka's default.
+Every acknowledged record is recorded (produced.jsonl) with when it was sent and acknowledged; the
+leader epoch and broker that acknowledged it are not in Kafka's produce response, so they are
+filled in afterwards from the final read-back (each record carries its leader's epoch) and the
+ZooKeeper samples (jobs/failovers.py). A ConsumerWorker follows the same partitions from offset 0
+and records every record it reads (consumed.jsonl). `read_back` reads partitions from the start to
+their high watermark, for the final check.
 
-A ConsumerWorker follows the same partitions from offset 0 and records every record it
-reads (consumed.jsonl). `read_back` reads partitions from the start to their high
-watermark, for the final check.
-
-Each record's value starts with its id, "<producer>-<sequence>", padded to the record size.
+Each record's id, "<producer>-<sequence>", is its key; its value starts with it, padded to the
+record size.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections import OrderedDict
 
+import confluent_kafka
 import ray
 
-from actors.clients.consumer import Consumer
-from actors.clients.producer import Producer
+from actors.clients.consumer import Consumer, ConsumedRecord
+from actors.clients.producer import producer_config
 from actors.config import ClusterConfig
 from actors.recording import RecordSink
 from actors.runtime import configure_actor_process, rss_mb
@@ -32,89 +34,87 @@ from jobs import rundir
 log = logging.getLogger(__name__)
 
 PAD = b" "
+WINDOW_PER_PARTITION = 8  # unacknowledged records per partition a streaming generator allows
 
 
 def record_value(record_id: str, size: int) -> bytes:
     return record_id.encode().ljust(size, PAD)
 
 
-def record_id_of(value: bytes) -> str:
-    return value.rstrip(PAD).decode(errors="replace")
+def record_id_of(key: bytes | None, value: bytes) -> str:
+    """The record's id: its key, or (a record produced without one) the start of its value."""
+    return (key if key is not None else value.rstrip(PAD)).decode(errors="replace")
 
 
 def now_ms() -> float:
     return time.time() * 1000
 
 
+def bootstrap_servers(config: ClusterConfig) -> str:
+    with config.zk_client().start() as zk:
+        return zk.bootstrap_servers()
+
+
 @ray.remote(num_cpus=0, max_concurrency=4)
 class LoadGenerator:
     def __init__(self, index: int, config: ClusterConfig, partitions: list[TopicPartition], rate: float,
                  record_size: int, acks: int, records_per_partition: int = 1, retry_backoff_ms: int = 20,
-                 leader_check_ms: int = 200):
+                 linger_ms: int = 1):
         configure_actor_process()
         self.name = f"p{index}"
-        self.partitions = OrderedDict.fromkeys(partitions)  # in the order they were last given a batch
+        self.partitions = list(partitions)
         self.rate, self.record_size, self.per_partition = rate, record_size, records_per_partition
-        self.producer = Producer(config.namespace, _broker_ids(config), acks=acks, delivery_timeout_ms=120_000,
-                                 retry_backoff_ms=retry_backoff_ms, leader_check_ms=leader_check_ms)
+        self.producer = confluent_kafka.Producer(producer_config(
+            bootstrap_servers(config), acks, **{"retry.backoff.ms": retry_backoff_ms, "linger.ms": linger_ms,
+                                                "queue.buffering.max.messages": 1_000_000}))
+        self.window = max(1, len(partitions)) * WINDOW_PER_PARTITION * records_per_partition
         self.sink = RecordSink(config.recorder, config.namespace)
-        self.sequence = 0
-        self.acked = 0
+        self.sequence = self.acked = 0
         self.errors: list[str] = []
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"load-{self.name}", daemon=True)
 
     def start(self) -> None:
-        self.producer.metadata.refresh()
         self._thread.start()
 
     def _run(self) -> None:
+        started, turn = time.monotonic(), 0
         while not self._stopped.is_set():
-            self._batches: dict[TopicPartition, tuple[list[str], float]] = {}  # ids and send time, per partition
-            self._started = time.monotonic()
-            self._budget_base = self.sequence
-            try:
-                self.producer.deliver({}, refill=self._refill, on_delivered=self._delivered)
-            except Exception as e:  # delivery timed out: counted; the run's checker sees what is missing
-                self.producer.new_identity()
-                self.errors.append(f"{type(e).__name__}: {e}"[:300])
-                log.warning("Load generator %s: %s", self.name, self.errors[-1])
+            allowed = int(self.rate * (time.monotonic() - started)) - self.sequence if self.rate > 0 \
+                else self.window - (self.sequence - self.acked - len(self.errors))
+            for _ in range(max(0, allowed) // self.per_partition):
+                tp = self.partitions[turn % len(self.partitions)]
+                turn += 1
+                for _ in range(self.per_partition):
+                    self._produce(tp)
+            self.producer.poll(0.001 if self.rate > 0 or allowed <= 0 else 0)
 
-    def _refill(self, pending: set[TopicPartition]) -> dict | None:
-        """The next batch of every partition with none in flight, within the target rate; None to stop."""
-        if self._stopped.is_set():
-            return None
-        idle = [tp for tp in self.partitions if tp not in pending]  # longest unserved first
-        if self.rate > 0:
-            allowed = int(self.rate * (time.monotonic() - self._started)) - (self.sequence - self._budget_base)
-            idle = idle[:max(0, allowed // self.per_partition)]
-        out = {}
-        for tp in idle:
-            self.partitions.move_to_end(tp)
-            ids = [f"{self.name}-{self.sequence + i}" for i in range(self.per_partition)]
-            self.sequence += self.per_partition
-            out[tp] = self.producer.batch(tp, [record_value(i, self.record_size) for i in ids])
-            self._batches[tp] = (ids, now_ms())
-        return out
+    def _produce(self, tp: TopicPartition) -> None:
+        record_id = f"{self.name}-{self.sequence}"
+        self.sequence += 1
+        sent = now_ms()
+        self.producer.produce(tp.topic, record_value(record_id, self.record_size), record_id.encode(),
+                              partition=tp.partition, on_delivery=lambda err, msg: self._delivered(err, msg, sent))
 
-    def _delivered(self, tp: TopicPartition, d) -> None:
-        ids, sent = self._batches.pop(tp)
-        for i, record_id in enumerate(ids):
-            self.sink.emit(rundir.PRODUCED, rundir.Ack(
-                topic=tp.topic, partition=tp.partition, offset=d.base_offset + i, record_id=record_id,
-                broker_id=d.broker_id, leader_epoch=d.leader_epoch, sent_ms=sent, acked_ms=d.acked_ms,
-                leader_acked_ms=d.leader_acked_ms))
-        self.acked += len(ids)
+    def _delivered(self, err, msg, sent_ms: float) -> None:
+        if err is not None:  # delivery.timeout.ms ran out, or a non-retriable error: the checker sees what is missing
+            self.errors.append(f"{err.name()}: {err.str()}"[:300])
+            log.warning("Load generator %s: %s", self.name, self.errors[-1])
+            return
+        self.acked += 1
+        self.sink.emit(rundir.PRODUCED, rundir.Ack(
+            topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), record_id=msg.key().decode(),
+            broker_id=-1, leader_epoch=-1, sent_ms=sent_ms, acked_ms=now_ms()))
 
     def stop(self) -> dict:
         self._stopped.set()
-        self._thread.join(timeout=150)
+        self._thread.join(timeout=30)
+        self.producer.flush(150)
         self.sink.close()
         return self.stats()
 
     def stats(self) -> dict:
-        return {"name": self.name, "acked": self.acked, "sent": self.sequence, "retries": self.producer.retries,
-                "errors": len(self.errors), "last_error": self.errors[-1] if self.errors else None,
+        return {"name": self.name, "acked": self.acked, "sent": self.sequence, "errors": len(self.errors), "last_error": self.errors[-1] if self.errors else None,
                 "rss_mb": rss_mb()}
 
 
@@ -123,7 +123,7 @@ class ConsumerWorker:
     def __init__(self, config: ClusterConfig, partitions: list[TopicPartition], index: int = 0):
         configure_actor_process()
         self.name = f"c{index}"
-        self.consumer = Consumer(config.namespace, _broker_ids(config), max_wait_ms=200)
+        self.consumer = Consumer(bootstrap_servers(config), max_wait_ms=200)
         self.partitions = list(partitions)
         self.sink = RecordSink(config.recorder, config.namespace)
         self.consumed = 0
@@ -137,8 +137,8 @@ class ConsumerWorker:
     def _run(self) -> None:
         while not self._stopped.is_set():
             try:
-                got = self.consumer.poll()
-            except Exception as e:  # no broker answered the metadata request: try again
+                got = self.consumer.poll(timeout_s=0.2)
+            except Exception as e:  # a fatal client error: log it and go on polling
                 log.warning("Consumer: %s: %s", type(e).__name__, e)
                 self._stopped.wait(0.2)
                 continue
@@ -150,6 +150,7 @@ class ConsumerWorker:
     def stop(self) -> int:
         self._stopped.set()
         self._thread.join(timeout=30)
+        self.consumer.close()
         self.sink.close()
         return self.consumed
 
@@ -157,24 +158,18 @@ class ConsumerWorker:
         return {"name": self.name, "consumed": self.consumed, "rss_mb": rss_mb()}
 
 
-def consumed(tp: TopicPartition, record, ts_ms: float, final: bool) -> rundir.Consumed:
+def consumed(tp: TopicPartition, record: ConsumedRecord, ts_ms: float, final: bool) -> rundir.Consumed:
     return rundir.Consumed(topic=tp.topic, partition=tp.partition, offset=record.offset,
-                           record_id=record_id_of(record.value), leader_epoch=record.leader_epoch, ts_ms=ts_ms,
-                           final=final)
+                           record_id=record_id_of(record.key, record.value), leader_epoch=record.leader_epoch,
+                           ts_ms=ts_ms, final=final)
 
 
-def read_back(config: ClusterConfig, partitions: list[TopicPartition], idle_polls: int = 5):
+def read_back(config: ClusterConfig, partitions: list[TopicPartition]):
     """Every record below each partition's high watermark, from offset 0, as final Consumed records."""
-    consumer = Consumer(config.namespace, _broker_ids(config), max_wait_ms=100)
-    consumer.assign(partitions)
-    idle = 0
-    while idle < idle_polls:
-        got = consumer.poll()
-        idle = 0 if got else idle + 1
-        ts = now_ms()
-        yield from (consumed(tp, r, ts, final=True) for tp, r in got)
-
-
-def _broker_ids(config: ClusterConfig) -> list[int]:
-    with config.zk_client().start() as zk:
-        return zk.get_all_broker_ids()
+    consumer = Consumer(bootstrap_servers(config), max_wait_ms=100)
+    try:
+        got = consumer.read_to_end(partitions)
+    finally:
+        consumer.close()
+    ts = now_ms()
+    yield from (consumed(tp, r, ts, final=True) for tp, r in got)

@@ -41,17 +41,17 @@ def sample(ts_ms: float, rate: float, depths: dict[int, int], alive: int) -> Loa
 def test_ack_index_sorts_and_looks_up_strictly_around_a_moment():
     index = AckIndex([ack("t-0", 2, 1, 300), ack("t-0", 1, 1, 100), ack("t-0", 1, 1, 200), ack("my-events-3", 3, 7, 50)])
     assert index.points == {
-        "t-0": [AckPoint(100, 1, 1), AckPoint(200, 1, 1), AckPoint(300, 2, 1)],
-        "my-events-3": [AckPoint(50, 3, 7)],
+        "t-0": [AckPoint(100, 1, 1, 95), AckPoint(200, 1, 1, 195), AckPoint(300, 2, 1, 295)],
+        "my-events-3": [AckPoint(50, 3, 7, 45)],
     }
     assert index.times["t-0"] == [100, 200, 300]
-    assert index.last_before("t-0", 200) == AckPoint(100, 1, 1)  # strictly before
-    assert index.last_before("t-0", 201) == AckPoint(200, 1, 1)
+    assert index.last_before("t-0", 200) == AckPoint(100, 1, 1, 95)  # strictly before
+    assert index.last_before("t-0", 201) == AckPoint(200, 1, 1, 195)
     assert index.last_before("t-0", 100) is None
     never = lambda p: False  # noqa: E731
-    assert index.first_after("t-0", 200, never) == AckPoint(300, 2, 1)  # strictly after
-    assert index.first_after("t-0", 199, never) == AckPoint(200, 1, 1)
-    assert index.first_after("t-0", 150, lambda p: p.broker_id == 1) == AckPoint(300, 2, 1)
+    assert index.first_after("t-0", 200, never) == AckPoint(300, 2, 1, 295)  # strictly after
+    assert index.first_after("t-0", 199, never) == AckPoint(200, 1, 1, 195)
+    assert index.first_after("t-0", 150, lambda p: p.broker_id == 1) == AckPoint(300, 2, 1, 295)
     assert index.first_after("t-0", 300, never) is None
     assert index.first_after("t-0", 0, lambda p: True) is None
 
@@ -298,7 +298,8 @@ def test_with_acks_all_partitions_following_on_the_victim_count_until_their_isr_
     """Broker 1 (a follower of t-7 and t-8) dies at 1000: a leader acknowledges nothing more with acks=all
     until the controller removes the dead follower (a new leader epoch); t-9 did not have 1 in its ISR."""
     acks = AckIndex([
-        ack("t-7", 3, 4, 990), ack("t-7", 3, 4, 1100), ack("t-7", 3, 5, 1250),  # in-flight ack, then the shrink
+        ack("t-7", 3, 4, 990), ack("t-7", 3, 4, 1100).model_copy(update={"sent_ms": 900}),  # in flight at the fault
+        ack("t-7", 3, 5, 1250),  # then the shrink
         ack("t-8", 2, 1, 995), ack("t-8", 2, 2, 1300),
         ack("t-9", 2, 8, 980), ack("t-9", 2, 8, 1010),
     ])
@@ -315,7 +316,7 @@ def test_with_acks_all_compose_counts_the_partitions_the_timelines_changed_or_th
     from jobs.rundir import PartitionLeadership, StateSample
 
     acks = AckIndex([ack("t-7", 3, 4, 990), ack("t-7", 3, 5, 1250), ack("t-8", 3, 2, 995),
-                     ack("t-8", 3, 2, 1400).model_copy(update={"leader_acked_ms": 1398}),  # after the shrink
+                     ack("t-8", 3, 2, 1400).model_copy(update={"sent_ms": 1398}),  # sent after the shrink
                      ack("t-9", 3, 2, 995), ack("t-9", 3, 2, 1010)])
     sample = StateSample(ts_ms=500, live_brokers=[1, 2, 3], partitions={
         "t-7": PartitionLeadership(leader=3, leader_epoch=4, isr=[3]),
@@ -328,15 +329,30 @@ def test_with_acks_all_compose_counts_the_partitions_the_timelines_changed_or_th
     assert compose([failure], [kill], acks, [], session_timeout_ms=6000, detector=True)[0].first_produce_ok_ms == {}
 
 
-def test_a_follower_death_ends_at_the_first_acknowledgement_its_leader_decided_after_the_fault():
-    """The leader (3) stays; a record waiting for the dead follower (1) is acknowledged in the old epoch once
-    the controller shrank the ISR: that answer (decided at 1240, after the fault) is the recovery. One that
-    was decided before the fault and arrived after is not."""
-    def decided(tp, broker, epoch, acked_ms, leader_acked_ms):
-        return ack(tp, broker, epoch, acked_ms).model_copy(update={"leader_acked_ms": leader_acked_ms})
+def test_a_follower_death_ends_at_the_first_acknowledgement_of_a_record_sent_after_the_fault():
+    """The leader (3) stays; a record sent after the dead follower (1) left is acknowledged in the old epoch
+    once the controller shrank the ISR: that answer (sent at 1240, after the fault) is the recovery. One that
+    was sent before the fault and arrived after is not (Kafka's response does not say when its leader
+    decided)."""
+    def decided(tp, broker, epoch, acked_ms, sent_ms):
+        return ack(tp, broker, epoch, acked_ms).model_copy(update={"sent_ms": sent_ms})
     acks = AckIndex([decided("t-7", 3, 4, 990, 989), decided("t-7", 3, 4, 1003, 998),
                      decided("t-7", 3, 4, 1242, 1240), decided("t-7", 3, 5, 1300, 1299)])
     assert recovery(fault(1, FaultKind.KILL_BROKER, 1, 1000.0), acks, {"t-7"}) == {"t-7": 1242}
+
+
+def test_acks_are_attributed_the_epoch_of_their_batch_and_that_epochs_leader():
+    """Kafka's produce response names neither: the read-back gives each offset's leader epoch, the
+    ZooKeeper samples each epoch's leader; what neither tells stays -1."""
+    from jobs.failovers import attribute, epoch_leaders
+    from jobs.rundir import PartitionLeadership, StateSample
+
+    acks = [ack("t-0", -1, -1, 100).model_copy(update={"offset": o}) for o in (0, 1, 2)]
+    samples = [StateSample(ts_ms=1, live_brokers=[1, 2], partitions={"t-0": PartitionLeadership(
+        leader=1, leader_epoch=3, isr=[1, 2])}), StateSample(ts_ms=2, live_brokers=[2], partitions={
+            "t-0": PartitionLeadership(leader=2, leader_epoch=4, isr=[2])})]
+    got = list(attribute(acks, {("t-0", 0): 3, ("t-0", 1): 4, ("t-0", 2): 5}, epoch_leaders(samples)))
+    assert [(a.leader_epoch, a.broker_id) for a in got] == [(3, 1), (4, 2), (5, -1)]
 
 
 def test_a_broker_failure_is_joined_with_the_fault_that_hit_its_broker_when_faults_overlap():
