@@ -24,7 +24,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from actors.broker.records import Record, entry_size
+from actors.broker.batches import batch_size_bound
 from actors.config import BrokerConfig, ControllerConfig
 from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
@@ -131,7 +131,7 @@ class Experiment(Spec):
             if self.load.acks_code == -1 and self.broker.min_insync_replicas > t.replication_factor:
                 raise ValueError(f"topic {t.name}: min_insync_replicas {self.broker.min_insync_replicas} larger "
                                  f"than its replication factor {t.replication_factor}: acks=all could never succeed")
-        batch = self.load.records_per_partition * entry_size(Record(-1, -1, 0, None, bytes(self.load.record_size)))
+        batch = batch_size_bound(self.load.records_per_partition, self.load.record_size)
         if batch > self.broker.message_max_bytes:
             raise ValueError(f"load: {self.load.records_per_partition} records of {self.load.record_size} bytes make "
                              f"{batch}-byte batches, over the brokers' message_max_bytes "

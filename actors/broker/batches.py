@@ -160,6 +160,32 @@ def assign_offsets(batch, base_offset: int, leader_epoch: int) -> bytearray:
     return out
 
 
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def build(values: list[bytes], keys: list[bytes | None] | None = None, producer_id: int = -1, producer_epoch: int = 0,
+          first_sequence: int = 0, timestamp_ms: int = 1_000, codec: str = "none") -> bytes:
+    """A batch as a producer builds it (kafka-python's builder), for tests and the benchmarks' floor;
+    idempotent when it has a producer id. Record i has timestamp timestamp_ms + i."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    idempotent = producer_id >= 0
+    builder = DefaultRecordBatchBuilder(magic=MAGIC, compression_type=CODECS[codec], is_transactional=False,
+                                        producer_id=producer_id, producer_epoch=producer_epoch if idempotent else -1,
+                                        base_sequence=first_sequence if idempotent else -1, batch_size=1 << 30)
+    for i, (key, value) in enumerate(zip(keys or [None] * len(values), values)):
+        builder.append(i, timestamp=timestamp_ms + i, key=key, value=value, headers=[])
+    return bytes(builder.build())
+
+
+RECORD_OVERHEAD_BOUND = 40  # a record's length, attributes, deltas and key length as varints, a short key
+
+
+def batch_size_bound(records: int, value_bytes: int) -> int:
+    """At most how large a batch of `records` values of `value_bytes` (with short keys) is, uncompressed."""
+    return BATCH_OVERHEAD + records * (value_bytes + RECORD_OVERHEAD_BOUND)
+
+
 def decode_records(buf) -> list:
     """Every record of every whole batch (kafka-python's reader: offset, timestamp, key, value,
     headers), for tests, read-back and tools."""

@@ -10,9 +10,9 @@ Log.analyzeAndValidateProducerState):
 - a new epoch starts at sequence 0, unless the producer is unknown here (its state was lost with
   retention, or it is new): then any sequence is taken;
 - otherwise the batch must follow the last sequence (wrapping at Int32.MaxValue):
-  OUT_OF_ORDER_SEQUENCE_NUMBER — except a batch whose whole range lies at or below the last
-  sequence yet is not cached: DUPLICATE_SEQUENCE_NUMBER, as Kafka 0.11-1.x answered it and as
-  clients still take it: already delivered.
+  OUT_OF_ORDER_SEQUENCE_NUMBER — except a batch whose whole range lies before the cached batches
+  (appended long ago, its metadata no longer kept): DUPLICATE_SEQUENCE_NUMBER, as Kafka 0.11-1.x
+  answered it and as clients still take it: already delivered.
 
 Appends keep it current (leader and follower alike, from batch headers only); opening a log reads
 every header. A truncation replays from the latest in-memory snapshot at or below the cut (one every
@@ -86,7 +86,7 @@ class ProducerStateManager:
             if (b.first_seq, b.last_seq) == (h.base_sequence, h.last_sequence):
                 return b
         if not in_sequence(entry.last_seq, h.base_sequence):
-            if entry.batches and entry.batches[0].first_seq <= h.base_sequence and h.last_sequence <= entry.last_seq:
+            if entry.batches and 0 <= h.base_sequence <= h.last_sequence < entry.batches[0].first_seq:
                 raise DuplicateSequenceException(f"producer {h.producer_id}: sequences {h.base_sequence}.."
                                                  f"{h.last_sequence} were appended already")
             raise OutOfOrderSequenceException(f"producer {h.producer_id}: sequence {h.base_sequence} after "

@@ -1,129 +1,172 @@
-"""The replica log on disk: record format, segments, reads, truncation, recovery, checkpoints."""
+"""A replica's log in Kafka's layout: v2 batches stored as sent, segments and their .index files,
+reads of whole batches, truncation, recovery, retention, leader epochs and checkpoints."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from actors.broker import records
+from actors.broker import batches
+from actors.broker.batches import build, decode_records, read_header
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.leader_epochs import LeaderEpochCache
-from actors.broker.log import TAIL_BYTES, Log, segment_name
-from actors.broker.records import Record
-from coordination.errors import KafkaStorageException, OffsetOutOfRangeException
+from actors.broker.log import Log
+from coordination.errors import KafkaStorageException, KrayError, OffsetOutOfRangeException
 
 
-def entries(n: int, size: int = 10, start: int = 0) -> list[Record]:
-    return [Record(-1, -1, 1_000 + i, None if i % 3 == 0 else f"k{i}".encode(), bytes([i % 256]) * size, 7, i)
-            for i in range(start, start + n)]
+def batch(n: int = 1, size: int = 0, start: int = 0, timestamp_ms: int = 1_000, **kw) -> bytes:
+    return build([f"v{start + i}".encode().ljust(size, b".") for i in range(n)], timestamp_ms=timestamp_ms, **kw)
 
 
-# -- record format --------------------------------------------------------------------------------
-
-def test_records_round_trip_with_null_and_empty_keys_and_values():
-    rs = [Record(5, 2, 123, None, b"v"), Record(6, 2, 124, b"", b""), Record(7, 3, 125, b"key", b"x" * 1000)]
-    buffer = b"".join(records.encode(r) for r in rs)
-    decoded = records.decode(buffer, 5)
-    assert decoded.records == rs and decoded.error is None and decoded.valid_bytes == len(buffer)
+def offsets(records) -> list[int]:
+    return [r.offset for r in decode_records(records)]
 
 
-@pytest.mark.parametrize("damage, reason", [
-    (lambda b: b[:-3], "claims"),  # cut short inside the last entry
-    (lambda b: b[:-1] + bytes([b[-1] ^ 0xFF]), "CRC mismatch"),  # a flipped bit in the last value
-    (lambda b: b + b"\x00\x00", "truncated entry header"),  # a torn write of the next header
-])
-def test_decode_stops_at_the_first_bad_entry(damage, reason):
-    rs = [Record(i, 0, 0, None, b"abc") for i in range(3)]
-    good = b"".join(records.encode(r) for r in rs)
-    decoded = records.decode(damage(good), 0)
-    assert reason in decoded.error
-    assert decoded.records == rs[:2] or decoded.records == rs  # the torn header keeps all three
-    assert decoded.valid_bytes == sum(len(records.encode(r)) for r in decoded.records)
+def fill(log: Log, batches_: int, per_batch: int = 3, size: int = 20, epoch: int = 1) -> None:
+    for i in range(batches_):
+        log.append_as_leader(batch(per_batch, size, start=log.log_end_offset), leader_epoch=epoch)
 
 
-def test_decode_refuses_an_offset_gap():
-    buffer = records.encode(Record(0, 0, 0, None, b"a")) + records.encode(Record(2, 0, 0, None, b"b"))
-    decoded = records.decode(buffer, 0)
-    assert [r.offset for r in decoded.records] == [0] and "expected 1" in decoded.error
-
-
-# -- the log --------------------------------------------------------------------------------------
-
-def test_leader_appends_assign_offsets_and_rolls_segments(tmp_path):
-    log = Log(tmp_path / "t-0", segment_bytes=500)
-    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
-    assert log.append_as_leader(entries(30), leader_epoch=1) == (0, 29)
-    assert log.append_as_leader(entries(5, start=30), leader_epoch=2) == (30, 34)
-    assert log.log_end_offset == 35 and len(log.segments) > 2
-    assert [p.name for p in sorted((tmp_path / "t-0").glob("*.log"))] == [segment_name(s.base_offset)
-                                                                            for s in log.segments]
-    got = log.read(0, max_bytes=10**6)
-    assert [r.offset for r in got] == list(range(35))
-    assert [(r.key, r.value, r.timestamp_ms, r.producer_id, r.sequence) for r in got] == [
-        (e.key, e.value, e.timestamp_ms, 7, e.sequence) for e in entries(35)]
-    assert {r.leader_epoch for r in got[:30]} == {1} and {r.leader_epoch for r in got[30:]} == {2}
-    assert log.leader_epochs.entries == [(1, 0), (2, 30)]
-
-
-def test_reads_respect_max_offset_max_bytes_and_range(tmp_path):
-    log = Log(tmp_path / "t-0", segment_bytes=300)
-    log.append_as_leader(entries(20, size=20), leader_epoch=0)
-    assert [r.offset for r in log.read(3, 10**6, max_offset=7)] == [3, 4, 5, 6]
-    assert log.read(7, 10**6, max_offset=7) == []  # between HW and LEO: nothing, no error
-    assert log.read(20, 10**6) == []  # at the log end: nothing yet
-    one = log.read(5, max_bytes=1)
-    assert [r.offset for r in one] == [5]  # always at least one record
-    some = log.read(0, max_bytes=200)
-    assert 1 < len(some) < 20 and [r.offset for r in some] == list(range(len(some)))
-    with pytest.raises(OffsetOutOfRangeException):
-        log.read(21, 100)
-
-
-def test_follower_append_must_continue_the_log(tmp_path):
-    log = Log(tmp_path / "t-0")
-    log.append([Record(0, 4, 1, None, b"a"), Record(1, 5, 1, None, b"b")])
-    assert log.leader_epochs.entries == [(4, 0), (5, 1)]
-    with pytest.raises(Exception, match="log end is 2"):
-        log.append([Record(3, 5, 1, None, b"c")])
-    assert log.log_end_offset == 2
-
-
-def test_truncate_to_drops_records_segments_and_epochs(tmp_path):
-    log = Log(tmp_path / "t-0", segment_bytes=300)
-    log.append_as_leader(entries(10, size=20), leader_epoch=1)
-    log.append_as_leader(entries(10, size=20, start=10), leader_epoch=2)
-    segments_before = len(log.segments)
-    log.truncate_to(7)
-    assert log.log_end_offset == 7 and len(log.segments) < segments_before
-    assert log.leader_epochs.entries == [(1, 0)]
-    log.append_as_leader(entries(2, start=50), leader_epoch=3)
-    assert [r.offset for r in log.read(0, 10**6)] == list(range(9))
-    reopened = Log(tmp_path / "t-0", segment_bytes=300)
-    assert reopened.recovery is None and reopened.log_end_offset == 9
-    assert reopened.leader_epochs.entries == [(1, 0), (3, 7)]
-
-
-def test_recovery_truncates_at_a_corrupted_record_and_reports_it(tmp_path):
+def test_leader_appends_assign_offsets_stamp_the_epoch_and_roll_segments_by_kafkas_names(tmp_path):
     log = Log(tmp_path / "t-0", segment_bytes=400)
-    log.append_as_leader(entries(30, size=20), leader_epoch=1)
+    infos = [log.append_as_leader(batch(3, 20), leader_epoch=2) for _ in range(10)]
+    assert [(i.first_offset, i.last_offset) for i in infos] == [(3 * k, 3 * k + 2) for k in range(10)]
+    assert log.log_end_offset == 30 and len(log.segments) > 2
+    names = sorted(p.name for p in (tmp_path / "t-0").iterdir())
+    assert names[:2] == ["00000000000000000000.index", "00000000000000000000.log"]
+    assert all(s.size <= 400 for s in log.segments)
+    assert [s.base_offset for s in log.segments] == sorted({s.base_offset for s in log.segments})
+    stored = log.read(0, 10**6)
+    assert read_header(stored).partition_leader_epoch == 2 and offsets(stored)[:3] == [0, 1, 2]
+
+
+def test_segment_files_are_read_by_third_party_record_readers(tmp_path):
+    """kafka-python's and aiokafka's v2 readers decode kray's segment files with kray's offsets."""
+    from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
+    from kafka.record.memory_records import MemoryRecords
+
+    log = Log(tmp_path / "t-0", segment_bytes=10**6)
+    for codec in ("none", "gzip", "lz4", "snappy", "zstd"):
+        log.append_as_leader(build([b"%s-%d" % (codec.encode(), i) * 30 for i in range(10)], codec=codec), 1)
+    log.close()
+    data = (tmp_path / "t-0" / "00000000000000000000.log").read_bytes()
+    for reader in (MemoryRecords(data), AioMemoryRecords(data)):
+        got = []
+        while (b := reader.next_batch()) is not None:
+            got += [(r.offset, bytes(r.value)) for r in b]
+        assert [o for o, _ in got] == list(range(50))
+        assert got[13][1] == b"gzip-3" * 30 and got[49][1] == b"zstd-9" * 30
+
+
+def test_reads_give_whole_batches_within_max_bytes_and_below_max_offset(tmp_path):
+    log = Log(tmp_path / "t-0")
+    fill(log, 10, per_batch=3, size=20)
+    one = len(log.read(0, 1))  # KIP-74: at least the first batch, however small max_bytes is
+    assert offsets(log.read(0, 1)) == [0, 1, 2]
+    assert offsets(log.read(4, 2 * one)) == [3, 4, 5, 6, 7, 8]  # from the batch holding offset 4
+    assert offsets(log.read(4, 2 * one - 1)) == [3, 4, 5]
+    assert offsets(log.read(0, 10**6, max_offset=7)) == [0, 1, 2, 3, 4, 5]  # the batch reaching 7 is not whole below
+    assert log.read(0, 10**6, max_offset=2) == b"" and log.read(30, 100) == b""
+    for bad in (-1, 31):
+        with pytest.raises(OffsetOutOfRangeException):
+            log.read(bad, 100)
+
+
+def test_the_sparse_index_finds_every_offset_and_matches_its_file(tmp_path):
+    rng = random.Random(3)
+    log = Log(tmp_path / "t-0", index_interval_bytes=256)
+    for _ in range(300):
+        log.append_as_leader(batch(rng.randint(1, 5), rng.randint(1, 80), start=log.log_end_offset), 1)
+    segment = log.segments[0]
+    assert 10 < len(segment.index_offsets) < 200  # sparse: far fewer entries than batches
+    raw = segment.index_path.read_bytes()
+    entries = [(int.from_bytes(raw[i:i + 4], "big"), int.from_bytes(raw[i + 4:i + 8], "big"))
+               for i in range(0, len(raw), 8)]
+    assert entries == [(o - segment.base_offset, p) for o, p in zip(segment.index_offsets, segment.index_positions)]
+    for offset in rng.sample(range(log.log_end_offset), 100):
+        got = offsets(log.read(offset, 1))
+        assert got[0] <= offset <= got[-1]
+
+
+def test_follower_appends_carry_their_offsets_and_must_continue_the_log(tmp_path):
+    leader, follower = Log(tmp_path / "l"), Log(tmp_path / "f")
+    leader.append_as_leader(batch(2), 3)
+    leader.append_as_leader(batch(3), 5)
+    fetched = leader.read(0, 10**6)
+    info = follower.append_as_follower(fetched + fetched[:30])  # a partial batch at the end is left out
+    assert (info.first_offset, info.last_offset, follower.log_end_offset) == (0, 4, 5)
+    assert follower.read(0, 10**6) == fetched
+    assert follower.leader_epochs.entries == [(3, 0), (5, 2)]  # learnt from the batches
+    assert follower.append_as_follower(b"") is None
+    with pytest.raises(KrayError):
+        follower.append_as_follower(fetched)  # offsets 0.. again
+
+
+def test_truncate_to_drops_batches_segments_and_epochs(tmp_path):
+    log = Log(tmp_path / "t-0", segment_bytes=300)
+    fill(log, 3, per_batch=3, epoch=1)
+    log.append_as_leader(batch(3), leader_epoch=3)
+    fill(log, 4, per_batch=3, epoch=3)
+    segments = len(log.segments)
+    log.truncate_to(9)
+    assert log.log_end_offset == 9 and len(log.segments) < segments
+    assert log.leader_epochs.entries == [(1, 0)]
+    assert offsets(log.read(6, 10**6)) == [6, 7, 8]
+    log.truncate_to(100)  # beyond the end: nothing
+    assert log.log_end_offset == 9
+    log.append_as_leader(batch(2), leader_epoch=4)
+    reopened_end = log.log_end_offset
+    log.close()
+    reopened = Log(tmp_path / "t-0", segment_bytes=300)
+    assert reopened.recovery is None and reopened.log_end_offset == reopened_end == 11
+    assert reopened.leader_epochs.entries == [(1, 0), (4, 9)]
+
+
+def test_truncation_keeps_the_index_as_recovery_would_build_it(tmp_path):
+    log = Log(tmp_path / "t-0", index_interval_bytes=200)
+    fill(log, 60, per_batch=2, size=30)
+    log.truncate_to(71)  # inside a batch: the whole batch goes
+    assert log.log_end_offset == 70
+    truncated = (list(log.segments[-1].index_offsets), list(log.segments[-1].index_positions),
+                 log.segments[-1].index_path.read_bytes())
+    log.close()
+    reopened = Log(tmp_path / "t-0", index_interval_bytes=200)
+    assert truncated == (list(reopened.segments[-1].index_offsets), list(reopened.segments[-1].index_positions),
+                         reopened.segments[-1].index_path.read_bytes())
+
+
+def test_truncate_fully_and_start_at_leaves_an_empty_log_there(tmp_path):
+    log = Log(tmp_path / "t-0")
+    fill(log, 3)
+    log.truncate_fully_and_start_at(500)
+    assert (log.log_start_offset, log.log_end_offset, log.leader_epochs.entries) == (500, 500, [])
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.log")) == ["00000000000000000500.log"]
+    info = log.append_as_follower(batches.assign_offsets(batch(2), 500, 7))
+    assert info.last_offset == 501
+
+
+def test_recovery_truncates_at_a_corrupted_batch_and_reports_it(tmp_path):
+    log = Log(tmp_path / "t-0", segment_bytes=400)
+    fill(log, 20, per_batch=2, size=20)
     log.close()
     second = sorted((tmp_path / "t-0").glob("*.log"))[1]
     data = bytearray(second.read_bytes())
-    data[records.decode(bytes(data)).positions[1] + 45] ^= 0xFF  # in the value of the second record of the second segment
+    first_size = read_header(data).size
+    data[first_size + 70] ^= 0xFF  # in the records of the second batch of the second segment
     second.write_bytes(bytes(data))
     recovered = Log(tmp_path / "t-0", segment_bytes=400)
     base = int(second.stem)
-    assert recovered.log_end_offset == base + 1
-    assert "CRC mismatch" in recovered.recovery and f"truncated at offset {base + 1}" in recovered.recovery
-    assert len(recovered.segments) == 2 and len(sorted((tmp_path / "t-0").glob("*.log"))) == 2
-    assert [r.offset for r in recovered.read(0, 10**6)] == list(range(base + 1))
-    recovered.append_as_leader(entries(1), leader_epoch=2)  # and it goes on from there
     assert recovered.log_end_offset == base + 2
+    assert "CRC" in recovered.recovery and f"truncated at offset {base + 2}" in recovered.recovery
+    assert len(sorted((tmp_path / "t-0").glob("*.log"))) == 2 and len(sorted((tmp_path / "t-0").glob("*.index"))) == 2
+    assert offsets(recovered.read(0, 10**6))[0] == 0
+    recovered.append_as_leader(batch(1), leader_epoch=2)  # and it goes on from there
+    assert recovered.log_end_offset == base + 3
 
 
 def test_recovery_of_a_torn_tail_and_a_clean_reopen(tmp_path):
     log = Log(tmp_path / "t-0")
-    log.append_as_leader(entries(5), leader_epoch=0)
+    fill(log, 5, per_batch=1)
     log.close()
     path = next((tmp_path / "t-0").glob("*.log"))
     path.write_bytes(path.read_bytes()[:-4])
@@ -131,106 +174,69 @@ def test_recovery_of_a_torn_tail_and_a_clean_reopen(tmp_path):
     assert Log(tmp_path / "t-0").recovery is None  # the first recovery fixed the file
 
 
-def reference_read(sizes: list[int], offset: int, max_bytes: int, limit: int) -> list[int]:
-    """The offsets a read must give: whole records within max_bytes, at least the first."""
-    out, used = [], 0
-    for o in range(offset, limit):
-        if out and used + sizes[o] > max_bytes:
-            break
-        out.append(o)
-        used += sizes[o]
-    return out
-
-
-def test_the_sparse_index_finds_every_offset_and_stays_small(tmp_path):
-    rng = random.Random(7)
-    log = Log(tmp_path / "t-0", segment_bytes=2_000, index_interval_bytes=200)
-    batches = [[Record(-1, -1, 0, None, bytes(rng.randrange(1, 40))) for _ in range(rng.randrange(1, 6))]
-               for _ in range(150)]
-    for epoch, batch in enumerate(batches):
-        log.append_as_leader(batch, leader_epoch=epoch // 10)
-    sizes = [records.entry_size(r) for batch in batches for r in batch]
-    end = log.log_end_offset
-    assert end == len(sizes) and len(log.segments) > 5
-    for segment in log.segments:  # an entry per 200 bytes or so, not per record
-        assert len(segment.index_offsets) <= segment.size // 200 < (segment.next_offset - segment.base_offset) / 2
-    for _ in range(400):
-        offset = rng.randrange(end + 1)
-        max_bytes, limit = rng.choice([1, 50, 300, 5_000, 10**6]), rng.randrange(offset, end + 1)
-        got = log.read(offset, max_bytes, max_offset=limit)
-        assert [r.offset for r in got] == reference_read(sizes, offset, max_bytes, limit)
-        assert [len(r.value) for r in got] == [s - records.entry_size(Record(0, 0, 0, None, b"")) for s in
-                                               sizes[offset:offset + len(got)]]
-
-
-def test_truncation_keeps_the_index_as_recovery_would_build_it(tmp_path):
-    rng = random.Random(11)
-    log = Log(tmp_path / "t-0", segment_bytes=1_500, index_interval_bytes=64)
-    for i in range(60):
-        log.append_as_leader([Record(-1, -1, 0, None, bytes(rng.randrange(1, 80))) for _ in range(3)], i // 20)
-    indexed = log.segments[-2].index_offsets[1]  # a cut at an indexed record drops its entry too
-    for cut in sorted({indexed, 170, 121, 120, 64, 3, 0}, reverse=True):
-        log.truncate_to(cut)
-        log.append_as_leader(entries(2), leader_epoch=9)
-        reopened = Log(tmp_path / "t-0", segment_bytes=1_500, index_interval_bytes=64)
-        assert reopened.recovery is None
-        assert [(s.base_offset, s.next_offset, s.size, list(s.index_offsets), list(s.index_positions),
-                 s.unindexed_bytes) for s in reopened.segments] == \
-               [(s.base_offset, s.next_offset, s.size, list(s.index_offsets), list(s.index_positions),
-                 s.unindexed_bytes) for s in log.segments]
-        assert [r.offset for r in log.read(0, 10**6)] == list(range(cut + 2))
-        reopened.close()
-
-
-def test_reads_from_the_decoded_tail_give_what_the_file_gives(tmp_path):
-    """The newest records are served from memory; the same reads on a reopened log (whose tail is
-    empty: every read goes to the file) give equal records, through leader and follower appends,
-    truncations and segment rolls, and the tail stays bounded."""
-    rng = random.Random(5)
-    log = Log(tmp_path / "t-0", segment_bytes=3_000, index_interval_bytes=100)
-    epoch, from_tail = 0, 0
-    for step in range(400):
-        end = log.log_end_offset
-        if rng.random() < 0.05 and end:
-            log.truncate_to(rng.randrange(end))
-            epoch += 1
-        elif rng.random() < 0.5:  # a follower copying records that carry their offsets and epochs
-            log.append([Record(end + i, epoch, step, None, bytes(rng.randrange(1, 300)), 3, i)
-                        for i in range(rng.randrange(1, 4))])
-        else:
-            log.append_as_leader(entries(rng.randrange(1, 4), size=rng.randrange(1, 300)), leader_epoch=epoch)
-        assert log._tail_bytes <= 2 * TAIL_BYTES + 1_000
-        assert [r.offset for r in log._tail] == list(range(log.log_end_offset - len(log._tail), log.log_end_offset))
-        if step % 40 == 39:
-            reopened = Log(tmp_path / "t-0", segment_bytes=3_000, index_interval_bytes=100)
-            end = log.log_end_offset
-            for _ in range(100):
-                offset = rng.choice([end, end - 1, end - 5, rng.randrange(end + 1)])
-                offset = max(offset, 0)
-                max_bytes, limit = rng.choice([1, 200, 2_000, 10**6]), rng.randrange(offset, end + 1)
-                from_tail += offset >= end - len(log._tail)
-                assert log.read(offset, max_bytes, limit) == reopened.read(offset, max_bytes, limit)
-            reopened.close()
-    assert len(log.segments) > 5 and from_tail > 200
-
-
-def test_recovery_reads_a_segment_larger_than_its_chunk(tmp_path):
+def test_recovery_reads_a_segment_larger_than_its_chunk_and_stops_at_a_lying_length(tmp_path):
     log = Log(tmp_path / "t-0")
-    log.append_as_leader(entries(3_000, size=777), leader_epoch=1)  # 2.4 MB: entries cross chunk ends
+    fill(log, 1_000, per_batch=3, size=800)  # 2.5 MB: batches cross the 1 MB chunks
     size = log.segments[0].size
     log.close()
     reopened = Log(tmp_path / "t-0")
     assert reopened.recovery is None and reopened.log_end_offset == 3_000 and reopened.segments[0].size == size
-    assert [r.offset for r in reopened.read(2_990, 10**6)] == list(range(2_990, 3_000))
+    assert offsets(reopened.read(2_990, 10**6)) == list(range(2_988, 3_000))
     path = reopened.segments[0].path
     reopened.close()
-    path.write_bytes(path.read_bytes()[:-100])  # a torn last entry past the first chunks
-    assert Log(tmp_path / "t-0").log_end_offset == 2_999
+    data = bytearray(path.read_bytes())
+    at = 500 * read_header(data).size  # the 501st batch
+    data[at + 8:at + 12] = (2**31 - 1).to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+    recovered = Log(tmp_path / "t-0")
+    assert recovered.log_end_offset == 1_500 and "claims" in recovered.recovery
+    assert path.stat().st_size == at
+
+
+def test_retention_by_time_and_by_size_deletes_whole_old_segments_below_the_high_watermark(tmp_path):
+    log = Log(tmp_path / "t-0", segment_bytes=300)
+    for i in range(12):
+        log.append_as_leader(batch(2, 20, timestamp_ms=1_000 * (i + 1)), leader_epoch=1 + i // 6)
+    segments = [(s.base_offset, s.max_timestamp, s.size) for s in log.segments]
+    assert len(segments) >= 4
+    assert log.delete_old_segments(now_ms=10**9, retention_ms=-1, retention_bytes=-1, high_watermark=24) == 0
+    # by time: segments whose newest batch is older than now - retention.ms, but only below the HW
+    cutoff = segments[2][1] + 1
+    deleted = log.delete_old_segments(now_ms=cutoff + 100, retention_ms=100, retention_bytes=-1,
+                                      high_watermark=segments[1][0])
+    assert deleted == 1 and log.log_start_offset == segments[1][0]
+    deleted = log.delete_old_segments(now_ms=cutoff + 100, retention_ms=100, retention_bytes=-1, high_watermark=24)
+    assert deleted == 2 and log.log_start_offset == segments[3][0]
+    with pytest.raises(OffsetOutOfRangeException):
+        log.read(0, 100)
+    # by size: as many oldest segments as keep the log over retention.bytes; never the active one
+    deleted = log.delete_old_segments(now_ms=0, retention_ms=-1, retention_bytes=0, high_watermark=24)
+    assert len(log.segments) == 1 and deleted == len(segments) - 4
+    assert log.leader_epochs.entries[0][1] == log.log_start_offset
+    assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
+    log.close()
+    assert Log(tmp_path / "t-0", segment_bytes=300).log_start_offset == log.log_start_offset
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after_it(tmp_path):
+    log = Log(tmp_path / "t-0", segment_bytes=300)
+    for i in range(6):
+        log.append_as_leader(batch(3, 20, timestamp_ms=100 * i), 1)  # records at 100i, 100i + 1, 100i + 2
+    assert log.offset_for_timestamp(0) == (0, 0)
+    assert log.offset_for_timestamp(201) == (7, 201)
+    assert log.offset_for_timestamp(203) == (9, 300)
+    assert log.offset_for_timestamp(503) is None
+
+
+def test_batches_iterates_headers_over_segments(tmp_path):
+    log = Log(tmp_path / "t-0", segment_bytes=300)
+    fill(log, 8, per_batch=2)
+    assert [(h.base_offset, h.last_offset) for h in log.batches(3, 9)] == [(2, 3), (4, 5), (6, 7), (8, 9)]
 
 
 def test_delete_removes_the_directory(tmp_path):
     log = Log(tmp_path / "t-0")
-    log.append_as_leader(entries(3), leader_epoch=0)
+    fill(log, 3)
     log.delete()
     assert not (tmp_path / "t-0").exists()
 
@@ -262,12 +268,14 @@ def test_leader_epoch_end_offsets_follow_kafka():
     assert cache.end_offset_for(5, 40) == (-1, -1)  # newer than all known
     cache.truncate_from_end(12)
     assert cache.entries == [(1, 0), (3, 10)]
+    cache.truncate_from_start(11)  # retention: the epoch the new start falls in starts there
+    assert cache.entries == [(3, 11)]
 
 
-def test_leader_epochs_are_checkpointed_on_close_and_rebuilt_from_records_without_it(tmp_path):
+def test_leader_epochs_are_checkpointed_on_close_and_rebuilt_from_batches_without_it(tmp_path):
     log = Log(tmp_path / "t-0")
-    log.append_as_leader(entries(3), leader_epoch=1)
-    log.append_as_leader(entries(2, start=3), leader_epoch=4)
+    log.append_as_leader(batch(3), leader_epoch=1)
+    log.append_as_leader(batch(2), leader_epoch=4)
     log.leader_epochs.assign(6, log.log_end_offset)  # a leader that has appended nothing yet
     assert not (tmp_path / "t-0" / "leader-epoch-checkpoint").exists()  # kept in memory until flushed
     log.close()
@@ -275,19 +283,4 @@ def test_leader_epochs_are_checkpointed_on_close_and_rebuilt_from_records_withou
     # reopening forgets the epoch that starts at the log end (Kafka's truncateFromEnd at recovery)
     assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]
     (tmp_path / "t-0" / "leader-epoch-checkpoint").unlink()  # lost (a crash before the flush)
-    assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]  # what the records tell
-
-
-def test_recovery_stops_at_a_length_field_claiming_more_than_the_file(tmp_path):
-    """A corrupted length in the middle of a 2.4 MB segment, read in 1 MB chunks: the log is cut there."""
-    log = Log(tmp_path / "t-0")
-    log.append_as_leader(entries(3_000, size=777), leader_epoch=1)
-    log.close()
-    path = log.segments[0].path
-    data = bytearray(path.read_bytes())
-    at = records.decode(bytes(data[:1_000_000])).positions[500]  # the 501st entry, inside the first chunk
-    data[at:at + 4] = (2**31 - 1).to_bytes(4, "big")
-    path.write_bytes(bytes(data))
-    recovered = Log(tmp_path / "t-0")
-    assert recovered.log_end_offset == 500 and "claims" in recovered.recovery
-    assert path.stat().st_size == at
+    assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]  # what the batches tell

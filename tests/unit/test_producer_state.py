@@ -1,75 +1,104 @@
-"""Idempotent producers' state: kept by appends, rebuilt from the log, and after a truncation
-replayed from a snapshot; always what a full read of the log gives."""
+"""Idempotent producers' state (Kafka 2.8's ProducerStateManager without transactions): duplicates
+answered with their offsets, sequence and epoch checks with Kafka's errors, state rebuilt from the
+log and after truncations."""
 from __future__ import annotations
 
-import random
+import pytest
 
+from actors.broker.batches import build, read_header
 from actors.broker.log import Log
-from actors.broker.producer_state import RUNS_KEPT, ProducerState, add_run, find_run
-from actors.broker.records import Record
+from actors.broker.producer_state import BATCHES_KEPT, BatchMetadata, ProducerStateManager
+from coordination.errors import Errors, KrayError
 
 
-def test_runs_extend_while_sequences_and_offsets_follow_and_keep_the_last_five():
-    runs = add_run([], 0, 4, 100)
-    assert add_run(runs, 5, 9, 105) == [(0, 9, 100)]  # follows in both
-    assert add_run(runs, 5, 9, 107) == [(0, 4, 100), (5, 9, 107)]  # another producer wrote between
-    for i in range(1, 8):
-        runs = add_run(runs, 5 * i, 5 * i + 4, 200 + 10 * i)
-    assert len(runs) == RUNS_KEPT and runs[-1] == (35, 39, 270)
-    assert find_run(runs, 36, 38) == (271, 273) and find_run(runs, 0, 4) is None  # that one left the window
+def header(n: int, producer_id: int = 7, first_sequence: int = 0, epoch: int = 0):
+    return read_header(build([b"x"] * n, producer_id=producer_id, producer_epoch=epoch, first_sequence=first_sequence))
 
 
-def fill(log: Log, state: ProducerState, rng: random.Random, batches: int) -> None:
-    """Three idempotent producers and an anonymous one, interleaved, as a leader appends them."""
-    sequences = {1: 0, 2: 0, 3: 0}
-    for _ in range(batches):
-        producer = rng.choice([1, 2, 3, -1])
-        n = rng.randrange(1, 6)
-        first = sequences.get(producer, -1)
-        batch = [Record(-1, -1, 0, None, b"v", producer, first + i if producer >= 0 else -1) for i in range(n)]
-        offsets = log.append_as_leader(batch, leader_epoch=1)
-        state.append(producer, batch[0].sequence, batch[-1].sequence, offsets[0])
-        if producer >= 0:
-            sequences[producer] += n
+def append(log: Log, state: ProducerStateManager, n: int, producer_id: int = 7, first_sequence: int = 0,
+           epoch: int = 0) -> BatchMetadata | None:
+    """As a leader does: check, and append unless it is a duplicate."""
+    h = header(n, producer_id, first_sequence, epoch)
+    duplicate = state.check(h)
+    if duplicate is None:
+        info = log.append_as_leader(build([b"x"] * n, producer_id=producer_id, producer_epoch=epoch,
+                                          first_sequence=first_sequence), 1)
+        state.update(info.headers[0])
+    return duplicate
 
 
-def test_a_truncation_replays_from_a_snapshot_to_what_a_full_read_gives(tmp_path):
-    rng = random.Random(3)
-    log = Log(tmp_path / "t-0", segment_bytes=4_000)
-    state = ProducerState(log, snapshot_interval=50)
-    fill(log, state, rng, 300)
-    assert state.runs == ProducerState(log).runs and len(state.snapshots) == 4
-    from_snapshots = 0
-    for _ in range(12):
-        cut = rng.randrange(max(0, log.log_end_offset - 120), log.log_end_offset)
-        below = [offset for offset, _ in state.snapshots if offset <= cut]
+@pytest.fixture
+def log(tmp_path):
+    return Log(tmp_path / "t-0")
+
+
+def refused(state: ProducerStateManager, h) -> Errors:
+    with pytest.raises(KrayError) as e:
+        state.check(h)
+    return e.value.error
+
+
+def test_duplicates_of_the_last_five_batches_get_their_offsets_back(log):
+    state = ProducerStateManager(log)
+    for i in range(7):
+        assert append(log, state, 2, first_sequence=2 * i) is None
+    assert append(log, state, 2, first_sequence=12) == BatchMetadata(12, 13, 12, 13)  # the newest
+    assert append(log, state, 2, first_sequence=4) == BatchMetadata(4, 5, 4, 5)  # the oldest of five kept
+    assert len(state.producers[7].batches) == BATCHES_KEPT
+    assert refused(state, header(2, first_sequence=2)) == Errors.DUPLICATE_SEQUENCE_NUMBER  # older than the cache
+    assert refused(state, header(1, first_sequence=15)) == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER  # a gap
+    assert refused(state, header(3, first_sequence=5)) == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER  # overlapping
+    assert log.log_end_offset == 14
+
+
+def test_epochs_fence_older_producers_and_a_new_epoch_starts_at_zero(log):
+    state = ProducerStateManager(log)
+    append(log, state, 3, epoch=1)
+    assert refused(state, header(1, first_sequence=3, epoch=0)) == Errors.INVALID_PRODUCER_EPOCH
+    assert refused(state, header(1, first_sequence=3, epoch=2)) == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert append(log, state, 1, first_sequence=0, epoch=2) is None
+    assert state.producers[7].epoch == 2 and len(state.producers[7].batches) == 1
+
+
+def test_an_unknown_producer_may_start_anywhere_and_plain_batches_are_not_tracked(log):
+    state = ProducerStateManager(log)
+    assert append(log, state, 2, producer_id=9, first_sequence=41) is None
+    assert state.check(read_header(build([b"x"]))) is None
+    log.append_as_leader(build([b"x"]), 1)
+    assert list(state.producers) == [9]
+
+
+def test_sequences_wrap_after_int32_max(log):
+    state = ProducerStateManager(log)
+    append(log, state, 2, first_sequence=2 ** 31 - 2)
+    assert append(log, state, 1, first_sequence=0) is None
+
+
+def test_state_is_rebuilt_from_the_log_on_open(tmp_path, log):
+    state = ProducerStateManager(log)
+    for pid in (1, 2):
+        for i in range(3):
+            append(log, state, 2, producer_id=pid, first_sequence=2 * i)
+    log.close()
+    reopened = ProducerStateManager(Log(tmp_path / "t-0"))
+    assert reopened.producers == state.producers and reopened.replayed == 6
+
+
+def test_a_truncation_replays_from_a_snapshot_to_what_a_full_read_gives(tmp_path, log):
+    state = ProducerStateManager(log, snapshot_interval=10)
+    for i in range(40):
+        append(log, state, 2, producer_id=i % 3, first_sequence=2 * (i // 3))
+    assert len(state.snapshots) >= 3
+    for cut in (79, 60, 41, 20, 3, 0):
         log.truncate_to(cut)
-        state.truncate(log, cut)
-        assert state.runs == ProducerState(log).runs
-        assert state.replayed == cut - (below[-1] if below else 0)  # from the latest snapshot below the cut
-        from_snapshots += bool(below)
-        fill(log, state, rng, rng.randrange(0, 40))
-        assert state.runs == ProducerState(log).runs
-    assert from_snapshots >= 8
+        state.truncate(log, log.log_end_offset)
+        assert state.replayed <= 10  # from the snapshot at or below the cut, not from the start
+        assert state.producers == ProducerStateManager(log).producers
 
 
-def test_a_cut_below_every_snapshot_reads_the_log_from_its_start(tmp_path):
-    log = Log(tmp_path / "t-0")
-    state = ProducerState(log, snapshot_interval=20)
-    fill(log, state, random.Random(5), 100)
-    log.truncate_to(10)
-    state.truncate(log, 10)
-    assert state.replayed == 10 and state.runs == ProducerState(log).runs
-
-
-def test_cuts_at_and_just_below_a_snapshot(tmp_path):
-    log = Log(tmp_path / "t-0")
-    state = ProducerState(log, snapshot_interval=30)
-    fill(log, state, random.Random(9), 80)
-    at = state.snapshots[-1][0]
-    log.truncate_to(at)  # the snapshot at the cut holds exactly what is below it: nothing to replay
-    state.truncate(log, at)
-    assert state.replayed == 0 and state.runs == ProducerState(log).runs
-    log.truncate_to(at - 1)  # below it, that snapshot is too new
-    state.truncate(log, at - 1)
-    assert state.replayed > 0 and state.runs == ProducerState(log).runs
+def test_truncate_head_forgets_producers_whose_batches_are_gone(log):
+    state = ProducerStateManager(log)
+    append(log, state, 2, producer_id=1)
+    append(log, state, 2, producer_id=2)
+    state.truncate_head(2)
+    assert list(state.producers) == [2]
