@@ -1,13 +1,17 @@
 """Fixtures for tests that need their own cluster, and the leader-side ISR write the data plane will do."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 
 import pytest
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.producer import ProduceRequest
 
-from actors.broker.records import Record
-from actors.clients.consumer import Consumer
+from actors.broker.batches import build
+from actors.broker.network import NetworkClient
+from actors.clients.consumer import ConsumedRecord, Consumer
 from actors.clients.producer import Producer
 from actors.cluster import LocalCluster, poll as wait_until
 from actors.config import BrokerConfig, ClusterConfig, ControllerConfig
@@ -81,18 +85,53 @@ def write_isr_as_leader(zk: KrayZkClient, tp: TopicPartition, isr: list[int]) ->
                         zkdata.PartitionRef(topic=tp.topic, partition=tp.partition)]).encode(), sequence=True)
 
 
-def read_all(cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, list[Record]]:
-    """Every record below each partition's high watermark, from its current leader."""
-    consumer = Consumer(cluster.config.namespace, list(cluster.brokers), max_wait_ms=100)
-    consumer.assign(partitions)
-    out: dict[TopicPartition, list[Record]] = {tp: [] for tp in partitions}
-    idle = 0
-    while idle < 5:
-        got = consumer.poll()
-        idle = 0 if got else idle + 1
-        for tp, r in got:
+def read_all(cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, list[ConsumedRecord]]:
+    """Every record below each partition's high watermark, from its current leader (a real client)."""
+    consumer = Consumer(cluster.bootstrap_servers(), max_wait_ms=100)
+    out: dict[TopicPartition, list[ConsumedRecord]] = {tp: [] for tp in partitions}
+    try:
+        for tp, r in consumer.read_to_end(partitions):
             out[tp].append(r)
+    finally:
+        consumer.close()
     return out
+
+
+def send_to(cluster, broker_id: int, request, version: int):
+    """One request over the Kafka protocol to one broker's listener, whoever leads: its response."""
+    import ray
+
+    host, port = ray.get(cluster.brokers[broker_id].listener.remote())
+
+    async def exchange():
+        client = NetworkClient()
+        await client.connect(host, port, "kray-test")
+        try:
+            return await client.send(request, version)
+        finally:
+            client.close()
+    return asyncio.run(exchange())
+
+
+def produce_request(topic: str, partition: int, values: list[bytes], acks: int = 1, timeout_ms: int = 30_000):
+    T = ProduceRequest.TopicProduceData
+    return ProduceRequest(transactional_id=None, acks=acks, timeout_ms=timeout_ms, topic_data=[
+        T(name=topic, partition_data=[T.PartitionProduceData(index=partition, records=build(values))])])
+
+
+def produced(response):
+    """(error code, base offset) of a one-partition ProduceResponse."""
+    p = response.responses[0].partition_responses[0]
+    return p.error_code, p.base_offset
+
+
+def fetch_request(topic: str, partition: int, offset: int, max_wait_ms: int = 0):
+    """A consumer's sessionless fetch of one partition."""
+    T = FetchRequest.FetchTopic
+    return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                        session_id=0, session_epoch=-1, topics=[T(topic=topic, partitions=[T.FetchPartition(
+                            partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+                            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
 
 
 class AckedLoad:
@@ -100,8 +139,7 @@ class AckedLoad:
     that a test can check at the end that none was lost."""
 
     def __init__(self, cluster: LocalCluster, topic: str, batch: int = 12):
-        self.producer = Producer(cluster.config.namespace, list(cluster.brokers), acks=-1,
-                                 delivery_timeout_ms=120_000)
+        self.producer = Producer(cluster.bootstrap_servers(), acks=-1, delivery_timeout_ms=120_000)
         self.topic, self.batch = topic, batch
         self.acked: list[tuple[TopicPartition, int, bytes]] = []
         self._stop = threading.Event()
