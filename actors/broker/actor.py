@@ -74,8 +74,9 @@ class BrokerActor:
         self.zk.ensure_persistent_paths()
         self.cluster_id = self.zk.get_or_create_cluster_id()
         self.topic_configs: dict[str, LogConfig] = {}
-        self.replica_manager = ReplicaManager(broker_id, log_dir, self._log_config)
         self.metadata_cache = MetadataCache()
+        self.replica_manager = ReplicaManager(broker_id, log_dir, self._log_config,
+                                              in_metadata=lambda tp: tp in self.metadata_cache.partitions)
         self.isr = IsrManager(broker_id, self.zk, self.replica_manager, self._on_loop,
                               is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self.producer_ids = ProducerIdManager(self.zk, broker_id)

@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
-from actors.broker.log import DEFAULT_SEGMENT_BYTES, Log
+from actors.broker.log import Log
 from actors.broker.log_config import LogConfig
 from actors.broker.partition import LeaderAndIsrState, Partition
 from actors.data_protocol import (
@@ -47,6 +47,7 @@ from coordination.errors import (
     KrayError,
     NotLeaderOrFollowerException,
     UnknownLeaderEpochException,
+    UnknownTopicOrPartitionException,
 )
 from coordination.zkdata import TopicPartition
 
@@ -120,13 +121,14 @@ class DelayedFetch:
 
 class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path, config_for: Callable[[str], LogConfig],
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+                 in_metadata: Callable[[TopicPartition], bool] = lambda tp: True):
         self.broker_id = broker_id
         self.config_for = config_for  # a topic's LogConfig (its overrides over the broker's defaults)
+        self.in_metadata = in_metadata  # whether the metadata cache knows a partition (Kafka tells apart
+        # UNKNOWN_TOPIC_OR_PARTITION and NOT_LEADER_OR_FOLLOWER by it)
         self.controller_epoch = 0
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.segment_bytes = segment_bytes
         self.partitions: dict[TopicPartition, Partition] = {}
         self._checkpointed = {TopicPartition(t, p): hw for t, p, hw in
                               read_checkpoint(self.log_dir / HW_CHECKPOINT, (str, int, int))}
@@ -141,6 +143,16 @@ class ReplicaManager:
 
     def partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
+
+    def partition_or_error(self, tp: TopicPartition, leader: bool = False) -> Partition:
+        """Kafka's getPartitionOrException: no replica here is NOT_LEADER_OR_FOLLOWER for a partition
+        the cluster has, UNKNOWN_TOPIC_OR_PARTITION otherwise; with `leader`, only the leader's replica."""
+        partition = self.partitions.get(tp)
+        if partition is None and not self.in_metadata(tp):
+            raise UnknownTopicOrPartitionException(f"This server does not host this topic-partition: {tp}")
+        if partition is None or leader and not partition.is_leader:
+            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {tp}")
+        return partition
 
     def checkpoint_high_watermarks(self) -> None:
         """Kafka's replication-offset-checkpoint: where each replica's HW was, for the next start; and
@@ -285,10 +297,8 @@ class ReplicaManager:
         results: dict[TopicPartition, ProduceResult] = {}
         waits = []
         for tp, records in entries:
-            partition = self.partitions.get(tp)
             try:
-                if partition is None:
-                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
+                partition = self.partition_or_error(tp)
                 appended = partition.append_as_leader(records, acks)
                 results[tp] = ProduceResult(tp.topic, tp.partition, int(Errors.NONE), appended.first_offset,
                                             appended.log_start_offset)
@@ -345,10 +355,8 @@ class ReplicaManager:
         budget = params.max_bytes
         for p in partitions:
             tp = TopicPartition(p.topic, p.partition)
-            partition = self.partitions.get(tp)
             try:
-                if partition is None:
-                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} has no replica of {tp}")
+                partition = self.partition_or_error(tp)
                 _check_leader_epoch(partition, p.current_leader_epoch)
                 max_bytes = min(p.partition_max_bytes, budget) if budget > 0 or not out else 0
                 got = partition.fetch_for_follower(params.replica_id, p.fetch_offset, max_bytes, now,
@@ -370,10 +378,8 @@ class ReplicaManager:
         epoch, epoch asked)."""
         out = []
         for topic, index, current_epoch, leader_epoch in queries:
-            partition = self.partitions.get(TopicPartition(topic, index))
             try:
-                if partition is None or not partition.is_leader:
-                    raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {topic}-{index}")
+                partition = self.partition_or_error(TopicPartition(topic, index), leader=True)
                 _check_leader_epoch(partition, current_epoch)
                 epoch, end = partition.log.leader_epochs.end_offset_for(leader_epoch, partition.log.log_end_offset)
                 out.append(EpochEndOffset(topic, index, int(Errors.NONE), epoch, end))
@@ -386,9 +392,7 @@ class ReplicaManager:
         """ListOffsets for one partition on its leader: (timestamp, offset, leader epoch). Earliest is the
         log start; latest the high watermark for clients (the log end for replicas); a timestamp gives
         the first offset at or after it below the high watermark, or -1."""
-        partition = self.partitions.get(tp)
-        if partition is None or not partition.is_leader:
-            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {tp}")
+        partition = self.partition_or_error(tp, leader=True)
         _check_leader_epoch(partition, current_leader_epoch)
         log, epoch = partition.log, partition.state.leader_epoch
         if timestamp == EARLIEST_TIMESTAMP:

@@ -156,6 +156,7 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
     producer = Producer(cluster.bootstrap_servers(), acks=-1)
     producer.send("t", [f"shared-{i}".encode() for i in range(5)], partition=0)
     pids = [ray.get(cluster.brokers[b].info.remote())["pid"] for b in followers]
+    old_pid = ray.get(cluster.brokers[old_leader].info.remote())["pid"]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -163,7 +164,8 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
         alone = send_to(cluster, old_leader, produce_request("t", 0, [f"lost-{i}".encode() for i in range(3)]), 9)
         assert produced(alone) == (Errors.NONE, 5)
         cluster.kill_broker(old_leader)  # for good: back only after a follower took over
-    finally:
+        wait_until(lambda: not process_alive(old_pid), what="the old leader's process to be gone")  # before any
+    finally:  # follower runs again and could fetch the records it alone has
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
     wait_until(lambda: zk_states(zk, "t")[tp].leader in followers, timeout=30, what="a follower to take over")
@@ -201,6 +203,14 @@ def test_a_corrupted_segment_is_recovered_and_refilled_from_the_leader(new_clust
     wait_until(lambda: zk_states(zk, "t")[tp].leader == victim, timeout=30, what="the recovered broker leading")
     wait_until(lambda: [r.value for r in read_all(cluster, [tp])[tp]] == values, timeout=30,
                what="every record from the recovered broker")
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def consumer_fetch(cluster, broker: int, offset: int):
