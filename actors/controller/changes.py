@@ -9,7 +9,7 @@ PartitionChangeBuilder / ControllerResult. Nothing here mutates the context.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from actors.controller.context import ControllerContext, LeaderAndIsr
@@ -36,7 +36,14 @@ from coordination.zkdata import TopicPartition
 
 @dataclass(frozen=True)
 class OfflineElection:
+    """An offline partition's election: unclean when the broker allows it, or its topic's
+    unclean.leader.election.enable says so (Kafka reads the topic's config when no ISR member lives)."""
+
     allow_unclean: bool = False
+    topic_unclean: Mapping[str, bool] = field(default_factory=dict)
+
+    def unclean(self, topic: str) -> bool:
+        return self.topic_unclean.get(topic, self.allow_unclean)
 
 
 @dataclass(frozen=True)
@@ -79,8 +86,8 @@ def elect_leader(ctx: ControllerContext, tp: TopicPartition, strategy: ElectionS
     replicas = assignment.replicas
     live = [r for r in replicas if ctx.is_replica_online(r)]
     match strategy:
-        case OfflineElection(allow_unclean=unclean):
-            leader = offline_partition_leader_election(replicas, lai.isr, live, unclean)
+        case OfflineElection():
+            leader = offline_partition_leader_election(replicas, lai.isr, live, strategy.unclean(tp.topic))
             if leader is None:
                 return (f"NoReplicaOnlineException: No replica in ISR {list(lai.isr)} is alive; "
                         f"live replicas are {live}")

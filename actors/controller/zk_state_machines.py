@@ -28,6 +28,8 @@ from actors.controller.channel import ControllerBrokerRequestBatch
 from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch, ReplicaAssignment
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from coordination import zkdata
+from coordination.errors import KrayError
+from coordination.topic_config import parse_topic_config
 from coordination.zkclient import KrayZkClient, PartitionStateRecord
 from coordination.zkdata import TopicPartition
 
@@ -117,6 +119,23 @@ class _Machine:
             self.ctx.leaderships_synced.update(partitions)
 
 
+def topic_unclean_overrides(zk, topics: Iterable[str]) -> dict[str, bool]:
+    """The topics' unclean.leader.election.enable overrides in /config/topics/T (one batched read); a
+    malformed or invalid config is logged and left out (the broker's setting applies)."""
+    out = {}
+    for path, got in zk.get_many(zkdata.topic_config_path(t) for t in sorted(set(topics))).items():
+        if got is None or not got[0]:
+            continue
+        try:
+            config = zkdata.decode(zkdata.TopicConfigZNode, path, got[0]).config
+            if "unclean.leader.election.enable" in config:
+                parsed = parse_topic_config({"unclean.leader.election.enable": config["unclean.leader.election.enable"]})
+                out[path.rsplit("/", 1)[1]] = parsed["unclean.leader.election.enable"]
+        except KrayError as e:
+            state_change_log.warning("Ignoring the configs at %s: %s", path, e)
+    return out
+
+
 class ZkPartitionStateMachine(_Machine):
     """NonExistentPartition -> NewPartition -> OnlinePartition <-> OfflinePartition -> NonExistentPartition."""
 
@@ -126,17 +145,25 @@ class ZkPartitionStateMachine(_Machine):
         self.unclean_elections = 0
         self.elections = 0
 
+    def _offline_election(self, partitions: list[TopicPartition]) -> OfflineElection:
+        """Kafka's collectUncleanLeaderElectionState: the topic configs are read only for partitions with
+        no live ISR member, the only ones an unclean election could concern."""
+        leaderless = {tp.topic for tp in partitions if (l := self.ctx.partition_leadership.get(tp)) is not None
+                      and not any(self.ctx.is_replica_online(r) for r in l.leader_and_isr.isr)}
+        return OfflineElection(self.unclean_leader_election_enabled,
+                               topic_unclean_overrides(self.zk, leaderless) if leaderless else {})
+
     def trigger_online_partition_state_change(self) -> dict[TopicPartition, str]:
         """Elect every New or Offline partition whose topic is not being deleted."""
         partitions = [tp for tp in self.ctx.partitions_in_state(P.NewPartition, P.OfflinePartition)
                       if not self.ctx.is_topic_queued_for_deletion(tp.topic)]
-        return self.handle_state_changes(partitions, P.OnlinePartition,
-                                         OfflineElection(self.unclean_leader_election_enabled))
+        return self.handle_state_changes(partitions, P.OnlinePartition)
 
     def handle_state_changes(self, partitions: Iterable[TopicPartition], target: P,
                              strategy: ElectionStrategy | None = None) -> dict[TopicPartition, str]:
         """Apply the transitions; returns the partitions that failed, with the reason."""
-        strategy = strategy or OfflineElection(self.unclean_leader_election_enabled)
+        partitions = list(partitions)
+        strategy = strategy or self._offline_election(partitions)
         failures: dict[TopicPartition, str] = {}  # elections that failed
         invalid: dict[TopicPartition, str] = {}
         changed: Counter[tuple[P, P]] = Counter()

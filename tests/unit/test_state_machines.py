@@ -191,6 +191,16 @@ def test_offline_no_live_isr_clean_fails():
     assert plan.elected == {} and plan.transitions == {} and plan.invalid == {}
 
 
+@pytest.mark.parametrize("broker_wide, topic_overrides, elects", [
+    (False, {"t": True}, True), (True, {"t": False}, False), (False, {"u": True}, False), (True, {}, True)])
+def test_a_topics_unclean_leader_election_enable_overrides_the_brokers(broker_wide, topic_overrides, elects):
+    ctx = make_ctx(live=(2, 3))
+    ctx.partition_states[T1] = P.OfflinePartition
+    ctx.partition_leadership[T1] = leadership(leader=1, epoch=3, isr=(1,), zk_version=5)
+    plan = plan_partition_state_changes(ctx, [T1], P.OnlinePartition, OfflineElection(broker_wide, topic_overrides))
+    assert (T1 in plan.elected) == elects and (T1 in plan.failed) == (not elects)
+
+
 def test_offline_no_live_isr_unclean_elects_from_live_assignment():
     ctx = make_ctx(live=(2, 3))
     ctx.partition_states[T1] = P.OfflinePartition  # AR (3, 1, 2)
