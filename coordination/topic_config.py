@@ -74,14 +74,3 @@ def parse_topic_config(overrides: dict[str, str]) -> dict[str, object]:
             reason = "Not a number of type INT" if "invalid literal" in str(e) else str(e)
             raise InvalidConfigurationException(f"Invalid value {value} for configuration {name}: {reason}") from None
     return out
-
-
-def parse_assignments(items: list[str]) -> dict[str, str]:
-    """`k=v` strings (the CLI's --config and --add-config) as a dict; a bad one is a clear error."""
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise InvalidConfigurationException(f"Invalid config {item!r}: expected name=value")
-        out[name.strip()] = value.strip()
-    return out

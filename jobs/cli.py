@@ -98,8 +98,9 @@ def cluster_up(args) -> None:
     # the credential stays out of the state file: commands read it from the environment again
     local.write_state("cluster", {"config": config.model_dump(mode="json", exclude={"zk_credential"}),
                                   "started_ray": started_ray})
+        servers = zk.bootstrap_servers()
     print(f"{args.brokers} brokers up in Ray namespace {config.namespace}; controller is broker {controller} "
-          f"(epoch {epoch})")
+          f"(epoch {epoch}); bootstrap.servers={servers}")
     ray.shutdown()
 
 
@@ -131,7 +132,9 @@ def cluster_status(args) -> None:
         brokers = zk.get_all_broker_ids()
         controller = zk.get_controller_id()
         epoch = zk.get_controller_epoch()
+        servers = zk.bootstrap_servers()
     print(f"Brokers registered: {', '.join(map(str, brokers)) or 'none'}")
+    print(f"bootstrap.servers: {servers or 'none'}")
     print(f"Active controller: {controller if controller is not None else 'none'}"
           f"{f' (epoch {epoch[0]})' if epoch else ''}")
 
@@ -152,6 +155,23 @@ def topics_create(args) -> None:
     with _zk(args) as zk:
         admin.create_topic(zk, args.topic, args.partitions, args.replication_factor, _parse_configs(args.config))
     print(f"Created topic {args.topic}.")
+
+
+def configs(args) -> None:
+    """kafka-configs for topics, in ZooKeeper mode."""
+    if args.entity_type != "topics":
+        raise KrayError(f"kray configs handles --entity-type topics only, not {args.entity_type}")
+    with _zk(args) as zk:
+        if args.alter:
+            added = _parse_configs([c for c in args.add_config.split(",") if c]) if args.add_config else {}
+            deleted = [c for c in (args.delete_config or "").split(",") if c]
+            if not added and not deleted:
+                raise KrayError("--alter needs --add-config or --delete-config")
+            admin.alter_topic_config(zk, args.entity_name, added, deleted)
+            print(f"Completed updating config for topic {args.entity_name}.")
+        else:
+            config = admin.describe_topics(zk, [args.entity_name])[0].config
+            print(f"Configs for topic '{args.entity_name}' are {','.join(f'{k}={v}' for k, v in sorted(config.items()))}")
 
 
 def topics_list(args) -> None:
@@ -346,6 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cluster_up)
     cl.add_parser("down").set_defaults(func=cluster_down)
     cl.add_parser("status").set_defaults(func=cluster_status)
+
+    s = sub.add_parser("configs", help="kafka-configs (topics)")
+    s.add_argument("--entity-type", required=True)
+    s.add_argument("--entity-name", required=True)
+    mode = s.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--alter", action="store_true")
+    mode.add_argument("--describe", action="store_true")
+    s.add_argument("--add-config", metavar="K=V[,K=V...]")
+    s.add_argument("--delete-config", metavar="K[,K...]")
+    s.set_defaults(func=configs)
 
     tp = sub.add_parser("topics", help="kafka-topics").add_subparsers(dest="action", required=True)
     s = tp.add_parser("create")

@@ -44,6 +44,7 @@ def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
     assert "2 brokers up" in up.stdout
     status = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
     assert "Brokers registered: 1, 2" in status.stdout and "Active controller:" in status.stdout
+    assert "bootstrap.servers: 127.0.0.1:9093,127.0.0.1:9094" in status.stdout  # `cluster up` listens on 9092 + N
     _topic_and_controller_commands(tmp_path, chroot_connect)
     down = kray("cluster", "down", home=tmp_path, zk=chroot_connect)
     assert down.returncode == 0, down.stderr
@@ -87,6 +88,13 @@ def _topic_and_controller_commands(home, zk):
     assert "go together" in fails("leader-election", "--preferred", "--topic", "c")
     status = ok("controller", "status")
     assert "active: True" in status and "partitions: 4" in status
+    topic_configs = ("configs", "--entity-type", "topics", "--entity-name", "c")
+    assert ok(*topic_configs, "--alter", "--add-config", "min.insync.replicas=2,retention.ms=60000") == \
+        "Completed updating config for topic c.\n"
+    assert "Invalid value x for configuration min.insync.replicas" in fails(*topic_configs, "--alter", "--add-config",
+                                                                          "min.insync.replicas=x")
+    assert ok(*topic_configs, "--alter", "--delete-config", "retention.ms")
+    assert ok(*topic_configs, "--describe") == "Configs for topic 'c' are min.insync.replicas=2\n"
     assert "marked for deletion" in ok("topics", "delete", "--topic", "c")
     wait_until(lambda: "c" not in ok("topics", "list").split())
     assert "does not exist" in fails("topics", "delete", "--topic", "c")
