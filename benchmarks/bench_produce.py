@@ -1,38 +1,38 @@
-"""Produce benchmark: throughput and latency of the replication data plane, beside the raw Ray rate.
+"""Produce benchmark: a real Kafka client (confluent-kafka, librdkafka) against kray's brokers, beside a
+floor from the same run.
 
-    .venv/bin/python -m benchmarks.bench_produce [--seconds 30] [--producers 4] [--batch 1000] [--partitions 6]
+    .venv/bin/python -m benchmarks.bench_produce [--seconds 20] [--producers 2] [--partitions 6]
+                                                 [--rate 2000] [--rate-partitions 1000] [--modes throughput latency]
 
-A topic with RF 3 on 3 brokers; `--producers` load-generator actors each send batches of
-`--batch` 100-byte records in a loop (one synchronous `Producer.send` at a time, the
-records spread over the partitions), for acks=1 and then acks=all (min.insync.replicas=2).
-A consumer actor reads every partition meanwhile. Figures per mode:
-- throughput: acknowledged records/s and MB/s of values;
-- produce latency: send -> acknowledgement of a batch, p50/p99;
-- end-to-end latency: a record's producer timestamp -> the consumer holding it, p50/p99
-  (consumers read below the high watermark, so this includes replication);
-- resident memory of each broker actor at the end.
-Floor, same run: the same producers making plain Ray calls with a request of the same size to an
-actor that only answers (records/s through Ray alone).
+throughput: a topic of `--partitions` partitions, RF 3, min.insync.replicas=2, on 3 brokers; `--producers`
+producer actors send 100-byte records as fast as librdkafka's queue allows (acks=all, idempotent,
+linger.ms=5), round-robin over the partitions, for `--seconds`: acknowledged records/s, and produce
+latency (librdkafka's per-record send -> acknowledgement) p50/p99.
+
+latency: one producer at `--rate` records/s round-robin over `--rate-partitions` partitions (RF 3, acks=all,
+idempotent): produce latency p50/p99 and each broker's CPU over the window (% of one core).
+
+Floor, same run, same producers: a bare asyncio server on loopback (kray's SocketServer and
+kafka-python's message classes, as the brokers use them) that decodes the same produce frames and
+answers at once: no log, no replication. The ratio to it is the cost of kray's data plane itself.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
-import statistics
+import threading
 import time
 import uuid
 
+import psutil
 import ray
 
-from actors.broker.records import Record
 from actors.cluster import LocalCluster
 from actors.config import BrokerConfig, ClusterConfig
-from actors.data_protocol import ProducePartition, ProducePartitions, ProduceRequest, Records
 from coordination import admin
-from coordination.zkclient import KrayZkClient
-from coordination.zkdata import TopicPartition
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
 
 VALUE = b"x" * 100
@@ -45,111 +45,154 @@ def percentile(values: list[float], q: float) -> float:
 
 @ray.remote(num_cpus=0)
 class LoadProducer:
-    def run(self, namespace: str, bootstrap: list[int], topic: str, batch: int, seconds: float, acks: int) -> dict:
-        from actors.clients.producer import Producer
-        producer = Producer(namespace, bootstrap, acks=acks)
-        latencies, sent = [], 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            start = time.perf_counter()
-            producer.send(topic, [VALUE] * batch)
-            latencies.append((time.perf_counter() - start) * 1000)
-            sent += batch
-        return {"records": sent, "latencies_ms": latencies, "retries": producer.retries}
+    """confluent-kafka in its own process: as fast as the queue allows, or at a fixed rate."""
 
-    def raw(self, sink, batch: int, seconds: float) -> int:
-        """Plain Ray calls carrying a produce request of the same size, to an actor that only answers."""
-        request = ProduceRequest(acks=1, partitions=ProducePartitions(
-            [ProducePartition("t", 0, Records(Record(-1, -1, 0, None, VALUE) for _ in range(batch)))]))
-        sent, deadline = 0, time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            ray.get(sink.take.remote(request))
-            sent += batch
-        return sent
+    def run(self, servers: str, topic: str, partitions: int, seconds: float, rate: float = 0) -> dict:
+        import confluent_kafka
 
+        producer = confluent_kafka.Producer({"bootstrap.servers": servers, "acks": "all", "enable.idempotence": True,
+                                             "linger.ms": 5, "queue.buffering.max.messages": 500_000,
+                                             "log_level": 3})
+        latencies, acked, errors = [], [0], []
 
-@ray.remote(num_cpus=0)
-class Sink:
-    def take(self, request) -> int:
-        return len(request.partitions)
+        def delivered(err, msg) -> None:
+            if err is not None:
+                errors.append(err.name())
+                return
+            acked[0] += 1
+            if acked[0] % 10 == 0 or rate:
+                latencies.append(msg.latency() * 1000)
 
-
-@ray.remote(num_cpus=0)
-class LoadConsumer:
-    def run(self, namespace: str, bootstrap: list[int], partitions: list[TopicPartition], seconds: float) -> dict:
-        from actors.clients.consumer import Consumer
-        consumer = Consumer(namespace, bootstrap, max_wait_ms=100)
-        consumer.assign(partitions)
-        latencies, count = [], 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            now = time.time() * 1000
-            got = consumer.poll()
-            count += len(got)
-            latencies += [now - r.timestamp_ms for _, r in got[::50]]  # a sample: every 50th record
-        return {"records": count, "latencies_ms": latencies}
+        producer.list_topics(topic, timeout=30)  # connected and the metadata known before the clock starts
+        sent, started = 0, time.monotonic()
+        while (now := time.monotonic()) - started < seconds:
+            if rate and sent >= rate * (now - started):
+                producer.poll(0.001)
+                continue
+            try:
+                producer.produce(topic, VALUE, partition=sent % partitions, on_delivery=delivered)
+                sent += 1
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            if sent % 1000 == 0:
+                producer.poll(0)
+        window_acked = acked[0]
+        producer.flush(60)
+        return {"acked": window_acked, "latencies_ms": latencies, "errors": len(errors)}
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return round(kb / 1024, 1)
+@ray.remote(num_cpus=0, max_concurrency=2)
+class FloorBroker:
+    """The floor: a listener that answers Metadata (itself leading every partition), InitProducerId and
+    Produce (at once, offsets counted) and stores nothing."""
+
+    def __init__(self, topic: str, partitions: int):
+        from actors.broker.network import SocketServer
+
+        self.topic, self.partitions, self.offsets = topic, partitions, {}
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.server = SocketServer(self.handle, "127.0.0.1", 0)
+        self.port = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result()
+
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def handle(self, ctx, request):
+        from kafka.protocol.metadata import MetadataResponse
+        from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+        if ctx.api_key == 3:
+            R = MetadataResponse
+            P = R.MetadataResponseTopic.MetadataResponsePartition
+            return R(throttle_time_ms=0, brokers=[R.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port)],
+                     cluster_id="floor", controller_id=1, topics=[R.MetadataResponseTopic(
+                         error_code=0, name=self.topic, is_internal=False, partitions=[P(
+                             error_code=0, partition_index=p, leader_id=1, leader_epoch=0, replica_nodes=[1],
+                             isr_nodes=[1], offline_replicas=[]) for p in range(self.partitions)])])
+        if ctx.api_key == 22:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=1, producer_epoch=0)
+        R = ProduceResponse
+        out = []
+        for t in request.topic_data:
+            parts = []
+            for p in t.partition_data:
+                from actors.broker.batches import read_header
+
+                base = self.offsets.get(p.index, 0)
+                self.offsets[p.index] = base + read_header(p.records).records_count
+                parts.append(R.TopicProduceResponse.PartitionProduceResponse(
+                    index=p.index, error_code=0, base_offset=base, log_append_time_ms=-1, log_start_offset=0,
+                    record_errors=[], error_message=None))
+            out.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
+        return R(responses=out, throttle_time_ms=0)
 
 
-def run_mode(cluster: LocalCluster, topic: str, partitions: int, args, acks: int) -> dict:
-    ns, bootstrap = cluster.config.namespace, list(cluster.brokers)
-    producers = [LoadProducer.remote() for _ in range(args.producers)]
-    consumer = LoadConsumer.remote()
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumed = consumer.run.remote(ns, bootstrap, tps, args.seconds + 3)
-    results = ray.get([p.run.remote(ns, bootstrap, topic, args.batch, args.seconds, acks) for p in producers])
-    consumed = ray.get(consumed)
-    records = sum(r["records"] for r in results)
+def cpu_seconds(pids: dict[int, int]) -> dict[int, float]:
+    out = {}
+    for key, pid in pids.items():
+        times = psutil.Process(pid).cpu_times()
+        out[key] = times.user + times.system
+    return out
+
+
+def drive(servers: str, topic: str, partitions: int, producers: int, seconds: float, rate: float,
+          pids: dict[int, int]) -> dict:
+    actors = [LoadProducer.remote() for _ in range(producers)]
+    before, started = cpu_seconds(pids), time.monotonic()
+    results = ray.get([a.run.remote(servers, topic, partitions, seconds, rate / producers) for a in actors])
+    elapsed, after = time.monotonic() - started, cpu_seconds(pids)
+    for a in actors:
+        ray.kill(a)
     latencies = [x for r in results for x in r["latencies_ms"]]
-    for actor in producers + [consumer]:
-        ray.kill(actor)
-    return {"acks": "all" if acks == -1 else acks, "records": records,
-            "records_per_s": round(records / args.seconds), "mb_per_s": round(records * len(VALUE) / args.seconds / 1e6, 2),
-            "produce_latency_ms_p50": percentile(latencies, 0.5), "produce_latency_ms_p99": percentile(latencies, 0.99),
-            "e2e_latency_ms_p50": percentile(consumed["latencies_ms"], 0.5),
-            "e2e_latency_ms_p99": percentile(consumed["latencies_ms"], 0.99),
-            "consumed": consumed["records"], "retries": sum(r["retries"] for r in results),
-            "broker_rss_mb": {b: rss_mb(ray.get(h.info.remote())["pid"]) for b, h in cluster.brokers.items()}}
+    return {"records_per_s": round(sum(r["acked"] for r in results) / seconds),
+            "latency_ms_p50": percentile(latencies, 0.5), "latency_ms_p99": percentile(latencies, 0.99),
+            "errors": sum(r["errors"] for r in results),
+            "cpu_pct_of_a_core": {k: round(100 * (after[k] - before[k]) / elapsed, 1) for k in pids}}
 
 
-def raw_floor(args) -> dict:
-    sink = Sink.remote()
-    producers = [LoadProducer.remote() for _ in range(args.producers)]
-    sent = sum(ray.get([p.raw.remote(sink, args.batch, args.seconds) for p in producers]))
-    for actor in producers + [sink]:
-        ray.kill(actor)
-    return {"raw_ray_records_per_s": round(sent / args.seconds)}
+def measure(cluster: LocalCluster, zk, name: str, partitions: int, producers: int, seconds: float, rate: float) -> dict:
+    admin.create_topic(zk, name, partitions, 3)
+    cluster.wait_for_metadata(lambda m: sum(tp.topic == name and v[0] >= 0 for tp, v in m["partitions"].items())
+                              == partitions, timeout=120)
+    floor = FloorBroker.remote(name, partitions)
+    floor_result = drive(ray.get(floor.address.remote()), name, partitions, producers, seconds, rate,
+                         {0: ray.get(floor.pid.remote())})
+    ray.kill(floor)
+    pids = {b: ray.get(h.info.remote())["pid"] for b, h in cluster.brokers.items()}
+    kray = drive(cluster.bootstrap_servers(), name, partitions, producers, seconds, rate, pids)
+    return {"floor": floor_result, "kray": kray,
+            "ratio_to_floor": round(kray["records_per_s"] / max(1, floor_result["records_per_s"]), 3)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=30)
-    parser.add_argument("--producers", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--rate", type=float, default=2000)
+    parser.add_argument("--rate-partitions", type=int, default=1000)
+    parser.add_argument("--modes", nargs="+", default=["throughput", "latency"], choices=["throughput", "latency"])
     args = parser.parse_args()
     with embedded_zookeeper_and_ray() as env:
-        connect = env.connect
         print(json.dumps({"machine": f"{platform.node()} {platform.machine()}", "cpus": os.cpu_count(),
-                          "producers": args.producers, "batch": args.batch, "partitions": args.partitions,
-                          "seconds": args.seconds}), flush=True)
-        print(json.dumps(raw_floor(args)), flush=True)
-        config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
+                          **{k: v for k, v in vars(args).items()}}), flush=True)
+        config = ClusterConfig(zk_connect=fresh_chroot(env.connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
                                broker=BrokerConfig(min_insync_replicas=2))
         zk = config.zk_client().start()
         cluster = LocalCluster(config, [1, 2, 3]).start()
         try:
             cluster.wait_until_ready(zk)
-            for acks in (1, -1):
-                topic = f"load-acks{acks}"
-                admin.create_topic(zk, topic, args.partitions, 3)
-                cluster.wait_for_metadata(lambda m: sum(tp.topic == topic for tp in m["partitions"]) == args.partitions)
-                print(json.dumps(run_mode(cluster, topic, args.partitions, args, acks)), flush=True)
+            if "throughput" in args.modes:
+                print(json.dumps({"mode": "throughput", **measure(cluster, zk, "throughput", args.partitions,
+                                                                  args.producers, args.seconds, 0)}), flush=True)
+            if "latency" in args.modes:
+                print(json.dumps({"mode": f"latency at {args.rate:.0f} records/s", **measure(
+                    cluster, zk, "latency", args.rate_partitions, 1, args.seconds, args.rate)}), flush=True)
         finally:
             cluster.stop(delete_logs=True)
             zk.close()
