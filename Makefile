@@ -24,7 +24,7 @@ system-packages:
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
-	$(VENV)/bin/python -c "import ray, kazoo, pyspark, raydp, pydantic, pytest, matplotlib"
+	$(VENV)/bin/python -c "import ray, kazoo, pyspark, raydp, pydantic, pytest, matplotlib, kafka, confluent_kafka, crc32c"
 	touch $(STAMP)
 
 demo: setup

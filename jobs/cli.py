@@ -95,10 +95,10 @@ def cluster_up(args) -> None:
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
     with config.zk_client().start() as zk:
         controller, epoch = cluster.wait_for_controller(zk)
+        servers = zk.bootstrap_servers()
     # the credential stays out of the state file: commands read it from the environment again
     local.write_state("cluster", {"config": config.model_dump(mode="json", exclude={"zk_credential"}),
                                   "started_ray": started_ray})
-        servers = zk.bootstrap_servers()
     print(f"{args.brokers} brokers up in Ray namespace {config.namespace}; controller is broker {controller} "
           f"(epoch {epoch}); bootstrap.servers={servers}")
     ray.shutdown()

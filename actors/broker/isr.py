@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, TypeVar
 
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
@@ -50,14 +50,14 @@ class IsrManager:
             self._writer.submit(self._change, tp, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms,
                                                                             last_fetch), "Shrinking").result()
 
-    def expand(self, partitions: list[TopicPartition], replica_id: int) -> None:
+    def expand(self, partitions: list[TopicPartition], replica_id: int) -> list[Future]:
         """Take a caught-up follower back, if it is alive (a fetch that was long-polling here when its
         broker died must not bring a dead broker into the ISR: KIP-841's check). Called on the loop:
-        the writes go on the writer's thread."""
+        the writes go on the writer's thread (their futures, for whoever wants to wait)."""
         if not self.is_alive(replica_id):
-            return
-        for tp in partitions:
-            self._writer.submit(self._change, tp, lambda p: p.isr_to_expand(replica_id), "Expanding", replica_id)
+            return []
+        return [self._writer.submit(self._change, tp, lambda p: p.isr_to_expand(replica_id), "Expanding", replica_id)
+                for tp in partitions]
 
     def _change(self, tp: TopicPartition, new_isr, verb: str, joining: int | None = None) -> None:
         """Write `new_isr(partition)` (computed again here, on the state the previous change left); with

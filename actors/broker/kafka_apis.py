@@ -64,7 +64,8 @@ class KafkaApis:
         by_topic: dict[str, list] = {}
         for tp, st in snapshot.partitions.items():
             by_topic.setdefault(tp.topic, []).append(st)
-        wanted = sorted(by_topic) if request.topics is None else [t.name for t in request.topics]
+        every = request.topics is None or ctx.api_version == 0 and not request.topics  # v0: [] meant all
+        wanted = sorted(by_topic) if every else [t.name for t in request.topics]
         R = MetadataResponse
         topics = []
         for name in wanted:

@@ -165,3 +165,36 @@ def test_sigkill_of_a_leader_mid_stream_loses_and_duplicates_nothing(cluster3):
     values = [m.value() for m in got]
     assert values == [f"r{i}".encode() for i in range(len(values))]  # in order, no gap, no duplicate
     assert set(acked) <= set(values) and len(values) >= len(acked)
+
+
+def test_topic_configs_changed_at_run_time_apply_retention_and_min_insync_replicas(new_cluster):
+    """kafka-configs --alter at run time: retention.bytes deletes whole old segments (the earliest offset
+    moves, a fetch below it is out of range) and min.insync.replicas=3 refuses acks=all with a follower
+    gone from the ISR."""
+    cluster, zk = new_cluster(broker=FAST.model_copy(update={"log_retention_check_interval_ms": 200}))
+    admin.create_topic(zk, "r", 1, 3, config={"segment.bytes": "2000"})
+    cluster.wait_for_metadata(lambda m: m["partitions"].get(TopicPartition("r", 0), (-1,))[0] >= 0)
+    servers = bootstrap(cluster)
+    for _ in range(10):
+        produce(servers, "r", [b"x" * 200] * 5, acks="all")
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "unused"})
+    assert consumer.get_watermark_offsets(CTopicPartition("r", 0), timeout=10) == (0, 50)
+    admin.alter_topic_config(zk, "r", {"retention.bytes": "1", "segment.bytes": "2000"})
+    wait_until(lambda: consumer.get_watermark_offsets(CTopicPartition("r", 0), timeout=10)[0] > 0, timeout=30,
+               what="retention to delete old segments")
+    earliest, latest = consumer.get_watermark_offsets(CTopicPartition("r", 0), timeout=10)
+    assert 0 < earliest < latest == 50
+    consumer.close()
+    leader = cluster.metadata_of(TopicPartition("r", 0))[0]
+    from tests.integration.conftest import fetch_request, send_to
+
+    below = send_to(cluster, leader, fetch_request("r", 0, 0), 12).responses[0].partitions[0]
+    assert below.error_code == KafkaError.OFFSET_OUT_OF_RANGE and below.log_start_offset == earliest
+    assert [m.value() for m in consume(servers, "r", 0, 50 - earliest)] == [b"x" * 200] * (50 - earliest)
+    admin.alter_topic_config(zk, "r", {"min.insync.replicas": "3"})
+    cluster.kill_broker(next(b for b in (1, 2, 3) if b != leader))
+    wait_until(lambda: len(cluster.metadata_of(TopicPartition("r", 0))[2]) == 2, timeout=60,
+               what="the ISR to shrink")
+    with pytest.raises(KafkaException) as refused:
+        produce(servers, "r", [b"y"], acks="all", **{"message.timeout.ms": 3000, "retries": 0})
+    assert refused.value.args[0].code() in (KafkaError.NOT_ENOUGH_REPLICAS, KafkaError._MSG_TIMED_OUT)

@@ -321,12 +321,12 @@ def _register(zk, *ids):
 
 def test_create_topic_writes_kafka_znodes(zk):
     _register(zk, 1, 2, 3)
-    assignment = admin.create_topic(zk, "orders", 6, 3, {"cleanup.policy": "compact"})
+    assignment = admin.create_topic(zk, "orders", 6, 3, {"compression.type": "lz4"})
     topic = json.loads(zk.get("/brokers/topics/orders")[0])
     assert topic["version"] == 2 and len(topic["topic_id"]) == 22
     assert topic["partitions"] == {str(p): r for p, r in assignment.items()}
     assert all(sorted(r) == [1, 2, 3] for r in assignment.values())
-    assert json.loads(zk.get("/config/topics/orders")[0]) == {"version": 1, "config": {"cleanup.policy": "compact"}}
+    assert json.loads(zk.get("/config/topics/orders")[0]) == {"version": 1, "config": {"compression.type": "lz4"}}
 
 
 @pytest.mark.parametrize("topic,partitions,rf,error", [
@@ -375,14 +375,16 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     before the controller read the ISRs) is not taken into the ISR: ZooKeeper refuses the multi, the
     leader keeps its ISR and keeps leading. Once the broker is registered again, it is taken in."""
     from actors.broker.isr import IsrManager
+    from actors.broker.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
+    from actors.config import BrokerConfig
     from actors.protocol import LeaderAndIsrRequest, PartitionState
 
     tp = TopicPartition("t", 0)
     zk.ensure_persistent_paths()
     zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1]),
                     makepath=True)
-    rm = ReplicaManager(1, tmp_path)
+    rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}))
     rm.become_leader_or_follower(LeaderAndIsrRequest(
         controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
             topic="t", partition=0, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,), zk_version=0,
@@ -390,15 +392,17 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     partition = rm.partition(tp)
     partition.fetch_for_follower(2, 0, 1024, int(time.time() * 1000))  # follower 2 has the whole log
     assert partition.isr_to_expand(2) == (1, 2)
-    isr = IsrManager(1, zk, rm)
+    isr = IsrManager(1, zk, rm, on_loop=lambda fn: fn())  # no event loop here: the test's thread is the loop
 
     def zk_isr() -> list[int]:
         return zkdata.decode(zkdata.PartitionStateZNode, "", zk.get(zkdata.partition_state_path(tp))[0]).isr
 
-    isr.expand([tp], 2)  # /brokers/ids/2 does not exist
+    for written in isr.expand([tp], 2):  # /brokers/ids/2 does not exist
+        written.result()
     assert zk_isr() == [1] and partition.state.isr == (1,) and partition.is_leader
     zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True)
-    isr.expand([tp], 2)
+    for written in isr.expand([tp], 2):
+        written.result()
     assert zk_isr() == [1, 2] and partition.state.isr == (1, 2)
 
 
@@ -407,19 +411,21 @@ def test_a_leaders_isr_change_is_announced_even_if_the_first_announcement_fails(
     controller picks it up for UpdateMetadata. If the announcement cannot be written (no session),
     the change is kept and announced on the next round, not forgotten."""
     from actors.broker.isr import IsrManager
+    from actors.broker.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
+    from actors.config import BrokerConfig
     from actors.protocol import LeaderAndIsrRequest, PartitionState
 
     tp = TopicPartition("t", 0)
     zk.ensure_persistent_paths()
     zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1, 2]),
                     makepath=True)
-    rm = ReplicaManager(1, tmp_path)
+    rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}))
     rm.become_leader_or_follower(LeaderAndIsrRequest(
         controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
             topic="t", partition=0, controller_epoch=1, leader=1, leader_epoch=0, isr=(1, 2), zk_version=0,
             replicas=(1, 2))]), -1)
-    isr = IsrManager(1, zk, rm)
+    isr = IsrManager(1, zk, rm, on_loop=lambda fn: fn())
     isr.shrink(now_ms=int(time.time() * 1000) + 60_000, replica_lag_time_max_ms=1000)  # follower 2 never fetched
     assert zkdata.decode(zkdata.PartitionStateZNode, "", zk.get(zkdata.partition_state_path(tp))[0]).isr == [1]
     zk.kazoo.stop()
