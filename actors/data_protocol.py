@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-CONSUMER_REPLICA_ID = -1  # a fetch from a client rather than a follower
-
-
 class FetchPartition(NamedTuple):
     topic: str
     partition: int

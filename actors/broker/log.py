@@ -327,10 +327,6 @@ class Log:
 
     # -- life cycle ----------------------------------------------------------
 
-    def flush(self) -> None:
-        os.fsync(self._fd)
-        self.leader_epochs.flush()
-
     def close(self) -> None:
         self._close_active()
         for segment in self.segments:

@@ -39,7 +39,6 @@ class RequestContext(NamedTuple):
     correlation_id: int
     client_id: str | None
     peer: str
-    client_software: tuple[str, str] | None = None  # KIP-511: (name, version) from ApiVersions v3+
 
 
 class CloseConnection(Exception):
@@ -86,7 +85,6 @@ class SocketServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = "%s:%s" % writer.get_extra_info("peername")[:2]
         self._connections.add(writer)
-        software = None
         try:
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
@@ -114,9 +112,7 @@ class SocketServer:
                     return self._refuse(peer, f"{cls.__name__} v{version} that does not decode "
                                               f"({type(e).__name__}: {e})")
                 header = request.header
-                if api_key == ApiVersionsRequest.API_KEY and version >= 3:
-                    software = (request.client_software_name, request.client_software_version)
-                ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, peer, software)
+                ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, peer)
                 self.requests[request_name(api_key, request)] += 1
                 if api_key == ApiVersionsRequest.API_KEY:
                     response = api_versions_response()

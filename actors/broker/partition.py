@@ -222,12 +222,6 @@ class Partition:
             if self._advance_high_watermark():
                 self._changed()
 
-    def follower_is_current(self, replica_id: int, fetch_offset: int) -> bool:
-        """Whether the follower fetching from `fetch_offset` already has this whole log: as long as that
-        holds, every fetch of its session keeps it caught up, and there is nothing to send it."""
-        follower = self.followers.get(replica_id)
-        return follower is not None and fetch_offset == follower.log_end_offset == self.log.log_end_offset
-
     def isr_to_shrink(self, now_ms: int, replica_lag_time_max_ms: int,
                       last_session_fetch_ms: Callable[[int], int] = lambda r: 0) -> tuple[int, ...] | None:
         """The ISR without the followers that lag too long, or None when it stays. A follower that has

@@ -148,7 +148,7 @@ def test_sigkill_of_a_leader_mid_stream_loses_and_duplicates_nothing(cluster3):
                          "message.timeout.ms": 60_000})
     acked, errors = [], []
     on_delivery = lambda err, msg: errors.append(err) if err else acked.append(msg.value())  # noqa: E731
-    sent = 0
+    sent = sent_at_kill = 0
     deadline = time.monotonic() + 60
     killed = False
     while time.monotonic() < deadline and (not killed or len(acked) < sent_at_kill + 300):
