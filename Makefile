@@ -7,10 +7,18 @@ PYTHON ?= python3
 VENV   := .venv
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.installed
+TOOLS  := .venv-tools
 
 .PHONY: setup demo test bench clean system-packages
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(TOOLS)/.installed
+
+# Kafka tools the tests drive that cannot share the project's venv: Yelp's kafka-utils pins kafka-python < 1.5
+$(TOOLS)/.installed:
+	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install -q kafka-utils==4.1.0 2>&1 | grep -v "^WARNING: Location" || true
+	$(TOOLS)/bin/kafka-check --help >/dev/null
+	touch $(TOOLS)/.installed
 
 system-packages:
 	@command -v java >/dev/null || { echo "Java not found: installing OpenJDK 17"; \
@@ -37,4 +45,4 @@ bench: setup
 	$(VENV)/bin/python -m benchmarks.bench_controller
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) $(TOOLS) *.egg-info

@@ -62,9 +62,13 @@ def supported(api_key: int, version: int) -> bool:
 
 
 def api_versions_response(error: Errors = Errors.NONE) -> ApiVersionsResponse:
+    """Every API with its versions; with UNSUPPORTED_VERSION (KIP-511's answer to a client asking in a
+    version this broker does not know) only ApiVersions' own, as Kafka 2.8's getErrorResponse."""
+    listed = sorted(API_VERSIONS.items()) if error == Errors.NONE else \
+        [(ApiVersionsRequest.API_KEY, API_VERSIONS[ApiVersionsRequest.API_KEY])]
     return ApiVersionsResponse(error_code=int(error), throttle_time_ms=0, api_keys=[
         ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
-        for key, (_, low, high) in sorted(API_VERSIONS.items())])
+        for key, (_, low, high) in listed])
 
 
 def is_group_api(api_key: int) -> bool:

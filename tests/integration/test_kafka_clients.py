@@ -198,3 +198,19 @@ def test_topic_configs_changed_at_run_time_apply_retention_and_min_insync_replic
     with pytest.raises(KafkaException) as refused:
         produce(servers, "r", [b"y"], acks="all", **{"message.timeout.ms": 3000, "retries": 0})
     assert refused.value.args[0].code() in (KafkaError.NOT_ENOUGH_REPLICAS, KafkaError._MSG_TIMED_OUT)
+
+
+def test_yelps_kafka_check_reads_kray_over_metadata_requests(cluster3, tmp_path):
+    """kafka-utils' kafka-check (its own venv: it pins kafka-python < 1.5) asks the brokers for
+    Metadata and reads ZooKeeper as Kafka's: no offline partition, no unavailable replica."""
+    from pathlib import Path
+
+    cluster, zk = cluster3
+    tool = Path(__file__).resolve().parents[2] / ".venv-tools" / "bin" / "kafka-check"
+    brokers = "".join(f'\n      - "{s}"' for s in bootstrap(cluster).split(","))
+    (tmp_path / "kray.yaml").write_text(f'clusters:\n  c:\n    broker_list:{brokers}\n'
+                                        f'    zookeeper: "{cluster.config.zk_connect}"\nlocal_config:\n  cluster: c\n')
+    for check in ("offline", "replica_unavailability"):
+        done = subprocess.run([str(tool), "--cluster-type", "kray", "--discovery-base-path", str(tmp_path),
+                               "--broker-id", "1", "-j", check], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and '"status": "OK"' in done.stdout, (check, done.stdout, done.stderr)
