@@ -76,12 +76,13 @@ class BrokerActor:
         self.topic_configs: dict[str, LogConfig] = {}
         self.metadata_cache = MetadataCache()
         self.replica_manager = ReplicaManager(broker_id, log_dir, self._log_config,
-                                              in_metadata=lambda tp: tp in self.metadata_cache.partitions)
+                                              in_metadata=lambda tp: tp in self.metadata_cache.partitions,
+                                              expand_isr=lambda replica, tps: self.isr.expand(tps, replica))
         self.isr = IsrManager(broker_id, self.zk, self.replica_manager, self._on_loop,
                               is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self.producer_ids = ProducerIdManager(self.zk, broker_id)
         self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
-                              self.producer_ids.generate_producer_id, on_follower_fetch=self._expand_isr)
+                              self.producer_ids.generate_producer_id)
         self.server = SocketServer(self.apis.handle, config.bind_host, config.listener_port(broker_id),
                                    max_request_bytes=config.broker.socket_request_max_bytes)
         self.port = self._on_loop_await(self.server.start())
@@ -111,9 +112,6 @@ class BrokerActor:
 
     def _on_loop_await(self, coroutine) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
-    def _expand_isr(self, replica_id: int, partitions: list[TopicPartition]) -> None:
-        self.isr.expand(partitions, replica_id)
 
     def _log_config(self, topic: str) -> LogConfig:
         """The topic's LogConfig: as last announced, or read from /config/topics/T when its first replica

@@ -39,13 +39,11 @@ NO_LEADER = -1
 
 class KafkaApis:
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 cluster_id: Callable[[], str | None], producer_id: Callable[[], int],
-                 on_follower_fetch: Callable[[int, list[TopicPartition]], None] = lambda replica, tps: None):
+                 cluster_id: Callable[[], str | None], producer_id: Callable[[], int]):
         self.broker_id = broker_id
         self.rm, self.cache = replica_manager, metadata_cache
         self.cluster_id = cluster_id
         self.producer_id = producer_id  # blocking (ZooKeeper, once a block): called off the loop
-        self.on_follower_fetch = on_follower_fetch  # the partitions whose ISR a fetching follower may join
         self._handlers = {ProduceRequest.API_KEY: self.produce, FetchRequest.API_KEY: self.fetch,
                           ListOffsetsRequest.API_KEY: self.list_offsets, MetadataRequest.API_KEY: self.metadata,
                           OffsetForLeaderEpochRequest.API_KEY: self.offset_for_leader_epoch,
@@ -122,9 +120,7 @@ class KafkaApis:
                                        p.partition_max_bytes, p.last_fetched_epoch, p.log_start_offset)
                         for t in request.topics for p in t.partitions],
             forgotten=[(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions])
-        result, expand = await self.rm.fetch(params)
-        if expand:
-            self.on_follower_fetch(request.replica_id, expand)
+        result = await self.rm.fetch(params)
         R = FetchResponse
         P = R.FetchableTopicResponse.PartitionData
         by_topic: dict[str, list] = {}

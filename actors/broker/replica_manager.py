@@ -121,8 +121,10 @@ class DelayedFetch:
 
 class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path, config_for: Callable[[str], LogConfig],
-                 in_metadata: Callable[[TopicPartition], bool] = lambda tp: True):
+                 in_metadata: Callable[[TopicPartition], bool] = lambda tp: True,
+                 expand_isr: Callable[[int, list[TopicPartition]], object] = lambda replica, tps: None):
         self.broker_id = broker_id
+        self.expand_isr = expand_isr  # (follower, partitions whose ISR it may join): the shell writes them
         self.config_for = config_for  # a topic's LogConfig (its overrides over the broker's defaults)
         self.in_metadata = in_metadata  # whether the metadata cache knows a partition (Kafka tells apart
         # UNKNOWN_TOPIC_OR_PARTITION and NOT_LEADER_OR_FOLLOWER by it)
@@ -315,21 +317,24 @@ class ReplicaManager:
 
     # -- fetch ---------------------------------------------------------------
 
-    async def fetch(self, params: FetchParams) -> tuple[FetchResult, list[TopicPartition]]:
+    async def fetch(self, params: FetchParams) -> FetchResult:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless
         a partition has an error or a diverging epoch, answered at once (Kafka's fetchMessages) so
-        that the fetcher can act on it. Also returns the partitions whose ISR the fetching follower
-        may now join (for the shell to write)."""
+        that the fetcher can act on it. A follower that has caught up is taken into the ISR as its
+        fetch arrives (Kafka's maybeExpandIsr), before any wait."""
         error, session, to_read = self.fetch_sessions.open(params)
         if error != Errors.NONE:
-            return FetchResult(int(error), INVALID_SESSION_ID, []), []
+            return FetchResult(int(error), INVALID_SESSION_ID, [])
         follower = params.replica_id >= 0
         now = now_ms()
         if follower:
             self.last_fetch_ms[params.replica_id] = now
         out = self._read(params, to_read, now, session)
-        expand = [tp for tp, f in out.items() if f.error_code == Errors.NONE
-                  and self.partitions[tp].isr_to_expand(params.replica_id) is not None] if follower else []
+        if follower:
+            expand = [tp for tp, f in out.items() if f.error_code == Errors.NONE
+                      and self.partitions[tp].isr_to_expand(params.replica_id) is not None]
+            if expand:
+                self.expand_isr(params.replica_id, expand)
         keys = session.partitions if session is not None else {TopicPartition(p.topic, p.partition) for p in to_read}
         deadline = time.monotonic() + params.max_wait_ms / 1000
         generation = self.generation
@@ -345,7 +350,7 @@ class ReplicaManager:
             out.update(self._read(params, again, now_ms(), session))
         full = params.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
         answer = self.fetch_sessions.respond(session, full, out.values())
-        return FetchResult(int(Errors.NONE), session.id if session is not None else INVALID_SESSION_ID, answer), expand
+        return FetchResult(int(Errors.NONE), session.id if session is not None else INVALID_SESSION_ID, answer)
 
     def _read(self, params: FetchParams, partitions: list[FetchPartition], now: int,
               session=None) -> dict[TopicPartition, FetchedPartition]:

@@ -11,6 +11,9 @@ from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
 
 NO_GROUP = "kray-assign"  # confluent-kafka needs a group.id even for assign(); nothing joins it
+RETRIED = {confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION, confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
+           confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART, confluent_kafka.KafkaError._TIMED_OUT,
+           confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError.FENCED_LEADER_EPOCH}
 
 
 class ConsumedRecord(NamedTuple):
@@ -49,10 +52,22 @@ class Consumer:
                 msg.offset(), msg.key(), msg.value(), -1 if epoch is None else epoch, msg.timestamp()[1])))
         return out
 
-    def high_watermarks(self, timeout_s: float = 10) -> dict[TopicPartition, int]:
-        """Each assigned partition's high watermark, from its leader (ListOffsets latest)."""
-        return {tp: self._consumer.get_watermark_offsets(confluent_kafka.TopicPartition(tp.topic, tp.partition),
-                                                         timeout=timeout_s)[1] for tp in self.partitions}
+    def high_watermarks(self, timeout_s: float = 60) -> dict[TopicPartition, int]:
+        """Each assigned partition's high watermark, from its leader (ListOffsets latest), asked again
+        while the answer is a retriable error (a leader that moved: the client refreshes its metadata)."""
+        import time
+
+        out, deadline = {}, time.monotonic() + timeout_s
+        for tp in self.partitions:
+            while tp not in out:
+                try:
+                    out[tp] = self._consumer.get_watermark_offsets(
+                        confluent_kafka.TopicPartition(tp.topic, tp.partition), timeout=5)[1]
+                except confluent_kafka.KafkaException as e:
+                    if not e.args[0].retriable() and e.args[0].code() not in RETRIED or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        return out
 
     def read_to_end(self, partitions: list[TopicPartition], timeout_s: float = 120
                     ) -> list[tuple[TopicPartition, ConsumedRecord]]:

@@ -1,14 +1,16 @@
 """Every controller flow end to end, through real ZooKeeper and real broker / controller actors."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import time
 from typing import NamedTuple
 
 import pytest
 import ray
 
-from actors.config import BrokerConfig
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
@@ -231,25 +233,36 @@ def test_auto_leader_rebalance(new_cluster):
     wait_until(lambda: zk_states(zk, "t")[tp].leader == preferred, timeout=20, what="auto rebalance")
 
 
-SLOW_CATCH_UP = BrokerConfig(replica_fetch_wait_max_ms=4000)  # a new replica's first (empty) fetch waits 4 s
+@contextlib.contextmanager
+def paused(cluster, broker_ids):
+    """SIGSTOP the brokers' processes (their replicas cannot catch up), SIGCONT on the way out."""
+    pids = [ray.get(cluster.brokers[b].info.remote())["pid"] for b in broker_ids]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_reassignment_full_protocol(new_cluster):
-    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4), broker=SLOW_CATCH_UP)
+    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4))
     zk.kazoo.create(zkdata.topic_path("r"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
     tp = TopicPartition("r", 0)
     wait_until(lambda: len(zk_states(zk, "r")) == 1 and caches_match_zookeeper(cluster, zk, "r"))
     epoch0 = zk_states(zk, "r")[tp].leader_epoch
-    admin.reassign_partitions(zk, admin.parse_reassignment(
-        '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}'))
-    # phase A: RS = TRS + ORS, AR and RR persisted; new replicas started; leader epoch bumped
-    wait_until(lambda: json.loads(zk.get(zkdata.topic_path("r"))[0]).get("adding_replicas") == {"0": [3, 4]})
-    doc = json.loads(zk.get(zkdata.topic_path("r"))[0])
-    assert doc["partitions"] == {"0": [3, 4, 1, 2]} and doc["removing_replicas"] == {"0": [1, 2]}
+    with paused(cluster, (3, 4)):  # the new replicas cannot catch up: the reassignment waits in phase A
+        admin.reassign_partitions(zk, admin.parse_reassignment(
+            '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}'))
+        # phase A: RS = TRS + ORS, AR and RR persisted; new replicas started; leader epoch bumped
+        wait_until(lambda: json.loads(zk.get(zkdata.topic_path("r"))[0]).get("adding_replicas") == {"0": [3, 4]})
+        doc = json.loads(zk.get(zkdata.topic_path("r"))[0])
+        assert doc["partitions"] == {"0": [3, 4, 1, 2]} and doc["removing_replicas"] == {"0": [1, 2]}
+        wait_until(lambda: zk_states(zk, "r")[tp].leader_epoch == epoch0 + 1)
+        assert admin.verify_reassignment(zk, admin.parse_reassignment(
+            '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}')) == {tp: "in progress"}
     wait_until(lambda: all(tp in ray.get(cluster.brokers[b].replicas.remote()) for b in (3, 4)), what="AR started")
-    assert zk_states(zk, "r")[tp].leader_epoch == epoch0 + 1
-    assert admin.verify_reassignment(zk, admin.parse_reassignment(
-        '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}')) == {tp: "in progress"}
     # the new replicas catch up and the leader adds them to the ISR; then phase B: leader from TRS,
     # old replicas removed and deleted, assignment final, znode gone
     wait_until(lambda: zk.get(zkdata.REASSIGN_PARTITIONS) is None, timeout=60, what="reassignment to complete")
@@ -294,18 +307,19 @@ def test_zombie_controller_is_fenced_and_resigns(new_cluster):
 
 
 def test_broker_dies_during_reassignment(new_cluster):
-    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4), broker=SLOW_CATCH_UP)
+    cluster, zk = new_cluster(broker_ids=(1, 2, 3, 4))
     zk.kazoo.create(zkdata.topic_path("r"), zkdata.TopicZNode.from_assignment({0: [1, 2]}, None).encode())
     tp = TopicPartition("r", 0)
     wait_until(lambda: len(zk_states(zk, "r")) == 1 and caches_match_zookeeper(cluster, zk, "r"))
     controller_id, _ = cluster.wait_for_controller(zk)
-    admin.reassign_partitions(zk, admin.parse_reassignment(
-        '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}'))
-    wait_until(lambda: json.loads(zk.get(zkdata.topic_path("r"))[0]).get("adding_replicas") == {"0": [3, 4]})
     victim = 1 if controller_id != 1 else 2  # the old leader (or its follower), not the controller's broker
-    cluster.kill_broker(victim)
-    wait_until(lambda: zk_states(zk, "r")[tp].leader not in (victim, -1) and victim not in zk_states(zk, "r")[tp].isr,
-               what="failover of the reassigning partition")
+    with paused(cluster, (3, 4)):  # the new replicas cannot catch up: the reassignment waits in phase A
+        admin.reassign_partitions(zk, admin.parse_reassignment(
+            '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}'))
+        wait_until(lambda: json.loads(zk.get(zkdata.topic_path("r"))[0]).get("adding_replicas") == {"0": [3, 4]})
+        cluster.kill_broker(victim)
+        wait_until(lambda: zk_states(zk, "r")[tp].leader not in (victim, -1)
+                   and victim not in zk_states(zk, "r")[tp].isr, what="failover of the reassigning partition")
     # the new replicas catch up and the leader adds them to the ISR; the reassignment then completes
     wait_until(lambda: zk.get(zkdata.REASSIGN_PARTITIONS) is None, timeout=60, what="reassignment to complete")
     state = zk_states(zk, "r")[tp]

@@ -314,11 +314,11 @@ def test_an_idle_fetch_long_polls_and_an_append_wakes_it(rm):
 
     async def scenario():
         started = time.monotonic()
-        result, _ = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=400))
+        result = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=400))
         assert time.monotonic() - started >= 0.35 and result.partitions[0].records == b""
         later(0.1, lambda: asyncio.ensure_future(rm.append_records(1, 1000, [(T0, batch(1))])))
         started = time.monotonic()
-        result, _ = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=30_000))
+        result = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=30_000))
         assert time.monotonic() - started < 5  # woken by the append, not the timeout
         return result
 
@@ -332,7 +332,7 @@ def test_a_fetch_with_a_partition_error_is_answered_at_once(rm):
                                      ps(T1, leader=1, leader_epoch=3, isr=(1, 2)),
                                      ps(T2, leader=1, leader_epoch=3, isr=(1, 2))), BROKER_EPOCH)
     started = time.monotonic()
-    result, _ = run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 2),
+    result = run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 2),
                                                FetchPartition("t", 2, 0, 4)], max_wait_ms=30_000)))
     assert time.monotonic() - started < 5
     assert [p.error_code for p in result.partitions] == [Errors.NONE, Errors.FENCED_LEADER_EPOCH,
@@ -345,14 +345,16 @@ def test_a_fetch_whose_log_diverged_is_answered_at_once_with_where_to_truncate(r
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=2, isr=(1,)),
                                      ps(T1, leader=1, leader_epoch=2, isr=(1,))), BROKER_EPOCH)
     rm.partition(T0).append_as_leader(batch(3), 1)
+    expanded = []
+    rm.expand_isr = lambda replica, tps: expanded.append((replica, tps))
     started = time.monotonic()
-    result, expand = run(rm.fetch(fetch(partitions=[
+    result = run(rm.fetch(fetch(partitions=[
         FetchPartition("t", 0, 4, 2, MAX_BYTES, last_fetched_epoch=1),  # had offset 3 in epoch 1: not here
         FetchPartition("t", 1, 0, 2, MAX_BYTES, last_fetched_epoch=-1)], max_wait_ms=30_000)))
     assert time.monotonic() - started < 5
     assert [(p.error_code, p.diverging_epoch, len(p.records)) for p in result.partitions] == \
         [(Errors.NONE, (1, 0), 0), (Errors.NONE, None, 0)]
-    assert expand == [T1]  # caught up on T1; on T0 its fetch offset says nothing of what it has
+    assert expanded == [(2, [T1])]  # caught up on T1; on T0 its fetch offset says nothing of what it has
 
 
 def test_a_fetch_session_reads_only_named_and_changed_partitions_and_answers_only_news(rm):
@@ -367,14 +369,14 @@ def test_a_fetch_session_reads_only_named_and_changed_partitions_and_answers_onl
         or original(params, partitions, now, session)
 
     async def scenario():
-        result, _ = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)],
+        result = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)],
                                          session_epoch=0))
         assert result.session_id != 0 and [p.partition for p in result.partitions] == [0, 1]
         later(0.2, lambda: asyncio.ensure_future(rm.append_records(1, 1000, [(T1, batch(1))])))
         started = time.monotonic()
-        incremental, _ = await rm.fetch(fetch(session_id=result.session_id, session_epoch=1, max_wait_ms=30_000))
+        incremental = await rm.fetch(fetch(session_id=result.session_id, session_epoch=1, max_wait_ms=30_000))
         assert 0.15 < time.monotonic() - started < 5  # long-polled, woken by the append
-        stale, _ = await rm.fetch(fetch(session_id=result.session_id, session_epoch=1))  # out of turn
+        stale = await rm.fetch(fetch(session_id=result.session_id, session_epoch=1))  # out of turn
         return incremental, stale
 
     incremental, stale = run(scenario())
@@ -382,6 +384,23 @@ def test_a_fetch_session_reads_only_named_and_changed_partitions_and_answers_onl
     assert read == [[0, 1], [], [1]]  # the full fetch, the empty first look, then only what changed
     assert rm.isr_shrinks(now_ms() + 25_000, 30_000) == []
     assert (stale.error_code, stale.partitions) == (Errors.INVALID_FETCH_SESSION_EPOCH, [])
+
+
+def test_a_caught_up_follower_joins_the_isr_as_its_fetch_arrives_not_after_its_wait(rm):
+    """Kafka's maybeExpandIsr runs when the fetch arrives: a follower with the whole (here empty) log is
+    taken in before its fetch long-polls."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,), replicas=(1, 2))), BROKER_EPOCH)
+    expanded = []
+    rm.expand_isr = lambda replica, tps: expanded.append((replica, tps, time.monotonic()))
+
+    async def scenario():
+        later(0.5, rm.wake_fetches)
+        started = time.monotonic()
+        await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], max_wait_ms=30_000))
+        return started, time.monotonic()
+
+    started, answered = run(scenario())
+    assert [e[:2] for e in expanded] == [(2, [T0])] and expanded[0][2] - started < 0.2 < answered - started
 
 
 def test_a_follower_that_stops_fetching_leaves_the_isr_even_with_a_session(rm):
