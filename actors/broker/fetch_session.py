@@ -146,16 +146,21 @@ class FetchSessionHandler:
     def __init__(self):
         self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
         self._sent: dict[TopicPartition, FetchPartition] = {}  # what the leader's session holds
-        self._building: dict[TopicPartition, FetchPartition] = {}
+        self._building: tuple[dict | list, list[TopicPartition]] = ({}, [])  # the fetch in flight's changes
 
-    def build(self, wanted: dict[TopicPartition, FetchPartition]
+    def build(self, wanted: dict[TopicPartition, FetchPartition], changed: Iterable[TopicPartition] | None = None
               ) -> tuple[int, int, list[FetchPartition], list[tuple[str, int]]]:
-        """(session id, epoch, partitions to send, partitions to forget) for a fetch of `wanted`."""
-        self._building = dict(wanted)
+        """(session id, epoch, partitions to send, partitions to forget) for a fetch of `wanted`. With
+        `changed` (every partition whose entry may differ since the last build, dropped ones included),
+        only those are compared: a round's cost follows what changed, not how many are followed."""
         if self.epoch == INITIAL_EPOCH:
+            self._building = (dict(wanted), [])
             return INVALID_SESSION_ID, INITIAL_EPOCH, list(wanted.values()), []
-        return (self.session_id, self.epoch, [p for tp, p in wanted.items() if self._sent.get(tp) != p],
-                [(tp.topic, tp.partition) for tp in self._sent if tp not in wanted])
+        candidates = list(wanted) + [tp for tp in self._sent if tp not in wanted] if changed is None else changed
+        send = [wanted[tp] for tp in candidates if tp in wanted and self._sent.get(tp) != wanted[tp]]
+        forget = [tp for tp in candidates if tp not in wanted and tp in self._sent]
+        self._building = (send, forget)
+        return self.session_id, self.epoch, send, [(tp.topic, tp.partition) for tp in forget]
 
     def handle_response(self, error_code: int, session_id: int) -> bool:
         """After the leader answered the fetch just built: whether the answer is usable (a session
@@ -163,12 +168,16 @@ class FetchSessionHandler:
         if error_code != Errors.NONE:
             self.reset()
             return False
+        sent, forgotten = self._building
         if self.epoch == INITIAL_EPOCH:
             if session_id == INVALID_SESSION_ID:  # the leader keeps no session: full fetches on
                 return True
-            self.session_id = session_id
+            self.session_id, self._sent = session_id, sent
+        else:
+            self._sent.update((TopicPartition(p.topic, p.partition), p) for p in sent)
+            for tp in forgotten:
+                self._sent.pop(tp, None)
         self.epoch = next_epoch(self.epoch)
-        self._sent = self._building
         return True
 
     def reset(self) -> None:

@@ -61,6 +61,9 @@ class ReplicaFetcher:
                  config: BrokerConfig):
         self.broker_id, self.source_id, self.address, self.config = broker_id, source_id, address, config
         self.partitions: dict[TopicPartition, FetchState] = {}
+        self._wanted: dict[TopicPartition, FetchPartition] = {}  # what the next fetch asks, of ready partitions
+        self._changed: set[TopicPartition] = set()  # partitions whose entry may have changed since the last fetch
+        self._delayed: set[TopicPartition] = set()  # backing off
         self.session = FetchSessionHandler()
         self._client: NetworkClient | None = None
         self._wake = asyncio.Event()
@@ -71,7 +74,22 @@ class ReplicaFetcher:
         """With an epoch it truncates within the fetch; without, it asks first."""
         self.partitions[tp] = FetchState(partition, partition.state.leader_epoch,
                                          partition.log.leader_epochs.latest_epoch >= 0)
+        self._delayed.discard(tp)
+        self._refresh(tp)
         self._wake.set()
+
+    def _refresh(self, tp: TopicPartition) -> None:
+        """Recompute what the next fetch asks of tp (after an append, a truncation, a new epoch, a backoff
+        or its end): only such partitions are compared with the session, not every one followed."""
+        state = self.partitions.get(tp)
+        self._changed.add(tp)
+        if state is None or not state.truncated or tp in self._delayed:
+            self._wanted.pop(tp, None)
+            return
+        log = state.partition.log
+        self._wanted[tp] = FetchPartition(tp.topic, tp.partition, log.log_end_offset, state.epoch,
+                                          self.config.replica_fetch_max_bytes, log.leader_epochs.latest_epoch,
+                                          log.log_start_offset)
 
     def update_epoch(self, tp: TopicPartition, partition: Partition) -> bool:
         """Carry on fetching tp in the partition's next leader epoch; False if tp is not here, or epochs were
@@ -80,11 +98,15 @@ class ReplicaFetcher:
         if state is None or state.partition is not partition or partition.state.leader_epoch != state.epoch + 1:
             return False
         state.epoch, state.failures, state.delayed_until = partition.state.leader_epoch, 0, 0.0
+        self._delayed.discard(tp)
+        self._refresh(tp)
         self._wake.set()  # a fetch fenced by the leader's newer epoch need not wait out its backoff
         return True
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+        self._delayed.discard(tp)
+        self._refresh(tp)
 
     async def stop(self) -> None:
         self._task.cancel()
@@ -99,20 +121,21 @@ class ReplicaFetcher:
         while True:
             self._wake.clear()  # this round sees every change made before it: only later ones wake a wait
             now = time.monotonic()
-            ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
-            if not ready:
-                delays = [s.delayed_until - now for s in self.partitions.values()]
+            for tp in [tp for tp in self._delayed if self.partitions[tp].delayed_until <= now]:
+                self._delayed.discard(tp)  # its backoff is over
+                self._refresh(tp)
+            pending = {tp: s for tp, s in self.partitions.items() if not s.truncated and tp not in self._delayed}
+            if not pending and not self._wanted:
+                delays = [self.partitions[tp].delayed_until - now for tp in self._delayed]
                 await self._sleep(min(delays) if delays else 1.0)
                 continue
             try:
                 if self._client is None:
                     self._client = await self._connect()
-                pending = {tp: s for tp, s in ready.items() if not s.truncated}
                 if pending:
                     await self._truncate(pending)
-                fetchable = {tp: s for tp, s in ready.items() if s.truncated and self.partitions.get(tp) is s}
-                if fetchable:  # no long poll while some wait to truncate
-                    await self._fetch(fetchable, long_poll=not pending)
+                if self._wanted:  # no long poll while some wait to truncate
+                    await self._fetch(long_poll=not pending)
                 self._failures = 0
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:  # the leader is gone or restarting
                 self._lost(e)
@@ -143,10 +166,13 @@ class ReplicaFetcher:
         log.warning("[ReplicaFetcher replicaId=%d, leaderId=%d] Error fetching: %s: %s", self.broker_id,
                     self.source_id, type(error).__name__, error)
 
-    def _delay(self, state: FetchState) -> None:
+    def _delay(self, tp: TopicPartition, state: FetchState) -> None:
+        """Back off this partition alone; it leaves the session meanwhile, as in Kafka."""
         state.failures += 1
         state.delayed_until = time.monotonic() + min(PARTITION_BACKOFF_MS, self.config.replica_fetch_backoff_ms,
                                                      FIRST_BACKOFF_MS * 2 ** (state.failures - 1)) / 1000
+        self._delayed.add(tp)
+        self._refresh(tp)
 
     async def _truncate(self, pending: dict[TopicPartition, FetchState]) -> None:
         """Truncate the new partitions where the leader says (OffsetForLeaderEpoch)."""
@@ -165,15 +191,15 @@ class ReplicaFetcher:
                 if state is None or self.partitions.get(tp) is not state:
                     continue
                 if answer.error_code != Errors.NONE:
-                    self._delay(state)  # not the leader (yet): asked again after the backoff
+                    self._delay(tp, state)  # not the leader (yet): asked again after the backoff
                 elif _truncate_where_agreed(state.partition, state.epoch, (answer.leader_epoch, answer.end_offset)):
                     state.truncated, state.failures = True, 0
+                    self._refresh(tp)
 
-    async def _fetch(self, current: dict[TopicPartition, FetchState], long_poll: bool) -> None:
-        wanted = {tp: FetchPartition(tp.topic, tp.partition, s.partition.log.log_end_offset, s.epoch,
-                                     self.config.replica_fetch_max_bytes, s.partition.log.leader_epochs.latest_epoch,
-                                     s.partition.log.log_start_offset) for tp, s in current.items()}
-        session_id, session_epoch, to_send, forgotten = self.session.build(wanted)
+    async def _fetch(self, long_poll: bool) -> None:
+        current = dict(self.partitions)  # as sent: an answer for a partition re-added meanwhile is not its own
+        session_id, session_epoch, to_send, forgotten = self.session.build(self._wanted, self._changed)
+        self._changed = set()  # a failed fetch resets the session: the next one is full
         R = FetchRequest
         topics: dict[str, list] = {}
         for p in to_send:
@@ -205,14 +231,17 @@ class ReplicaFetcher:
                 diverging = f.diverging_epoch
                 if f.error_code == Errors.NONE and diverging is not None and diverging.end_offset >= 0:
                     _truncate_where_agreed(state.partition, state.epoch, (diverging.epoch, diverging.end_offset))
+                    self._refresh(tp)
                 elif f.error_code == Errors.NONE:
                     state.partition.append_as_follower(f.records or b"", f.high_watermark, f.log_start_offset,
                                                        state.epoch)
                     state.failures = 0
+                    if f.records:
+                        self._refresh(tp)
                 elif f.error_code == Errors.OFFSET_OUT_OF_RANGE:
                     out_of_range.append((tp, state))
                 else:
-                    self._delay(state)
+                    self._delay(tp, state)
                     log.debug("[ReplicaFetcher replicaId=%d, leaderId=%d] %s for %s", self.broker_id,
                               self.source_id, Errors(f.error_code).name, tp)
         if out_of_range:
@@ -231,15 +260,18 @@ class ReplicaFetcher:
         states = dict(partitions)
         for t in response.topics:
             for answer in t.partitions:
-                state = states.get(TopicPartition(t.name, answer.partition_index))
+                tp = TopicPartition(t.name, answer.partition_index)
+                state = states.get(tp)
                 if state is None:
                     continue
                 if answer.error_code != Errors.NONE:
-                    self._delay(state)
-                elif answer.offset > state.partition.log.log_end_offset:
+                    self._delay(tp, state)
+                    continue
+                if answer.offset > state.partition.log.log_end_offset:
                     state.partition.truncate_fully_and_start_at(answer.offset, state.epoch)
                 else:
                     state.truncated = False
+                self._refresh(tp)
 
 
 def _truncate_where_agreed(partition: Partition, epoch: int, leader_answer: tuple[int, int]) -> bool:

@@ -67,7 +67,7 @@ HwWaiter = Callable[[Errors], None]
 
 class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log: Log, config: LogConfig,
-                 high_watermark_: int = 0, listener: Callable[["Partition"], None] = lambda p: None):
+                 high_watermark_: int = 0, listener: Callable[["Partition", bool], None] = lambda p, hw_only: None):
         self.topic, self.partition, self.broker_id, self.log, self.config = topic, partition, broker_id, log, config
         self.state = LeaderAndIsrState(-1, -1, (), (), -1)
         self.high_watermark = max(log.log_start_offset, min(high_watermark_, log.log_end_offset))
@@ -83,8 +83,10 @@ class Partition:
     def is_leader(self) -> bool:
         return self.state.leader == self.broker_id
 
-    def _changed(self) -> None:
-        self.listener(self)
+    def _changed(self, hw_only: bool = False) -> None:
+        """Tell the listener (`hw_only`: only the high watermark moved, which followers hear with their
+        next fetch rather than at once, as in Kafka) and complete the produces it satisfies."""
+        self.listener(self, hw_only)
         if self._hw_waiters:
             self._complete_waiters()
 
@@ -131,7 +133,7 @@ class Partition:
             return
         self.state = self.state._replace(isr=isr, zk_version=zk_version)
         self._advance_high_watermark()
-        self._changed()
+        self._changed(hw_only=True)
 
     def stop(self) -> None:
         """StopReplica: no more leading or following through this object."""
@@ -220,7 +222,7 @@ class Partition:
             self.followers[replica_id] = update_fetch_state(self.followers[replica_id], fetch_offset,
                                                             self.log.log_end_offset, now_ms)
             if self._advance_high_watermark():
-                self._changed()
+                self._changed(hw_only=True)
 
     def isr_to_shrink(self, now_ms: int, replica_lag_time_max_ms: int,
                       last_session_fetch_ms: Callable[[int], int] = lambda r: 0) -> tuple[int, ...] | None:

@@ -101,10 +101,11 @@ class DelayedProduce:
 
 
 class DelayedFetch:
-    """A fetch with nothing to answer yet, woken by a change to any of its partitions (`keys`)."""
+    """A fetch with nothing to answer yet, woken by a change to any of its partitions (`keys`); a
+    follower's not by a moved high watermark alone (it hears of it with its next fetch, as in Kafka)."""
 
-    def __init__(self, keys):
-        self.keys = keys
+    def __init__(self, keys, follower: bool):
+        self.keys, self.follower = keys, follower
         self.future = asyncio.get_running_loop().create_future()
 
     def wake(self) -> None:
@@ -181,13 +182,13 @@ class ReplicaManager:
                 partition.config = config
                 partition.log.segment_bytes = config.segment_bytes
 
-    def _changed(self, partition: Partition) -> None:
+    def _changed(self, partition: Partition, hw_only: bool) -> None:
         """A partition changed (records, high watermark, role): sessions read it again, and the fetches
         waiting on it answer."""
         tp = TopicPartition(partition.topic, partition.partition)
         self.fetch_sessions.mark(tp)
         for fetch in self._waiting:
-            if tp in fetch.keys:
+            if tp in fetch.keys and not (hw_only and fetch.follower):
                 fetch.wake()
 
     def wake_fetches(self) -> None:
@@ -340,7 +341,7 @@ class ReplicaManager:
         generation = self.generation
         while sum(len(f.records) for f in out.values()) < params.min_bytes and generation == self.generation \
                 and not any(_answer_now(f) for f in out.values()) and (remaining := deadline - time.monotonic()) > 0:
-            waiting = DelayedFetch(keys)
+            waiting = DelayedFetch(keys, follower)
             self._waiting.append(waiting)
             try:
                 await waiting.wait(remaining)

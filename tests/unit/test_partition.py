@@ -282,10 +282,11 @@ def test_a_fetch_naming_a_diverged_epoch_gets_where_to_truncate_and_counts_for_n
 
 def test_every_change_is_told_to_the_listener(tmp_path):
     told = []
-    p = Partition("t", 0, 1, Log(tmp_path / "t-0"), CONFIG, listener=lambda partition: told.append(partition))
+    p = Partition("t", 0, 1, Log(tmp_path / "t-0"), CONFIG,
+                  listener=lambda partition, hw_only: told.append((partition, hw_only)))
     p.make_leader(LEADS, now_ms=0)
     p.append_as_leader(batch(1), 1)
     p.fetch_for_follower(2, 1, 1 << 20, now_ms=1)
     p.fetch_for_follower(3, 1, 1 << 20, now_ms=1)  # the high watermark moves
     p.make_follower(FOLLOWS._replace(leader_epoch=4))
-    assert len(told) == 4 and all(t is p for t in told)
+    assert [hw_only for _, hw_only in told] == [False, False, True, False] and all(t is p for t, _ in told)
