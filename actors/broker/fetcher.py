@@ -124,7 +124,9 @@ class ReplicaFetcher:
             for tp in [tp for tp in self._delayed if self.partitions[tp].delayed_until <= now]:
                 self._delayed.discard(tp)  # its backoff is over
                 self._refresh(tp)
-            pending = {tp: s for tp, s in self.partitions.items() if not s.truncated and tp not in self._delayed}
+            pending = {tp: self.partitions[tp] for tp in self.partitions.keys() - self._wanted.keys() - self._delayed
+                       if not self.partitions[tp].truncated} if len(self._wanted) + len(self._delayed) < len(self.partitions) \
+                else {}  # every ready partition that has not truncated yet (none, usually: no per-partition pass)
             if not pending and not self._wanted:
                 delays = [self.partitions[tp].delayed_until - now for tp in self._delayed]
                 await self._sleep(min(delays) if delays else 1.0)

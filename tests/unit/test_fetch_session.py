@@ -234,3 +234,27 @@ def test_random_rounds_keep_the_leaders_view_equal_to_the_followers():
         for f in answer:
             follower_hw[TopicPartition(f.topic, f.partition)] = f.high_watermark
         assert all(follower_hw.get(tp) == leader_hw[tp] for tp in wanted)
+
+
+def test_building_from_the_changed_partitions_gives_what_a_full_comparison_gives():
+    """A fetcher names the partitions that may have changed (appended, truncated, moved epoch, dropped):
+    the request is the same as comparing every partition it follows with the session."""
+    rng = random.Random(11)
+    universe = [TopicPartition("t", i) for i in range(20)]
+    full, incremental = FetchSessionHandler(), FetchSessionHandler()
+    wanted = {tp: fp(tp, 0) for tp in universe[:10]}
+    changed: set[TopicPartition] = set(wanted)
+    for round_ in range(300):
+        for tp in rng.sample(universe, 4):
+            if tp in wanted and rng.random() < 0.6:
+                wanted[tp] = fp(tp, wanted[tp].fetch_offset + 1, wanted[tp].current_leader_epoch)
+            elif tp in wanted:
+                del wanted[tp]
+            else:
+                wanted[tp] = fp(tp, 0, rng.randint(0, 2))
+            changed.add(tp)
+        a, b = full.build(wanted), incremental.build(wanted, changed)
+        assert (a[0], a[1], sorted(a[2]), sorted(a[3])) == (b[0], b[1], sorted(b[2]), sorted(b[3])), round_
+        changed = set()
+        session_id = 5 if round_ == 0 else full.session_id
+        assert full.handle_response(Errors.NONE, session_id) and incremental.handle_response(Errors.NONE, session_id)
