@@ -403,6 +403,29 @@ def test_a_caught_up_follower_joins_the_isr_as_its_fetch_arrives_not_after_its_w
     assert [e[:2] for e in expanded] == [(2, [T0])] and expanded[0][2] - started < 0.2 < answered - started
 
 
+def test_a_moved_high_watermark_wakes_a_waiting_consumer_but_not_a_waiting_follower(rm):
+    """Consumers read below the high watermark, so its move is their news; a follower hears of it with
+    its next fetch (Kafka does not complete a follower's DelayedFetch for it either)."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2, 3))), BROKER_EPOCH)
+    rm.partition(T0).append_as_leader(batch(1), 1)
+    run(rm.fetch(fetch(replica_id=2, partitions=[FetchPartition("t", 0, 1, 0)])))  # follower 2 has it
+
+    async def waited(replica_id: int, offset: int) -> float:
+        hw = rm.partition(T0).high_watermark
+        later(0.2, lambda: rm.partition(T0).follower_fetched(3, offset or 1, now_ms()))  # 3 has it too
+        later(0.3, lambda: moved.append(rm.partition(T0).high_watermark > hw))
+        started = time.monotonic()
+        await rm.fetch(fetch(replica_id=replica_id, partitions=[FetchPartition("t", 0, offset, 0)], max_wait_ms=1000))
+        return time.monotonic() - started
+
+    moved: list[bool] = []
+    assert run(waited(-1, 0)) < 0.6  # the consumer's record became readable
+    rm.partition(T0).append_as_leader(batch(1), 1)
+    run(rm.fetch(fetch(replica_id=2, partitions=[FetchPartition("t", 0, 2, 0)])))
+    assert run(waited(2, 2)) >= 0.9  # the follower waited out its max_wait_ms
+    assert moved == [True]  # (the consumer's fetch ended before its check) the HW did move meanwhile
+
+
 def test_a_follower_that_stops_fetching_leaves_the_isr_even_with_a_session(rm):
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2))), BROKER_EPOCH)
     run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], session_epoch=0)))
