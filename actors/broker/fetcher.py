@@ -20,13 +20,15 @@ fetcher off, doubling up to replica.fetch.backoff.ms, and opens a new session.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
+from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, OffsetForLeaderEpochRequest
 
+from actors.broker import wire
 from actors.broker.fetch_session import FetchSessionHandler
 from actors.broker.network import NetworkClient
 from actors.broker.partition import Partition
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_MS = 10
 PARTITION_BACKOFF_MS = 40
-FETCH_VERSION, EPOCH_VERSION, LIST_OFFSETS_VERSION = 12, 4, 6  # Kafka 2.8's, as its fetcher sends them
+EPOCH_VERSION, LIST_OFFSETS_VERSION = 4, 6  # Kafka 2.8's, as its fetcher sends them (Fetch: wire.FETCH_VERSION)
 RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
 EARLIEST_TIMESTAMP = -2
 
@@ -202,22 +204,11 @@ class ReplicaFetcher:
         current = dict(self.partitions)  # as sent: an answer for a partition re-added meanwhile is not its own
         session_id, session_epoch, to_send, forgotten = self.session.build(self._wanted, self._changed)
         self._changed = set()  # a failed fetch resets the session: the next one is full
-        R = FetchRequest
-        topics: dict[str, list] = {}
-        for p in to_send:
-            topics.setdefault(p.topic, []).append(R.FetchTopic.FetchPartition(
-                partition=p.partition, current_leader_epoch=p.current_leader_epoch, fetch_offset=p.fetch_offset,
-                last_fetched_epoch=p.last_fetched_epoch, log_start_offset=p.log_start_offset,
-                partition_max_bytes=p.partition_max_bytes))
-        gone: dict[str, list[int]] = {}
-        for topic, partition in forgotten:
-            gone.setdefault(topic, []).append(partition)
-        request = R(replica_id=self.broker_id, max_wait_ms=self.config.replica_fetch_wait_max_ms if long_poll else 0,
-                    min_bytes=1, max_bytes=RESPONSE_MAX_BYTES, isolation_level=0, session_id=session_id,
-                    session_epoch=session_epoch, topics=[R.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-                    forgotten_topics_data=[R.ForgottenTopic(topic=t, partitions=ps) for t, ps in gone.items()],
-                    rack_id="")
-        response = await asyncio.wait_for(self._client.send(request, FETCH_VERSION),
+        frame = functools.partial(wire.fetch_request, client_id=self._client.client_id, replica_id=self.broker_id,
+                                  max_wait_ms=self.config.replica_fetch_wait_max_ms if long_poll else 0,
+                                  min_bytes=1, max_bytes=RESPONSE_MAX_BYTES, session_id=session_id,
+                                  session_epoch=session_epoch, partitions=to_send, forgotten=forgotten)
+        response = await asyncio.wait_for(self._client.send_frame(frame, FetchResponse, wire.FETCH_VERSION),
                                           self.config.replica_fetch_wait_max_ms / 1000 + 30)
         if not self.session.handle_response(response.error_code, response.session_id):
             log.info("[ReplicaFetcher replicaId=%d, leaderId=%d] %s: opening a new fetch session", self.broker_id,

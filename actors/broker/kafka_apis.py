@@ -2,7 +2,9 @@
 definitions) turned into calls on the replica manager and the metadata cache, and the answers back
 into the response of the request's version.
 
-Runs on the broker's event loop, one request at a time per connection (the SocketServer's order).
+Runs on the broker's event loop; a connection's requests start in order (the SocketServer's). The
+responses of the replication round (Produce v9, Fetch v12) are written by `wire`, the rest by
+kafka-python.
 ApiVersions is the SocketServer's own; the group APIs get a clean error (kray has no group
 coordinator: consumers assign() partitions). Producer ids come in blocks from ZooKeeper, claimed off
 the loop.
@@ -24,11 +26,12 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
+from actors.broker import wire
 from actors.broker.api_versions import group_error_response, is_group_api
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network import CloseConnection, RequestContext
 from actors.broker.replica_manager import ReplicaManager
-from actors.data_protocol import FetchParams, FetchPartition
+from actors.data_protocol import FetchParams, FetchPartition, ProduceResult
 from coordination.errors import Errors, KrayError
 from coordination.zkdata import TopicPartition
 
@@ -86,33 +89,34 @@ class KafkaApis:
 
     # -- Produce -------------------------------------------------------------
 
-    async def produce(self, ctx: RequestContext, request) -> ProduceResponse | None:
+    async def produce(self, ctx: RequestContext, request) -> ProduceResponse | bytes | None:
         """acks=0 gets no answer; if its append failed the connection is closed, as Kafka does, so that
         the producer notices."""
         if request.transactional_id is not None:
-            results = [(t.name, p.index, int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), -1, -1,
-                        "kray has no transaction coordinator") for t in request.topic_data for p in t.partition_data]
-        else:
-            entries = [(TopicPartition(t.name, p.index), p.records or b"")
+            results = [ProduceResult(t.name, p.index, int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                     error_message="kray has no transaction coordinator")
                        for t in request.topic_data for p in t.partition_data]
-            results = [(r.topic, r.partition, r.error_code, r.base_offset, r.log_start_offset, r.error_message)
-                       for r in await self.rm.append_records(request.acks, request.timeout_ms, entries)]
+        else:
+            results = await self.rm.append_records(request.acks, request.timeout_ms, [
+                (TopicPartition(t.name, p.index), p.records or b"") for t in request.topic_data for p in t.partition_data])
         if request.acks == 0:
-            if any(r[2] != Errors.NONE for r in results):
-                raise CloseConnection(f"acks=0 produce failed: {[(r[0], r[1], Errors(r[2]).name) for r in results if r[2]]}")
+            if any(r.error_code != Errors.NONE for r in results):
+                raise CloseConnection(f"acks=0 produce failed: {[(r.topic, r.partition, Errors(r.error_code).name) for r in results if r.error_code]}")
             return None
+        if ctx.api_version == wire.PRODUCE_VERSION:
+            return wire.produce_response(ctx.correlation_id, results)
         R = ProduceResponse
         by_topic: dict[str, list] = {}
-        for topic, partition, error, base, start, message in results:
-            by_topic.setdefault(topic, []).append(R.TopicProduceResponse.PartitionProduceResponse(
-                index=partition, error_code=error, base_offset=base, log_append_time_ms=-1, log_start_offset=start,
-                record_errors=[], error_message=message))
+        for r in results:
+            by_topic.setdefault(r.topic, []).append(R.TopicProduceResponse.PartitionProduceResponse(
+                index=r.partition, error_code=r.error_code, base_offset=r.base_offset, log_append_time_ms=-1,
+                log_start_offset=r.log_start_offset, record_errors=[], error_message=r.error_message))
         return R(responses=[R.TopicProduceResponse(name=t, partition_responses=ps) for t, ps in by_topic.items()],
                  throttle_time_ms=0)
 
     # -- Fetch ---------------------------------------------------------------
 
-    async def fetch(self, ctx: RequestContext, request) -> FetchResponse:
+    async def fetch(self, ctx: RequestContext, request) -> FetchResponse | bytes:
         params = FetchParams(
             replica_id=request.replica_id, max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
             max_bytes=request.max_bytes, session_id=request.session_id, session_epoch=request.session_epoch,
@@ -121,6 +125,8 @@ class KafkaApis:
                         for t in request.topics for p in t.partitions],
             forgotten=[(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions])
         result = await self.rm.fetch(params)
+        if ctx.api_version == wire.FETCH_VERSION:
+            return wire.fetch_response(ctx.correlation_id, result.error_code, result.session_id, result.partitions)
         R = FetchResponse
         P = R.FetchableTopicResponse.PartitionData
         by_topic: dict[str, list] = {}

@@ -4,8 +4,8 @@ A follower that comes back asks the leader where its own latest epoch ended and
 truncates there (KIP-101), instead of trusting its high watermark alone.
 
 Changes are kept in memory and written to the checkpoint by `flush` (the broker does
-it periodically and on shutdown): one fsync'ed file per partition per LeaderAndIsr
-made a 10,000-partition election take seconds. A log rebuilds what a lost checkpoint
+it periodically and on shutdown; not fsync'ed, see checkpoints.py): one
+fsync'ed file per partition per LeaderAndIsr made a 10,000-partition election take seconds. A log rebuilds what a lost checkpoint
 missed from its records, which carry their leader epoch.
 """
 from __future__ import annotations
@@ -65,5 +65,5 @@ class LeaderEpochCache:
 
     def flush(self) -> None:
         if self.dirty and self.path is not None:
-            write_checkpoint(self.path, self.entries)
+            write_checkpoint(self.path, self.entries, fsync=False)
             self.dirty = False

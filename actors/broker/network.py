@@ -6,9 +6,14 @@ encode and decode them, headers included.
 How a connection fails, as Kafka's: a frame larger than socket.request.max.bytes (or of a negative
 size), an unknown API key, a version the broker does not serve (except ApiVersions, answered at v0
 with UNSUPPORTED_VERSION and the list, KIP-511), or bytes that do not decode close that connection
-and touch nothing else; every other connection goes on. Requests of one connection are handled one
-at a time and answered in order (Kafka mutes a channel while its request is in flight), on the
-broker's event loop: a request that waits (acks=all, a long-polling fetch) costs no thread.
+and touch nothing else; every other connection goes on. Requests of one connection start in the order
+they arrive, each running up to its first wait (a produce's appends happen there) before the next
+starts, and are answered in that order; up to MAX_IN_FLIGHT of them wait at once. Kafka mutes a
+channel while its one request is in flight; kray lets a connection's waiting requests overlap
+because librdkafka sends one partition per ProduceRequest (five in flight): handled one at a time,
+each acks=all produce paid a replication round of its own, and a producer over 1,000 partitions
+queued for hundreds of milliseconds. Everything runs on the broker's event loop: a request that
+waits (acks=all, a long-polling fetch) costs no thread.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
+MAX_IN_FLIGHT = 32  # requests of one connection waiting at once; reading stops beyond (backpressure)
 
 
 class RequestContext(NamedTuple):
@@ -85,8 +91,28 @@ class SocketServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = "%s:%s" % writer.get_extra_info("peername")[:2]
         self._connections.add(writer)
+        in_flight: deque[tuple[asyncio.Future, int, int]] = deque()  # (answer, correlation id, version)
+
+        def answer_in_order(_=None) -> None:
+            while in_flight and in_flight[0][0].done():
+                answer, correlation_id, version = in_flight.popleft()
+                if answer.cancelled():
+                    continue
+                if (e := answer.exception()) is not None:
+                    if isinstance(e, CloseConnection):
+                        log.info("Closing connection from %s: %s", peer, e)
+                    else:
+                        log.error("Closing connection from %s after an unexpected error", peer, exc_info=e)
+                    writer.close()
+                    return
+                if answer.result() is not None and not writer.is_closing():
+                    self._write(writer, answer.result(), correlation_id, version)
+
         try:
-            while True:
+            while not writer.is_closing():
+                if len(in_flight) >= MAX_IN_FLIGHT:
+                    await asyncio.wait([in_flight[0][0]])
+                    continue
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
                 if not 0 <= size <= self.max_request_bytes:
                     return self._refuse(peer, f"a request of {size} bytes (socket.request.max.bytes="
@@ -98,13 +124,16 @@ class SocketServer:
                 if api_key not in API_VERSIONS:
                     return self._refuse(peer, f"unknown API key {api_key}")
                 cls = API_VERSIONS[api_key][0]
+                answer = asyncio.get_running_loop().create_future()
                 if not supported(api_key, version):
                     if api_key != ApiVersionsRequest.API_KEY:
                         return self._refuse(peer, f"unsupported version {version} of {cls.__name__}")
                     header = _parse_header(frame, flexible=False)
                     if header is None:
                         return self._refuse(peer, "an undecodable ApiVersions header")
-                    self._write(writer, api_versions_response(Errors.UNSUPPORTED_VERSION), header.correlation_id, 0)
+                    answer.set_result(api_versions_response(Errors.UNSUPPORTED_VERSION))
+                    in_flight.append((answer, header.correlation_id, 0))
+                    answer_in_order()
                     continue
                 try:
                     request = cls.decode(frame, version=version, header=True)
@@ -112,25 +141,23 @@ class SocketServer:
                     return self._refuse(peer, f"{cls.__name__} v{version} that does not decode "
                                               f"({type(e).__name__}: {e})")
                 header = request.header
-                ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, peer)
                 self.requests[request_name(api_key, request)] += 1
                 if api_key == ApiVersionsRequest.API_KEY:
-                    response = api_versions_response()
-                else:
-                    try:
-                        response = await self.handler(ctx, request)
-                    except CloseConnection as e:
-                        log.info("Closing connection from %s: %s", peer, e)
-                        return
-                if response is not None:
-                    self._write(writer, response, header.correlation_id, version)
-                    if writer.transport.get_write_buffer_size() > 1 << 20:
-                        await writer.drain()
+                    answer.set_result(api_versions_response())
+                else:  # a task's first step runs in creation order (the loop's FIFO): appends stay in order
+                    answer = asyncio.ensure_future(self.handler(
+                        RequestContext(api_key, version, header.correlation_id, header.client_id, peer), request))
+                in_flight.append((answer, header.correlation_id, version))
+                answer.add_done_callback(answer_in_order)
+                if writer.transport.get_write_buffer_size() > 1 << 20:
+                    await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # the client went away
         except Exception:
             log.exception("Closing connection from %s after an unexpected error", peer)
         finally:
+            for answer, _, _ in in_flight:
+                answer.cancel()
             self._connections.discard(writer)
             writer.close()
 
@@ -140,6 +167,9 @@ class SocketServer:
 
     @staticmethod
     def _write(writer: asyncio.StreamWriter, response, correlation_id: int, version: int) -> None:
+        if isinstance(response, bytes):  # a whole frame already (wire.py)
+            writer.write(response)
+            return
         response.API_VERSION = version  # before the header: kafka-python would set it on the header too
         response.with_header(correlation_id=correlation_id)
         writer.write(response.encode(header=True, framed=True))
@@ -175,14 +205,20 @@ class NetworkClient:
         return self._writer is not None and not self._writer.is_closing()
 
     async def send(self, request, version: int):
+        def frame(correlation_id: int) -> bytes:
+            request.with_header(correlation_id=correlation_id, client_id=self.client_id)
+            return request.encode(version=version, header=True, framed=True)
+        request.with_header(client_id=self.client_id)  # the header names the response's class
+        return await self.send_frame(frame, ResponseClassRegistry.get_response_class(request.header), version)
+
+    async def send_frame(self, frame: Callable[[int], bytes], response_class: type, version: int):
+        """Send the frame `frame(correlation id)` makes (wire.py's, or a message's encoding); its answer."""
         if not self.connected:
             raise ConnectionError("not connected")
         correlation_id = next(self._ids)
-        request.with_header(correlation_id=correlation_id, client_id=self.client_id)
         future = asyncio.get_running_loop().create_future()
-        response_class = ResponseClassRegistry.get_response_class(request.header)
+        self._writer.write(frame(correlation_id))
         self._pending.append((correlation_id, response_class, version, future))
-        self._writer.write(request.encode(version=version, header=True, framed=True))
         return await future
 
     async def _read_responses(self) -> None:

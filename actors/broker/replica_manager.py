@@ -157,13 +157,28 @@ class ReplicaManager:
             raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {tp}")
         return partition
 
+    def high_watermarks(self) -> list[tuple[str, int, int]]:
+        """Kafka's replication-offset-checkpoint entries: where each replica's HW is, for the next start."""
+        return [(tp.topic, tp.partition, p.high_watermark) for tp, p in sorted(self.partitions.items())]
+
+    def checkpoint_leader_epochs(self, files_per_turn: int = 50) -> None:
+        """Write the leader-epoch checkpoints that changed, a few files per turn of the event loop: on
+        the loop, since a thread doing it made the loop yield the GIL at each of its file calls
+        (after an election of 1,000 partitions, produce latency went from 10 ms to a second)."""
+        caches = [p.log.leader_epochs for p in self.partitions.values() if p.log.leader_epochs.dirty]
+
+        def write(start: int) -> None:
+            for cache in caches[start:start + files_per_turn]:
+                cache.flush()  # a log deleted meanwhile flushed when it closed: nothing to do
+            if start + files_per_turn < len(caches):
+                asyncio.get_running_loop().call_soon(write, start + files_per_turn)
+        write(0)
+
     def checkpoint_high_watermarks(self) -> None:
-        """Kafka's replication-offset-checkpoint: where each replica's HW was, for the next start; and
-        each log's leader-epoch checkpoint, if it changed."""
+        """Every checkpoint at once (at shutdown)."""
         for partition in self.partitions.values():
             partition.log.leader_epochs.flush()
-        write_checkpoint(self.log_dir / HW_CHECKPOINT, [(tp.topic, tp.partition, p.high_watermark)
-                                                        for tp, p in sorted(self.partitions.items())])
+        write_checkpoint(self.log_dir / HW_CHECKPOINT, self.high_watermarks())
 
     def _get_or_create(self, tp: TopicPartition) -> Partition:
         if tp not in self.partitions:

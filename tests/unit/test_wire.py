@@ -1,0 +1,106 @@
+"""The struct-encoded messages of the replication round write exactly kafka-python's bytes, and
+kafka-python (as librdkafka would) decodes them back to the same fields."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.producer import ProduceResponse
+
+from actors.broker import wire
+from actors.data_protocol import FetchedPartition, FetchPartition, ProduceResult
+
+
+def kafka_python_frame(response, version: int, correlation_id: int) -> bytes:
+    response.API_VERSION = version
+    response.with_header(correlation_id=correlation_id)
+    return response.encode(header=True, framed=True)
+
+
+def produce_results(rng: random.Random) -> list[ProduceResult]:
+    return [ProduceResult(rng.choice(["t", "topic-é", "x" * 200]), p, rng.choice([0, 6, 19]),
+                          rng.randrange(-1, 1 << 40), rng.randrange(-1, 1 << 20),
+                          rng.choice([None, "", "NOT_LEADER_OR_FOLLOWER"])) for p in range(rng.randrange(0, 6))]
+
+
+def fetched(rng: random.Random) -> list[FetchedPartition]:
+    return [FetchedPartition(rng.choice(["t", "u", "y" * 130]), p, rng.choice([0, 1, 74]), rng.randrange(-1, 1 << 40),
+                             rng.randrange(-1, 1 << 30), rng.choice([b"", b"\x00" * rng.randrange(1, 300)]),
+                             rng.choice([None, (rng.randrange(0, 100), rng.randrange(-1, 1 << 40))]))
+            for p in range(rng.randrange(0, 6))]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_produce_response_is_kafka_pythons(seed):
+    rng = random.Random(seed)
+    results = produce_results(rng)
+    R = ProduceResponse
+    by_topic: dict[str, list] = {}
+    for r in results:
+        by_topic.setdefault(r.topic, []).append(R.TopicProduceResponse.PartitionProduceResponse(
+            index=r.partition, error_code=r.error_code, base_offset=r.base_offset, log_append_time_ms=-1,
+            log_start_offset=r.log_start_offset, record_errors=[], error_message=r.error_message))
+    expected = kafka_python_frame(R(responses=[R.TopicProduceResponse(name=t, partition_responses=ps)
+                                               for t, ps in by_topic.items()], throttle_time_ms=0), 9, seed)
+    assert wire.produce_response(seed, results) == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_fetch_response_is_kafka_pythons_and_decodes_back(seed):
+    rng = random.Random(seed)
+    parts = fetched(rng)
+    R = FetchResponse
+    P = R.FetchableTopicResponse.PartitionData
+    by_topic: dict[str, list] = {}
+    for f in parts:
+        data = P(partition_index=f.partition, error_code=f.error_code, high_watermark=f.high_watermark,
+                 last_stable_offset=f.high_watermark, log_start_offset=f.log_start_offset, aborted_transactions=None,
+                 preferred_read_replica=-1, records=f.records)
+        if f.diverging_epoch is not None:
+            data.diverging_epoch = P.EpochEndOffset(epoch=f.diverging_epoch[0], end_offset=f.diverging_epoch[1])
+        by_topic.setdefault(f.topic, []).append(data)
+    expected = kafka_python_frame(R(throttle_time_ms=0, error_code=0, session_id=seed, responses=[
+        R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()]), 12, seed)
+    frame = wire.fetch_response(seed, 0, seed, parts)
+    assert frame == expected
+    decoded = R.decode(frame[4:], version=12, header=True)
+    got = [(t.topic, p.partition_index, p.high_watermark, p.records or b"",
+            None if p.diverging_epoch is None or p.diverging_epoch.epoch < 0 and p.diverging_epoch.end_offset < 0
+            else (p.diverging_epoch.epoch, p.diverging_epoch.end_offset))
+           for t in decoded.responses for p in t.partitions]
+    assert sorted(got) == sorted((f.topic, f.partition, f.high_watermark, f.records, f.diverging_epoch) for f in parts)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_followers_fetch_request_decodes_as_kafka_pythons(seed):
+    rng = random.Random(seed)
+    partitions = [FetchPartition(rng.choice(["t", "u"]), p, rng.randrange(0, 1 << 40), rng.randrange(-1, 50),
+                                 rng.randrange(1, 1 << 20), rng.randrange(-1, 50), rng.randrange(-1, 1 << 30))
+                  for p in range(rng.randrange(0, 6))]
+    forgotten = [(rng.choice(["t", "v"]), p) for p in range(rng.randrange(0, 4))]
+    frame = wire.fetch_request(seed, "broker-2-fetcher-1", 2, 500, 1, 10 << 20, seed * 7, seed % 5, partitions,
+                               forgotten)
+    request = FetchRequest.decode(frame[4:], version=12, header=True)
+    assert (request.header.correlation_id, request.header.client_id) == (seed, "broker-2-fetcher-1")
+    assert (request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes, request.session_id,
+            request.session_epoch, request.rack_id) == (2, 500, 1, 10 << 20, seed * 7, seed % 5, "")
+    assert sorted(FetchPartition(t.topic, p.partition, p.fetch_offset, p.current_leader_epoch, p.partition_max_bytes,
+                                 p.last_fetched_epoch, p.log_start_offset)
+                  for t in request.topics for p in t.partitions) == sorted(partitions)
+    assert sorted((t.topic, p) for t in request.forgotten_topics_data for p in t.partitions) == sorted(forgotten)
+    R = FetchRequest
+    by_topic: dict[str, list] = {}
+    for p in partitions:
+        by_topic.setdefault(p.topic, []).append(R.FetchTopic.FetchPartition(
+            partition=p.partition, current_leader_epoch=p.current_leader_epoch, fetch_offset=p.fetch_offset,
+            last_fetched_epoch=p.last_fetched_epoch, log_start_offset=p.log_start_offset,
+            partition_max_bytes=p.partition_max_bytes))
+    gone: dict[str, list] = {}
+    for t, p in forgotten:
+        gone.setdefault(t, []).append(p)
+    theirs = R(replica_id=2, max_wait_ms=500, min_bytes=1, max_bytes=10 << 20, isolation_level=0, session_id=seed * 7,
+               session_epoch=seed % 5, topics=[R.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+               forgotten_topics_data=[R.ForgottenTopic(topic=t, partitions=ps) for t, ps in gone.items()], rack_id="")
+    theirs.with_header(correlation_id=seed, client_id="broker-2-fetcher-1")
+    assert frame == theirs.encode(version=12, header=True, framed=True)
