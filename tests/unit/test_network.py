@@ -13,6 +13,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
 from actors.broker.api_versions import API_VERSIONS
+from actors.broker import network
 from actors.broker.network import CloseConnection, NetworkClient, SocketServer
 from coordination.errors import Errors
 from tests.integration.conftest import fetch_request, produce_request
@@ -96,6 +97,38 @@ def test_versions_are_negotiated_and_pipelined_answers_come_in_order():
     answers, seen = run(scenario)
     assert all(a.brokers[0].node_id == 1 for a in answers)
     assert seen == [(3, v) for v in (0, 4, 9, 11) * 5]  # ApiVersions is the server's own
+
+
+def test_waiting_requests_of_one_connection_overlap_up_to_a_bound_and_are_answered_in_order():
+    """A request that waits (an acks=all produce) does not hold back the next one's start; reading
+    stops at MAX_IN_FLIGHT waiting requests; answers keep the requests' order."""
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def waiting(ctx, request):
+        started.append(ctx.correlation_id)
+        if len(started) <= network.MAX_IN_FLIGHT:
+            await release.wait()
+        return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=str(ctx.correlation_id),
+                                controller_id=-1, topics=[])
+
+    async def scenario(server, handler):
+        server.handler = waiting
+        c = await client(server)
+        sends = [asyncio.ensure_future(c.send(MetadataRequest(topics=None), 9))
+                 for _ in range(network.MAX_IN_FLIGHT + 3)]
+        while len(started) < network.MAX_IN_FLIGHT:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        held = len(started)  # every one started before any finished, and no more than the bound
+        release.set()
+        answers = await asyncio.gather(*sends)
+        c.close()
+        return held, answers
+
+    held, answers = run(scenario)
+    assert held == network.MAX_IN_FLIGHT
+    assert [int(a.cluster_id) for a in answers] == sorted(started) == started
 
 
 def test_an_unknown_api_versions_version_gets_v0_with_unsupported_version_and_its_own_versions():
