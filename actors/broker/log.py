@@ -68,12 +68,26 @@ class Segment:
         self.index_offsets = array("q")  # a batch's last offset ...
         self.index_positions = array("q")  # ... and where that batch starts
         self.unindexed_bytes = 0  # appended since the last index entry
-        self._read_fd: int | None = None
+        self._fd: int | None = None  # one descriptor per segment at most, opened when needed
 
     def pread(self, position: int, length: int) -> bytes:
-        if self._read_fd is None:
-            self._read_fd = os.open(self.path, os.O_RDONLY)
-        return os.pread(self._read_fd, length, position)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        return os.pread(self._fd, length, position)
+
+    def open_for_append(self) -> None:
+        """The active segment: one descriptor for appends and reads alike, its index file touched.
+        The index is appended by opening it each time (an entry per 4 KB), so that a broker holds one
+        descriptor per partition: 10,000 partitions with three each ran past the 20,000 allowed here."""
+        self.close()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self.index_path.touch()
+
+    def write(self, data, index_entries: bytes) -> None:
+        os.write(self._fd, data)
+        if index_entries:
+            with open(self.index_path, "ab") as f:
+                f.write(index_entries)
 
     def appended(self, header: BatchHeader, position: int, index_interval_bytes: int) -> bytes:
         """Account for a batch written at `position`; the .index entry to write, if one is due."""
@@ -114,9 +128,9 @@ class Segment:
         return None
 
     def close(self) -> None:
-        if self._read_fd is not None:
-            os.close(self._read_fd)
-            self._read_fd = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _headers_in(buf: bytes) -> Iterator[tuple[int, BatchHeader]]:
@@ -193,10 +207,7 @@ class Log:
         for h in headers:
             entries.append(segment.appended(h, position, self.index_interval_bytes))
             position += h.size
-        os.write(self._fd, data)
-        index = b"".join(entries)
-        if index:
-            os.write(self._index_fd, index)
+        segment.write(data, b"".join(entries))
 
     def _roll(self) -> Segment:
         self._close_active()
@@ -339,15 +350,11 @@ class Log:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _open_active(self) -> None:
-        segment = self.segments[-1]
-        self._fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._index_fd = os.open(segment.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.segments[-1].open_for_append()
 
     def _close_active(self) -> None:
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)
-            os.close(self._index_fd)
-            self._fd = self._index_fd = None
+        if self.segments:
+            self.segments[-1].close()
 
     def _delete_segment(self, segment: Segment) -> None:
         segment.close()
