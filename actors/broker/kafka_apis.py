@@ -31,7 +31,7 @@ from actors.broker.api_versions import group_error_response, is_group_api
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network import CloseConnection, RequestContext
 from actors.broker.replica_manager import ReplicaManager
-from actors.data_protocol import FetchParams, FetchPartition, ProduceResult
+from actors.data_protocol import FetchParams, FetchPartition, FetchResult, ProduceResult
 from coordination.errors import Errors, KrayError
 from coordination.zkdata import TopicPartition
 
@@ -105,14 +105,7 @@ class KafkaApis:
             return None
         if ctx.api_version == wire.PRODUCE_VERSION:
             return wire.produce_response(ctx.correlation_id, results)
-        R = ProduceResponse
-        by_topic: dict[str, list] = {}
-        for r in results:
-            by_topic.setdefault(r.topic, []).append(R.TopicProduceResponse.PartitionProduceResponse(
-                index=r.partition, error_code=r.error_code, base_offset=r.base_offset, log_append_time_ms=-1,
-                log_start_offset=r.log_start_offset, record_errors=[], error_message=r.error_message))
-        return R(responses=[R.TopicProduceResponse(name=t, partition_responses=ps) for t, ps in by_topic.items()],
-                 throttle_time_ms=0)
+        return produce_response(results)
 
     # -- Fetch ---------------------------------------------------------------
 
@@ -127,18 +120,7 @@ class KafkaApis:
         result = await self.rm.fetch(params)
         if ctx.api_version == wire.FETCH_VERSION:
             return wire.fetch_response(ctx.correlation_id, result.error_code, result.session_id, result.partitions)
-        R = FetchResponse
-        P = R.FetchableTopicResponse.PartitionData
-        by_topic: dict[str, list] = {}
-        for f in result.partitions:
-            data = P(partition_index=f.partition, error_code=f.error_code, high_watermark=f.high_watermark,
-                     last_stable_offset=f.high_watermark, log_start_offset=f.log_start_offset,
-                     aborted_transactions=None, preferred_read_replica=-1, records=f.records)
-            if f.diverging_epoch is not None:
-                data.diverging_epoch = P.EpochEndOffset(epoch=f.diverging_epoch[0], end_offset=f.diverging_epoch[1])
-            by_topic.setdefault(f.topic, []).append(data)
-        return R(throttle_time_ms=0, error_code=result.error_code, session_id=result.session_id,
-                 responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        return fetch_response(result)
 
     # -- offsets -------------------------------------------------------------
 
@@ -187,3 +169,31 @@ class KafkaApis:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=int(Errors.COORDINATOR_NOT_AVAILABLE),
                                           producer_id=-1, producer_epoch=-1)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+
+
+def produce_response(results: list[ProduceResult]) -> ProduceResponse:
+    """kafka-python's ProduceResponse of the results (every version but wire.PRODUCE_VERSION's)."""
+    R = ProduceResponse
+    by_topic: dict[str, list] = {}
+    for r in results:
+        by_topic.setdefault(r.topic, []).append(R.TopicProduceResponse.PartitionProduceResponse(
+            index=r.partition, error_code=r.error_code, base_offset=r.base_offset, log_append_time_ms=-1,
+            log_start_offset=r.log_start_offset, record_errors=[], error_message=r.error_message))
+    return R(responses=[R.TopicProduceResponse(name=t, partition_responses=ps) for t, ps in by_topic.items()],
+             throttle_time_ms=0)
+
+
+def fetch_response(result: FetchResult) -> FetchResponse:
+    """kafka-python's FetchResponse of the result (every version but wire.FETCH_VERSION's)."""
+    R = FetchResponse
+    P = R.FetchableTopicResponse.PartitionData
+    by_topic: dict[str, list] = {}
+    for f in result.partitions:
+        data = P(partition_index=f.partition, error_code=f.error_code, high_watermark=f.high_watermark,
+                 last_stable_offset=f.high_watermark, log_start_offset=f.log_start_offset,
+                 aborted_transactions=None, preferred_read_replica=-1, records=f.records)
+        if f.diverging_epoch is not None:
+            data.diverging_epoch = P.EpochEndOffset(epoch=f.diverging_epoch[0], end_offset=f.diverging_epoch[1])
+        by_topic.setdefault(f.topic, []).append(data)
+    return R(throttle_time_ms=0, error_code=result.error_code, session_id=result.session_id,
+             responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()])

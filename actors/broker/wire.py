@@ -11,7 +11,7 @@ whole frame: the size, the header, the body.
 from __future__ import annotations
 
 import struct
-from typing import Iterable
+from typing import Callable, Iterable
 
 from actors.data_protocol import FetchedPartition, FetchPartition, ProduceResult
 
@@ -59,52 +59,64 @@ def _frame(correlation_id: int, parts: list[bytes]) -> bytes:
     return _SIZE_AND_ID.pack(len(body) + 5, correlation_id) + _NO_TAGS + body
 
 
-def _by_topic(items: Iterable) -> dict[str, list]:
-    out: dict[str, list] = {}
+def _topic_array(parts: list[bytes], items: Iterable[tuple], partition: Callable[[list[bytes], tuple], None]) -> None:
+    """A compact array of topics (each item's first field), each with the compact array of its items,
+    which `partition` writes one at a time."""
+    topics: dict[str, list] = {}
     for item in items:
-        out.setdefault(item.topic, []).append(item)
-    return out
-
-
-def produce_response(correlation_id: int, results: list[ProduceResult]) -> bytes:
-    parts = []
-    topics = _by_topic(results)
+        topics.setdefault(item[0], []).append(item)
     parts.append(_uvarint(len(topics) + 1))
     for topic, ps in topics.items():
         parts.append(_compact_string(topic))
         parts.append(_uvarint(len(ps) + 1))
-        for r in ps:
-            parts.append(_PRODUCE_PARTITION.pack(r.partition, r.error_code, r.base_offset, -1, r.log_start_offset))
-            parts.append(b"\x01")  # no record errors
-            parts.append(_compact_string(r.error_message))
-            parts.append(_NO_TAGS)
+        for p in ps:
+            partition(parts, p)
         parts.append(_NO_TAGS)
+
+
+def _produced(parts: list[bytes], r: ProduceResult) -> None:
+    parts.append(_PRODUCE_PARTITION.pack(r.partition, r.error_code, r.base_offset, -1, r.log_start_offset))
+    parts.append(b"\x01")  # no record errors
+    parts.append(_compact_string(r.error_message))
+    parts.append(_NO_TAGS)
+
+
+def produce_response(correlation_id: int, results: list[ProduceResult]) -> bytes:
+    parts: list[bytes] = []
+    _topic_array(parts, results, _produced)
     parts.append(_I32.pack(0))  # throttle time
     parts.append(_NO_TAGS)
     return _frame(correlation_id, parts)
 
 
+def _fetched(parts: list[bytes], f: FetchedPartition) -> None:
+    parts.append(_FETCH_PARTITION.pack(f.partition, f.error_code, f.high_watermark, f.high_watermark,
+                                       f.log_start_offset))
+    parts.append(b"\x00")  # no aborted transactions (null)
+    parts.append(_NULL_PREFERRED_READ_REPLICA)
+    parts.append(_compact_bytes(f.records))
+    if f.diverging_epoch is None:
+        parts.append(_NO_TAGS)
+    else:  # tagged field 0: the diverging epoch (KIP-320)
+        parts.append(b"\x01\x00" + _uvarint(_DIVERGING.size) + _DIVERGING.pack(*f.diverging_epoch, 0))
+
+
 def fetch_response(correlation_id: int, error_code: int, session_id: int,
                    partitions: list[FetchedPartition]) -> bytes:
     parts = [_FETCH_HEAD.pack(0, error_code, session_id)]
-    topics = _by_topic(partitions)
-    parts.append(_uvarint(len(topics) + 1))
-    for topic, ps in topics.items():
-        parts.append(_compact_string(topic))
-        parts.append(_uvarint(len(ps) + 1))
-        for f in ps:
-            parts.append(_FETCH_PARTITION.pack(f.partition, f.error_code, f.high_watermark, f.high_watermark,
-                                               f.log_start_offset))
-            parts.append(b"\x00")  # no aborted transactions (null)
-            parts.append(_NULL_PREFERRED_READ_REPLICA)
-            parts.append(_compact_bytes(f.records))
-            if f.diverging_epoch is None:
-                parts.append(_NO_TAGS)
-            else:  # tagged field 0: the diverging epoch (KIP-320)
-                parts.append(b"\x01\x00" + _uvarint(_DIVERGING.size) + _DIVERGING.pack(*f.diverging_epoch, 0))
-        parts.append(_NO_TAGS)
+    _topic_array(parts, partitions, _fetched)
     parts.append(_NO_TAGS)
     return _frame(correlation_id, parts)
+
+
+def _to_fetch(parts: list[bytes], p: FetchPartition) -> None:
+    parts.append(_FETCH_REQUEST_PARTITION.pack(p.partition, p.current_leader_epoch, p.fetch_offset,
+                                               p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes))
+    parts.append(_NO_TAGS)
+
+
+def _forgotten(parts: list[bytes], tp: tuple[str, int]) -> None:
+    parts.append(_I32.pack(tp[1]))  # a plain int32: no tagged fields per partition
 
 
 def fetch_request(correlation_id: int, client_id: str, replica_id: int, max_wait_ms: int, min_bytes: int,
@@ -115,26 +127,8 @@ def fetch_request(correlation_id: int, client_id: str, replica_id: int, max_wait
     parts = [_FETCH_REQUEST_HEAD.pack(FETCH_API_KEY, FETCH_VERSION, correlation_id),
              struct.pack(">h", len(client)), client, _NO_TAGS,
              _FETCH_REQUEST_BODY.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch)]
-    topics = _by_topic(partitions)
-    parts.append(_uvarint(len(topics) + 1))
-    for topic, ps in topics.items():
-        parts.append(_compact_string(topic))
-        parts.append(_uvarint(len(ps) + 1))
-        for p in ps:
-            parts.append(_FETCH_REQUEST_PARTITION.pack(p.partition, p.current_leader_epoch, p.fetch_offset,
-                                                       p.last_fetched_epoch, p.log_start_offset,
-                                                       p.partition_max_bytes))
-            parts.append(_NO_TAGS)
-        parts.append(_NO_TAGS)
-    gone: dict[str, list[int]] = {}
-    for topic, partition in forgotten:
-        gone.setdefault(topic, []).append(partition)
-    parts.append(_uvarint(len(gone) + 1))
-    for topic, ps in gone.items():
-        parts.append(_compact_string(topic))
-        parts.append(_uvarint(len(ps) + 1))
-        parts.append(struct.pack(f">{len(ps)}i", *ps))
-        parts.append(_NO_TAGS)
+    _topic_array(parts, partitions, _to_fetch)
+    _topic_array(parts, forgotten, _forgotten)
     parts.append(_compact_string(""))  # rack id
     parts.append(_NO_TAGS)
     body = b"".join(parts)

@@ -1,15 +1,15 @@
-"""The struct-encoded messages of the replication round write exactly kafka-python's bytes, and
-kafka-python (as librdkafka would) decodes them back to the same fields."""
+"""The struct-encoded messages of the replication round write exactly the bytes of kafka-python's
+messages that the broker serves at every other version (kafka_apis' builders), and kafka-python (as
+librdkafka would) decodes them back to the same fields."""
 from __future__ import annotations
 
 import random
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
-from kafka.protocol.producer import ProduceResponse
 
-from actors.broker import wire
-from actors.data_protocol import FetchedPartition, FetchPartition, ProduceResult
+from actors.broker import kafka_apis, wire
+from actors.data_protocol import FetchedPartition, FetchPartition, FetchResult, ProduceResult
 
 
 def kafka_python_frame(response, version: int, correlation_id: int) -> bytes:
@@ -35,14 +35,7 @@ def fetched(rng: random.Random) -> list[FetchedPartition]:
 def test_a_produce_response_is_kafka_pythons(seed):
     rng = random.Random(seed)
     results = produce_results(rng)
-    R = ProduceResponse
-    by_topic: dict[str, list] = {}
-    for r in results:
-        by_topic.setdefault(r.topic, []).append(R.TopicProduceResponse.PartitionProduceResponse(
-            index=r.partition, error_code=r.error_code, base_offset=r.base_offset, log_append_time_ms=-1,
-            log_start_offset=r.log_start_offset, record_errors=[], error_message=r.error_message))
-    expected = kafka_python_frame(R(responses=[R.TopicProduceResponse(name=t, partition_responses=ps)
-                                               for t, ps in by_topic.items()], throttle_time_ms=0), 9, seed)
+    expected = kafka_python_frame(kafka_apis.produce_response(results), 9, seed)
     assert wire.produce_response(seed, results) == expected
 
 
@@ -50,21 +43,10 @@ def test_a_produce_response_is_kafka_pythons(seed):
 def test_a_fetch_response_is_kafka_pythons_and_decodes_back(seed):
     rng = random.Random(seed)
     parts = fetched(rng)
-    R = FetchResponse
-    P = R.FetchableTopicResponse.PartitionData
-    by_topic: dict[str, list] = {}
-    for f in parts:
-        data = P(partition_index=f.partition, error_code=f.error_code, high_watermark=f.high_watermark,
-                 last_stable_offset=f.high_watermark, log_start_offset=f.log_start_offset, aborted_transactions=None,
-                 preferred_read_replica=-1, records=f.records)
-        if f.diverging_epoch is not None:
-            data.diverging_epoch = P.EpochEndOffset(epoch=f.diverging_epoch[0], end_offset=f.diverging_epoch[1])
-        by_topic.setdefault(f.topic, []).append(data)
-    expected = kafka_python_frame(R(throttle_time_ms=0, error_code=0, session_id=seed, responses=[
-        R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()]), 12, seed)
+    expected = kafka_python_frame(kafka_apis.fetch_response(FetchResult(0, seed, parts)), 12, seed)
     frame = wire.fetch_response(seed, 0, seed, parts)
     assert frame == expected
-    decoded = R.decode(frame[4:], version=12, header=True)
+    decoded = FetchResponse.decode(frame[4:], version=12, header=True)
     got = [(t.topic, p.partition_index, p.high_watermark, p.records or b"",
             None if p.diverging_epoch is None or p.diverging_epoch.epoch < 0 and p.diverging_epoch.end_offset < 0
             else (p.diverging_epoch.epoch, p.diverging_epoch.end_offset))
