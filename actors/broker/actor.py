@@ -76,6 +76,7 @@ class BrokerActor:
         self.zk.ensure_persistent_paths()
         self.cluster_id = self.zk.get_or_create_cluster_id()
         self.topic_configs: dict[str, LogConfig] = {}
+        self.controller = None  # the controller candidate beside this broker, started last
         self.metadata_cache = MetadataCache()
         self.replica_manager = ReplicaManager(broker_id, log_dir, self._log_config,
                                               in_metadata=lambda tp: tp in self.metadata_cache.partitions,
@@ -133,6 +134,9 @@ class BrokerActor:
         config = self.topic_configs[topic] = self._parse_config(overrides)
         self._on_loop(lambda: self.replica_manager.update_log_config(topic, config))
         log.info("[Broker id=%d] Topic %s configs: %s", self.broker_id, topic, overrides)
+        if "unclean.leader.election.enable" in overrides and config.unclean_leader_election_enable \
+                and self.controller is not None:
+            self.controller.enable_topic_unclean_leader_election.remote(topic)  # Kafka's TopicConfigHandler
 
     def _scheduler(self) -> None:
         """Kafka's periodic replica tasks: ISR shrink (every half replica.lag.time.max.ms), ISR change

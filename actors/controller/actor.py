@@ -25,6 +25,7 @@ from actors.controller.events import (
     RequestSenderDied,
     ResponseReceived,
     Startup,
+    TopicUncleanLeaderElectionEnable,
 )
 from actors.recording import RecordSink
 from actors.runtime import configure_actor_process, rss_mb
@@ -97,6 +98,11 @@ class ControllerActor:
     def elect_leaders(self, partitions: list[tuple[str, int]] | None = None, timeout: float = 60.0):
         """Preferred replica election (all partitions when None): per-partition error or None."""
         return self._ask(ReplicaLeaderElection(partitions=tuple(partitions or ()), reply=Future()), timeout)
+
+    def enable_topic_unclean_leader_election(self, topic: str) -> None:
+        """Kafka's enableTopicUncleanLeaderElection: the topic's offline partitions are elected again,
+        now allowed outside the ISR (only by the active controller; a candidate's inbox drops it)."""
+        self.inbox.put(TopicUncleanLeaderElectionEnable(topic=topic))
 
     def zk_session(self) -> tuple[int, bytes]:
         """(session id, password) of this candidate's ZooKeeper session, for session-expiry chaos."""

@@ -41,6 +41,7 @@ from actors.controller.events import (
     PreferredReplicaElection,
     Reelect,
     ReplicaLeaderElection,
+    TopicUncleanLeaderElectionEnable,
     RequestSenderDied,
     ResponseReceived,
     Startup,
@@ -172,6 +173,9 @@ class KafkaController:
                     leadership.process_preferred_replica_election_znode(self)
                 case ReplicaLeaderElection(partitions=partitions, reply=reply):
                     leadership.process_replica_leader_election(self, partitions, reply)
+                case TopicUncleanLeaderElectionEnable(topic=topic):
+                    if topic in self.ctx.all_topics and not self.ctx.is_topic_queued_for_deletion(topic):
+                        self.psm.trigger_online_partition_state_change(topic)
                 case AutoPreferredReplicaLeaderElection():
                     leadership.check_and_trigger_auto_leader_rebalance(self)
                 case PartitionReassignment():

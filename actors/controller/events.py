@@ -117,6 +117,14 @@ class PartitionReassignmentIsrChange(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class TopicUncleanLeaderElectionEnable(ControllerEvent):
+    """A topic's unclean.leader.election.enable was turned on (kafka-configs --alter): its offline
+    partitions may now be elected from outside the ISR."""
+
+    topic: str = ""
+
+
+@dataclass(frozen=True)
 class AutoPreferredReplicaLeaderElection(ControllerEvent):
     """The auto leader rebalance task's periodic check."""
 

@@ -153,10 +153,11 @@ class ZkPartitionStateMachine(_Machine):
         return OfflineElection(self.unclean_leader_election_enabled,
                                topic_unclean_overrides(self.zk, leaderless) if leaderless else {})
 
-    def trigger_online_partition_state_change(self) -> dict[TopicPartition, str]:
-        """Elect every New or Offline partition whose topic is not being deleted."""
+    def trigger_online_partition_state_change(self, topic: str | None = None) -> dict[TopicPartition, str]:
+        """Elect every New or Offline partition (of `topic` only, when given) whose topic is not being
+        deleted."""
         partitions = [tp for tp in self.ctx.partitions_in_state(P.NewPartition, P.OfflinePartition)
-                      if not self.ctx.is_topic_queued_for_deletion(tp.topic)]
+                      if (topic is None or tp.topic == topic) and not self.ctx.is_topic_queued_for_deletion(tp.topic)]
         return self.handle_state_changes(partitions, P.OnlinePartition)
 
     def handle_state_changes(self, partitions: Iterable[TopicPartition], target: P,

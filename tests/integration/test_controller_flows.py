@@ -98,6 +98,29 @@ def test_partition_with_no_live_isr_goes_offline_with_leader_minus_one(new_clust
     wait_until(lambda: ray.get(controller.status.remote())["offline_partitions"] == len(hosted))
 
 
+def test_turning_on_a_topics_unclean_election_elects_its_offline_partitions(new_cluster):
+    """kafka-configs --alter unclean.leader.election.enable=true on a topic whose partition has no live
+    ISR member but a live replica: the controller elects that replica at once (Kafka's
+    TopicUncleanLeaderElectionEnable), not at the next broker change."""
+    cluster, zk = new_cluster()
+    create_topic_and_wait(cluster, zk, "u", 3, 2)
+    controller_id, _, controller, _ = controller_of(cluster, zk)
+    tp, state = next((tp, s) for tp, s in zk_states(zk, "u").items() if controller_id not in s.isr)
+    leader = state.leader
+    follower = next(r for r in state.isr if r != leader)
+    cluster.kill_broker(follower)
+    wait_until(lambda: zk_states(zk, "u")[tp].isr == [leader], what="the follower out of the ISR")
+    cluster.kill_broker(leader)
+    wait_until(lambda: zk_states(zk, "u")[tp].leader == -1, what="the partition offline")
+    cluster.start_broker(follower)
+    wait_until(lambda: follower in ray.get(controller.status.remote())["live_brokers"], what="the follower back")
+    assert zk_states(zk, "u")[tp].leader == -1  # a clean election cannot take a replica outside the ISR
+    admin.alter_topic_config(zk, "u", {"unclean.leader.election.enable": "true"})
+    wait_until(lambda: zk_states(zk, "u")[tp].leader == follower, what="the unclean election")
+    assert zk_states(zk, "u")[tp].isr == [follower]
+    assert ray.get(controller.status.remote())["unclean_leader_elections"] == 1
+
+
 def test_restarted_broker_gets_its_replicas_back(new_cluster):
     cluster, zk = new_cluster()
     create_topic_and_wait(cluster, zk, "t", 4, 3)
