@@ -70,6 +70,7 @@ class ReplicaFetcher:
         self._client: NetworkClient | None = None
         self._wake = asyncio.Event()
         self._failures = 0  # consecutive rounds that lost the connection
+        self._stopped = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"ReplicaFetcher-{broker_id}-{source_id}")
 
     def add(self, tp: TopicPartition, partition: Partition) -> None:
@@ -111,6 +112,10 @@ class ReplicaFetcher:
         self._refresh(tp)
 
     async def stop(self) -> None:
+        """End the task. Also by flag: Python 3.11's wait_for swallows a cancellation that arrives as
+        the awaited fetch fails (the leader closing too), and the loop would go on for good."""
+        self._stopped = True
+        self._wake.set()
         self._task.cancel()
         if self._client is not None:
             self._client.close()
@@ -120,7 +125,7 @@ class ReplicaFetcher:
             pass
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             self._wake.clear()  # this round sees every change made before it: only later ones wake a wait
             now = time.monotonic()
             for tp in [tp for tp in self._delayed if self.partitions[tp].delayed_until <= now]:
