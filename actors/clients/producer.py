@@ -3,6 +3,7 @@
 with Kafka's error name. Load generators use confluent-kafka's asynchronous API directly (load.py)."""
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 import confluent_kafka
@@ -30,8 +31,27 @@ def producer_config(bootstrap_servers: str, acks: int, delivery_timeout_ms: int 
 class Producer:
     def __init__(self, bootstrap_servers: str, acks: int = -1, delivery_timeout_ms: int = 120_000, **overrides):
         self.acks = acks
-        self._producer = confluent_kafka.Producer(producer_config(bootstrap_servers, acks, delivery_timeout_ms,
-                                                                  **overrides))
+        self._stats: dict = {}
+        self._producer = confluent_kafka.Producer(producer_config(
+            bootstrap_servers, acks, delivery_timeout_ms, **{"statistics.interval.ms": 1000, **overrides},
+            stats_cb=self._on_stats))
+
+    def _on_stats(self, raw: str) -> None:
+        self._stats = json.loads(raw)
+
+    def in_flight(self) -> int:
+        """Records not yet acknowledged (queued or sent)."""
+        return len(self._producer)
+
+    def stuck(self) -> dict:
+        """Where unacknowledged records wait, from librdkafka's latest statistics (once a second): each
+        such partition with the leader librdkafka knows, each broker's state, the idempotence state."""
+        s = self._stats
+        partitions = {f"{t}-{p}": {"leader": v["leader"], "queued": v["msgq_cnt"], "sent": v["xmit_msgq_cnt"]}
+                      for t, topic in s.get("topics", {}).items() for p, v in topic["partitions"].items()
+                      if p != "-1" and v["msgq_cnt"] + v["xmit_msgq_cnt"] > 0}
+        return {"partitions": partitions, "idempotence": s.get("eos", {}).get("idemp_state"),
+                "brokers": {b["nodeid"]: b["state"] for b in s.get("brokers", {}).values() if b["nodeid"] >= 0}}
 
     def send(self, topic: str, values: list[bytes], keys: list[bytes | None] | None = None,
              partition: int | None = None) -> list[RecordMetadata]:

@@ -142,6 +142,7 @@ class AckedLoad:
         self.producer = Producer(cluster.bootstrap_servers(), acks=-1, delivery_timeout_ms=120_000)
         self.topic, self.batch = topic, batch
         self.acked: list[tuple[TopicPartition, int, bytes]] = []
+        self.last_send: list[bytes] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="acked-load", daemon=True)
         self._thread.start()
@@ -150,6 +151,7 @@ class AckedLoad:
         n = 0
         while not self._stop.is_set():
             values = [f"r{n + i}".encode() for i in range(self.batch)]
+            self.last_send = values
             for meta, value in zip(self.producer.send(self.topic, values), values):
                 self.acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
             n += len(values)
@@ -157,7 +159,9 @@ class AckedLoad:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(120)
-        assert not self._thread.is_alive(), "the producer did not finish its last send"
+        assert not self._thread.is_alive(), (
+            f"the producer did not finish its last send of {len(self.last_send)} records in 120 s: "
+            f"{self.producer.in_flight()} records still unacknowledged, {self.producer.stuck()}")
 
     def lost(self, cluster: LocalCluster, partitions: int) -> list[tuple[TopicPartition, int, bytes]]:
         """Acknowledged records that are not in the log where their acknowledgement said."""
