@@ -60,7 +60,9 @@ class KafkaApis:
     # -- Metadata ------------------------------------------------------------
 
     async def metadata(self, ctx: RequestContext, request) -> MetadataResponse:
-        """From the metadata cache, which only UpdateMetadata fills (as Kafka's)."""
+        """From the metadata cache, which only UpdateMetadata fills (as Kafka's). A leader the cache does
+        not know alive is answered as none, LEADER_NOT_AVAILABLE (Kafka's getPartitionMetadata), so that
+        a client keeps asking rather than waits on a dead broker."""
         snapshot = self.cache.snapshot
         by_topic: dict[str, list] = {}
         for tp, st in snapshot.partitions.items():
@@ -76,8 +78,9 @@ class KafkaApis:
                                                       is_internal=False, partitions=[]))
                 continue
             partitions = [R.MetadataResponseTopic.MetadataResponsePartition(
-                error_code=int(Errors.LEADER_NOT_AVAILABLE if st.leader < 0 else Errors.NONE),
-                partition_index=st.partition, leader_id=st.leader if st.leader >= 0 else NO_LEADER,
+                error_code=int(Errors.NONE if st.leader in snapshot.alive_brokers else Errors.LEADER_NOT_AVAILABLE),
+                partition_index=st.partition,
+                leader_id=st.leader if st.leader in snapshot.alive_brokers else NO_LEADER,
                 leader_epoch=st.leader_epoch, replica_nodes=list(st.replicas), isr_nodes=list(st.isr),
                 offline_replicas=list(st.offline_replicas)) for st in sorted(states, key=lambda s: s.partition)]
             topics.append(R.MetadataResponseTopic(error_code=0, name=name, is_internal=False, partitions=partitions))

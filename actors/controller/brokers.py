@@ -59,8 +59,17 @@ def process_broker_actor_died(c: KafkaController, broker_id: int, state: str) ->
 
 
 def on_broker_failure(c: KafkaController, dead: set[int]) -> None:
-    """Replicas on the dead brokers go offline: their leaderships move, their ISR membership ends."""
+    """Replicas on the dead brokers go offline: their leaderships move, their ISR membership ends.
+
+    When leaders died, the brokers first hear who is alive, before the elections (kray, not Kafka,
+    which tells them with the elections' UpdateMetadata): meanwhile they answer clients' metadata
+    requests for those partitions with LEADER_NOT_AVAILABLE, so a client keeps asking and finds the
+    new leader as soon as it is known, rather than waiting on the dead one until its next periodic
+    refresh (librdkafka's comes once a second)."""
     c.ctx.shutting_down_broker_ids -= dead
+    if any(l.leader_and_isr.leader in dead for l in c.ctx.partition_leadership.values()):
+        c.batch.add_update_metadata(c.ctx.live_or_shutting_down_broker_ids, [])
+        c.channel.send(c.batch.build(c.ctx))
     on_replicas_become_offline(c, c.ctx.replicas_on_brokers(dead))
 
 

@@ -573,3 +573,26 @@ def test_metadata_cache_no_leader_is_kept():
     deleted = cache.update(um(ps(T0, leader=-1, leader_epoch=3, isr=())))
     assert deleted == []
     assert cache.leader_and_isr() == {T0: (-1, 3, [])}
+
+
+def test_metadata_answers_a_leader_not_known_alive_as_none(rm):
+    """Kafka's getPartitionMetadata: a leader missing from the cache's live brokers (it died and the
+    election has not reached this broker yet) is answered as -1, LEADER_NOT_AVAILABLE; a client then
+    asks again instead of waiting on the dead broker."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    from actors.broker.kafka_apis import KafkaApis
+    from actors.broker.network import RequestContext
+
+    cache = MetadataCache()
+    cache.update(um(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)), ps(T1, leader=2, leader_epoch=0, isr=(2, 1)),
+                    brokers=(1, 2)))
+    cache.update(um(brokers=(1,)))  # broker 2 died: only the live brokers, no partition states
+    apis = KafkaApis(BROKER, rm, cache, lambda: "cluster", lambda: 0)
+    request = MetadataRequest[8](topics=None, allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                                 include_topic_authorized_operations=False)
+    response = asyncio.run(apis.metadata(RequestContext(3, 8, 1, "c", "peer"), request))
+    [topic] = response.topics
+    answers = {p.partition_index: (p.leader_id, Errors(p.error_code)) for p in topic.partitions}
+    assert answers == {T0.partition: (1, Errors.NONE), T1.partition: (-1, Errors.LEADER_NOT_AVAILABLE)}
+    assert [b.node_id for b in response.brokers] == [1]
