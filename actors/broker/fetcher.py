@@ -11,6 +11,13 @@ again there (retention moved it). Fetched batches are appended as they are. Fetc
 the leader (replica.fetch.wait.max.ms) and run in a fetch session (KIP-227): each names only the
 partitions whose position changed, and the answer carries only the partitions with news.
 
+A fetcher given a partition while its fetch long-polls does not wait for that fetch (kray, not
+Kafka, whose fetcher waits out replica.fetch.wait.max.ms): it drops the connection and fetches again
+at once on a new one. After a failover, an acks=all produce to a partition that moved waits for its
+new follower's first fetch, and with it every later answer on the producer's connection (answers
+go in order); with a single producer no other append ended the poll, and every partition of the
+cluster stood still for half a second.
+
 Errors back off per partition, as Kafka 2.8 does (a delayed partition leaves the session until its
 backoff ends), starting at FIRST_BACKOFF_MS and doubling up to PARTITION_BACKOFF_MS: the commonest
 error after a failover is a new leader that has not applied its LeaderAndIsr yet, over within
@@ -71,6 +78,8 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._failures = 0  # consecutive rounds that lost the connection
         self._stopped = False
+        self._polling = False  # a long-polling fetch is in flight
+        self._interrupted = False  # ... and add() dropped its connection so as not to wait for it
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"ReplicaFetcher-{broker_id}-{source_id}")
 
     def add(self, tp: TopicPartition, partition: Partition) -> None:
@@ -80,6 +89,9 @@ class ReplicaFetcher:
         self._delayed.discard(tp)
         self._refresh(tp)
         self._wake.set()
+        if self._polling:
+            self._polling, self._interrupted = False, True
+            self._client.close()
 
     def _refresh(self, tp: TopicPartition) -> None:
         """Recompute what the next fetch asks of tp (after an append, a truncation, a new epoch, a backoff
@@ -147,6 +159,10 @@ class ReplicaFetcher:
                     await self._fetch(long_poll=not pending)
                 self._failures = 0
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:  # the leader is gone or restarting
+                if self._interrupted:  # our own doing (add): fetch again at once
+                    self._interrupted = False
+                    self._disconnect()
+                    continue
                 self._lost(e)
                 await self._sleep(min(self.config.replica_fetch_backoff_ms,
                                       FIRST_BACKOFF_MS * 2 ** (self._failures - 1)) / 1000)
@@ -166,12 +182,15 @@ class ReplicaFetcher:
         await asyncio.wait_for(client.connect(*address, client_id=f"broker-{self.broker_id}-fetcher-0"), 5)
         return client
 
-    def _lost(self, error: Exception) -> None:
-        self._failures += 1
+    def _disconnect(self) -> None:
         if self._client is not None:
             self._client.close()
         self._client = None
         self.session.reset()
+
+    def _lost(self, error: Exception) -> None:
+        self._failures += 1
+        self._disconnect()
         log.warning("[ReplicaFetcher replicaId=%d, leaderId=%d] Error fetching: %s: %s", self.broker_id,
                     self.source_id, type(error).__name__, error)
 
@@ -213,8 +232,12 @@ class ReplicaFetcher:
                                   max_wait_ms=self.config.replica_fetch_wait_max_ms if long_poll else 0,
                                   min_bytes=1, max_bytes=RESPONSE_MAX_BYTES, session_id=session_id,
                                   session_epoch=session_epoch, partitions=to_send, forgotten=forgotten)
-        response = await asyncio.wait_for(self._client.send_frame(frame, FetchResponse, wire.FETCH_VERSION),
-                                          self.config.replica_fetch_wait_max_ms / 1000 + 30)
+        self._polling = long_poll
+        try:
+            response = await asyncio.wait_for(self._client.send_frame(frame, FetchResponse, wire.FETCH_VERSION),
+                                              self.config.replica_fetch_wait_max_ms / 1000 + 30)
+        finally:
+            self._polling = False
         if not self.session.handle_response(response.error_code, response.session_id):
             log.info("[ReplicaFetcher replicaId=%d, leaderId=%d] %s: opening a new fetch session", self.broker_id,
                      self.source_id, Errors(response.error_code).name)

@@ -1,0 +1,50 @@
+"""A follower's fetcher against a leader's listener on loopback, in one event loop (no Ray, no
+ZooKeeper): the leader is a ReplicaManager behind KafkaApis and a SocketServer, the follower a
+ReplicaManager whose partitions a ReplicaFetcher fills."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from actors.broker.fetcher import ReplicaFetcher
+from actors.broker.kafka_apis import KafkaApis
+from actors.broker.metadata_cache import MetadataCache
+from actors.broker.network import SocketServer
+from actors.broker.replica_manager import ReplicaManager
+from actors.config import BrokerConfig
+from tests.unit.test_replica_manager import BROKER_EPOCH, CONFIG_FOR, T0, T1, batch, lai, ps
+
+LEADER, FOLLOWER = 1, 2
+LONG_POLL = BrokerConfig(replica_fetch_wait_max_ms=10_000)
+
+
+def test_a_partition_given_to_a_long_polling_fetcher_is_fetched_at_once(tmp_path):
+    """The fetcher's fetch waits on the leader for up to 10 s; a partition it is given meanwhile is
+    fetched now, so an acks=all produce to it is acknowledged long before the poll would end."""
+    async def scenario() -> float:
+        leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
+        follower = ReplicaManager(FOLLOWER, tmp_path / "follower", CONFIG_FOR)
+        both = dict(isr=(LEADER, FOLLOWER), replicas=(LEADER, FOLLOWER))
+        leader.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+        follower.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+        server = SocketServer(KafkaApis(LEADER, leader, MetadataCache(), lambda: "c", lambda: 0).handle,
+                              "127.0.0.1", 0)
+        port = await server.start()
+        fetcher = ReplicaFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", port), LONG_POLL)
+        try:
+            fetcher.add(T0, follower.partition(T0))
+            await asyncio.sleep(0.5)  # T0 is caught up: the fetch now waits on the leader
+            leader.become_leader_or_follower(lai(ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+            await asyncio.sleep(0.2)  # the leader's role change ended that wait; the next one waits again
+            follower.become_leader_or_follower(lai(ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+            fetcher.add(T1, follower.partition(T1))
+            started = time.monotonic()
+            [result] = await leader.append_records(-1, 30_000, [(T1, batch(3))])
+            assert result.error_code == 0
+            assert follower.partition(T1).log.log_end_offset == 3
+            return time.monotonic() - started
+        finally:
+            await fetcher.stop()
+            await server.stop()
+
+    assert asyncio.run(scenario()) < 5
