@@ -4,12 +4,8 @@ wheel carries librdkafka) that record what they did.
 A LoadGenerator produces to its partitions in turn, `records_per_partition` records to each in a
 row, at a target rate or (rate 0) as fast as its window of unacknowledged records allows; librdkafka
 batches, retries and keeps each partition's order, idempotent with acks=all as Kafka's default.
-Failover settings: retries back off from 20 ms up to 100 ms (retry.backoff.max.ms; librdkafka's
-default ceiling of a second also paces its queries for a leader it has lost), and metadata is
-refreshed every 100 ms (topic.metadata.refresh.interval.ms): after a leader's death librdkafka asks
-once at once, hears the dead leader (no broker knows yet), and otherwise asks again only at its
-one-second scan for unavailable partitions, so a failover showed up to a second late. A refresh of
-1,000 partitions costs a broker about 5 ms.
+Retries back off from 20 ms up to 100 ms (retry.backoff.max.ms): librdkafka's default ceiling of a
+second also paces its queries for a leader it has lost.
 Every acknowledged record is recorded (produced.jsonl) with when it was sent and acknowledged; the
 leader epoch and broker that acknowledged it are not in Kafka's produce response, so they are
 filled in afterwards from the final read-back (each record carries its leader's epoch) and the
@@ -73,8 +69,6 @@ class LoadGenerator:
         self.producer = confluent_kafka.Producer(producer_config(
             bootstrap_servers(config), acks, **{"retry.backoff.ms": retry_backoff_ms,
                                                 "retry.backoff.max.ms": 5 * retry_backoff_ms, "linger.ms": linger_ms,
-                                                "topic.metadata.refresh.interval.ms": 100,
-                                                "metadata.max.age.ms": 900_000,  # else 3 x the refresh interval
                                                 "queue.buffering.max.messages": 1_000_000}))
         self.window = max(1, len(partitions)) * WINDOW_PER_PARTITION * records_per_partition
         self.sink = RecordSink(config.recorder, config.namespace)
