@@ -15,6 +15,11 @@ idempotent): produce latency p50/p99 and each broker's CPU over the window (% of
 Floor, same run, same producers: a bare asyncio server on loopback (kray's SocketServer and
 kafka-python's message classes, as the brokers use them) that decodes the same produce frames and
 answers at once: no log, no replication. The ratio to it is the cost of kray's data plane itself.
+
+Per request, latency mode: each broker's requests a second (served by its listener, and the follower
+fetches it sends, taken as a third of all follower fetches) and its CPU per request, beside a second floor
+from the same run: the least a request costs in CPython here, a uvloop protocol answering a fixed
+frame to a request/response client at the brokers' request rate (no decoding, nothing stored).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import asyncio
 import json
 import os
 import platform
+import struct
 import threading
 import time
 import uuid
@@ -132,6 +138,80 @@ class FloorBroker:
         return R(responses=out, throttle_time_ms=0)
 
 
+@ray.remote(num_cpus=0)
+class ExchangeFloor:
+    """The least a request costs here: a uvloop protocol that frames requests and answers each at once."""
+
+    def __init__(self):
+        import uvloop
+
+        self.loop = uvloop.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        answer = struct.pack(">i", 60) + bytes(60)
+
+        class Answer(asyncio.Protocol):
+            def connection_made(self, transport) -> None:
+                self.transport, self.buffer = transport, bytearray()
+
+            def data_received(self, data: bytes) -> None:
+                self.buffer += data
+                while len(self.buffer) >= 4 and len(self.buffer) >= 4 + (size := struct.unpack_from(">i", self.buffer)[0]):
+                    del self.buffer[:4 + size]
+                    self.transport.write(answer)
+
+        server = asyncio.run_coroutine_threadsafe(self.loop.create_server(Answer, "127.0.0.1", 0), self.loop).result()
+        self.port = server.sockets[0].getsockname()[1]
+
+    def address(self) -> tuple[int, int]:
+        return os.getpid(), self.port
+
+
+@ray.remote(num_cpus=0)
+def exchange(port: int, rate: float, seconds: float) -> int:
+    """Requests of 120 bytes, one at a time, at `rate` a second; how many were answered."""
+    async def run() -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        frame, started, n = struct.pack(">i", 120) + bytes(120), time.monotonic(), 0
+        while (now := time.monotonic()) - started < seconds:
+            if n >= rate * (now - started):
+                await asyncio.sleep(0.0005)
+                continue
+            writer.write(frame)
+            await reader.readexactly(struct.unpack(">i", await reader.readexactly(4))[0])
+            n += 1
+        return n
+    return asyncio.run(run())
+
+
+def exchange_floor(rate: float, seconds: float) -> dict:
+    """CPU per request of the ExchangeFloor at `rate` requests a second."""
+    floor = ExchangeFloor.remote()
+    pid, port = ray.get(floor.address.remote())
+    before = cpu_seconds({0: pid})[0]
+    answered = ray.get(exchange.remote(port, rate, seconds))
+    used = cpu_seconds({0: pid})[0] - before
+    ray.kill(floor)
+    return {"requests_per_s": round(answered / seconds), "cpu_pct_of_a_core": round(100 * used / seconds, 1),
+            "cpu_us_per_request": round(1e6 * used / max(1, answered), 1)}
+
+
+def request_counts(cluster: LocalCluster) -> dict[int, dict[str, int]]:
+    return {b: ray.get(h.info.remote())["requests"] for b, h in cluster.brokers.items()}
+
+
+def per_request(before: dict[int, dict[str, int]], after: dict[int, dict[str, int]], kray: dict) -> dict:
+    """Each broker's requests a second (served, and follower fetches sent: a third of all) and CPU per request."""
+    delta = {b: {k: v - before[b].get(k, 0) for k, v in after[b].items()} for b in after}
+    fetches_sent = sum(d.get("FetchFollower", 0) for d in delta.values()) / len(delta)
+    out = {}
+    for b, d in delta.items():
+        seconds = kray["elapsed_s"]
+        rate = (sum(d.values()) + fetches_sent) / seconds
+        out[b] = {"requests_per_s": round(rate), "served_per_s": {k: round(v / seconds) for k, v in d.items() if v},
+                  "cpu_us_per_request": round(1e4 * kray["cpu_pct_of_a_core"][b] / rate, 1)}
+    return out
+
+
 def cpu_seconds(pids: dict[int, int]) -> dict[int, float]:
     out = {}
     for key, pid in pids.items():
@@ -151,7 +231,7 @@ def drive(servers: str, topic: str, partitions: int, producers: int, seconds: fl
     latencies = [x for r in results for x in r["latencies_ms"]]
     return {"records_per_s": round(sum(r["acked"] for r in results) / seconds),
             "latency_ms_p50": percentile(latencies, 0.5), "latency_ms_p99": percentile(latencies, 0.99),
-            "errors": sum(r["errors"] for r in results),
+            "errors": sum(r["errors"] for r in results), "elapsed_s": round(elapsed, 2),
             "cpu_pct_of_a_core": {k: round(100 * (after[k] - before[k]) / elapsed, 1) for k in pids}}
 
 
@@ -164,9 +244,15 @@ def measure(cluster: LocalCluster, zk, name: str, partitions: int, producers: in
                          {0: ray.get(floor.pid.remote())})
     ray.kill(floor)
     pids = {b: ray.get(h.info.remote())["pid"] for b, h in cluster.brokers.items()}
+    counts = request_counts(cluster)
     kray = drive(cluster.bootstrap_servers(), name, partitions, producers, seconds, rate, pids)
-    return {"floor": floor_result, "kray": kray,
-            "ratio_to_floor": round(kray["records_per_s"] / max(1, floor_result["records_per_s"]), 3)}
+    out = {"floor": floor_result, "kray": kray,
+           "ratio_to_floor": round(kray["records_per_s"] / max(1, floor_result["records_per_s"]), 3)}
+    if rate:  # the cost of a request, against the least a request costs here
+        out["kray_per_request"] = per_request(counts, request_counts(cluster), kray)
+        busiest = max(r["requests_per_s"] for r in out["kray_per_request"].values())
+        out["exchange_floor"] = exchange_floor(busiest, seconds)
+    return out
 
 
 def main() -> None:
