@@ -3,7 +3,7 @@ directories of chaos experiments.
 
     python -m jobs.analysis RUN_DIR_OR_SWEEP_DIR [...] [--out DIR]
 
-Per failover (failovers.jsonl, DESIGN.md's timeline) it computes the phases
+Per failover (failovers.jsonl, the timeline of docs/ARCHITECTURE.md) it computes the phases
 
     detection_ms       fault_injected -> detected (the controller's inbox has it)
     inbox_wait_ms      detected -> processing_started

@@ -81,7 +81,7 @@ class LoadAtFault(Record):
 
 
 class FailoverRecord(Record):
-    """DESIGN.md's failover timeline, joined with the fault that caused it."""
+    """The failover timeline (docs/ARCHITECTURE.md), joined with the fault that caused it."""
 
     fault_id: int | None  # None: no fault of the schedule explains it
     fault_kind: FaultKind | None = None

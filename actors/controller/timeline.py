@@ -1,4 +1,4 @@
-"""Failover timelines: DESIGN.md's timestamps for each broker failure and controller failover.
+"""Failover timelines: the timestamps (docs/ARCHITECTURE.md) for each broker failure and controller failover.
 
 detected (the event entered the inbox) -> processing_started (it left the inbox)
 -> zk_written (new leaders/ISRs persisted) -> requests_sent -> requests_acked
