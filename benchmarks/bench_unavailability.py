@@ -2,7 +2,7 @@
 failure detector, for ZooKeeper session timeouts of 2 s and 6 s (issue 5).
 
     .venv/bin/python -m benchmarks.bench_unavailability [--partitions 1000] [--kills 5] [--detector both|on|off]
-        [--control-niceness -10 0]
+        [--control-niceness -10 0] [--targets non-controller controller]
 
 Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions
 with replication factor 3, acks=all with min.insync.replicas=2, one producer sending a record to
@@ -17,8 +17,10 @@ send again only when the rate lets them, which the first figure counts as unavai
 failover: fault -> detected (the controller's inbox has it), detected -> requests_acked (election,
 ZooKeeper write, LeaderAndIsr/UpdateMetadata applied by every broker). The baseline, same run: the
 acks=all produce latency of the same load away from the faults (records sent from 2 s before a kill
-to 10 s after it left out). Every run's invariants are checked. Prints a Markdown table for
-BENCHMARKS.md.
+to 10 s after it left out). With `--targets non-controller controller` the kills alternate between
+a broker without the controller and the broker hosting the active controller (whose candidate dies
+with it: a controller failover and a broker failure at once), each target's figures on a row of its
+own. Every run's invariants are checked. Prints a Markdown table for BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ from jobs.runner import percentile, run_experiment
 
 
 def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool, rate: float = 0,
-               niceness: int = ControllerConfig().control_plane_niceness) -> Experiment:
+               niceness: int = ControllerConfig().control_plane_niceness,
+               targets: tuple[str, ...] = ("non-controller",)) -> Experiment:
     spacing = 14.0 + (0 if detector else 2 * session_timeout_ms / 1000)  # down 3 s, back, leaders back
     return Experiment(
         name=f"unavailability-{'ray' if detector else 'zk'}-{session_timeout_ms}", brokers=3,
@@ -47,39 +50,47 @@ def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: b
         controller={"leader_imbalance_check_interval_seconds": 3, "control_plane_niceness": niceness},
         topics=[{"name": "load", "partitions": partitions, "replication_factor": 3}],
         load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
-        schedule=[FaultSpec(at_s=5 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3,
-                            after_recovery=True) for i in range(kills)],
+        schedule=[FaultSpec(at_s=5 + i * spacing, fault=FaultKind.KILL_BROKER, target=targets[i % len(targets)],
+                            seconds=3, after_recovery=True) for i in range(kills)],
         duration_s=5 + kills * spacing, settle_s=60, seed=5)
 
 
-def measure(run_dir: Path) -> dict:
+def measure(run_dir: Path, victims: dict[int, str] | None = None) -> list[dict]:
+    """The run's figures, a row per kind of victim (`victims`: fault id -> the target it was given)."""
     reader = JsonlReader(run_dir)
-    failovers = [f for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord)
-                 if f.fault_kind is FaultKind.KILL_BROKER and f.kind == "broker_failure"]
+    records = [f for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord) if f.fault_kind is FaultKind.KILL_BROKER]
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
-    down = sorted(unavailability_ms(failovers))
-    detect = sorted(f.detected_ms - f.fault_injected_ms for f in failovers)
-    process = sorted(f.requests_acked_ms - f.detected_ms for f in failovers if f.requests_acked_ms)
-    rate = [f.load.produce_rate for f in failovers]
-    faults = [f.fault_injected_ms for f in failovers]
-    steady, in_flight = [], [set() for _ in faults]  # per fault, the partitions with a produce in flight
-    for ack in reader.lines(rundir.PRODUCED, rundir.Ack):
-        if not any(-2_000 <= ack.sent_ms - t < 10_000 for t in faults):
-            steady.append(ack.acked_ms - ack.sent_ms)
-        for i, t in enumerate(faults):
-            if ack.sent_ms < t <= ack.acked_ms:
-                in_flight[i].add(tp_key(ack.topic, ack.partition))
-    steady.sort()
-    busy = sorted(ok - f.fault_injected_ms for f, names in zip(failovers, in_flight)
-                  for tp, ok in f.first_produce_ok_ms.items() if tp in names)
-    return {"steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
+    acks = list(reader.lines(rundir.PRODUCED, rundir.Ack))
+    all_faults = sorted({f.fault_injected_ms for f in records})
+    steady = sorted(a.acked_ms - a.sent_ms for a in acks
+                    if not any(-2_000 <= a.sent_ms - t < 10_000 for t in all_faults))
+    rows = []
+    for victim in sorted(set((victims or {}).values()) or {"non-controller"}):
+        failovers = [f for f in records if (victims or {}).get(f.fault_id, "non-controller") == victim]
+        carriers = [f for f in failovers if f.first_produce_ok_ms]  # one per fault: its recoveries
+        down = sorted(unavailability_ms(carriers))
+        handled = [f for f in failovers if f.kind == "broker_failure"] or failovers
+        detect = sorted(f.detected_ms - f.fault_injected_ms for f in handled)
+        process = sorted(f.requests_acked_ms - f.detected_ms for f in handled if f.requests_acked_ms)
+        rate = [f.load.produce_rate for f in carriers]
+        faults = [f.fault_injected_ms for f in carriers]
+        in_flight = [set() for _ in faults]  # per fault, the partitions with a produce in flight
+        for ack in acks:
+            for i, t in enumerate(faults):
+                if ack.sent_ms < t <= ack.acked_ms:
+                    in_flight[i].add(tp_key(ack.topic, ack.partition))
+        busy = sorted(ok - f.fault_injected_ms for f, names in zip(carriers, in_flight)
+                      for tp, ok in f.first_produce_ok_ms.items() if tp in names)
+        rows.append({
+            "victim": victim, "steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
             "in_flight_partitions": len(busy), "in_flight_p50": percentile(busy, 50),
-            "in_flight_p99": percentile(busy, 99), "failovers": len(failovers), "partitions": len(down),
+            "in_flight_p99": percentile(busy, 99), "failovers": len(carriers), "partitions": len(down),
             "unavailable_p50": percentile(down, 50), "unavailable_p99": percentile(down, 99),
             "detect_p50": percentile(detect, 50), "detect_max": detect[-1] if detect else None,
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
             "produce_rate": sum(rate) / len(rate) if rate else 0,
-            "violations": sum(summary.invariants.values()) if summary else None, "run_dir": str(run_dir)}
+            "violations": sum(summary.invariants.values()) if summary else None, "run_dir": str(run_dir)})
+    return rows
 
 
 def main() -> None:
@@ -91,6 +102,8 @@ def main() -> None:
     parser.add_argument("--detector", choices=["both", "on", "off"], default="both")
     parser.add_argument("--control-niceness", type=int, nargs="+", default=[ControllerConfig().control_plane_niceness],
                         help="control_plane_niceness values to compare (below 0 needs root or CAP_SYS_NICE)")
+    parser.add_argument("--targets", nargs="+", default=["non-controller"], choices=["non-controller", "controller"],
+                        help="whom the kills hit, in turn: a broker without the controller, or the controller's")
     parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "kray-bench-runs"))
     args = parser.parse_args()
     rows = []
@@ -98,21 +111,23 @@ def main() -> None:
         for timeout, detector, niceness in itertools.product(
                 args.timeouts, {"both": (True, False), "on": (True,), "off": (False,)}[args.detector],
                 args.control_niceness):
-            exp = experiment(args.partitions, args.kills, timeout, detector, args.rate, niceness)
+            exp = experiment(args.partitions, args.kills, timeout, detector, args.rate, niceness, tuple(args.targets))
             run_dir, _ = run_experiment(exp, args.runs_dir, progress=lambda line: None)
-            row = {"session_timeout_ms": timeout, "detector": detector, "niceness": niceness, **measure(run_dir)}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    print(f"\n| session timeout | detector | control plane nice | failovers | partitions | unavailable p50 / p99 ms"
+            victims = {i: str(f.target) for i, f in enumerate(exp.schedule, 1)}  # fault ids count from 1
+            for measured in measure(run_dir, victims):
+                row = {"session_timeout_ms": timeout, "detector": detector, "niceness": niceness, **measured}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print(f"\n| session timeout | detector | control plane nice | victim | failovers | partitions | unavailable p50 / p99 ms"
           f" | detection p50 / max ms | detected -> acked p50 / max ms | produce rate at fault (records/s)"
           f" | with a produce in flight: partitions, p50 / p99 ms | acks=all latency away from faults p50 / p99 ms"
           f" | invariant violations |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         def pair(a: str, b: str) -> str:
             return f"{r[a]:.0f} / {r[b]:.0f}" if r[a] is not None else "-"
         print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | "
-              f"{r['niceness']} | {r['failovers']} | {r['partitions']} | {pair('unavailable_p50', 'unavailable_p99')} | "
+              f"{r['niceness']} | {r['victim']} | {r['failovers']} | {r['partitions']} | {pair('unavailable_p50', 'unavailable_p99')} | "
               f"{pair('detect_p50', 'detect_max')} | {pair('process_p50', 'process_max')} | "
               f"{r['produce_rate']:,.0f} | {r['in_flight_partitions']}, {pair('in_flight_p50', 'in_flight_p99')} | "
               f"{pair('steady_p50', 'steady_p99')} | {r['violations']} |")
