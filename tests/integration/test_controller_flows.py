@@ -11,6 +11,7 @@ from typing import NamedTuple
 import pytest
 import ray
 
+from actors.config import BrokerConfig
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
@@ -419,3 +420,23 @@ def test_failover_timelines_are_recorded(new_cluster):
         <= t["requests_acked_ms"]
     failovers = [x for x in ray.get(controller.timelines.remote()) if x["kind"] == "controller_failover"]
     assert failovers and failovers[0]["requests_acked_ms"] is not None and failovers[0]["epoch"] == 1
+
+
+def test_a_broker_that_died_while_no_controller_was_active_leaves_the_isrs_at_failover(new_cluster):
+    """The new controller finds in ZooKeeper a broker in ISRs that is not alive (it died with the old
+    controller, or before it could act): it takes it out, as a broker failure would have (kray, not
+    Kafka, which leaves it to the leaders' replica.lag.time.max.ms; here far longer than the test)."""
+    cluster, zk = new_cluster(broker=BrokerConfig(replica_lag_time_max_ms=300_000))
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
+    controller = controller_of(cluster, zk)
+    victim = controller.other_broker
+    cluster.kill_broker(victim)
+    wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values()), what="ISR shrink")
+    for tp, s in zk_states(zk, "t").items():  # as if the active controller had not seen the death
+        zk.kazoo.set(zkdata.partition_state_path(tp), s.model_copy(update={"isr": s.isr + [victim]}).encode(),
+                     version=zk.get(zkdata.partition_state_path(tp))[1].version)
+    cluster.kill_controller(controller.id)
+    cluster.wait_for_controller(zk, min_epoch=controller.epoch + 1, timeout=60)
+    wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values()), timeout=20,
+               what="the new controller to take the dead broker out of the ISRs")
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
