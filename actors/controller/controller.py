@@ -68,7 +68,7 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
-                 channel_factory: Callable[[int], object], config: ControllerConfig | None = None,
+                 channel_factory: Callable[[], object], config: ControllerConfig | None = None,
                  detector_factory: Callable[[str, Callable[[int, str], None]], object] | None = None):
         self.broker_id = broker_id
         self.zk = zk
@@ -343,7 +343,7 @@ class KafkaController:
         leadership.delete_isr_change_notifications(self)
         self._initialize_context()
         self.deletion.init()
-        self.channel = self._channel_factory(self.ctx.epoch)
+        self.channel = self._channel_factory()
         for broker_id in self.ctx.live_brokers:
             self.channel.add_broker(broker_id)
         if self._detector_factory is not None:
@@ -382,8 +382,11 @@ class KafkaController:
         controller's own) leaves the ISRs it is in, as onBrokerFailure would have taken it out. Kafka's
         failover leaves that to the leaders' replica.lag.time.max.ms, and every acks=all produce to a
         partition it followed waits meanwhile (until it came back, in kray's chaos runs: ~10 s)."""
-        dead = [(tp, r) for tp, l in self.ctx.partition_leadership.items() for r in l.leader_and_isr.isr
-                if r not in self.ctx.live_brokers and not self.ctx.is_topic_queued_for_deletion(tp.topic)]
+        dead = [(tp, r) for tp, l in self.ctx.partition_leadership.items()
+                if self.ctx.is_replica_online(l.leader_and_isr.leader)  # offline ones keep their last ISR
+                and not self.ctx.is_topic_queued_for_deletion(tp.topic)
+                for r in l.leader_and_isr.isr
+                if r not in self.ctx.live_brokers and r in self.ctx.partition_replicas(tp)]
         if dead:
             log.info("%s Taking %d replicas on brokers %s that are not alive out of their ISRs", self.prefix,
                      len(dead), sorted({r for _, r in dead}))
