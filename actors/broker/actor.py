@@ -209,7 +209,12 @@ class BrokerActor:
         with self._lock:
             error = self._on_loop(lambda: self.replica_manager.check_request(request, self.broker_epoch))
             if error == 0:
+                alive_before = set(self.metadata_cache.alive_brokers)
                 self.metadata_cache.update(request)
+                back = set(self.metadata_cache.alive_brokers) - alive_before
+                if back:  # followers refused while we had them dead: ask again (caught_up_outside_isr says why)
+                    self._on_loop(lambda: [self.isr.expand(tps, b) for b, tps in
+                                           self.replica_manager.caught_up_outside_isr(back).items()])
                 state_change_log.debug("[Broker id=%d] Cached %d partition states and live brokers %s from "
                                        "UpdateMetadata of controller %d epoch %d with correlation id %d",
                                        self.broker_id, len(request.partition_states),

@@ -427,6 +427,19 @@ class ReplicaManager:
 
     # -- periodic tasks ------------------------------------------------------
 
+    def caught_up_outside_isr(self, broker_ids: Iterable[int]) -> dict[int, list[TopicPartition]]:
+        """Per follower among `broker_ids`, the partitions led here whose ISR it may join now. Asked when
+        this broker's metadata cache sees them alive again: a follower's fetch is the leader's chance to
+        take it in only for the partitions the fetch names, and a caught-up follower's incremental
+        fetches (KIP-227) name none, so one refused while the cache had it dead would wait for new
+        records (Kafka's leader re-checks every partition of the session at each fetch)."""
+        out: dict[int, list[TopicPartition]] = {}
+        for tp, partition in self.partitions.items():
+            for b in broker_ids:
+                if partition.isr_to_expand(b) is not None:
+                    out.setdefault(b, []).append(tp)
+        return out
+
     def isr_shrinks(self, now: int, replica_lag_time_max_ms: int) -> list[TopicPartition]:
         """The partitions led here whose ISR holds a follower that lags too long."""
         last_fetch = lambda r: self.last_fetch_ms.get(r, 0)  # noqa: E731

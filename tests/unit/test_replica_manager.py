@@ -596,3 +596,14 @@ def test_metadata_answers_a_leader_not_known_alive_as_none(rm):
     answers = {p.partition_index: (p.leader_id, Errors(p.error_code)) for p in topic.partitions}
     assert answers == {T0.partition: (1, Errors.NONE), T1.partition: (-1, Errors.LEADER_NOT_AVAILABLE)}
     assert [b.node_id for b in response.brokers] == [1]
+
+
+def test_followers_caught_up_outside_the_isr_are_asked_for_again_when_their_broker_comes_back(rm):
+    """A caught-up follower refused while this broker's cache had it dead names no partition in its
+    incremental fetches; when UpdateMetadata brings it back, the leader finds where it may join."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,), replicas=(1, 2)),
+                                     ps(T1, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2)),
+                                     ps(T2, leader=3, leader_epoch=0, isr=(3, 1), replicas=(3, 1, 2))), BROKER_EPOCH)
+    assert rm.caught_up_outside_isr({2, 3}) == {}  # no fetch from 2 yet: nothing known of its log
+    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)])))
+    assert rm.caught_up_outside_isr({2, 3}) == {2: [T0]}  # T1 has it already; T2 is not led here
