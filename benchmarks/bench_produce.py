@@ -155,8 +155,11 @@ class ExchangeFloor:
 
             def data_received(self, data: bytes) -> None:
                 self.buffer += data
-                while len(self.buffer) >= 4 and len(self.buffer) >= 4 + (size := struct.unpack_from(">i", self.buffer)[0]):
-                    del self.buffer[:4 + size]
+                while len(self.buffer) >= 4:
+                    end = 4 + struct.unpack_from(">i", self.buffer)[0]
+                    if len(self.buffer) < end:
+                        break
+                    del self.buffer[:end]
                     self.transport.write(answer)
 
         server = asyncio.run_coroutine_threadsafe(self.loop.create_server(Answer, "127.0.0.1", 0), self.loop).result()
@@ -203,9 +206,8 @@ def per_request(before: dict[int, dict[str, int]], after: dict[int, dict[str, in
     """Each broker's requests a second (served, and follower fetches sent: a third of all) and CPU per request."""
     delta = {b: {k: v - before[b].get(k, 0) for k, v in after[b].items()} for b in after}
     fetches_sent = sum(d.get("FetchFollower", 0) for d in delta.values()) / len(delta)
-    out = {}
+    out, seconds = {}, kray["elapsed_s"]
     for b, d in delta.items():
-        seconds = kray["elapsed_s"]
         rate = (sum(d.values()) + fetches_sent) / seconds
         out[b] = {"requests_per_s": round(rate), "served_per_s": {k: round(v / seconds) for k, v in d.items() if v},
                   "cpu_us_per_request": round(1e4 * kray["cpu_pct_of_a_core"][b] / rate, 1)}

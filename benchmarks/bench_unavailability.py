@@ -58,15 +58,17 @@ def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: b
 def measure(run_dir: Path, victims: dict[int, str] | None = None) -> list[dict]:
     """The run's figures, a row per kind of victim (`victims`: fault id -> the target it was given)."""
     reader = JsonlReader(run_dir)
-    records = [f for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord) if f.fault_kind is FaultKind.KILL_BROKER]
+    victims = victims or {}
+    records = [f for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord)
+               if f.fault_kind is FaultKind.KILL_BROKER]
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
     acks = list(reader.lines(rundir.PRODUCED, rundir.Ack))
     all_faults = sorted({f.fault_injected_ms for f in records})
     steady = sorted(a.acked_ms - a.sent_ms for a in acks
                     if not any(-2_000 <= a.sent_ms - t < 10_000 for t in all_faults))
     rows = []
-    for victim in sorted(set((victims or {}).values()) or {"non-controller"}):
-        failovers = [f for f in records if (victims or {}).get(f.fault_id, "non-controller") == victim]
+    for victim in sorted(set(victims.values()) or {"non-controller"}):
+        failovers = [f for f in records if victims.get(f.fault_id, "non-controller") == victim]
         carriers = [f for f in failovers if f.first_produce_ok_ms]  # one per fault: its recoveries
         down = sorted(unavailability_ms(carriers))
         handled = [f for f in failovers if f.kind == "broker_failure"] or failovers

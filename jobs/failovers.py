@@ -1,6 +1,6 @@
 """Failover records: each controller timeline joined with the fault that caused it, the load at that
-moment, and when each partition the fault took down was first written again (the failover timeline of docs/ARCHITECTURE.md,
-`first_produce_ok`). Pure: plain records in, FailoverRecords out.
+moment, and when each partition the fault took down was first written again (the failover timeline
+of docs/ARCHITECTURE.md, `first_produce_ok`). Pure: plain records in, FailoverRecords out.
 
 A fault's affected partitions are those whose last acknowledgement before the fault came from the
 broker the fault hit and, with acks=all, also those that had that broker in their ISR (a leader

@@ -33,7 +33,8 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
     charts = _charts(a, sample)
     lines = ["# Failover latency against load", "",
              f"{a.failovers} failovers from {len(a.inputs)} runs, analysed with Spark on Ray (RayDP: "
-             f"{'yes' if a.on_ray else 'no'}). Times in ms; phases as in the failover timeline of docs/ARCHITECTURE.md.", ""]
+             f"{'yes' if a.on_ray else 'no'}). Times in ms; phases as in the failover timeline of "
+             "docs/ARCHITECTURE.md.", ""]
     lines += [f"![{title}]({name})" for name, title in charts] + [""]
     lines += ["## Percentiles per load bucket", "", "| detector | partitions affected | phase | n | p50 | p95 | p99 |",
               "|---|---|---|---|---|---|---|"]

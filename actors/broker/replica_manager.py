@@ -425,8 +425,6 @@ class ReplicaManager:
             return -1, -1, -1
         return found[1], found[0], epoch
 
-    # -- periodic tasks ------------------------------------------------------
-
     def caught_up_outside_isr(self, broker_ids: Iterable[int]) -> dict[int, list[TopicPartition]]:
         """Per follower among `broker_ids`, the partitions led here whose ISR it may join now. Asked when
         this broker's metadata cache sees them alive again: a follower's fetch is the leader's chance to
@@ -439,6 +437,8 @@ class ReplicaManager:
                 if partition.isr_to_expand(b) is not None:
                     out.setdefault(b, []).append(tp)
         return out
+
+    # -- periodic tasks ------------------------------------------------------
 
     def isr_shrinks(self, now: int, replica_lag_time_max_ms: int) -> list[TopicPartition]:
         """The partitions led here whose ISR holds a follower that lags too long."""
