@@ -9,13 +9,14 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | pause-broker N / -controller| SIGSTOP for S seconds, then SIGCONT: a GC-pause zombie                |
 | expire-broker-session N    | ZooKeeper expires the broker's session (as a long network partition)   |
 | expire-controller-session  | the same for the active controller                                     |
-| kill-request-sender N      | SIGKILL of the active controller's RequestSender to broker N           |
+| kill-request-sender N      | SIGKILL of the RequestSender to broker N (the controller starts another)|
 | zk-restart                 | SIGKILL of one ZooKeeper server (the leader of an ensemble), restarted |
 |                            | after S seconds (needs the server handle: embedded runs, `kray zk`)    |
 | controlled-shutdown N      | broker N moves its leaderships away and stops for good                 |
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import LocalCluster
-from actors.controller.channel import request_sender_prefix
+from actors.controller.channel import is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
 from jobs.rundir import FaultKind
@@ -138,15 +139,16 @@ class Chaos:
         return broker_id, expired
 
     def kill_request_sender(self, broker_id: int) -> int:
-        """SIGKILL the active controller's RequestSender to broker N; the controller's id."""
+        """SIGKILL the RequestSenders to broker N (the broker's own, and any a controller started in place
+        of a killed one); the active controller's id."""
         controller_id = self.controller_id()
-        prefix = request_sender_prefix(controller_id, broker_id)
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                 if a["namespace"] == self.namespace and a["name"].startswith(prefix)]
+                 if a["namespace"] == self.namespace and is_request_sender_to(a["name"], broker_id)]
         if not names:
-            raise KrayError(f"controller {controller_id} has no RequestSender to broker {broker_id}")
+            raise KrayError(f"there is no RequestSender to broker {broker_id}")
         for name in names:
-            ray.kill(ray.get_actor(name, namespace=self.namespace))
+            with contextlib.suppress(ValueError):  # gone meanwhile
+                ray.kill(ray.get_actor(name, namespace=self.namespace))
         return controller_id
 
     def zk_restart(self, seconds: float) -> int:

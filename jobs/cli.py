@@ -436,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("broker_id", type=int, nargs="?")
     s.add_argument("--controller", action="store_true")
     s.set_defaults(func=chaos)
-    s = ch.add_parser("kill-request-sender", help="SIGKILL the controller's RequestSender to a broker")
+    s = ch.add_parser("kill-request-sender", help="SIGKILL the RequestSender to a broker")
     s.add_argument("broker_id", type=int)
     s.set_defaults(func=chaos)
     s = ch.add_parser("zk-restart", help="SIGKILL the ZooKeeper server, start it again after --seconds")

@@ -29,7 +29,7 @@ from actors.broker.network import SocketServer
 from actors.broker.replica_manager import HW_CHECKPOINT, ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
-from actors.controller.channel import controller_actor_name
+from actors.controller.channel import controller_actor_name, request_sender_name, start_request_sender
 from actors.recording import RecordSink
 from actors.runtime import (
     MANY_THREADS_ENV,
@@ -91,6 +91,10 @@ class BrokerActor:
         self.port = self._on_loop_await(self.server.start())
         self.fetchers = ReplicaFetcherManager(broker_id, config.broker)
         self.config_changes = ConfigChangeListener(self.zk, self._topic_config_changed)
+        self.request_sender = poll(lambda: start_request_sender(broker_id, config), timeout=60,
+                                   what=f"{request_sender_name(broker_id)}'s name to be free (a killed "
+                                        "incarnation's sender is still being stopped)", tolerate=(ValueError,),
+                                   interval=0.1)  # started before the controller can hear of us
         self.registration = BrokerRegistration(
             self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.advertised_host(), self.port),
             may_register_again=ray_says_this_actor_lives)

@@ -44,8 +44,8 @@ class ControllerActor:
         self.metrics = ControllerMetrics(broker_id, config.namespace)
         self.controller = KafkaController(
             broker_id, self.zk, self.inbox.put,
-            channel_factory=lambda: ControllerChannelManager(
-                broker_id, config, me,
+            channel_factory=lambda epoch: ControllerChannelManager(
+                broker_id, epoch, config, me,
                 on_sender_died=lambda b, sender: self.inbox.put(RequestSenderDied(broker_id=b, sender=sender))),
             config=config.controller,
             detector_factory=(lambda role, on_death: RayFailureDetector(

@@ -5,13 +5,15 @@ partitions per broker; `build` turns them into one LeaderAndIsr and one
 UpdateMetadata request per broker. `RequestSender` is Kafka's RequestSendThread
 as a Ray actor: a FIFO queue for one broker, one call in flight (carrying
 every request queued so far, applied in order), retried with backoff until it
-is answered, the responses handed back to the controller's inbox. Ray does not
+is answered, the responses handed back to the inbox of the controller it works
+for; it outlives controller epochs (each broker starts its own). Ray does not
 keep the order of calls to an actor with several threads, so each batch the
 controller enqueues carries its number, and the sender queues it only after
 the ones before it (`InOrder`).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import queue
@@ -176,48 +178,89 @@ class InOrder:
         return out
 
 
-def request_sender_prefix(controller_id: int, broker_id: int) -> str:
-    """RequestSender actors are named as Kafka names the thread, plus a unique suffix per actor."""
-    return f"Controller-{controller_id}-to-broker-{broker_id}-send-thread"
+def request_sender_name(broker_id: int) -> str:
+    """The RequestSender to broker N (Kafka names the thread Controller-C-to-broker-N-send-thread;
+    here one sender serves every controller in turn)."""
+    return f"RequestSender-to-broker-{broker_id}"
 
 
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)
+def is_request_sender_to(name: str, broker_id: int) -> bool:
+    """Whether an actor's name is one of the RequestSenders to the broker: its own, or one a controller
+    started in place of it (`start_request_sender` with `controller_id`)."""
+    base = request_sender_name(broker_id)
+    return name == base or name.startswith(f"{base}-of-controller-")
+
+
+Owner = tuple[int, int]  # (controller epoch, the controller's attachment number): who a sender works for
+
+
+def takeover(current: Owner, incoming: Owner) -> str:
+    """What a RequestSender does with a batch from `incoming` while it works for `current`: "refuse" it
+    (an older controller, or an attachment the same controller has since replaced), "accept" it, or
+    "reset": work for `incoming` from now on, dropping what is queued (a new controller's channel
+    starts empty, as Kafka's does)."""
+    return "refuse" if incoming < current else "accept" if incoming == current else "reset"
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)
 class RequestSender:
-    """Kafka's RequestSendThread for one target broker, as an actor owned by the active controller."""
+    """Kafka's RequestSendThread for one target broker, as an actor that outlives controller epochs.
 
-    def __init__(self, controller_id: int, broker_id: int, config: ClusterConfig, controller):
+    Broker N starts its own at startup (`start_request_sender`), off any failover's path; each new
+    active controller takes it over by sending with a higher `Owner` (a new process per broker at every
+    controller failover cost seconds under load). A controller creates one itself only when the
+    broker's is gone (killed)."""
+
+    def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process(config.controller.control_plane_niceness)
-        self.controller_id = controller_id
         self.broker_id = broker_id
         self.config = config
-        self.controller = controller
-        self._queue: queue.Queue[ControllerRequestT] = queue.Queue()
-        self._order, self._in_order = threading.Lock(), InOrder()
-        self._stopped = threading.Event()
-        threading.Thread(target=self._run, name=request_sender_prefix(controller_id, broker_id), daemon=True).start()
+        self._queue: queue.Queue[tuple[Owner, ControllerRequestT]] = queue.Queue()
+        self._lock = threading.Condition()
+        self._owner: Owner = (-1, -1)
+        self._controller_id, self._controller = -1, None
+        self._in_order = InOrder()
+        threading.Thread(target=self._run, name=request_sender_name(broker_id), daemon=True).start()
 
-    def wait_stopped(self) -> None:
-        """Answered never while the sender lives: the controller waits on it to learn of its death."""
-        self._stopped.wait()
+    def wait_stopped(self, owner: Owner) -> str:
+        """Answered when a newer owner takes the sender over, never while `owner` has it: the
+        controller waits on it to learn of the sender's death."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._owner > tuple(owner))
+        return "taken over"
 
-    def enqueue(self, number: int, requests: list[ControllerRequestT]) -> int:
-        """Queue the controller's `number`th batch for the broker, once the ones before it are queued."""
-        with self._order:
+    def enqueue(self, owner: Owner, controller_id: int, controller, number: int,
+                requests: list[ControllerRequestT]) -> int:
+        """Queue the controller's `number`th batch for the broker, once the ones before it are queued;
+        the queue's length, or -1 when refused (a newer controller owns this sender)."""
+        owner = tuple(owner)
+        with self._lock:
+            action = takeover(self._owner, owner)
+            if action == "refuse":
+                return -1
+            if action == "reset":
+                self._owner, self._controller_id, self._controller = owner, controller_id, controller
+                self._in_order = InOrder()
+                while not self._queue.empty():
+                    self._queue.get_nowait()
+                self._lock.notify_all()
             for request in self._in_order.add(number, requests):
-                self._queue.put(request)
-        return self._queue.qsize()
+                self._queue.put((owner, request))
+            return self._queue.qsize()
 
-    def _send(self, requests: list[ControllerRequestT]) -> list[ControllerResponse]:
+    def _send(self, owner: Owner, requests: list[ControllerRequestT]) -> list[ControllerResponse] | None:
+        """The broker's answers; None once another owner took over (its requests are no longer wanted)."""
         backoff = self.config.request_retry_backoff_ms / 1000
-        while True:
+        while self._owner == owner:
             try:
                 broker = ray.get_actor(broker_actor_name(self.broker_id), namespace=self.config.namespace)
                 return ray.get(broker.handle.remote(requests), timeout=self.config.controller_socket_timeout_ms / 1000)
             except Exception as e:  # actor gone, restarting, or timed out: Kafka retries until removed
                 log.warning("[Controller id=%d, targetBrokerId=%d] Controller's connection to broker was "
-                            "unsuccessful (%s); retrying %s", self.controller_id, self.broker_id,
+                            "unsuccessful (%s); retrying %s", self._controller_id, self.broker_id,
                             type(e).__name__, ", ".join(r.api for r in requests))
                 time.sleep(backoff)
+        return None
 
     def _run(self) -> None:
         """One call in flight: whatever is queued for the broker goes in it, in FIFO order, and the
@@ -229,26 +272,46 @@ class RequestSender:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            responses = self._send(batch)
-            self.controller.on_responses.remote(responses, [r.controller_epoch for r in batch])
+            with self._lock:
+                owner, controller = self._owner, self._controller
+            requests = [r for o, r in batch if o == owner]
+            responses = self._send(owner, requests) if requests else None
+            if responses is not None:
+                controller.on_responses.remote(responses, [r.controller_epoch for r in requests])
+
+
+def start_request_sender(broker_id: int, config: ClusterConfig, controller_id: int | None = None):
+    """A RequestSender to the broker beside the calling actor: the broker's own (ValueError: a killed
+    incarnation's is not gone yet), or, given `controller_id`, one that controller starts under a name
+    of its own, so that the broker's next incarnation always finds its name free."""
+    name = request_sender_name(broker_id)
+    if controller_id is not None:
+        name = f"{name}-of-controller-{controller_id}-{uuid.uuid4().hex[:8]}"
+    return RequestSender.options(name=name, namespace=config.namespace,
+                                 scheduling_strategy=beside_this_actor()).remote(broker_id, config)
 
 
 class ControllerChannelManager:
     """The active controller's RequestSenders, one per live broker (Kafka's ControllerChannelManager).
 
-    Requests are kept until answered. A RequestSender that dies (a killed actor) is reported
-    through `on_sender_died` from a watcher thread (which only enqueues); the controller then
-    calls `restart_sender`, which sends everything unanswered again, in order (brokers apply
-    repeated requests idempotently: leader epochs and controller epochs decide).
+    Each broker's own sender is taken over (`Owner`: this controller's epoch and an attachment number,
+    new each time a broker is added), so a failover starts no process. Requests are kept until
+    answered. A RequestSender that dies (a killed actor) is reported through `on_sender_died` from a
+    watcher thread (which only enqueues); the controller then calls `restart_sender`, which sends
+    everything unanswered again, in order (brokers apply repeated requests idempotently: leader
+    epochs and controller epochs decide).
     """
 
-    def __init__(self, controller_id: int, config: ClusterConfig, controller_handle,
+    def __init__(self, controller_id: int, epoch: int, config: ClusterConfig, controller_handle,
                  on_sender_died=lambda broker_id, sender: None):
         self.controller_id = controller_id
+        self.epoch = epoch
         self.config = config
         self.controller_handle = controller_handle
         self.on_sender_died = on_sender_died
         self.senders: dict[int, ray.actor.ActorHandle] = {}
+        self._owners: dict[int, Owner] = {}
+        self._attachments = itertools.count()
         self._batch_numbers: dict[int, itertools.count] = {}  # per sender: the number of its next batch
         self.unanswered: dict[int, dict[int, ControllerRequestT]] = defaultdict(dict)  # broker -> id -> request
         self._liveness: dict[ray.ObjectRef, tuple[int, object]] = {}  # -> (broker, its sender)
@@ -259,24 +322,35 @@ class ControllerChannelManager:
 
     def add_broker(self, broker_id: int) -> None:
         if broker_id not in self.senders:
-            self._start_sender(broker_id)
+            self._attach(broker_id, self._find_sender(broker_id))
 
-    def _start_sender(self, broker_id: int) -> None:
-        name = f"{request_sender_prefix(self.controller_id, broker_id)}-{uuid.uuid4().hex[:8]}"
-        sender = RequestSender.options(name=name, namespace=self.config.namespace,  # beside the controller
-                                       scheduling_strategy=beside_this_actor()).remote(
-            self.controller_id, broker_id, self.config, self.controller_handle)
+    def _find_sender(self, broker_id: int):
+        """The broker's RequestSender; one of our own when it has none (its was killed)."""
+        with contextlib.suppress(ValueError):
+            return ray.get_actor(request_sender_name(broker_id), namespace=self.config.namespace)
+        return start_request_sender(broker_id, self.config, self.controller_id)
+
+    def _attach(self, broker_id: int, sender) -> None:
         self.senders[broker_id] = sender
+        self._owners[broker_id] = (self.epoch, next(self._attachments))
         self._batch_numbers[broker_id] = itertools.count()
         with self._lock:
-            self._liveness[sender.wait_stopped.remote()] = (broker_id, sender)
+            self._liveness[sender.wait_stopped.remote(self._owners[broker_id])] = (broker_id, sender)
+
+    def _enqueue(self, broker_id: int, requests: list[ControllerRequestT]) -> None:
+        self.senders[broker_id].enqueue.remote(self._owners[broker_id], self.controller_id, self.controller_handle,
+                                               next(self._batch_numbers[broker_id]), requests)
 
     def remove_broker(self, broker_id: int) -> None:
-        sender = self.senders.pop(broker_id, None)
+        """Stop sending to the broker: its sender drops what it holds (a newer attachment of ours with
+        nothing in it) and stays, for the broker's next incarnation or the next controller."""
         self.unanswered.pop(broker_id, None)
-        if sender is not None:
+        if broker_id in self.senders:
             self._forget_liveness(broker_id)
-            ray.kill(sender)
+            self._owners[broker_id] = (self.epoch, next(self._attachments))
+            self._batch_numbers[broker_id] = itertools.count()
+            self._enqueue(broker_id, [])
+            del self.senders[broker_id]
 
     def restart_sender(self, broker_id: int, dead) -> int:
         """A new RequestSender for the broker in place of `dead`, given every request still unanswered;
@@ -285,16 +359,16 @@ class ControllerChannelManager:
             return 0
         self._forget_liveness(broker_id)
         ray.kill(dead)
-        self._start_sender(broker_id)
+        self._attach(broker_id, start_request_sender(broker_id, self.config, self.controller_id))
         pending = list(self.unanswered[broker_id].values())
         if pending:
-            self.senders[broker_id].enqueue.remote(next(self._batch_numbers[broker_id]), pending)
+            self._enqueue(broker_id, pending)
         return len(pending)
 
     def send(self, requests: dict[int, list[ControllerRequestT]]) -> None:
         for broker_id, reqs in requests.items():
             if broker_id in self.senders and reqs:
-                self.senders[broker_id].enqueue.remote(next(self._batch_numbers[broker_id]), reqs)
+                self._enqueue(broker_id, reqs)
                 self.unanswered[broker_id].update((r.correlation_id, r) for r in reqs)
 
     def answered(self, broker_id: int, correlation_id: int) -> ControllerRequestT | None:
@@ -325,7 +399,11 @@ class ControllerChannelManager:
             for ref in ready:
                 with self._lock:
                     died = self._liveness.pop(ref, None)
-                if died is not None and not self._closed.is_set():
+                if died is None or self._closed.is_set():
+                    continue
+                try:
+                    ray.get(ref)  # answered: another controller took the sender over; not a death
+                except Exception:
                     log.warning("[Controller id=%d] The RequestSender to broker %d died", self.controller_id,
                                 died[0])
                     self.on_sender_died(*died)

@@ -68,7 +68,7 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
-                 channel_factory: Callable[[], object], config: ControllerConfig | None = None,
+                 channel_factory: Callable[[int], object], config: ControllerConfig | None = None,
                  detector_factory: Callable[[str, Callable[[int, str], None]], object] | None = None):
         self.broker_id = broker_id
         self.zk = zk
@@ -343,7 +343,7 @@ class KafkaController:
         leadership.delete_isr_change_notifications(self)
         self._initialize_context()
         self.deletion.init()
-        self.channel = self._channel_factory()
+        self.channel = self._channel_factory(self.ctx.epoch)
         for broker_id in self.ctx.live_brokers:
             self.channel.add_broker(broker_id)
         if self._detector_factory is not None:

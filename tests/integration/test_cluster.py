@@ -5,11 +5,13 @@ creation, controller failover, then fencing of the old epoch.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
 import pytest
 
+from actors.runtime import poll
 from actors.protocol import LeaderAndIsrRequest, PartitionState, UpdateMetadataRequest
 from coordination import admin, zkdata
 from coordination.errors import Errors
@@ -29,6 +31,17 @@ def env(zk_connect, ray_session):
 def statuses(env) -> dict[int, dict]:
     ray, cluster = env["ray"], env["cluster"]
     return {b: ray.get(cluster.controller_actor(b).status.remote(), timeout=30) for b in cluster.brokers}
+
+
+def request_senders(env) -> dict[str, str]:
+    """The RequestSender actors alive in the cluster's namespace: name -> actor id."""
+    ray, namespace = env["ray"], env["cluster"].config.namespace
+    senders = {}
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["namespace"] == namespace and a["name"].startswith("RequestSender-to-broker-"):
+            with contextlib.suppress(ValueError):  # gone since it was listed
+                senders[a["name"]] = ray.get_actor(a["name"], namespace=namespace)._actor_id.hex()
+    return senders
 
 
 def zk_leadership(zk, topic: str) -> dict[TopicPartition, tuple[int, int, list[int]]]:
@@ -71,6 +84,8 @@ def test_controller_failover_bumps_epoch_and_resends_state(env):
     cluster, zk, ray = env["cluster"], env["zk"], env["ray"]
     old_id, old_epoch = cluster.wait_for_controller(zk)
     old_pid = statuses(env)[old_id]["pid"]
+    senders = request_senders(env)
+    assert sorted(senders) == [f"RequestSender-to-broker-{b}" for b in (1, 2, 3)]  # each broker's own
     cluster.kill_controller(old_id)
     new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
     assert new_epoch == old_epoch + 1
@@ -80,8 +95,10 @@ def test_controller_failover_bumps_epoch_and_resends_state(env):
     assert all(c["partitions"] == caches[new_id]["partitions"] for c in caches.values())
     infos = ray.get([h.info.remote() for h in cluster.brokers.values()])
     assert all(i["controller_epoch"] == new_epoch for i in infos)
-    # the killed candidate is back through Ray's restart, and only a candidate
-    restarted = statuses(env)
+    assert request_senders(env) == senders  # the new controller took them over: no process started
+    # the killed candidate is back through Ray's restart (which can take longer than the failover,
+    # now that no process starts on it), and only a candidate
+    restarted = poll(lambda: statuses(env), timeout=60, what="the killed candidate to answer again")
     if new_id != old_id:
         assert restarted[old_id]["pid"] != old_pid and not restarted[old_id]["active"]
     assert [b for b, s in restarted.items() if s["active"]] == [new_id]
@@ -111,6 +128,21 @@ def test_brokers_reject_the_old_controller_epoch_and_stale_broker_epochs(env):
                                             live_leaders=[])
     assert ray.get(cluster.brokers[2].leader_and_isr.remote(wrong_incarnation)).error_code == Errors.STALE_BROKER_EPOCH
     assert ray.get(cluster.brokers[1].metadata.remote()) == before  # nothing changed
+
+
+def test_a_killed_request_sender_is_replaced_by_one_of_the_controllers_and_requests_flow(env):
+    """kill-request-sender: the controller starts a sender under a name of its own (the broker's
+    name stays free for its next incarnation) and the broker hears of new topics again."""
+    from jobs.chaos import Chaos
+
+    cluster, zk = env["cluster"], env["zk"]
+    controller_id = Chaos(cluster, zk).kill_request_sender(2)
+    replaced = poll(lambda: [n for n in request_senders(env) if n.startswith("RequestSender-to-broker-2-")] or None,
+                    timeout=60, what="the controller's own sender to broker 2")
+    assert replaced[0].startswith(f"RequestSender-to-broker-2-of-controller-{controller_id}-")
+    poll(lambda: "RequestSender-to-broker-2" not in request_senders(env), what="the killed sender's name gone")
+    admin.create_topic(zk, "after-sender-kill", 3, 3)
+    cluster.wait_for_metadata(lambda m: sum(tp.topic == "after-sender-kill" for tp in m["partitions"]) == 3)
 
 
 def test_controller_resigns_when_its_session_expires(env):

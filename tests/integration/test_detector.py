@@ -45,9 +45,14 @@ def test_a_restarted_broker_registers_again_at_once_and_gets_its_replicas_back(n
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
     before = ray.get(cluster.brokers[victim].info.remote())
+    killed_ms = time.time() * 1000
     cluster.kill_broker(victim, restart=True)
+    # its old registration is removed on Ray's word: the new incarnation need not wait out the session
+    # (how soon it registers is the time a new worker process takes to start, seconds on a busy machine)
+    wait_until(lambda: broker_failures(cluster, controller_id), timeout=20, what="the broker failure handled")
+    assert broker_failures(cluster, controller_id)[0]["detected_ms"] - killed_ms < LONG_SESSION_MS / 3
     wait_until(lambda: ray.get(cluster.brokers[victim].info.remote())["broker_epoch"] > before["broker_epoch"],
-               timeout=15, what="the restarted broker to register (its old registration removed)")
+               timeout=LONG_SESSION_MS / 1000, what="the restarted broker to register (its old registration removed)")
     wait_until(lambda: all(victim in s.isr for s in zk_states(zk, "t").values()), timeout=30,
                what="the restarted broker back in every ISR")
 

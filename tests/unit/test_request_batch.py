@@ -243,3 +243,16 @@ def test_numbered_batches_are_released_in_number_order_whatever_order_they_arriv
     assert order.add(0, ["a1", "a2"]) == ["a1", "a2", "b1"]
     assert order.add(2, ["c1"]) == ["c1", "d1", "d2"]
     assert order.add(4, []) == [] and order.add(5, ["f1"]) == ["f1"]
+
+
+def test_a_request_sender_works_for_the_newest_controller_and_refuses_older_ones():
+    """Senders outlive controllers: a newer epoch (or a newer attachment of the same controller) takes
+    a sender over and its queue starts empty; batches from anyone older are refused (a zombie)."""
+    from actors.controller.channel import takeover
+
+    assert takeover((-1, -1), (1, 0)) == "reset"  # a fresh sender's first controller
+    assert takeover((1, 0), (1, 0)) == "accept"
+    assert takeover((1, 0), (1, 1)) == "reset"  # the same controller re-added the broker
+    assert takeover((1, 1), (1, 0)) == "refuse"  # its earlier attachment, arriving late
+    assert takeover((1, 5), (2, 0)) == "reset"  # a new controller epoch
+    assert takeover((2, 0), (1, 7)) == "refuse"  # the zombie of epoch 1
