@@ -1,6 +1,7 @@
 """Failover benchmark: broker failure and controller failover at scale, beside floors from the same run.
 
     .venv/bin/python -m benchmarks.bench_failover [--broker-failure 1000 10000] [--controller-failover 10000 50000]
+        [--load-rates 0 500]
 
 Broker failure: a broker leading P partitions (RF 3) is SIGKILLed; the figure is the
 controller's timeline from `detected` (BrokerChange in the inbox) to `requests_acked`
@@ -15,6 +16,10 @@ cluster; the figure is the new controller's timeline from `processing_started` (
 event in which it wins the election) to `requests_acked`. Floor: a pipelined read of all N
 partition states from ZooKeeper (kazoo's async get, as Kafka's controller reads them);
 also shown, the same read through kray's MultiRead batches, which the controller uses.
+With `--load-rates`, the same cluster's controller is killed once per rate, a confluent-kafka
+producer streaming acks=all records over every partition at that rate (0: idle), so that the
+loaded failovers compare with an idle one of the same run. Each row also gives the ZooKeeper
+server's memory at that size (the JVM's resident set, and the data size `mntr` reports).
 """
 from __future__ import annotations
 
@@ -27,10 +32,12 @@ import uuid
 
 import ray
 
+from actors.clients.load import LoadGenerator
 from actors.cluster import LocalCluster, poll
 from actors.config import ClusterConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination import admin, zkdata
+from coordination.server import four_letter_word
 from coordination.zkclient import CreateOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
@@ -111,14 +118,27 @@ def broker_failure(connect: str, p: int) -> dict:
         zk.close()
 
 
-def controller_failover(connect: str, n: int) -> dict:
+def zookeeper_memory(connect: str, server) -> dict:
+    """The ZooKeeper server's resident memory (MB, when this process started it) and `mntr`'s data size."""
+    host, port = connect.split("/")[0].split(",")[0].rsplit(":", 1)
+    mntr = dict(line.split("\t", 1) for line in four_letter_word(host, int(port), "mntr").splitlines() if "\t" in line)
+    out = {"zk_znodes": int(mntr.get("zk_znode_count", -1)),
+           "zk_data_mb": round(int(mntr.get("zk_approximate_data_size", 0)) / 2**20, 1)}
+    if server is not None:
+        status = open(f"/proc/{server.servers[0].process.pid}/status").read()
+        out["zk_rss_mb"] = round(int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmRSS"))) / 1024)
+        out["zk_heap_max_mb"] = server.servers[0].heap_mb
+    return out
+
+
+def controller_failover(connect: str, n: int, load_rates: list[float], server=None) -> list[dict]:
+    """The active controller killed once per load rate, on one cluster of n partitions: a row each."""
     cluster, zk = new_cluster(connect)
     try:
         t0 = time.perf_counter()
         admin.create_topic(zk, "bench", n, 3)
         cluster.wait_for_metadata(lambda m: len(m["partitions"]) == n, timeout=1200)
         created = time.perf_counter() - t0
-        old_id, old_epoch = cluster.wait_for_controller(zk)
         paths = [zkdata.partition_state_path(TopicPartition("bench", i)) for i in range(n)]
         with KrayZkClient(zk.connect).start() as reader:
             start = time.perf_counter()
@@ -128,16 +148,32 @@ def controller_failover(connect: str, n: int) -> dict:
             start = time.perf_counter()
             assert all(reader.get_many(paths).values())
             multi_read = time.perf_counter() - start
-        cluster.kill_controller(old_id)
-        new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=600)
-        controller = cluster.controller_actor(new_id)
-        t = poll(lambda: next((t for t in ray.get(controller.timelines.remote())
-                               if t["kind"] == "controller_failover" and t["epoch"] == old_epoch + 1
-                               and t["requests_acked_ms"]), None), 600, "timeline")
-        return _phases(t, "processing_started_ms") | {
-            "scenario": "controller_failover", "partitions": n, "topic_creation_to_all_caches_s": round(created, 2),
-            "floor_pipelined_read_s": round(floor, 3), "floor_s": round(floor, 3),
-            "multi_read_s": round(multi_read, 3)}
+        memory = zookeeper_memory(connect, server)
+        rows = []
+        for rate in load_rates:
+            load = None
+            if rate > 0:
+                load = LoadGenerator.remote(0, cluster.config, [TopicPartition("bench", i) for i in range(n)], rate,
+                                            100, -1)
+                ray.get(load.start.remote())
+                poll(lambda: ray.get(load.stats.remote())["acked"] >= rate * 3, 120, "the load to flow")
+            old_id, old_epoch = cluster.wait_for_controller(zk)
+            cluster.kill_controller(old_id)
+            new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=600)
+            controller = cluster.controller_actor(new_id)
+            t = poll(lambda: next((t for t in ray.get(controller.timelines.remote())
+                                   if t["kind"] == "controller_failover" and t["epoch"] == old_epoch + 1
+                                   and t["requests_acked_ms"]), None), 600, "timeline")
+            stats = ray.get(load.stop.remote()) if load is not None else {}
+            rows.append(_phases(t, "processing_started_ms") | memory | {
+                "scenario": "controller_failover", "partitions": n, "load_rate": rate,
+                "load_acked": stats.get("acked", 0), "load_errors": stats.get("errors", 0),
+                "topic_creation_to_all_caches_s": round(created, 2),
+                "floor_pipelined_read_s": round(floor, 3), "floor_s": round(floor, 3),
+                "multi_read_s": round(multi_read, 3)})
+            if load is not None:
+                ray.kill(load)
+        return rows
     finally:
         cluster.stop(delete_logs=True)
         zk.close()
@@ -158,6 +194,8 @@ def main() -> None:
     parser.add_argument("--broker-failure", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--controller-failover", type=int, nargs="*", default=[10000, 50000])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--load-rates", type=float, nargs="+", default=[0],
+                        help="records/s streamed while the controller is killed, one kill each (0: idle)")
     args = parser.parse_args()
     with embedded_zookeeper_and_ray() as env:
         connect = env.connect
@@ -171,9 +209,13 @@ def main() -> None:
             if len(runs) > 1:
                 print(json.dumps({"median_total_s": statistics.median(r["total_s"] for r in runs), "p": p}))
         for n in args.controller_failover:
-            r = controller_failover(connect, n)
-            r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
-            print(json.dumps(r), flush=True)
+            rows = controller_failover(connect, n, args.load_rates, env.zk_server)
+            idle = next((r["total_s"] for r in rows if r["load_rate"] == 0), None)
+            for r in rows:
+                r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
+                if idle:
+                    r["ratio_to_idle"] = round(r["total_s"] / idle, 2)
+                print(json.dumps(r), flush=True)
 
 
 if __name__ == "__main__":
