@@ -43,7 +43,7 @@ class ControllerActor:
         self.inbox = ControllerEventManager(f"controller-event-thread-{broker_id}", self._process)
         self.metrics = ControllerMetrics(broker_id, config.namespace)
         self.controller = KafkaController(
-            broker_id, self.zk, self.inbox.put,
+            broker_id, self.zk, self.inbox,
             channel_factory=lambda epoch: ControllerChannelManager(
                 broker_id, epoch, config, me,
                 on_sender_died=lambda b, sender: self.inbox.put(RequestSenderDied(broker_id=b, sender=sender))),

@@ -32,6 +32,7 @@ from actors.controller.events import (
     ControlledShutdown,
     ControllerChange,
     ControllerEvent,
+    ControllerEventManager,
     DescribeController,
     Expire,
     IsrChangeNotification,
@@ -67,12 +68,13 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 
 
 class KafkaController:
-    def __init__(self, broker_id: int, zk: KrayZkClient, put: Callable[[ControllerEvent], None],
+    def __init__(self, broker_id: int, zk: KrayZkClient, inbox: ControllerEventManager,
                  channel_factory: Callable[[int], object], config: ControllerConfig | None = None,
                  detector_factory: Callable[[str, Callable[[int, str], None]], object] | None = None):
         self.broker_id = broker_id
         self.zk = zk
-        self.put = put
+        self.inbox = inbox
+        self.put = inbox.put
         self.config = config or ControllerConfig()
         self._channel_factory = channel_factory
         # (role, on_death) -> a RayFailureDetector for "broker" or "controller" actors; None: deaths are learnt
@@ -80,7 +82,7 @@ class KafkaController:
         self._detector_factory = detector_factory
         self.detector = None  # the active controller's, on brokers
         self._controller_watch = None  # a candidate's, on the active controller: (detector, ActiveController)
-        self.election = ControllerElection(zk, broker_id, notify=lambda: put(ControllerChange()))
+        self.election = ControllerElection(zk, broker_id, notify=lambda: self.put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
         self._watches: dict[str, object] = {}
@@ -196,7 +198,7 @@ class KafkaController:
         """kazoo's state listener: only enqueue (never block or call ZooKeeper here)."""
         if state == KazooState.LOST:
             self._session_lost = True
-            self.put(Expire())
+            self.inbox.clear_and_put(Expire())
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             self.put(Reelect())
@@ -275,6 +277,10 @@ class KafkaController:
     def resign(self, reason: str) -> None:
         """Kafka's onControllerResignation: stop watches, scheduler and senders; forget the context."""
         log.info("%s Resigning as controller: %s", self.prefix, reason)
+        preempted = self.inbox.preempt_queued()
+        if preempted:
+            log.info("%s Dropped %d queued events only an active controller processes; their callers were "
+                     "answered NOT_CONTROLLER", self.prefix, preempted)
         self.watch_generation += 1
         self._stop_watches()
         self._scheduler_stop.set()

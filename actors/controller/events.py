@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from actors.protocol import ControllerResponse
+from coordination.errors import Errors
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,19 @@ class ShutdownEventThread(ControllerEvent):
     pass
 
 
+ELECTION_EVENTS = (Startup, ControllerChange, Reelect, Expire, ControllerActorDied, DescribeController,
+                   ShutdownEventThread)  # what a candidate processes too; every other event needs an active controller
+
+
+def preempt(event: ControllerEvent) -> None:
+    """Kafka's ControllerEvent.preempt: the caller of an event a resigned controller will not process,
+    if one waits, is answered NOT_CONTROLLER now (it asks the next controller) rather than when the
+    inbox reaches the event or its own timeout passes."""
+    reply = getattr(event, "reply", None)
+    if reply is not None and not reply.done():
+        reply.set_result(Errors.NOT_CONTROLLER)
+
+
 class ControllerEventManager:
     """One queue, one thread. `process` is called with each event in arrival order."""
 
@@ -179,6 +193,28 @@ class ControllerEventManager:
 
     def put(self, event: ControllerEvent) -> None:
         self._queue.put(event)
+
+    def preempt_queued(self) -> int:
+        """Take out every queued event only an active controller processes, answering its caller
+        (`preempt`), as a controller resigns; how many. The election events stay, in their order."""
+        with self._queue.mutex:
+            queued = list(self._queue.queue)
+            self._queue.queue.clear()
+            self._queue.queue.extend(e for e in queued if isinstance(e, ELECTION_EVENTS))
+        dropped = [e for e in queued if not isinstance(e, ELECTION_EVENTS)]
+        for event in dropped:
+            preempt(event)
+        return len(dropped)
+
+    def clear_and_put(self, event: ControllerEvent) -> int:
+        """Kafka's clearAndPut, for an expired session: what an active controller would process is
+        preempted and `event` goes first, ahead of the election events; how many were preempted."""
+        preempted = self.preempt_queued()
+        with self._queue.mutex:
+            self._queue.queue.appendleft(event)
+            self._queue.unfinished_tasks += 1
+            self._queue.not_empty.notify()
+        return preempted
 
     def depth(self) -> int:
         return self._queue.qsize()
