@@ -1,7 +1,7 @@
 """Failover benchmark: broker failure and controller failover at scale, beside floors from the same run.
 
     .venv/bin/python -m benchmarks.bench_failover [--broker-failure 1000 10000] [--controller-failover 10000 50000]
-        [--load-rates 0 500]
+        [--load-rates 0 500 0 500]
 
 Broker failure: a broker leading P partitions (RF 3) is SIGKILLed; the figure is the
 controller's timeline from `detected` (BrokerChange in the inbox) to `requests_acked`
@@ -195,7 +195,8 @@ def main() -> None:
     parser.add_argument("--controller-failover", type=int, nargs="*", default=[10000, 50000])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--load-rates", type=float, nargs="+", default=[0],
-                        help="records/s streamed while the controller is killed, one kill each (0: idle)")
+                        help="records/s streamed while the controller is killed, one kill each in this order (0: idle); "
+                             "medians per rate, and their ratio to the idle one")
     args = parser.parse_args()
     with embedded_zookeeper_and_ray() as env:
         connect = env.connect
@@ -210,12 +211,15 @@ def main() -> None:
                 print(json.dumps({"median_total_s": statistics.median(r["total_s"] for r in runs), "p": p}))
         for n in args.controller_failover:
             rows = controller_failover(connect, n, args.load_rates, env.zk_server)
-            idle = next((r["total_s"] for r in rows if r["load_rate"] == 0), None)
             for r in rows:
                 r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
-                if idle:
-                    r["ratio_to_idle"] = round(r["total_s"] / idle, 2)
                 print(json.dumps(r), flush=True)
+            medians = {rate: statistics.median(r["total_s"] for r in rows if r["load_rate"] == rate)
+                       for rate in dict.fromkeys(args.load_rates)}
+            for rate, median in medians.items():
+                print(json.dumps({"partitions": n, "load_rate": rate, "failovers": args.load_rates.count(rate),
+                                  "median_total_s": median} | ({"ratio_to_idle": round(median / medians[0], 2)}
+                                                               if medians.get(0) else {})), flush=True)
 
 
 if __name__ == "__main__":
