@@ -36,23 +36,19 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from jobs.rundir import (
+from actors.records import (
     CONSUMED,
     CONTROLLER_EVENTS,
     CONTROLLER_REQUESTS,
-    FINAL_STATE,
-    PARTITION_STATES,
     PRODUCED,
     Ack,
     Consumed,
     ControllerEventRecord,
     ControllerRequestRecord,
-    FinalState,
     JsonlReader,
-    PartitionLeadership,
-    StateSample,
     tp_key,
 )
+from jobs.rundir import FINAL_STATE, PARTITION_STATES, FinalState, PartitionLeadership, StateSample
 
 INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "multiple_leaders",
               "leader_not_live_or_in_isr", "caches_not_converged")

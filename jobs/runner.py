@@ -24,6 +24,17 @@ from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.controller.changes import imbalanced_leaderships
 from actors.recording import RunRecorder, recorder_name
+from actors.records import (
+    CONSUMED,
+    PRODUCED,
+    TIMELINES,
+    Ack,
+    Consumed,
+    JsonlReader,
+    JsonlWriter,
+    TimelineRecord,
+    tp_key,
+)
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs import failovers, rundir
@@ -31,7 +42,7 @@ from jobs.chaos import BROKER_FAULTS, Chaos
 from jobs.check import check_run
 from jobs.experiment import Experiment, FaultSpec
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
-from jobs.rundir import FaultKind, FaultRecord, JsonlReader, JsonlWriter, tp_key
+from jobs.rundir import FaultKind, FaultRecord
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +204,9 @@ class ExperimentRun:
         for record in read_back(self.config, self.partitions):
             chunk.append(record.model_dump_json())
             if len(chunk) >= READ_BACK_CHUNK:
-                self.recorder.write.remote(rundir.CONSUMED, chunk)
+                self.recorder.write.remote(CONSUMED, chunk)
                 chunk = []
-        ray.get(self.recorder.write.remote(rundir.CONSUMED, chunk))
+        ray.get(self.recorder.write.remote(CONSUMED, chunk))
         time.sleep(1.0)  # the actors' record sinks flush every 0.2 s
         ray.get(self.recorder.close.remote())
 
@@ -400,14 +411,14 @@ class ExperimentRun:
 
         states = list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample))
         epochs = {(tp_key(c.topic, c.partition), c.offset): c.leader_epoch
-                  for c in reader.lines(rundir.CONSUMED, rundir.Consumed) if c.final}
+                  for c in reader.lines(CONSUMED, Consumed) if c.final}
 
         def acks():
-            for ack in reader.lines(rundir.PRODUCED, rundir.Ack):
+            for ack in reader.lines(PRODUCED, Ack):
                 latency.append(ack.acked_ms - ack.sent_ms)
                 yield ack
         records = failovers.compose(
-            list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults,
+            list(reader.lines(TIMELINES, TimelineRecord)), faults,
             failovers.AckIndex(failovers.attribute(acks(), epochs, failovers.epoch_leaders(states))),
             list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector,
             states if self.exp.load.acks_code == -1 else None)

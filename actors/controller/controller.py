@@ -53,12 +53,12 @@ from actors.controller.state_machines import PartitionStateName as P, ReplicaSta
 from actors.controller.timeline import FailoverTimeline
 from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine, leadership_from_record
 from actors.protocol import LiveBroker
+from actors.records import tp_key
 from coordination import zkdata
 from coordination.election import ControllerElection
 from coordination.errors import ControllerMovedException, Errors
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
-from jobs.rundir import tp_key
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,11 @@ import os
 
 import pytest
 
+from actors.records import JsonlReader
 from coordination.server import ZooKeeperEnsemble, ZooKeeperSettings
 from jobs import rundir
 from jobs.experiment import Experiment, RandomFaults
-from jobs.rundir import FaultKind, JsonlReader
+from jobs.rundir import FaultKind
 from jobs.runner import ExperimentRun, report
 
 SOAK_S = float(os.environ.get("KRAY_SOAK_SECONDS", 30 * 60))

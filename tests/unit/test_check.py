@@ -6,25 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from jobs import check
-from jobs.rundir import (
+from actors.records import (
     CONSUMED,
     CONTROLLER_EVENTS,
     CONTROLLER_REQUESTS,
-    FINAL_STATE,
-    PARTITION_STATES,
     PRODUCED,
     Ack,
-    BrokerCache,
     Consumed,
     ControllerEventRecord,
     ControllerRequestRecord,
-    FinalState,
     JsonlWriter,
-    PartitionLeadership,
-    StateSample,
     tp_key,
 )
+from jobs import check
+from jobs.rundir import FINAL_STATE, PARTITION_STATES, BrokerCache, FinalState, PartitionLeadership, StateSample
 
 PARTITIONS = [("orders", 0), ("orders", 1), ("my-events", 0)]  # a topic with a dash, as Kafka allows
 RECORDS_PER_PARTITION = 8  # offsets 0..7; leader epoch 1 (broker 0) for 0..3, epoch 2 (broker 1) for 4..7
