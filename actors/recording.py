@@ -43,10 +43,6 @@ class RunRecorder:
             self.closed = True
 
 
-def recorder_name(run_id: str) -> str:
-    return f"recorder-{run_id}"
-
-
 class RecordSink:
     """Buffers records for the named RunRecorder and sends them in the background."""
 

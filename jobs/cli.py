@@ -267,7 +267,7 @@ def broker_shutdown(args) -> None:
 
 def controller_status(args) -> None:
     import ray
-    from actors.controller.channel import controller_actor_name
+    from actors.names import controller_actor_name
 
     with _zk(args) as zk:
         controller_id = zk.get_controller_id()

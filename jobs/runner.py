@@ -23,7 +23,8 @@ from actors.clients.load import ConsumerWorker, LoadGenerator, read_back
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.controller.changes import imbalanced_leaderships
-from actors.recording import RunRecorder, recorder_name
+from actors.names import recorder_name
+from actors.recording import RunRecorder
 from actors.records import (
     CONSUMED,
     PRODUCED,

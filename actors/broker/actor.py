@@ -30,7 +30,8 @@ from actors.broker.network import SocketServer
 from actors.broker.replica_manager import HW_CHECKPOINT, ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
-from actors.controller.channel import controller_actor_name, request_sender_name, start_request_sender
+from actors.controller.channel import start_request_sender
+from actors.names import controller_actor_name, request_sender_name
 from actors.recording import RecordSink
 from actors.runtime import (
     MANY_THREADS_ENV,

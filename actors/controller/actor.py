@@ -14,7 +14,7 @@ import ray
 
 from actors import records
 from actors.config import ClusterConfig
-from actors.controller.channel import ControllerChannelManager, broker_actor_name, controller_actor_name
+from actors.controller.channel import ControllerChannelManager
 from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
@@ -28,6 +28,7 @@ from actors.controller.events import (
     Startup,
     TopicUncleanLeaderElectionEnable,
 )
+from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
 from actors.runtime import configure_actor_process, rss_mb
 from actors.protocol import ControllerResponse

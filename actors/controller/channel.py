@@ -19,12 +19,12 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections import defaultdict
 
 import ray
 
 from actors.config import ClusterConfig
+from actors.names import broker_actor_name, replacement_sender_name, request_sender_name
 from actors.runtime import beside_this_actor, configure_actor_process
 from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
 from actors.protocol import (
@@ -42,14 +42,6 @@ from actors.protocol import (
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
-
-def broker_actor_name(broker_id: int) -> str:
-    return f"broker-{broker_id}"
-
-
-def controller_actor_name(broker_id: int) -> str:
-    return f"controller-{broker_id}"
-
 
 EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch when the replica is deleted
 
@@ -178,19 +170,6 @@ class InOrder:
         return out
 
 
-def request_sender_name(broker_id: int) -> str:
-    """The RequestSender to broker N (Kafka names the thread Controller-C-to-broker-N-send-thread;
-    here one sender serves every controller in turn)."""
-    return f"RequestSender-to-broker-{broker_id}"
-
-
-def is_request_sender_to(name: str, broker_id: int) -> bool:
-    """Whether an actor's name is one of the RequestSenders to the broker: its own, or one a controller
-    started in place of it (`start_request_sender` with `controller_id`)."""
-    base = request_sender_name(broker_id)
-    return name == base or name.startswith(f"{base}-of-controller-")
-
-
 Owner = tuple[int, int]  # (controller epoch, the controller's attachment number): who a sender works for
 
 
@@ -282,11 +261,10 @@ class RequestSender:
 
 def start_request_sender(broker_id: int, config: ClusterConfig, controller_id: int | None = None):
     """A RequestSender to the broker beside the calling actor: the broker's own (ValueError: a killed
-    incarnation's is not gone yet), or, given `controller_id`, one that controller starts under a name
-    of its own, so that the broker's next incarnation always finds its name free."""
-    name = request_sender_name(broker_id)
-    if controller_id is not None:
-        name = f"{name}-of-controller-{controller_id}-{uuid.uuid4().hex[:8]}"
+    incarnation's is not gone yet), or, given `controller_id`, one that controller starts in place of
+    a killed one (`replacement_sender_name`)."""
+    name = request_sender_name(broker_id) if controller_id is None else \
+        replacement_sender_name(broker_id, controller_id)
     return RequestSender.options(name=name, namespace=config.namespace,
                                  scheduling_strategy=beside_this_actor()).remote(broker_id, config)
 
