@@ -92,7 +92,7 @@ def measure(run_dir: Path, victims: dict[int, str] | None = None) -> list[dict]:
             "detect_p50": percentile(detect, 50), "detect_max": detect[-1] if detect else None,
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
             "produce_rate": sum(rate) / len(rate) if rate else 0,
-            "violations": sum(summary.invariants.values()) if summary else None, "run_dir": str(run_dir)})
+            "violations": sum(summary.check.invariants.values()) if summary else None, "run_dir": str(run_dir)})
     return rows
 
 

@@ -329,7 +329,7 @@ def experiment_run(args) -> None:
     experiment = load_experiment(args.file)
     run_dir, summary = run_experiment(experiment, args.runs_dir)
     print(report(run_dir))
-    if any(summary.invariants.values()):
+    if not summary.check.ok:
         sys.exit(1)
 
 

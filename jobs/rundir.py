@@ -126,6 +126,36 @@ class FinalState(Record):
     caches: dict[int, BrokerCache]  # broker id -> its metadata cache; brokers that did not answer are absent
 
 
+class CheckReport(Record):
+    """A run's invariant checks (jobs/check.py makes them), kept in its summary and printed for people."""
+
+    run_dir: str
+    invariants: dict[str, int]
+    examples: dict[str, list[str]]
+    notes: list[str] = Field(default_factory=list)
+    malformed_lines: dict[str, int] = Field(default_factory=dict)
+    malformed_examples: dict[str, str] = Field(default_factory=dict)  # file -> its first bad line's error
+    counts: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.invariants.values())
+
+    def render(self) -> str:
+        lines = [f"{'Invariant':<30} {'Violations':>10}  Example"]
+        for name, count in self.invariants.items():
+            example = self.examples.get(name) or [""]
+            lines.append(f"{name:<30} {count:>10}  {example[0]}".rstrip())
+        lines.append("Counts: " + ", ".join(f"{k} {v}" for k, v in self.counts.items()))
+        lines += [f"Note: {note}" for note in self.notes]
+        if self.malformed_lines:
+            lines.append("Malformed lines: " + "; ".join(
+                f"{name}: {n} ({self.malformed_examples.get(name, '')})"
+                for name, n in self.malformed_lines.items()))
+        lines.append("OK" if self.ok else "FAILED")
+        return "\n".join(lines)
+
+
 class Summary(Record):
     run_id: str
     experiment: str
@@ -140,4 +170,4 @@ class Summary(Record):
     produce_latency_ms_p50: float | None = None  # send -> acknowledgement, every acknowledged record
     produce_latency_ms_p99: float | None = None
     malformed_lines: dict[str, int] = Field(default_factory=dict)
-    invariants: dict[str, int] = Field(default_factory=dict)  # invariant -> violations
+    check: CheckReport

@@ -424,19 +424,18 @@ class ExperimentRun:
             list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector,
             states if self.exp.load.acks_code == -1 else None)
         self.writer.write(rundir.FAILOVERS, records)
-        report = check_run(self.run_dir)
+        check = check_run(self.run_dir)
         unavailable = sorted(failovers.unavailability_ms(records))
         latency.sort()
         summary = rundir.Summary(
             run_id=self.run_dir.name, experiment=self.exp.name, started_ms=started, ended_ms=now_ms(),
-            faults=len(faults), failovers=len(records), acked=report.counts.get("acked", 0),
-            consumed=report.counts.get("consumed_live", 0),
+            faults=len(faults), failovers=len(records), acked=check.counts.get("acked", 0),
+            consumed=check.counts.get("consumed_live", 0),
             unavailability_ms_p50=percentile(unavailable, 50), unavailability_ms_p99=percentile(unavailable, 99),
             produce_latency_ms_p50=percentile(latency, 50), produce_latency_ms_p99=percentile(latency, 99),
-            malformed_lines={**reader.malformed, **report.malformed_lines}, invariants=report.invariants)
+            malformed_lines={**reader.malformed, **check.malformed_lines}, check=check)
         self.writer.document(rundir.SUMMARY, summary)
         self.writer.close()
-        self.report = report
         return summary
 
 
@@ -452,7 +451,8 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 def report(run_dir: Path) -> str:
-    """What a run did, for people: its failovers, phase by phase, and the invariant checks."""
+    """What a run did, for people: its failovers, phase by phase, and its summary with the invariant checks
+    made when it ended (not made again: they read every record)."""
     reader = JsonlReader(run_dir)
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
     faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, FaultRecord)}
@@ -477,7 +477,9 @@ def report(run_dir: Path) -> str:
                      f"{_fmt(summary.unavailability_ms_p50)} ms, p99 {_fmt(summary.unavailability_ms_p99)} ms; "
                      f"produce latency p50 {_fmt(summary.produce_latency_ms_p50)} ms, "
                      f"p99 {_fmt(summary.produce_latency_ms_p99)} ms")
-    lines.append(check_run(run_dir).render())
+        lines.append(summary.check.render())
+    else:
+        lines.append(f"\nNo readable {rundir.SUMMARY}: `kray check {run_dir}` checks the invariants")
     lines.append(f"Run directory: {run_dir}")
     return "\n".join(lines)
 
