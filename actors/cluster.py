@@ -12,7 +12,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker.actor import BrokerActor
 from actors.config import ClusterConfig
-from actors.controller.channel import broker_actor_name, controller_actor_name
+from actors.names import broker_actor_name, controller_actor_name
 from actors.placement import NodeInfo, place_brokers
 from actors.runtime import poll
 from coordination.zkclient import KrayZkClient

@@ -1,5 +1,5 @@
 """Recording an experiment: actors send records to one RunRecorder actor, which appends them to
-the run directory's JSON Lines files (jobs/rundir.py).
+the run directory's JSON Lines files (actors/records.py).
 
 Brokers, controllers and load generators hold a `RecordSink`: records are buffered and sent
 every FLUSH_INTERVAL_S without waiting for an answer, so recording costs the hot paths an
@@ -16,7 +16,7 @@ from pathlib import Path
 import ray
 from pydantic import BaseModel
 
-from jobs.rundir import JsonlWriter
+from actors.records import JsonlWriter
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,6 @@ class RunRecorder:
         with self._lock:
             self.writer.close()
             self.closed = True
-
-
-def recorder_name(run_id: str) -> str:
-    return f"recorder-{run_id}"
 
 
 class RecordSink:

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from jobs import rundir
-from jobs.analysis import FEATURES, PHASES, PHASE_SPANS, PERCENTILES, analyse, bucket_label
+from jobs.analysis import PERCENTILES, analyse
+from jobs.phases import FEATURES, PHASE_SPANS, PHASES, bucket_label
 
 
 def fabricate(root: Path, rows: int, runs: int, seed: int = 3) -> int:

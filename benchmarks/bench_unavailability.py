@@ -31,11 +31,12 @@ import tempfile
 from pathlib import Path
 
 from actors.config import ControllerConfig
+from actors.records import PRODUCED, Ack, JsonlReader, tp_key
 from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec
 from jobs.failovers import unavailability_ms
 from jobs.local import embedded_zookeeper_and_ray
-from jobs.rundir import FaultKind, JsonlReader, tp_key
+from jobs.rundir import FaultKind
 from jobs.runner import percentile, run_experiment
 
 
@@ -62,7 +63,7 @@ def measure(run_dir: Path, victims: dict[int, str] | None = None) -> list[dict]:
     records = [f for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord)
                if f.fault_kind is FaultKind.KILL_BROKER]
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
-    acks = list(reader.lines(rundir.PRODUCED, rundir.Ack))
+    acks = list(reader.lines(PRODUCED, Ack))
     all_faults = sorted({f.fault_injected_ms for f in records})
     steady = sorted(a.acked_ms - a.sent_ms for a in acks
                     if not any(-2_000 <= a.sent_ms - t < 10_000 for t in all_faults))
@@ -91,7 +92,7 @@ def measure(run_dir: Path, victims: dict[int, str] | None = None) -> list[dict]:
             "detect_p50": percentile(detect, 50), "detect_max": detect[-1] if detect else None,
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
             "produce_rate": sum(rate) / len(rate) if rate else 0,
-            "violations": sum(summary.invariants.values()) if summary else None, "run_dir": str(run_dir)})
+            "violations": sum(summary.check.invariants.values()) if summary else None, "run_dir": str(run_dir)})
     return rows
 
 

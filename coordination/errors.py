@@ -1,7 +1,9 @@
 """Kafka's error codes and the exceptions kray raises for them.
 
 Codes are Kafka's wire values (org.apache.kafka.common.protocol.Errors) so that
-responses, logs and CLI output read the same as in a Kafka cluster.
+responses, logs and CLI output read the same as in a Kafka cluster. The exceptions
+only a broker's data plane raises (logs, record batches, replicas, producer state)
+are in actors/broker/errors.py.
 """
 from __future__ import annotations
 
@@ -91,62 +93,8 @@ class ControllerMovedException(KrayError):
     error = Errors.NOT_CONTROLLER
 
 
-class OffsetOutOfRangeException(KrayError):
-    error = Errors.OFFSET_OUT_OF_RANGE
-
-
-class NotLeaderOrFollowerException(KrayError):
-    error = Errors.NOT_LEADER_OR_FOLLOWER
-
-
-class RecordTooLargeException(KrayError):
-    error = Errors.MESSAGE_TOO_LARGE
-
-
-class NotEnoughReplicasException(KrayError):
-    error = Errors.NOT_ENOUGH_REPLICAS
-
-
-class OutOfOrderSequenceException(KrayError):
-    error = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
-
-
-class DuplicateSequenceException(KrayError):
-    error = Errors.DUPLICATE_SEQUENCE_NUMBER
-
-
-class InvalidProducerEpochException(KrayError):
-    error = Errors.INVALID_PRODUCER_EPOCH
-
-
-class FencedLeaderEpochException(KrayError):
-    error = Errors.FENCED_LEADER_EPOCH
-
-
-class UnknownLeaderEpochException(KrayError):
-    error = Errors.UNKNOWN_LEADER_EPOCH
-
-
-class CorruptRecordException(KrayError):
-    error = Errors.CORRUPT_MESSAGE
-
-
-class InvalidRecordException(KrayError):
-    error = Errors.INVALID_RECORD
-
-
-class UnsupportedCompressionTypeException(KrayError):
-    error = Errors.UNSUPPORTED_COMPRESSION_TYPE
-
-
 class InvalidConfigurationException(KrayError):
     error = Errors.INVALID_CONFIG
-
-
-class KafkaStorageException(KrayError):
-    """A log or checkpoint file on the broker's disk cannot be used as it is."""
-
-    error = Errors.KAFKA_STORAGE_ERROR
 
 
 class MalformedZNodeError(KrayError):

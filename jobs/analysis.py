@@ -36,37 +36,16 @@ from typing import Callable, NamedTuple
 
 from coordination.errors import KrayError
 from jobs import rundir
+from jobs.phases import BUCKET_EDGES, FEATURES, PHASE_SPANS, PHASES, Analysis, bucket_label, bucket_order
+from jobs.report import summary_table, write_report
 from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_hosts, spark_on_ray
 
-PHASES = ["detection_ms", "inbox_wait_ms", "election_zk_ms", "propagation_ms", "unavailability_ms"]
-# the timestamps each phase runs between (unavailability_ms is computed from first_produce_ok_ms)
-PHASE_SPANS = {"detection_ms": ("fault_injected_ms", "detected_ms"),
-               "inbox_wait_ms": ("detected_ms", "processing_started_ms"),
-               "election_zk_ms": ("processing_started_ms", "zk_written_ms"),
-               "propagation_ms": ("zk_written_ms", "requests_acked_ms")}
-FEATURES = ["partitions_affected", "partitions_total", "produce_rate", "inbox_depth", "sender_queue_depth",
-            "session_timeout_ms", "detector"]
-BUCKET_EDGES = (1, 100, 500, 1000, 5000)  # partitions affected
 PERCENTILES = (0.5, 0.95, 0.99)
 CORRUPT = "_corrupt_record"
 # a line without one of these is malformed (counted and reported): the phases and features need them
 REQUIRED = ["detected_ms", "processing_started_ms", "load", *(f"load.{f}" for f in (
     "partitions_total", "partitions_affected", "produce_rate", "inbox_depth", "session_timeout_ms", "detector"))]
 CHART_POINTS = 20_000  # the scatter chart draws a sample of at most this many failovers
-
-
-def bucket_label(affected: int, edges: tuple[int, ...] = BUCKET_EDGES) -> str:
-    """The load bucket of a failover by partitions affected: "0", "1-99", ..., "5000+"."""
-    if affected < edges[0]:
-        return "0" if edges[0] == 1 else f"0-{edges[0] - 1}"
-    for low, high in zip(edges, edges[1:]):
-        if affected < high:
-            return f"{low}-{high - 1}"
-    return f"{edges[-1]}+"
-
-
-def bucket_order(label: str) -> int:
-    return int(label.split("-")[0].rstrip("+"))
 
 
 # -- input ---------------------------------------------------------------------
@@ -120,16 +99,6 @@ def failover_schema():
 
 
 # -- the job -------------------------------------------------------------------
-
-class Analysis(NamedTuple):
-    failovers: int  # rows analysed
-    inputs: list[dict]  # per run: failovers, malformed, unexplained, status, examples
-    percentiles: list[dict]  # detector, bucket, phase, n, p50, p95, p99
-    correlations: list[dict]  # method, phase, feature, value (None: a constant column)
-    regressions: list[dict]  # phase, n, intercept, r2, coefficients {feature: value}, skipped
-    out: Path
-    on_ray: bool
-
 
 def failover_table(spark, runs: list[RunInput]):
     """(one row per failover with a fault: run_id, kind, fault_kind, PHASES, FEATURES, bucket; all
@@ -281,7 +250,6 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
         .where("unavailability_ms IS NOT NULL")
     sample = points.sample(fraction=min(1.0, CHART_POINTS / max(n, 1)), seed=1).collect()
     result = Analysis(n, inputs, pct, corr, reg, out, runs_on_ray(spark))
-    from jobs.report import write_report
     write_report(result, [r.asDict() for r in sample])
     raw.unpersist()
     table.unpersist()
@@ -304,8 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     add_spark_arguments(parser)
     args = parser.parse_args(argv)
     import ray
-
-    from jobs.report import summary_table
 
     out = args.out or str(Path(args.paths[0]) / "analysis")
     settings = settings_from(args)

@@ -26,7 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import LocalCluster
-from actors.controller.channel import is_request_sender_to
+from actors.names import is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
 from jobs.rundir import FaultKind

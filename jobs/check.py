@@ -34,25 +34,19 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
-from jobs.rundir import (
+from actors.records import (
     CONSUMED,
     CONTROLLER_EVENTS,
     CONTROLLER_REQUESTS,
-    FINAL_STATE,
-    PARTITION_STATES,
     PRODUCED,
     Ack,
     Consumed,
     ControllerEventRecord,
     ControllerRequestRecord,
-    FinalState,
     JsonlReader,
-    PartitionLeadership,
-    StateSample,
     tp_key,
 )
+from jobs.rundir import FINAL_STATE, PARTITION_STATES, CheckReport, FinalState, PartitionLeadership, StateSample
 
 INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "multiple_leaders",
               "leader_not_live_or_in_isr", "caches_not_converged")
@@ -72,34 +66,6 @@ class Violations:
         self.count += 1
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(example)
-
-
-class CheckReport(BaseModel):
-    run_dir: str
-    invariants: dict[str, int]
-    examples: dict[str, list[str]]
-    notes: list[str] = Field(default_factory=list)
-    malformed_lines: dict[str, int] = Field(default_factory=dict)
-    malformed_examples: dict[str, str] = Field(default_factory=dict)  # file -> its first bad line's error
-    counts: dict[str, int] = Field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not any(self.invariants.values())
-
-    def render(self) -> str:
-        lines = [f"{'Invariant':<30} {'Violations':>10}  Example"]
-        for name, count in self.invariants.items():
-            example = self.examples.get(name) or [""]
-            lines.append(f"{name:<30} {count:>10}  {example[0]}".rstrip())
-        lines.append("Counts: " + ", ".join(f"{k} {v}" for k, v in self.counts.items()))
-        lines += [f"Note: {note}" for note in self.notes]
-        if self.malformed_lines:
-            lines.append("Malformed lines: " + "; ".join(
-                f"{name}: {n} ({self.malformed_examples.get(name, '')})"
-                for name, n in self.malformed_lines.items()))
-        lines.append("OK" if self.ok else "FAILED")
-        return "\n".join(lines)
 
 
 def _at(key: Key) -> str:

@@ -267,7 +267,7 @@ def broker_shutdown(args) -> None:
 
 def controller_status(args) -> None:
     import ray
-    from actors.controller.channel import controller_actor_name
+    from actors.names import controller_actor_name
 
     with _zk(args) as zk:
         controller_id = zk.get_controller_id()
@@ -329,7 +329,7 @@ def experiment_run(args) -> None:
     experiment = load_experiment(args.file)
     run_dir, summary = run_experiment(experiment, args.runs_dir)
     print(report(run_dir))
-    if any(summary.invariants.values()):
+    if not summary.check.ok:
         sys.exit(1)
 
 

@@ -18,17 +18,8 @@ import bisect
 from collections import defaultdict
 from typing import Collection, Iterable, NamedTuple
 
-from jobs.rundir import (
-    Ack,
-    FailoverRecord,
-    FaultKind,
-    FaultRecord,
-    LoadAtFault,
-    LoadSample,
-    StateSample,
-    TimelineRecord,
-    tp_key,
-)
+from actors.records import Ack, TimelineRecord, tp_key
+from jobs.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample, StateSample
 
 LEADER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.CONTROLLED_SHUTDOWN}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.analysis import FEATURES, PHASES, Analysis, bucket_order
+from jobs.phases import FEATURES, PHASES, Analysis, bucket_order
 
 STACKED = ["detection_ms", "inbox_wait_ms", "election_zk_ms", "propagation_ms"]
 

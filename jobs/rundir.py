@@ -14,29 +14,22 @@ model per line, and a summary.
                  /final_state.json         ZooKeeper and every broker's cache after the faults stopped (FinalState)
                  /summary.json             what happened, and the invariant checks (Summary)
 
-Times are wall-clock milliseconds since the epoch, on the clock of the machine that
-wrote them (one machine for a local run). Partitions are keyed "topic-partition" in
-JSON objects, as Kafka prints them.
-
-Readers count malformed lines instead of failing on them (`read_jsonl`), so that a
-run cut short by a crash still reads.
+The records the actors write (timelines, produced, consumed, controller events and requests), the
+record base and the JSON Lines reader and writer are in actors/records.py, beside the actors; this
+module has the ones the experiment's runner writes. Times are wall-clock milliseconds, partitions
+keyed "topic-partition", as there.
 """
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import Path
-from typing import Iterator, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
+
+from actors.records import Record
 
 FAULTS = "faults.jsonl"
 FAILOVERS = "failovers.jsonl"
-TIMELINES = "timelines.jsonl"
 LOAD = "load.jsonl"
-PRODUCED = "produced.jsonl"
-CONSUMED = "consumed.jsonl"
-CONTROLLER_EVENTS = "controller_events.jsonl"
-CONTROLLER_REQUESTS = "controller_requests.jsonl"
 PARTITION_STATES = "partition_states.jsonl"
 FINAL_STATE = "final_state.json"
 SUMMARY = "summary.json"
@@ -54,10 +47,6 @@ class FaultKind(str, Enum):
     KILL_REQUEST_SENDER = "kill-request-sender"
     ZK_RESTART = "zk-restart"  # one server of an ensemble
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class FaultRecord(Record):
@@ -99,26 +88,6 @@ class FailoverRecord(Record):
     load: LoadAtFault
 
 
-class TimelineRecord(Record):
-    """A controller's failover timeline (actors/controller/timeline.py keeps it while answers come in)."""
-
-    kind: str
-    controller_id: int
-    epoch: int
-    brokers: list[int]
-    detected_ms: float
-    processing_started_ms: float
-    inbox_depth: int
-    partitions_total: int = 0
-    partitions_affected: int = 0
-    partitions: list[str] = Field(default_factory=list)  # topic-partition of each leader/ISR it wrote
-    live_brokers: int = 0
-    zk_written_ms: float | None = None
-    requests_sent_ms: float | None = None
-    requests_acked_ms: float | None = None
-    requests: int = 0
-
-
 class LoadSample(Record):
     ts_ms: float
     acked_total: int
@@ -130,47 +99,6 @@ class LoadSample(Record):
     controller_id: int | None
     controller_epoch: int | None
     rss_mb: dict[str, float] = Field(default_factory=dict)  # resident memory per actor (broker-N, controller-N, p0, c0)
-
-
-class Ack(Record):
-    """An acknowledged record: where the leader said it is, and which leader said so."""
-
-    topic: str
-    partition: int
-    offset: int
-    record_id: str  # "<producer>-<sequence>": unique, increasing per producer in send order
-    broker_id: int  # -1 when the load generator did not know (Kafka's produce response does not say)
-    leader_epoch: int  # -1 likewise; both are filled in from the final read-back (failovers.attribute)
-    sent_ms: float
-    acked_ms: float  # when the acknowledgement reached the producer
-
-
-class Consumed(Record):
-    topic: str
-    partition: int
-    offset: int
-    record_id: str
-    leader_epoch: int
-    ts_ms: float
-    final: bool = False  # read back from the start after the run, rather than by the live consumer
-
-
-class ControllerEventRecord(Record):
-    controller_id: int
-    controller_epoch: int
-    active: bool
-    event: str
-    enqueued_ms: float
-    started_ms: float
-    finished_ms: float
-
-
-class ControllerRequestRecord(Record):
-    broker_id: int
-    controller_id: int
-    controller_epoch: int
-    api: str
-    ts_ms: float
 
 
 class PartitionLeadership(Record):
@@ -198,6 +126,36 @@ class FinalState(Record):
     caches: dict[int, BrokerCache]  # broker id -> its metadata cache; brokers that did not answer are absent
 
 
+class CheckReport(Record):
+    """A run's invariant checks (jobs/check.py makes them), kept in its summary and printed for people."""
+
+    run_dir: str
+    invariants: dict[str, int]
+    examples: dict[str, list[str]]
+    notes: list[str] = Field(default_factory=list)
+    malformed_lines: dict[str, int] = Field(default_factory=dict)
+    malformed_examples: dict[str, str] = Field(default_factory=dict)  # file -> its first bad line's error
+    counts: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.invariants.values())
+
+    def render(self) -> str:
+        lines = [f"{'Invariant':<30} {'Violations':>10}  Example"]
+        for name, count in self.invariants.items():
+            example = self.examples.get(name) or [""]
+            lines.append(f"{name:<30} {count:>10}  {example[0]}".rstrip())
+        lines.append("Counts: " + ", ".join(f"{k} {v}" for k, v in self.counts.items()))
+        lines += [f"Note: {note}" for note in self.notes]
+        if self.malformed_lines:
+            lines.append("Malformed lines: " + "; ".join(
+                f"{name}: {n} ({self.malformed_examples.get(name, '')})"
+                for name, n in self.malformed_lines.items()))
+        lines.append("OK" if self.ok else "FAILED")
+        return "\n".join(lines)
+
+
 class Summary(Record):
     run_id: str
     experiment: str
@@ -212,75 +170,4 @@ class Summary(Record):
     produce_latency_ms_p50: float | None = None  # send -> acknowledgement, every acknowledged record
     produce_latency_ms_p99: float | None = None
     malformed_lines: dict[str, int] = Field(default_factory=dict)
-    invariants: dict[str, int] = Field(default_factory=dict)  # invariant -> violations
-
-
-def tp_key(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
-
-
-R = TypeVar("R", bound=BaseModel)
-
-
-class JsonlReader:
-    """Reads a run directory's files, counting malformed lines per file instead of stopping."""
-
-    def __init__(self, run_dir: Path):
-        self.dir = Path(run_dir)
-        self.malformed: dict[str, int] = {}
-        self.examples: dict[str, str] = {}  # file -> the first malformed line's error
-
-    def lines(self, name: str, model: type[R]) -> Iterator[R]:
-        path = self.dir / name
-        if not path.exists():
-            return
-        with open(path, errors="replace") as f:  # a torn write must not stop the reading
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield model.model_validate_json(line)
-                except ValidationError as e:
-                    self.malformed[name] = self.malformed.get(name, 0) + 1
-                    self.examples.setdefault(name, f"line {number}: {e.errors()[0]['msg']}")
-
-    def document(self, name: str, model: type[R]) -> R | None:
-        path = self.dir / name
-        if not path.exists():
-            return None
-        try:
-            return model.model_validate_json(path.read_text())
-        except ValidationError as e:
-            self.malformed[name] = self.malformed.get(name, 0) + 1
-            self.examples.setdefault(name, e.errors()[0]["msg"])
-            return None
-
-
-class JsonlWriter:
-    """Appends records to a run directory's files (one open file per kind, flushed per batch)."""
-
-    def __init__(self, run_dir: Path):
-        self.dir = Path(run_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, object] = {}
-
-    def write(self, name: str, records: list[BaseModel]) -> None:
-        self.append(name, [r.model_dump_json() for r in records])
-
-    def append(self, name: str, lines: list[str]) -> None:
-        """Lines already serialised (what the RunRecorder receives from the actors)."""
-        if not lines:
-            return
-        f = self._files.get(name)
-        if f is None:
-            f = self._files[name] = open(self.dir / name, "a")
-        f.write("".join(line + "\n" for line in lines))
-        f.flush()
-
-    def document(self, name: str, record: BaseModel) -> None:
-        (self.dir / name).write_text(record.model_dump_json(indent=2))
-
-    def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+    check: CheckReport

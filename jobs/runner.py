@@ -23,7 +23,19 @@ from actors.clients.load import ConsumerWorker, LoadGenerator, read_back
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.controller.changes import imbalanced_leaderships
-from actors.recording import RunRecorder, recorder_name
+from actors.names import recorder_name
+from actors.recording import RunRecorder
+from actors.records import (
+    CONSUMED,
+    PRODUCED,
+    TIMELINES,
+    Ack,
+    Consumed,
+    JsonlReader,
+    JsonlWriter,
+    TimelineRecord,
+    tp_key,
+)
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs import failovers, rundir
@@ -31,7 +43,7 @@ from jobs.chaos import BROKER_FAULTS, Chaos
 from jobs.check import check_run
 from jobs.experiment import Experiment, FaultSpec
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
-from jobs.rundir import FaultKind, FaultRecord, JsonlReader, JsonlWriter, tp_key
+from jobs.rundir import FaultKind, FaultRecord
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +205,9 @@ class ExperimentRun:
         for record in read_back(self.config, self.partitions):
             chunk.append(record.model_dump_json())
             if len(chunk) >= READ_BACK_CHUNK:
-                self.recorder.write.remote(rundir.CONSUMED, chunk)
+                self.recorder.write.remote(CONSUMED, chunk)
                 chunk = []
-        ray.get(self.recorder.write.remote(rundir.CONSUMED, chunk))
+        ray.get(self.recorder.write.remote(CONSUMED, chunk))
         time.sleep(1.0)  # the actors' record sinks flush every 0.2 s
         ray.get(self.recorder.close.remote())
 
@@ -400,31 +412,30 @@ class ExperimentRun:
 
         states = list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample))
         epochs = {(tp_key(c.topic, c.partition), c.offset): c.leader_epoch
-                  for c in reader.lines(rundir.CONSUMED, rundir.Consumed) if c.final}
+                  for c in reader.lines(CONSUMED, Consumed) if c.final}
 
         def acks():
-            for ack in reader.lines(rundir.PRODUCED, rundir.Ack):
+            for ack in reader.lines(PRODUCED, Ack):
                 latency.append(ack.acked_ms - ack.sent_ms)
                 yield ack
         records = failovers.compose(
-            list(reader.lines(rundir.TIMELINES, rundir.TimelineRecord)), faults,
+            list(reader.lines(TIMELINES, TimelineRecord)), faults,
             failovers.AckIndex(failovers.attribute(acks(), epochs, failovers.epoch_leaders(states))),
             list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector,
             states if self.exp.load.acks_code == -1 else None)
         self.writer.write(rundir.FAILOVERS, records)
-        report = check_run(self.run_dir)
+        check = check_run(self.run_dir)
         unavailable = sorted(failovers.unavailability_ms(records))
         latency.sort()
         summary = rundir.Summary(
             run_id=self.run_dir.name, experiment=self.exp.name, started_ms=started, ended_ms=now_ms(),
-            faults=len(faults), failovers=len(records), acked=report.counts.get("acked", 0),
-            consumed=report.counts.get("consumed_live", 0),
+            faults=len(faults), failovers=len(records), acked=check.counts.get("acked", 0),
+            consumed=check.counts.get("consumed_live", 0),
             unavailability_ms_p50=percentile(unavailable, 50), unavailability_ms_p99=percentile(unavailable, 99),
             produce_latency_ms_p50=percentile(latency, 50), produce_latency_ms_p99=percentile(latency, 99),
-            malformed_lines={**reader.malformed, **report.malformed_lines}, invariants=report.invariants)
+            malformed_lines={**reader.malformed, **check.malformed_lines}, check=check)
         self.writer.document(rundir.SUMMARY, summary)
         self.writer.close()
-        self.report = report
         return summary
 
 
@@ -440,7 +451,8 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 def report(run_dir: Path) -> str:
-    """What a run did, for people: its failovers, phase by phase, and the invariant checks."""
+    """What a run did, for people: its failovers, phase by phase, and its summary with the invariant checks
+    made when it ended (not made again: they read every record)."""
     reader = JsonlReader(run_dir)
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
     faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, FaultRecord)}
@@ -465,7 +477,9 @@ def report(run_dir: Path) -> str:
                      f"{_fmt(summary.unavailability_ms_p50)} ms, p99 {_fmt(summary.unavailability_ms_p99)} ms; "
                      f"produce latency p50 {_fmt(summary.produce_latency_ms_p50)} ms, "
                      f"p99 {_fmt(summary.produce_latency_ms_p99)} ms")
-    lines.append(check_run(run_dir).render())
+        lines.append(summary.check.render())
+    else:
+        lines.append(f"\nNo readable {rundir.SUMMARY}: `kray check {run_dir}` checks the invariants")
     lines.append(f"Run directory: {run_dir}")
     return "\n".join(lines)
 

@@ -128,7 +128,7 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
             step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of load, "
                  f"{len(experiment.schedule)} broker kills)")
             run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line))
-            broken = {k: v for k, v in summary.invariants.items() if v}
+            broken = {k: v for k, v in summary.check.invariants.items() if v}
             step(f"  {run_dir.name}: {summary.failovers} failovers" +
                  (f"; INVARIANTS BROKEN: {broken}" if broken else "; every invariant holds"))
         step("Starting Spark on Ray (RayDP)")

@@ -19,6 +19,7 @@ from typing import Callable, TypeVar
 import ray
 import uvloop
 
+from actors import records
 from actors.broker.checkpoints import write_checkpoint
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
@@ -29,7 +30,8 @@ from actors.broker.network import SocketServer
 from actors.broker.replica_manager import HW_CHECKPOINT, ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
-from actors.controller.channel import controller_actor_name, request_sender_name, start_request_sender
+from actors.controller.channel import start_request_sender
+from actors.names import controller_actor_name, request_sender_name
 from actors.recording import RecordSink
 from actors.runtime import (
     MANY_THREADS_ENV,
@@ -52,7 +54,6 @@ from coordination.errors import Errors
 from coordination.producer_ids import ProducerIdManager
 from coordination.registration import BrokerRegistration
 from coordination.zkdata import TopicPartition
-from jobs import rundir
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
@@ -182,7 +183,7 @@ class BrokerActor:
             controller = (request.controller_id, request.controller_epoch)
             if response.error_code == Errors.NONE and controller not in self._controllers_seen:
                 self._controllers_seen.add(controller)
-                self.sink.emit(rundir.CONTROLLER_REQUESTS, rundir.ControllerRequestRecord(
+                self.sink.emit(records.CONTROLLER_REQUESTS, records.ControllerRequestRecord(
                     broker_id=self.broker_id, controller_id=request.controller_id,
                     controller_epoch=request.controller_epoch, api=request.api, ts_ms=now_ms()))
         return responses

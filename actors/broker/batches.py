@@ -18,7 +18,7 @@ from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
-from coordination.errors import (
+from actors.broker.errors import (
     CorruptRecordException,
     InvalidRecordException,
     RecordTooLargeException,

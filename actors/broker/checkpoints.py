@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from coordination.errors import KafkaStorageException
+from actors.broker.errors import KafkaStorageException
 
 VERSION = 0
 

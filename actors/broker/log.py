@@ -33,8 +33,9 @@ from typing import Iterator, NamedTuple
 
 from actors.broker import batches
 from actors.broker.batches import BATCH_OVERHEAD, BatchHeader
+from actors.broker.errors import OffsetOutOfRangeException
 from actors.broker.leader_epochs import LeaderEpochCache
-from coordination.errors import KrayError, OffsetOutOfRangeException
+from coordination.errors import KrayError
 
 log = logging.getLogger(__name__)
 

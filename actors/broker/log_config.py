@@ -2,10 +2,14 @@
 `/config/topics/T` over the broker's defaults, with Kafka's names."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
-from actors.config import BrokerConfig
 from coordination.topic_config import parse_topic_config
+
+if TYPE_CHECKING:  # for the annotation only: actors.config loads kazoo (ClusterConfig's client) and this stays pure
+    from actors.config import BrokerConfig
 
 
 class LogConfig(BaseModel):

@@ -15,6 +15,11 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from actors.broker import batches
+from actors.broker.errors import (
+    NotEnoughReplicasException,
+    NotLeaderOrFollowerException,
+    OffsetOutOfRangeException,
+)
 from actors.broker.log import Log
 from actors.broker.log_config import LogConfig
 from actors.broker.producer_state import ProducerStateManager
@@ -26,12 +31,7 @@ from actors.broker.replication import (
     out_of_sync_replicas,
     update_fetch_state,
 )
-from coordination.errors import (
-    Errors,
-    NotEnoughReplicasException,
-    NotLeaderOrFollowerException,
-    OffsetOutOfRangeException,
-)
+from coordination.errors import Errors
 
 
 class LeaderAndIsrState(NamedTuple):

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from actors.broker.batches import BatchHeader
-from actors.broker.log import Log
-from coordination.errors import (
+from actors.broker.errors import (
     DuplicateSequenceException,
     InvalidProducerEpochException,
     OutOfOrderSequenceException,
 )
+from actors.broker.log import Log
 
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 SNAPSHOT_INTERVAL = 10_000

@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.errors import (
+    FencedLeaderEpochException,
+    NotLeaderOrFollowerException,
+    UnknownLeaderEpochException,
+)
 from actors.broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from actors.broker.log import Log
 from actors.broker.log_config import LogConfig
@@ -41,14 +46,7 @@ from actors.protocol import (
     PartitionErrors,
     StopReplicaRequest,
 )
-from coordination.errors import (
-    Errors,
-    FencedLeaderEpochException,
-    KrayError,
-    NotLeaderOrFollowerException,
-    UnknownLeaderEpochException,
-    UnknownTopicOrPartitionException,
-)
+from coordination.errors import Errors, KrayError, UnknownTopicOrPartitionException
 from coordination.zkdata import TopicPartition
 
 state_change_log = logging.getLogger("state.change.logger")

@@ -25,13 +25,13 @@ import time
 import confluent_kafka
 import ray
 
+from actors import records
 from actors.clients.consumer import Consumer, ConsumedRecord
 from actors.clients.producer import producer_config
 from actors.config import ClusterConfig
 from actors.recording import RecordSink
 from actors.runtime import configure_actor_process, rss_mb
 from coordination.zkdata import TopicPartition
-from jobs import rundir
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class LoadGenerator:
             log.warning("Load generator %s: %s", self.name, self.errors[-1])
             return
         self.acked += 1
-        self.sink.emit(rundir.PRODUCED, rundir.Ack(
+        self.sink.emit(records.PRODUCED, records.Ack(
             topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), record_id=msg.key().decode(),
             broker_id=-1, leader_epoch=-1, sent_ms=sent_ms, acked_ms=now_ms()))
 
@@ -147,7 +147,7 @@ class ConsumerWorker:
                 continue
             ts = now_ms()
             for tp, r in got:
-                self.sink.emit(rundir.CONSUMED, consumed(tp, r, ts, final=False))
+                self.sink.emit(records.CONSUMED, consumed(tp, r, ts, final=False))
             self.consumed += len(got)
 
     def stop(self) -> int:
@@ -161,10 +161,10 @@ class ConsumerWorker:
         return {"name": self.name, "consumed": self.consumed, "rss_mb": rss_mb()}
 
 
-def consumed(tp: TopicPartition, record: ConsumedRecord, ts_ms: float, final: bool) -> rundir.Consumed:
-    return rundir.Consumed(topic=tp.topic, partition=tp.partition, offset=record.offset,
-                           record_id=record_id_of(record.key, record.value), leader_epoch=record.leader_epoch,
-                           ts_ms=ts_ms, final=final)
+def consumed(tp: TopicPartition, record: ConsumedRecord, ts_ms: float, final: bool) -> records.Consumed:
+    return records.Consumed(topic=tp.topic, partition=tp.partition, offset=record.offset,
+                            record_id=record_id_of(record.key, record.value), leader_epoch=record.leader_epoch,
+                            ts_ms=ts_ms, final=final)
 
 
 def read_back(config: ClusterConfig, partitions: list[TopicPartition]):

@@ -12,8 +12,9 @@ from concurrent.futures import Future
 
 import ray
 
+from actors import records
 from actors.config import ClusterConfig
-from actors.controller.channel import ControllerChannelManager, broker_actor_name, controller_actor_name
+from actors.controller.channel import ControllerChannelManager
 from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
@@ -27,10 +28,10 @@ from actors.controller.events import (
     Startup,
     TopicUncleanLeaderElectionEnable,
 )
+from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
 from actors.runtime import configure_actor_process, rss_mb
 from actors.protocol import ControllerResponse
-from jobs import rundir
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
@@ -54,7 +55,7 @@ class ControllerActor:
         )
         self.controller.inbox_depth = self.inbox.depth
         self.sink = RecordSink(config.recorder, config.namespace)
-        self.controller.on_timeline = lambda t: self.sink.emit(rundir.TIMELINES, t)
+        self.controller.on_timeline = lambda t: self.sink.emit(records.TIMELINES, t)
         self.inbox.start()
         self.inbox.put(Startup())
 
@@ -63,7 +64,7 @@ class ControllerActor:
         self.controller.process(event)
         c = self.controller
         if self.sink.enabled:
-            self.sink.emit(rundir.CONTROLLER_EVENTS, rundir.ControllerEventRecord(
+            self.sink.emit(records.CONTROLLER_EVENTS, records.ControllerEventRecord(
                 controller_id=self.broker_id, controller_epoch=c.ctx.epoch, active=c.active,
                 event=type(event).__name__, enqueued_ms=event.enqueued_ms, started_ms=started,
                 finished_ms=time.time() * 1000))

@@ -1,15 +1,12 @@
-"""Controller-to-broker channel: the per-event request batch and one RequestSender actor per broker.
+"""Controller-to-broker channel: one RequestSender actor per broker, and the active controller's
+ControllerChannelManager over them.
 
-`ControllerBrokerRequestBatch` is pure: during one event the controller adds
-partitions per broker; `build` turns them into one LeaderAndIsr and one
-UpdateMetadata request per broker. `RequestSender` is Kafka's RequestSendThread
-as a Ray actor: a FIFO queue for one broker, one call in flight (carrying
-every request queued so far, applied in order), retried with backoff until it
-is answered, the responses handed back to the inbox of the controller it works
-for; it outlives controller epochs (each broker starts its own). Ray does not
-keep the order of calls to an actor with several threads, so each batch the
-controller enqueues carries its number, and the sender queues it only after
-the ones before it (`InOrder`).
+`RequestSender` is Kafka's RequestSendThread as a Ray actor: a FIFO queue for one broker, one call in
+flight (carrying every request queued so far, applied in order), retried with backoff until it is
+answered, the responses handed back to the inbox of the controller it works for; it outlives
+controller epochs (each broker starts its own). What it sends is built by the pure request batch
+(actors/controller/request_batch.py), which also has the rules it takes batches in by (`InOrder`,
+`takeover`).
 """
 from __future__ import annotations
 
@@ -19,187 +16,17 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections import defaultdict
 
 import ray
 
 from actors.config import ClusterConfig
+from actors.controller.request_batch import InOrder, Owner, takeover
+from actors.names import broker_actor_name, replacement_sender_name, request_sender_name
+from actors.protocol import ControllerRequestT, ControllerResponse
 from actors.runtime import beside_this_actor, configure_actor_process
-from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
-from actors.protocol import (
-    LEADER_DURING_DELETE,
-    ControllerRequestT,
-    ControllerResponse,
-    LeaderAndIsrRequest,
-    PartitionState,
-    PartitionStates,
-    StopReplicaPartition,
-    StopReplicaPartitions,
-    StopReplicaRequest,
-    UpdateMetadataRequest,
-)
-from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
-
-def broker_actor_name(broker_id: int) -> str:
-    return f"broker-{broker_id}"
-
-
-def controller_actor_name(broker_id: int) -> str:
-    return f"controller-{broker_id}"
-
-
-EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch when the replica is deleted
-
-
-def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: LeaderIsrAndControllerEpoch,
-                    is_new: bool = False, being_deleted: bool = False) -> PartitionState:
-    lai = leadership.leader_and_isr
-    assignment = ctx.partition_full_assignment(tp)
-    live = ctx.live_brokers
-    return PartitionState(
-        tp.topic, tp.partition, leadership.controller_epoch, LEADER_DURING_DELETE if being_deleted else lai.leader,
-        lai.leader_epoch, lai.isr, lai.zk_version, assignment.replicas, assignment.adding, assignment.removing,
-        tuple([r for r in assignment.replicas if r not in live]), is_new,
-    )
-
-
-class ControllerBrokerRequestBatch:
-    """Requests collected during one event, sent once per broker at its end."""
-
-    def __init__(self, controller_id: int):
-        self.controller_id = controller_id
-        self._leader_and_isr: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> is_new
-        self._update_metadata_brokers: set[int] = set()
-        self._update_metadata_to_all = False  # every broker live when the batch is built
-        self._update_metadata_partitions: set[TopicPartition] = set()
-        self._stop_replica: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> delete
-        self._correlation_ids = itertools.count()
-
-    def is_empty(self) -> bool:
-        return not (self._leader_and_isr or self._update_metadata_brokers or self._update_metadata_to_all
-                    or self._stop_replica)
-
-    def add_leader_and_isr(self, broker_ids, tp: TopicPartition, is_new: bool = False) -> None:
-        """LeaderAndIsr for tp to the given brokers, and UpdateMetadata for tp to every live or
-        shutting-down broker (those of the moment the batch is built)."""
-        requests = self._leader_and_isr
-        for b in broker_ids:
-            if b >= 0:
-                requests[b][tp] = requests[b].get(tp, False) or is_new
-        self._update_metadata_partitions.add(tp)
-        self._update_metadata_to_all = True
-
-    def add_stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
-        if broker_id >= 0:
-            self._stop_replica[broker_id][tp] = self._stop_replica[broker_id].get(tp, False) or delete
-
-    def add_update_metadata(self, broker_ids, partitions) -> None:
-        self._update_metadata_brokers.update(broker_ids)
-        self._update_metadata_partitions.update(partitions)
-
-    def build(self, ctx: ControllerContext) -> dict[int, list[ControllerRequestT]]:
-        """Per live broker: LeaderAndIsr, then UpdateMetadata, then StopReplica (Kafka's order). Clears the batch."""
-        live_brokers = [ctx.live_brokers[b] for b in sorted(ctx.live_brokers)]
-        out: dict[int, list[ControllerRequestT]] = defaultdict(list)
-        cache: dict[tuple[TopicPartition, bool], PartitionState] = {}  # one state object serves every broker
-
-        def state(tp: TopicPartition, is_new: bool) -> PartitionState:
-            key = (tp, is_new)
-            if key not in cache:
-                cache[key] = partition_state(ctx, tp, ctx.partition_leadership[tp], is_new)
-            return cache[key]
-
-        for broker_id, partitions in sorted(self._leader_and_isr.items()):
-            if broker_id not in ctx.live_brokers:
-                continue
-            states = PartitionStates(state(tp, is_new) for tp, is_new in partitions.items()
-                                     if tp in ctx.partition_leadership)
-            leaders = {s.leader for s in states}
-            out[broker_id].append(LeaderAndIsrRequest(
-                controller_id=self.controller_id, controller_epoch=ctx.epoch,
-                correlation_id=next(self._correlation_ids),
-                broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
-                live_leaders=[b for b in live_brokers if b.id in leaders],
-            ))
-        if self._update_metadata_to_all:
-            self._update_metadata_brokers |= ctx.live_or_shutting_down_broker_ids
-        if self._update_metadata_brokers:
-            states = PartitionStates(  # one object for every broker, encoded once
-                partition_state(ctx, tp, ctx.partition_leadership[tp], being_deleted=True)
-                if ctx.is_topic_queued_for_deletion(tp.topic) else state(tp, False)
-                for tp in sorted(self._update_metadata_partitions) if tp in ctx.partition_leadership)
-            for broker_id in sorted(self._update_metadata_brokers):
-                if broker_id in ctx.live_brokers:
-                    out[broker_id].append(UpdateMetadataRequest(
-                        controller_id=self.controller_id, controller_epoch=ctx.epoch,
-                        correlation_id=next(self._correlation_ids),
-                        broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
-                        live_brokers=live_brokers,
-                    ))
-        for broker_id, partitions in sorted(self._stop_replica.items()):
-            if broker_id not in ctx.live_brokers:
-                continue
-            out[broker_id].append(StopReplicaRequest(
-                controller_id=self.controller_id, controller_epoch=ctx.epoch,
-                correlation_id=next(self._correlation_ids),
-                broker_epoch=ctx.live_broker_epochs[broker_id],
-                partitions=StopReplicaPartitions(StopReplicaPartition(
-                    topic=tp.topic, partition=tp.partition, delete_partition=delete,
-                    leader_epoch=EPOCH_DURING_DELETE if delete else (
-                        ctx.partition_leadership[tp].leader_and_isr.leader_epoch
-                        if tp in ctx.partition_leadership else -1))
-                    for tp, delete in sorted(partitions.items())),
-            ))
-        self._stop_replica.clear()
-        self._leader_and_isr.clear()
-        self._update_metadata_brokers.clear()
-        self._update_metadata_to_all = False
-        self._update_metadata_partitions.clear()
-        return dict(out)
-
-
-class InOrder:
-    """Releases numbered batches in number order, from 0, whatever order they arrive in."""
-
-    def __init__(self):
-        self.next = 0
-        self.waiting: dict[int, list] = {}
-
-    def add(self, number: int, items: list) -> list:
-        """The items now in order (this batch's and any that waited for it), in order."""
-        self.waiting[number] = items
-        out = []
-        while self.next in self.waiting:
-            out += self.waiting.pop(self.next)
-            self.next += 1
-        return out
-
-
-def request_sender_name(broker_id: int) -> str:
-    """The RequestSender to broker N (Kafka names the thread Controller-C-to-broker-N-send-thread;
-    here one sender serves every controller in turn)."""
-    return f"RequestSender-to-broker-{broker_id}"
-
-
-def is_request_sender_to(name: str, broker_id: int) -> bool:
-    """Whether an actor's name is one of the RequestSenders to the broker: its own, or one a controller
-    started in place of it (`start_request_sender` with `controller_id`)."""
-    base = request_sender_name(broker_id)
-    return name == base or name.startswith(f"{base}-of-controller-")
-
-
-Owner = tuple[int, int]  # (controller epoch, the controller's attachment number): who a sender works for
-
-
-def takeover(current: Owner, incoming: Owner) -> str:
-    """What a RequestSender does with a batch from `incoming` while it works for `current`: "refuse" it
-    (an older controller, or an attachment the same controller has since replaced), "accept" it, or
-    "reset": work for `incoming` from now on, dropping what is queued (a new controller's channel
-    starts empty, as Kafka's does)."""
-    return "refuse" if incoming < current else "accept" if incoming == current else "reset"
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)
@@ -282,11 +109,10 @@ class RequestSender:
 
 def start_request_sender(broker_id: int, config: ClusterConfig, controller_id: int | None = None):
     """A RequestSender to the broker beside the calling actor: the broker's own (ValueError: a killed
-    incarnation's is not gone yet), or, given `controller_id`, one that controller starts under a name
-    of its own, so that the broker's next incarnation always finds its name free."""
-    name = request_sender_name(broker_id)
-    if controller_id is not None:
-        name = f"{name}-of-controller-{controller_id}-{uuid.uuid4().hex[:8]}"
+    incarnation's is not gone yet), or, given `controller_id`, one that controller starts in place of
+    a killed one (`replacement_sender_name`)."""
+    name = request_sender_name(broker_id) if controller_id is None else \
+        replacement_sender_name(broker_id, controller_id)
     return RequestSender.options(name=name, namespace=config.namespace,
                                  scheduling_strategy=beside_this_actor()).remote(broker_id, config)
 

@@ -21,7 +21,6 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from actors.config import ControllerConfig
 from actors.controller import brokers, leadership, reassignment, topics
-from actors.controller.channel import ControllerBrokerRequestBatch
 from actors.controller.context import ControllerContext, ReplicaAssignment
 from actors.controller.deletion import TopicDeletionManager
 from actors.controller.events import (
@@ -50,16 +49,17 @@ from actors.controller.events import (
     TopicDeletion,
     now_ms,
 )
+from actors.controller.request_batch import ControllerBrokerRequestBatch
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from actors.controller.timeline import FailoverTimeline
 from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine, leadership_from_record
 from actors.protocol import LiveBroker
+from actors.records import tp_key
 from coordination import zkdata
 from coordination.election import ControllerElection
 from coordination.errors import ControllerMovedException, Errors
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
-from jobs.rundir import tp_key
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import PrivateAttr
 
-from jobs.rundir import TimelineRecord
+from actors.records import TimelineRecord
 
 
 class FailoverTimeline(TimelineRecord):

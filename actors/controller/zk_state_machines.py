@@ -24,8 +24,8 @@ from actors.controller.changes import (
     plan_partition_state_changes,
     plan_replica_state_changes,
 )
-from actors.controller.channel import ControllerBrokerRequestBatch
 from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch, ReplicaAssignment
+from actors.controller.request_batch import ControllerBrokerRequestBatch
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from coordination import zkdata
 from coordination.errors import KrayError

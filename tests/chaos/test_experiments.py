@@ -41,7 +41,8 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
                   FaultSpec(at_s=28, fault=FaultKind.KILL_REQUEST_SENDER, target="random")],
         duration_s=32, settle_s=30, seed=3)
     run_dir, summary = run(experiment, tmp_path)
-    assert summary.invariants == {name: 0 for name in summary.invariants} and len(summary.invariants) == 7
+    invariants = summary.check.invariants
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == 7
     faults = [json.loads(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()]
     assert [f["kind"] for f in sorted(faults, key=lambda f: f["fault_id"])] == [s.fault.value for s in experiment.schedule]
     assert not [f for f in faults if f["detail"].startswith("failed")]
@@ -66,5 +67,5 @@ def test_long_chaos_experiment_with_random_faults(environment, tmp_path):
         random_faults=RandomFaults(every_s=(6, 12), kinds=[k for k in FaultKind if k is not FaultKind.ZK_RESTART]),
         duration_s=300, settle_s=60, seed=11)
     run_dir, summary = run(experiment, tmp_path)
-    assert summary.invariants == {name: 0 for name in summary.invariants}
+    assert summary.check.invariants == {name: 0 for name in summary.check.invariants}
     assert summary.faults >= 20 and summary.failovers >= 10

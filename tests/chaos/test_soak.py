@@ -9,10 +9,11 @@ import os
 
 import pytest
 
+from actors.records import JsonlReader
 from coordination.server import ZooKeeperEnsemble, ZooKeeperSettings
 from jobs import rundir
 from jobs.experiment import Experiment, RandomFaults
-from jobs.rundir import FaultKind, JsonlReader
+from jobs.rundir import FaultKind
 from jobs.runner import ExperimentRun, report
 
 SOAK_S = float(os.environ.get("KRAY_SOAK_SECONDS", 30 * 60))
@@ -33,7 +34,8 @@ def test_soak_with_every_fault_kind(ray_session, tmp_path):
         run_dir = tmp_path / "soak"
         summary = ExperimentRun(experiment, run_dir, ensemble.connect_string, ensemble, print).run()
     print(report(run_dir))
-    assert summary.invariants == {name: 0 for name in summary.invariants} and len(summary.invariants) == 7
+    invariants = summary.check.invariants
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == 7
     faults = [json.loads(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()]
     assert {f["kind"] for f in faults} == {k.value for k in FaultKind}  # every kind drawn at least once
     assert len(faults) >= SOAK_S / 30

@@ -9,7 +9,8 @@ import pytest
 import ray
 
 from jobs import rundir
-from jobs.analysis import BUCKET_EDGES, FEATURES, PHASES, analyse, bucket_label, find_runs
+from jobs.analysis import analyse, find_runs
+from jobs.phases import BUCKET_EDGES, FEATURES, PHASES, bucket_label
 from coordination.errors import KrayError
 
 RNG_SEED = 11

@@ -125,7 +125,7 @@ def test_isr_removals_get_through_while_leaders_keep_rewriting_some_states(zk, c
     the context agrees with ZooKeeper. (Giving whole batches back on every round gave up on all.)"""
     import threading
 
-    from actors.controller.channel import ControllerBrokerRequestBatch
+    from actors.controller.request_batch import ControllerBrokerRequestBatch
     from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch
     from actors.controller.state_machines import ReplicaStateName as R
     from actors.controller.zk_state_machines import ZkReplicaStateMachine

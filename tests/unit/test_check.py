@@ -6,24 +6,28 @@ from pathlib import Path
 
 import pytest
 
-from jobs import check
-from jobs.rundir import (
+from actors.records import (
     CONSUMED,
     CONTROLLER_EVENTS,
     CONTROLLER_REQUESTS,
-    FINAL_STATE,
-    PARTITION_STATES,
     PRODUCED,
     Ack,
-    BrokerCache,
     Consumed,
     ControllerEventRecord,
     ControllerRequestRecord,
-    FinalState,
     JsonlWriter,
+    tp_key,
+)
+from jobs import check
+from jobs.rundir import (
+    FINAL_STATE,
+    PARTITION_STATES,
+    SUMMARY,
+    BrokerCache,
+    FinalState,
     PartitionLeadership,
     StateSample,
-    tp_key,
+    Summary,
 )
 
 PARTITIONS = [("orders", 0), ("orders", 1), ("my-events", 0)]  # a topic with a dash, as Kafka allows
@@ -383,3 +387,18 @@ def test_missing_run_dir_returns_2(tmp_path, capsys, make_file):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("Error: ") and captured.err.count("\n") == 1
+
+
+def test_a_runs_report_prints_the_checks_its_summary_kept(tmp_path, monkeypatch):
+    """The run's report prints the checks made once as the run ended (summary.json keeps them), rather than
+    reading every record again."""
+    from jobs import runner
+
+    run_dir = clean_run().write(tmp_path)
+    kept = check.check_run(run_dir)
+    writer = JsonlWriter(run_dir)
+    writer.document(SUMMARY, Summary(run_id=run_dir.name, experiment="clean", started_ms=0, ended_ms=1, faults=0,
+                                     failovers=0, acked=ACKED, consumed=ACKED, check=kept))
+    writer.close()
+    monkeypatch.setattr(runner, "check_run", lambda *args: pytest.fail("the run's report checked the run again"))
+    assert kept.render() in runner.report(run_dir)

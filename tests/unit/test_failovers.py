@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from actors.records import Ack, TimelineRecord
 from jobs.failovers import AckIndex, AckPoint, compose, recovery, unavailability_ms
-from jobs.rundir import Ack, FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample, TimelineRecord
+from jobs.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample
 
 _seq = iter(range(1_000_000))
 

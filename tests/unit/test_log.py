@@ -9,9 +9,10 @@ import pytest
 from actors.broker import batches
 from actors.broker.batches import build, decode_records, read_header
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.errors import KafkaStorageException, OffsetOutOfRangeException
 from actors.broker.leader_epochs import LeaderEpochCache
 from actors.broker.log import Log
-from coordination.errors import KafkaStorageException, KrayError, OffsetOutOfRangeException
+from coordination.errors import KrayError
 
 
 def batch(n: int = 1, size: int = 0, start: int = 0, timestamp_ms: int = 1_000, **kw) -> bytes:

@@ -6,17 +6,17 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from actors.broker.batches import decode_records
-from actors.broker.log import Log
-from actors.broker.log_config import LogConfig
-from actors.broker.partition import LeaderAndIsrState, Partition
-from actors.config import BrokerConfig
-from coordination.errors import (
-    Errors,
+from actors.broker.errors import (
     NotEnoughReplicasException,
     NotLeaderOrFollowerException,
     OffsetOutOfRangeException,
     OutOfOrderSequenceException,
 )
+from actors.broker.log import Log
+from actors.broker.log_config import LogConfig
+from actors.broker.partition import LeaderAndIsrState, Partition
+from actors.config import BrokerConfig
+from coordination.errors import Errors
 
 LEADS = LeaderAndIsrState(leader=1, leader_epoch=3, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0)
 FOLLOWS = LeaderAndIsrState(leader=2, leader_epoch=3, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0)

@@ -9,6 +9,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from actors.broker.batches import decode_records
+from actors.broker.errors import FencedLeaderEpochException, NotLeaderOrFollowerException
 from actors.broker.log_config import LogConfig
 
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
@@ -24,7 +25,7 @@ from actors.protocol import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
-from coordination.errors import Errors, FencedLeaderEpochException, NotLeaderOrFollowerException
+from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 BROKER = 1

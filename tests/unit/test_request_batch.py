@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.controller.channel import ControllerBrokerRequestBatch, partition_state
 from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch
+from actors.controller.request_batch import ControllerBrokerRequestBatch, InOrder, partition_state, takeover
 from actors.protocol import LeaderAndIsrRequest, LiveBroker, PartitionState, UpdateMetadataRequest
 from coordination.zkdata import TopicPartition
 
@@ -235,8 +235,6 @@ def test_every_request_gets_its_own_correlation_id(ctx):
 def test_numbered_batches_are_released_in_number_order_whatever_order_they_arrive_in():
     """Ray does not keep the order of calls to a RequestSender (it has two threads): an UpdateMetadata
     queued after an older one would leave the broker's cache at the older state."""
-    from actors.controller.channel import InOrder
-
     order = InOrder()
     assert order.add(1, ["b1"]) == []  # waits for batch 0
     assert order.add(3, ["d1", "d2"]) == []
@@ -248,8 +246,6 @@ def test_numbered_batches_are_released_in_number_order_whatever_order_they_arriv
 def test_a_request_sender_works_for_the_newest_controller_and_refuses_older_ones():
     """Senders outlive controllers: a newer epoch (or a newer attachment of the same controller) takes
     a sender over and its queue starts empty; batches from anyone older are refused (a zombie)."""
-    from actors.controller.channel import takeover
-
     assert takeover((-1, -1), (1, 0)) == "reset"  # a fresh sender's first controller
     assert takeover((1, 0), (1, 0)) == "accept"
     assert takeover((1, 0), (1, 1)) == "reset"  # the same controller re-added the broker

@@ -1,0 +1,161 @@
+"""The records actors write into a run directory, and the JSON Lines files they go to.
+
+Brokers, controllers and load generators send these through their record sink (actors/recording.py)
+to the RunRecorder, so they live with the actors rather than with the jobs that read them back
+(jobs/rundir.py has the rest of the run directory and its layout). Times are wall-clock
+milliseconds since the epoch, on the clock of the machine that wrote them (one machine for a local
+run). Partitions are keyed "topic-partition" in JSON objects, as Kafka prints them (`tp_key`).
+
+Readers count malformed lines instead of failing on them (`JsonlReader`), so that a run cut short
+by a crash still reads.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+TIMELINES = "timelines.jsonl"
+PRODUCED = "produced.jsonl"
+CONSUMED = "consumed.jsonl"
+CONTROLLER_EVENTS = "controller_events.jsonl"
+CONTROLLER_REQUESTS = "controller_requests.jsonl"
+
+
+class Record(BaseModel):
+    """A line of a run directory's files: a field nobody declared is an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class TimelineRecord(Record):
+    """A controller's failover timeline (actors/controller/timeline.py keeps it while answers come in)."""
+
+    kind: str
+    controller_id: int
+    epoch: int
+    brokers: list[int]
+    detected_ms: float
+    processing_started_ms: float
+    inbox_depth: int
+    partitions_total: int = 0
+    partitions_affected: int = 0
+    partitions: list[str] = Field(default_factory=list)  # topic-partition of each leader/ISR it wrote
+    live_brokers: int = 0
+    zk_written_ms: float | None = None
+    requests_sent_ms: float | None = None
+    requests_acked_ms: float | None = None
+    requests: int = 0
+
+
+class Ack(Record):
+    """An acknowledged record: where the leader said it is, and which leader said so."""
+
+    topic: str
+    partition: int
+    offset: int
+    record_id: str  # "<producer>-<sequence>": unique, increasing per producer in send order
+    broker_id: int  # -1 when the load generator did not know (Kafka's produce response does not say)
+    leader_epoch: int  # -1 likewise; both are filled in from the final read-back (failovers.attribute)
+    sent_ms: float
+    acked_ms: float  # when the acknowledgement reached the producer
+
+
+class Consumed(Record):
+    topic: str
+    partition: int
+    offset: int
+    record_id: str
+    leader_epoch: int
+    ts_ms: float
+    final: bool = False  # read back from the start after the run, rather than by the live consumer
+
+
+class ControllerEventRecord(Record):
+    controller_id: int
+    controller_epoch: int
+    active: bool
+    event: str
+    enqueued_ms: float
+    started_ms: float
+    finished_ms: float
+
+
+class ControllerRequestRecord(Record):
+    broker_id: int
+    controller_id: int
+    controller_epoch: int
+    api: str
+    ts_ms: float
+
+
+def tp_key(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+R = TypeVar("R", bound=BaseModel)
+
+
+class JsonlReader:
+    """Reads a run directory's files, counting malformed lines per file instead of stopping."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self.malformed: dict[str, int] = {}
+        self.examples: dict[str, str] = {}  # file -> the first malformed line's error
+
+    def lines(self, name: str, model: type[R]) -> Iterator[R]:
+        path = self.dir / name
+        if not path.exists():
+            return
+        with open(path, errors="replace") as f:  # a torn write must not stop the reading
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield model.model_validate_json(line)
+                except ValidationError as e:
+                    self.malformed[name] = self.malformed.get(name, 0) + 1
+                    self.examples.setdefault(name, f"line {number}: {e.errors()[0]['msg']}")
+
+    def document(self, name: str, model: type[R]) -> R | None:
+        path = self.dir / name
+        if not path.exists():
+            return None
+        try:
+            return model.model_validate_json(path.read_text())
+        except ValidationError as e:
+            self.malformed[name] = self.malformed.get(name, 0) + 1
+            self.examples.setdefault(name, e.errors()[0]["msg"])
+            return None
+
+
+class JsonlWriter:
+    """Appends records to a run directory's files (one open file per kind, flushed per batch)."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._files: dict[str, object] = {}
+
+    def write(self, name: str, records: list[BaseModel]) -> None:
+        self.append(name, [r.model_dump_json() for r in records])
+
+    def append(self, name: str, lines: list[str]) -> None:
+        """Lines already serialised (what the RunRecorder receives from the actors)."""
+        if not lines:
+            return
+        f = self._files.get(name)
+        if f is None:
+            f = self._files[name] = open(self.dir / name, "a")
+        f.write("".join(line + "\n" for line in lines))
+        f.flush()
+
+    def document(self, name: str, record: BaseModel) -> None:
+        (self.dir / name).write_text(record.model_dump_json(indent=2))
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
