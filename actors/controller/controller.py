@@ -357,13 +357,17 @@ class KafkaController:
                 "broker", lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
             self.detector.watch(set(self.ctx.live_brokers))
         self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
-        # replica state machine startup: live replicas Online (each is sent its LeaderAndIsr)
+        # replica state machine startup: live replicas Online (each is sent its LeaderAndIsr), the others
+        # Offline: out of their ISRs (a dead leader's partition gets leader -1), the brokers that follow
+        # told (a broker that died while no controller was active, most often the old controller's own)
         for tp in self.ctx.all_partitions():
             for r in self.ctx.partition_replicas(tp):
                 self.ctx.replica_states[(tp, r)] = (R.OnlineReplica if self.ctx.is_replica_online(r)
                                                     else R.ReplicaDeletionIneligible)
         self.rsm.handle_state_changes(
             [k for k, s in self.ctx.replica_states.items() if s is R.OnlineReplica], R.OnlineReplica)
+        self.rsm.handle_state_changes(
+            [k for k, s in self.ctx.replica_states.items() if s is R.ReplicaDeletionIneligible], R.OfflineReplica)
         # partition state machine startup: then elect every New or Offline partition
         for tp in self.ctx.all_partitions():
             lai = self.ctx.partition_leadership.get(tp)
@@ -374,7 +378,6 @@ class KafkaController:
             else:
                 self.ctx.partition_states[tp] = P.OfflinePartition
         self.psm.trigger_online_partition_state_change()
-        self._take_dead_brokers_out_of_isrs()
         reassignment.initialize_partition_reassignments(self)
         self.deletion.resume_deletions()
         leadership.process_preferred_replica_election_znode(self)
@@ -382,21 +385,6 @@ class KafkaController:
             self._start_auto_rebalance_task()
         log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions", self.prefix,
                  len(self.ctx.live_brokers), len(self.ctx.all_topics), self.ctx.partition_count())
-
-    def _take_dead_brokers_out_of_isrs(self) -> None:
-        """kray, not Kafka: a broker that died while no controller was active (most often the old
-        controller's own) leaves the ISRs it is in, as onBrokerFailure would have taken it out. Kafka's
-        failover leaves that to the leaders' replica.lag.time.max.ms, and every acks=all produce to a
-        partition it followed waits meanwhile (until it came back, in kray's chaos runs: ~10 s)."""
-        dead = [(tp, r) for tp, l in self.ctx.partition_leadership.items()
-                if self.ctx.is_replica_online(l.leader_and_isr.leader)  # offline ones keep their last ISR
-                and not self.ctx.is_topic_queued_for_deletion(tp.topic)
-                for r in l.leader_and_isr.isr
-                if r not in self.ctx.live_brokers and r in self.ctx.partition_replicas(tp)]
-        if dead:
-            log.info("%s Taking %d replicas on brokers %s that are not alive out of their ISRs", self.prefix,
-                     len(dead), sorted({r for _, r in dead}))
-            self.rsm.handle_state_changes(dead, R.OfflineReplica)
 
     def _start_auto_rebalance_task(self) -> None:
         self._scheduler_stop = stop = threading.Event()

@@ -17,13 +17,26 @@ def _defined() -> set[str]:
 
 
 def test_the_pages_do_not_point_outside_the_repository():
-    for page in ("README.md", "docs/ARCHITECTURE.md", "BENCHMARKS.md"):
+    for page in ("README.md", "docs/ARCHITECTURE.md", "docs/KAFKA_DIFFERENCES.md", "BENCHMARKS.md"):
         text = (ROOT / page).read_text()
         assert "../shared" not in text and "DESIGN.md" not in text, page
 
 
-def test_the_readme_links_the_architecture_page():
-    assert "docs/ARCHITECTURE.md" in (ROOT / "README.md").read_text()
+def test_the_readme_links_the_architecture_page_and_the_comparison_with_kafka():
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/ARCHITECTURE.md" in readme and "docs/KAFKA_DIFFERENCES.md" in readme
+
+
+def test_every_kray_function_the_comparison_with_kafka_names_is_in_the_file_it_names():
+    """`file.py: function` in the table: the function is defined in that file (Kafka's names are not checked)."""
+    text = (ROOT / "docs/KAFKA_DIFFERENCES.md").read_text()
+    by_name = {}
+    for path in SOURCES:
+        by_name.setdefault(path.name, []).append(path.read_text())
+    named = re.findall(r"`(\w+\.py): (\w+)`", text)
+    missing = [(f, fn) for f, fn in named if not any(
+        re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{fn}\b", src, re.MULTILINE) for src in by_name.get(f, []))]
+    assert named and not missing, missing
 
 
 def test_every_file_and_function_the_architecture_page_names_exists():
