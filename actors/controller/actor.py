@@ -27,6 +27,7 @@ from actors.controller.events import (
     ResponseReceived,
     Startup,
     TopicUncleanLeaderElectionEnable,
+    controller_state,
 )
 from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
@@ -60,6 +61,8 @@ class ControllerActor:
         self.inbox.put(Startup())
 
     def _process(self, event) -> None:
+        state = controller_state(event)
+        self.metrics.event_started(state)
         started = time.time() * 1000
         self.controller.process(event)
         c = self.controller
@@ -68,8 +71,8 @@ class ControllerActor:
                 controller_id=self.broker_id, controller_epoch=c.ctx.epoch, active=c.active,
                 event=type(event).__name__, enqueued_ms=event.enqueued_ms, started_ms=started,
                 finished_ms=time.time() * 1000))
-        self.metrics.record_event(self.inbox.last_queue_time_ms, time.time() * 1000 - started, self.inbox.depth(),
-                                  c.psm.elections, c.psm.unclean_elections)
+        self.metrics.event_processed(state, self.inbox.last_queue_time_ms, time.time() * 1000 - started,
+                                     self.inbox.depth(), c.psm.unclean_elections)
         if self.metrics.due():
             self.metrics.record_status(c.status())
 

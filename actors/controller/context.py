@@ -164,6 +164,16 @@ class ControllerContext:
     def is_topic_queued_for_deletion(self, topic: str) -> bool:
         return topic in self.topics_to_be_deleted
 
+    def replicas_to_delete_count(self) -> int:
+        """Kafka's ReplicasToDeleteCount: replicas of topics queued for deletion not deleted yet."""
+        return sum(self.replica_states.get(k) is not ReplicaStateName.ReplicaDeletionSuccessful
+                   for t in self.topics_to_be_deleted for k in self.replicas_for_topic(t))
+
+    def ineligible_replicas_to_delete_count(self) -> int:
+        """Kafka's ReplicasIneligibleToDeleteCount: replicas of queued topics whose deletion cannot go on."""
+        return sum(len(self.replicas_in_state(t, ReplicaStateName.ReplicaDeletionIneligible))
+                   for t in self.topics_to_be_deleted)
+
     def partitions_with_offline_leader(self) -> list[TopicPartition]:
         """Partitions whose leader is not a live broker (topics being deleted excluded)."""
         return [tp for tp, l in self.partition_leadership.items()

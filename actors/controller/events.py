@@ -165,6 +165,45 @@ class ShutdownEventThread(ControllerEvent):
     pass
 
 
+CONTROLLER_STATES = {  # Kafka's ControllerState: the value its ControllerState gauge shows
+    "Idle": 0, "ControllerChange": 1, "BrokerChange": 2, "TopicChange": 3, "TopicDeletion": 4,
+    "AlterPartitionReassignment": 5, "AutoLeaderBalance": 6, "ManualLeaderBalance": 7, "ControlledShutdown": 8,
+    "IsrChange": 9, "LeaderAndIsrResponseReceived": 10, "LogDirChange": 11, "ControllerShutdown": 12,
+    "UncleanLeaderElectionEnable": 13, "TopicUncleanLeaderElectionEnable": 14, "ListPartitionReassignment": 15,
+    "UpdateMetadataResponseReceived": 16, "UpdateFeatures": 17}
+
+_STATE_OF = {  # each event's ControllerState, as Kafka's event of that kind declares it
+    "Startup": "ControllerChange", "ControllerChange": "ControllerChange", "Reelect": "ControllerChange",
+    "Expire": "ControllerChange", "ControllerActorDied": "ControllerChange",  # kray's: the Ray detector's
+    "BrokerChange": "BrokerChange", "BrokerActorDied": "BrokerChange",
+    "RequestSenderDied": "BrokerChange",  # kray's: a broker's channel is rebuilt
+    "TopicChange": "TopicChange", "PartitionModifications": "TopicChange", "TopicDeletion": "TopicDeletion",
+    "PartitionReassignment": "AlterPartitionReassignment",
+    "PartitionReassignmentIsrChange": "AlterPartitionReassignment",
+    "AutoPreferredReplicaLeaderElection": "AutoLeaderBalance", "PreferredReplicaElection": "ManualLeaderBalance",
+    "ReplicaLeaderElection": "ManualLeaderBalance", "ControlledShutdown": "ControlledShutdown",
+    "IsrChangeNotification": "IsrChange", "TopicUncleanLeaderElectionEnable": "TopicUncleanLeaderElectionEnable",
+    "ShutdownEventThread": "ControllerShutdown",
+}
+_RESPONSE_STATES = {"LeaderAndIsr": "LeaderAndIsrResponseReceived",
+                    "UpdateMetadata": "UpdateMetadataResponseReceived",
+                    "StopReplica": "TopicDeletion"}  # Kafka's TopicDeletionStopReplicaResponseReceived
+
+
+def controller_state(event: ControllerEvent) -> str:
+    """The ControllerState the controller is in while it processes `event` (Idle: a read of its state)."""
+    if isinstance(event, ResponseReceived):
+        return _RESPONSE_STATES.get(event.response.api, "Idle") if event.response is not None else "Idle"
+    return _STATE_OF.get(type(event).__name__, "Idle")
+
+
+def rate_and_time_metric(state: str) -> str | None:
+    """The name of Kafka's per-state timer (ControllerStats): BrokerChange keeps its older name,
+    LeaderElectionRateAndTimeMs; Idle has none."""
+    return {"Idle": None, "BrokerChange": "LeaderElectionRateAndTimeMs",
+            "AlterPartitionReassignment": "PartitionReassignmentRateAndTimeMs"}.get(state, f"{state}RateAndTimeMs")
+
+
 ELECTION_EVENTS = (Startup, ControllerChange, Reelect, Expire, ControllerActorDied, DescribeController,
                    ShutdownEventThread)  # what a candidate processes too; every other event needs an active controller
 

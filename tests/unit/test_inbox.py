@@ -90,3 +90,28 @@ def test_a_caller_answered_before_its_event_is_preempted_keeps_its_answer():
     assert inbox.manager.preempt_queued() == 1
     assert reply.result(timeout=0) == []
     inbox.release()
+
+
+def test_each_event_is_timed_under_the_controller_state_kafka_gives_its_event():
+    from actors.controller.events import (
+        CONTROLLER_STATES, AutoPreferredReplicaLeaderElection, BrokerActorDied, PartitionReassignmentIsrChange,
+        controller_state, rate_and_time_metric)
+    from actors.protocol import ControllerResponse
+
+    def response(api):
+        return ResponseReceived(response=ControllerResponse(api=api, broker_id=1, correlation_id=1,
+                                                            error_code=Errors.NONE, partition_errors=[]))
+    assert controller_state(BrokerChange()) == controller_state(BrokerActorDied()) == "BrokerChange"
+    assert controller_state(Expire()) == controller_state(ControllerChange()) == "ControllerChange"
+    assert controller_state(PartitionReassignmentIsrChange()) == "AlterPartitionReassignment"
+    assert controller_state(AutoPreferredReplicaLeaderElection()) == "AutoLeaderBalance"
+    assert controller_state(ReplicaLeaderElection()) == "ManualLeaderBalance"
+    assert controller_state(response("LeaderAndIsr")) == "LeaderAndIsrResponseReceived"
+    assert controller_state(response("UpdateMetadata")) == "UpdateMetadataResponseReceived"
+    assert controller_state(response("StopReplica")) == "TopicDeletion"
+    assert controller_state(DescribeController()) == "Idle"
+    assert all(controller_state(e) in CONTROLLER_STATES for e in (TopicChange(), ControlledShutdown()))
+    # Kafka kept the name its broker-change timer had before ControllerState existed
+    assert rate_and_time_metric("BrokerChange") == "LeaderElectionRateAndTimeMs"
+    assert rate_and_time_metric("AlterPartitionReassignment") == "PartitionReassignmentRateAndTimeMs"
+    assert rate_and_time_metric("IsrChange") == "IsrChangeRateAndTimeMs" and rate_and_time_metric("Idle") is None

@@ -393,3 +393,19 @@ def test_retry_rounds_go_on_while_they_make_progress_and_stop_after_idle_ones():
     for left in [10] * MAX_ZK_RETRIES + [9] + [9] * (MAX_ZK_RETRIES - 1):
         assert progress_resets.go_on(left)
     assert not progress_resets.go_on(9)
+
+
+def test_deletion_counts_as_kafkas_controller_metrics_count_them():
+    """ReplicasToDeleteCount: replicas of queued topics not deleted yet; ReplicasIneligibleToDeleteCount:
+    those whose deletion cannot go on (a dead broker's)."""
+    ctx = make_ctx()
+    assert ctx.replicas_to_delete_count() == ctx.ineligible_replicas_to_delete_count() == 0
+    ctx.topics_to_be_deleted = {"t"}
+    for r in (1, 2):
+        ctx.replica_states[(T0, r)] = R.ReplicaDeletionSuccessful
+    ctx.replica_states[(T0, 3)] = R.ReplicaDeletionIneligible
+    ctx.replica_states[(T1, 3)] = R.ReplicaDeletionStarted
+    assert ctx.replicas_to_delete_count() == 4  # T0's replica 3 and T1's three
+    assert ctx.ineligible_replicas_to_delete_count() == 1
+    ctx.replica_states[(U0, 4)] = R.ReplicaDeletionIneligible  # u is not queued: not counted
+    assert ctx.ineligible_replicas_to_delete_count() == 1
