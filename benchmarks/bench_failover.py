@@ -34,7 +34,7 @@ import ray
 
 from actors.clients.load import LoadGenerator
 from actors.cluster import LocalCluster, poll
-from actors.config import ClusterConfig
+from actors.config import ClusterConfig, ControllerConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination import admin, zkdata
 from coordination.server import four_letter_word
@@ -53,9 +53,10 @@ class Echo:
         return len(request.partition_states)
 
 
-def new_cluster(connect: str, brokers=(1, 2, 3)) -> tuple[LocalCluster, KrayZkClient]:
+def new_cluster(connect: str, brokers=(1, 2, 3), niceness: int = 0) -> tuple[LocalCluster, KrayZkClient]:
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
-                           zk_session_timeout_ms=SESSION_TIMEOUT_MS)
+                           zk_session_timeout_ms=SESSION_TIMEOUT_MS,
+                           controller=ControllerConfig(control_plane_niceness=niceness))
     zk = config.zk_client(session_timeout_ms=30_000).start()
     cluster = LocalCluster(config, list(brokers)).start()
     cluster.wait_until_ready(zk)
@@ -131,9 +132,9 @@ def zookeeper_memory(connect: str, server) -> dict:
     return out
 
 
-def controller_failover(connect: str, n: int, load_rates: list[float], server=None) -> list[dict]:
+def controller_failover(connect: str, n: int, load_rates: list[float], server=None, niceness: int = 0) -> list[dict]:
     """The active controller killed once per load rate, on one cluster of n partitions: a row each."""
-    cluster, zk = new_cluster(connect)
+    cluster, zk = new_cluster(connect, niceness=niceness)
     try:
         t0 = time.perf_counter()
         admin.create_topic(zk, "bench", n, 3)
@@ -166,7 +167,7 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
                                    and t["requests_acked_ms"]), None), 600, "timeline")
             stats = ray.get(load.stop.remote()) if load is not None else {}
             rows.append(_phases(t, "processing_started_ms") | memory | {
-                "scenario": "controller_failover", "partitions": n, "load_rate": rate,
+                "scenario": "controller_failover", "partitions": n, "load_rate": rate, "control_niceness": niceness,
                 "load_acked": stats.get("acked", 0), "load_errors": stats.get("errors", 0),
                 "topic_creation_to_all_caches_s": round(created, 2),
                 "floor_pipelined_read_s": round(floor, 3), "floor_s": round(floor, 3),
@@ -197,6 +198,8 @@ def main() -> None:
     parser.add_argument("--load-rates", type=float, nargs="+", default=[0],
                         help="records/s streamed while the controller is killed, one kill each in this order (0: idle); "
                              "medians per rate, and their ratio to the idle one")
+    parser.add_argument("--control-niceness", type=int, default=0,
+                        help="control_plane_niceness of the clusters (below 0 needs root or CAP_SYS_NICE)")
     args = parser.parse_args()
     with embedded_zookeeper_and_ray() as env:
         connect = env.connect
@@ -210,7 +213,7 @@ def main() -> None:
             if len(runs) > 1:
                 print(json.dumps({"median_total_s": statistics.median(r["total_s"] for r in runs), "p": p}))
         for n in args.controller_failover:
-            rows = controller_failover(connect, n, args.load_rates, env.zk_server)
+            rows = controller_failover(connect, n, args.load_rates, env.zk_server, args.control_niceness)
             for r in rows:
                 r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
                 print(json.dumps(r), flush=True)
