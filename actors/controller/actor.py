@@ -13,6 +13,7 @@ from concurrent.futures import Future
 import ray
 
 from actors.config import ClusterConfig
+from actors.controller.changes import ElectionType
 from actors.controller.channel import ControllerChannelManager, broker_actor_name, controller_actor_name
 from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
@@ -95,9 +96,11 @@ class ControllerActor:
         """Kafka's ControlledShutdownRequest: the partitions the broker still leads, or an Errors code."""
         return self._ask(ControlledShutdown(broker_id=broker_id, broker_epoch=broker_epoch, reply=Future()), timeout)
 
-    def elect_leaders(self, partitions: list[tuple[str, int]] | None = None, timeout: float = 60.0):
-        """Preferred replica election (all partitions when None): per-partition error or None."""
-        return self._ask(ReplicaLeaderElection(partitions=tuple(partitions or ()), reply=Future()), timeout)
+    def elect_leaders(self, partitions: list[tuple[str, int]] | None = None,
+                      election_type: ElectionType = ElectionType.PREFERRED, timeout: float = 60.0):
+        """Kafka's ElectLeaders (all partitions when None): per partition None or its ApiError."""
+        return self._ask(ReplicaLeaderElection(partitions=None if partitions is None else tuple(partitions),
+                                               election_type=election_type, reply=Future()), timeout)
 
     def enable_topic_unclean_leader_election(self, topic: str) -> None:
         """Kafka's enableTopicUncleanLeaderElection: the topic's offline partitions are elected again,

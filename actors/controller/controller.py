@@ -171,8 +171,8 @@ class KafkaController:
                     leadership.process_isr_change_notification(self)
                 case PreferredReplicaElection():
                     leadership.process_preferred_replica_election_znode(self)
-                case ReplicaLeaderElection(partitions=partitions, reply=reply):
-                    leadership.process_replica_leader_election(self, partitions, reply)
+                case ReplicaLeaderElection(partitions=partitions, election_type=election_type, reply=reply):
+                    leadership.process_replica_leader_election(self, partitions, election_type, reply)
                 case TopicUncleanLeaderElectionEnable(topic=topic):
                     if topic in self.ctx.all_topics and not self.ctx.is_topic_queued_for_deletion(topic):
                         self.psm.trigger_online_partition_state_change(topic)

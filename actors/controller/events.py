@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
+from actors.controller.changes import ElectionType
 from actors.protocol import ControllerResponse
 
 log = logging.getLogger(__name__)
@@ -140,9 +141,11 @@ class ControlledShutdown(ControllerEvent):
 
 @dataclass(frozen=True)
 class ReplicaLeaderElection(ControllerEvent):
-    """An API-triggered preferred election (kray leader-election); `reply` gets per-partition errors."""
+    """An API-triggered election (kray leader-election) of the partitions, or of all when None; `reply`
+    gets per-partition errors."""
 
-    partitions: tuple = ()
+    partitions: tuple | None = None
+    election_type: ElectionType = ElectionType.PREFERRED
     reply: Future | None = field(default=None, compare=False)
 
 
