@@ -19,6 +19,7 @@ from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
 from actors.controller.events import (
+    CancelPartitionReassignments,
     ControlledShutdown,
     ControllerEventManager,
     DescribeController,
@@ -101,6 +102,11 @@ class ControllerActor:
         """Kafka's ElectLeaders (all partitions when None): per partition None or its ApiError."""
         return self._ask(ReplicaLeaderElection(partitions=None if partitions is None else tuple(partitions),
                                                election_type=election_type, reply=Future()), timeout)
+
+    def cancel_partition_reassignments(self, partitions: list[tuple[str, int]], timeout: float = 60.0):
+        """KIP-455's AlterPartitionReassignments with no target: the moves revert to their original
+        replicas; per partition None or its ApiError."""
+        return self._ask(CancelPartitionReassignments(partitions=tuple(partitions), reply=Future()), timeout)
 
     def enable_topic_unclean_leader_election(self, topic: str) -> None:
         """Kafka's enableTopicUncleanLeaderElection: the topic's offline partitions are elected again,

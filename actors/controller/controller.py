@@ -20,7 +20,7 @@ from kazoo.client import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from actors.config import ControllerConfig
-from actors.controller import brokers, leadership, reassignment, topics
+from actors.controller import admin_requests, brokers, leadership, reassignment, topics
 from actors.controller.channel import ControllerBrokerRequestBatch
 from actors.controller.context import ControllerContext, ReplicaAssignment
 from actors.controller.deletion import TopicDeletionManager
@@ -28,6 +28,7 @@ from actors.controller.events import (
     AutoPreferredReplicaLeaderElection,
     BrokerActorDied,
     BrokerChange,
+    CancelPartitionReassignments,
     ControllerActorDied,
     ControlledShutdown,
     ControllerChange,
@@ -180,6 +181,8 @@ class KafkaController:
                     leadership.check_and_trigger_auto_leader_rebalance(self)
                 case PartitionReassignment():
                     reassignment.process_partition_reassignment_znode(self)
+                case CancelPartitionReassignments(partitions=partitions, reply=reply):
+                    admin_requests.process_cancel_partition_reassignments(self, partitions, reply)
                 case PartitionReassignmentIsrChange(topic_partition=tp):
                     reassignment.process_partition_reassignment_isr_change(self, tp)
                 case ResponseReceived(response=resp, controller_epoch=epoch) if resp is not None:

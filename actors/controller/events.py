@@ -150,6 +150,15 @@ class ReplicaLeaderElection(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class CancelPartitionReassignments(ControllerEvent):
+    """KIP-455's AlterPartitionReassignments with no target replicas (kray reassign --cancel); `reply`
+    gets per-partition errors."""
+
+    partitions: tuple = ()
+    reply: Future | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class DescribeController(ControllerEvent):
     """A read of the controller's state, answered in order with the other events."""
 
