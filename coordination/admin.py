@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
 from pydantic import ValidationError
@@ -124,6 +125,14 @@ class PartitionDescription:
     leader: int
     replicas: list[int]
     isr: list[int]
+    adding: list[int] = field(default_factory=list)  # during a reassignment (the topic znode's)
+    removing: list[int] = field(default_factory=list)
+
+    @property
+    def replication_factor(self) -> int:
+        """Kafka's TopicCommand.getReplicationFactor: during a reassignment, the replicas being added
+        do not count."""
+        return len(self.replicas) - len(self.adding)
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,7 @@ class TopicDescription:
 
     @property
     def replication_factor(self) -> int:
-        return len(self.partitions[0].replicas) if self.partitions else 0
+        return self.partitions[0].replication_factor if self.partitions else 0
 
 
 def describe_topics(zk: KrayZkClient, topics: list[str] | None = None) -> list[TopicDescription]:
@@ -155,25 +164,49 @@ def describe_topics(zk: KrayZkClient, topics: list[str] | None = None) -> list[T
         config_raw = zk.get(zkdata.topic_config_path(topic))
         config = zkdata.decode(zkdata.TopicConfigZNode, zkdata.topic_config_path(topic), config_raw[0]).config \
             if config_raw and config_raw[0] else {}
-        parts = []
-        for p, replicas in sorted(znodes[topic].assignment().items()):
+        znode, parts = znodes[topic], []
+        for p, replicas in sorted(znode.assignment().items()):
             st = states.get(TopicPartition(topic, p))
-            parts.append(PartitionDescription(p, st.state.leader if st else -1, replicas, st.state.isr if st else []))
-        out.append(TopicDescription(topic, znodes[topic].topic_id, parts, config))
+            parts.append(PartitionDescription(p, st.state.leader if st else -1, replicas, st.state.isr if st else [],
+                                              znode.adding_replicas.get(str(p), []),
+                                              znode.removing_replicas.get(str(p), [])))
+        out.append(TopicDescription(topic, znode.topic_id, parts, config))
     return out
 
 
-def format_describe(descriptions: list[TopicDescription]) -> str:
-    """kafka-topics.sh --describe output."""
+# kafka-topics --describe's partition reports: (partition, the topic's min.insync.replicas, live brokers) -> shown
+DESCRIBE_REPORTS: dict[str, Callable[[PartitionDescription, int, Collection[int]], bool]] = {
+    "under_replicated_partitions": lambda p, min_isr, live: p.replication_factor > len(p.isr),
+    "unavailable_partitions": lambda p, min_isr, live: p.leader < 0 or p.leader not in live,
+    "under_min_isr_partitions": lambda p, min_isr, live: p.leader < 0 or len(p.isr) < min_isr,
+}
+
+
+def _ids(brokers) -> str:
+    return ",".join(map(str, brokers))
+
+
+def format_describe(descriptions: list[TopicDescription], report: str | None = None,
+                    live_brokers: Collection[int] = (), default_min_isr: int = 1) -> str:
+    """kafka-topics.sh --describe output, as Kafka 2.8's TopicCommand prints it. With a report (one of
+    DESCRIBE_REPORTS), only the partitions it selects and no topic lines; min.insync.replicas is the
+    topic's, else `default_min_isr` (the brokers')."""
     lines = []
     for d in descriptions:
-        configs = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
-        lines.append(f"Topic: {d.topic}\tTopicId: {d.topic_id or ''}\tPartitionCount: {len(d.partitions)}\t"
-                     f"ReplicationFactor: {d.replication_factor}\tConfigs: {configs}")
+        if report is None:
+            configs = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
+            lines.append(f"Topic: {d.topic}\tTopicId: {d.topic_id or ''}\tPartitionCount: {len(d.partitions)}\t"
+                         f"ReplicationFactor: {d.replication_factor}\tConfigs: {configs}")
+        min_isr = int(d.config.get("min.insync.replicas", default_min_isr))
         for p in d.partitions:
+            if report is not None and not DESCRIBE_REPORTS[report](p, min_isr, live_brokers):
+                continue
             leader = "none" if p.leader < 0 else str(p.leader)
-            lines.append(f"\tTopic: {d.topic}\tPartition: {p.partition}\tLeader: {leader}\t"
-                         f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+            line = (f"\tTopic: {d.topic}\tPartition: {p.partition}\tLeader: {leader}\t"
+                    f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}")
+            if p.adding or p.removing:
+                line += f"\tAdding Replicas: {_ids(p.adding)}\tRemoving Replicas: {_ids(p.removing)}"
+            lines.append(line)
     return "\n".join(lines)
 
 

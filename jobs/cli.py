@@ -15,7 +15,7 @@ from importlib import import_module
 from pathlib import Path
 
 from coordination import admin
-from coordination.errors import KrayError
+from coordination.errors import AdminCommandFailedException, KrayError, TopicExistsException
 from coordination.server import ZooKeeperServer, ZooKeeperSettings, server_mode
 from coordination.zkclient import KrayZkClient, credential_from_env
 from coordination.zkdata import TopicPartition
@@ -153,7 +153,12 @@ def _parse_configs(pairs: list[str]) -> dict[str, str]:
 
 def topics_create(args) -> None:
     with _zk(args) as zk:
-        admin.create_topic(zk, args.topic, args.partitions, args.replication_factor, _parse_configs(args.config))
+        try:
+            admin.create_topic(zk, args.topic, args.partitions, args.replication_factor, _parse_configs(args.config))
+        except TopicExistsException:
+            if args.if_not_exists:  # Kafka's --if-not-exists: nothing to do, nothing printed
+                return
+            raise
     print(f"Created topic {args.topic}.")
 
 
@@ -180,19 +185,47 @@ def topics_list(args) -> None:
             print(topic)
 
 
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def describe_report(args) -> str | None:
+    """The partition report kafka-topics --describe was asked for (one at most, as Kafka allows)."""
+    reports = [r for r in admin.DESCRIBE_REPORTS if getattr(args, r)]
+    if len(reports) > 1:
+        raise AdminCommandFailedException(f'Option "{_flag(reports[0])}" can\'t be used with option '
+                                          f'"{_flag(reports[1])}"')
+    return reports[0] if reports else None
+
+
 def topics_describe(args) -> None:
+    from actors.config import BrokerConfig
+
+    report = describe_report(args)
     with _zk(args) as zk:
-        print(admin.format_describe(admin.describe_topics(zk, [args.topic] if args.topic else None)))
+        text = admin.format_describe(admin.describe_topics(zk, [args.topic] if args.topic else None), report,
+                                     zk.get_all_broker_ids(), BrokerConfig().min_insync_replicas)
+    if text:
+        print(text)
+
+
+def _topic_missing(zk: KrayZkClient, args) -> bool:
+    """--if-exists: a topic that does not exist is left alone, silently (Kafka's ensureTopicExists)."""
+    return args.if_exists and args.topic not in zk.get_all_topics()
 
 
 def topics_delete(args) -> None:
     with _zk(args) as zk:
+        if _topic_missing(zk, args):
+            return
         admin.delete_topic(zk, args.topic)
     print(f"Topic {args.topic} is marked for deletion.")
 
 
 def topics_alter(args) -> None:
     with _zk(args) as zk:
+        if _topic_missing(zk, args):
+            return
         added = admin.add_partitions(zk, args.topic, args.partitions)
     print(f"Adding partitions succeeded: {len(added)} new partitions of {args.topic} "
           f"({', '.join(f'{p}:{r}' for p, r in sorted(added.items()))})")
@@ -343,9 +376,23 @@ def demo(args) -> None:
     run(session_timeout_ms=args.session_timeout_ms)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Mistaken options print one line and exit 1, as every other mistake does."""
+
+    def error(self, message: str):
+        self.exit(1, f"Error: {self.prog}: {message}\n")
+
+
+ZOOKEEPER_HELP = "ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)"
+NAMESPACE_HELP = "the cluster's Ray namespace (default: the one `kray cluster up` started here, else kray)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kray", description="Kafka's ZooKeeper-mode controller on Ray")
-    p.add_argument("--zookeeper", help="ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)")
+    p = _Parser(prog="kray", description="Kafka's ZooKeeper-mode controller on Ray")
+    p.add_argument("--zookeeper", help=ZOOKEEPER_HELP)
+    # the commands that read ZooKeeper take --zookeeper after their name too, as Kafka's tools do
+    zkp = argparse.ArgumentParser(add_help=False)
+    zkp.add_argument("--zookeeper", default=argparse.SUPPRESS, help=ZOOKEEPER_HELP)
     sub = p.add_subparsers(dest="command", required=True)
 
     zk = sub.add_parser("zk", help="a local ZooKeeper server").add_subparsers(dest="action", required=True)
@@ -354,10 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tick-time-ms", type=int, default=500)
     s.set_defaults(func=zk_start)
     zk.add_parser("stop").set_defaults(func=zk_stop)
-    zk.add_parser("status").set_defaults(func=zk_status)
+    zk.add_parser("status", parents=[zkp]).set_defaults(func=zk_status)
 
     cl = sub.add_parser("cluster", help="brokers on the local Ray").add_subparsers(dest="action", required=True)
-    s = cl.add_parser("up")
+    s = cl.add_parser("up", parents=[zkp])
     s.add_argument("--brokers", type=int, default=3)
     s.add_argument("--namespace", default="kray")
     s.add_argument("--session-timeout-ms", type=int, default=18_000)
@@ -365,9 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="broker N listens on base-port + N (0: free ports, named in /brokers/ids/N)")
     s.set_defaults(func=cluster_up)
     cl.add_parser("down").set_defaults(func=cluster_down)
-    cl.add_parser("status").set_defaults(func=cluster_status)
+    cl.add_parser("status", parents=[zkp]).set_defaults(func=cluster_status)
 
-    s = sub.add_parser("configs", help="kafka-configs (topics)")
+    s = sub.add_parser("configs", parents=[zkp], help="kafka-configs (topics)")
     s.add_argument("--entity-type", required=True)
     s.add_argument("--entity-name", required=True)
     mode = s.add_mutually_exclusive_group(required=True)
@@ -378,33 +425,41 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=configs)
 
     tp = sub.add_parser("topics", help="kafka-topics").add_subparsers(dest="action", required=True)
-    s = tp.add_parser("create")
+    s = tp.add_parser("create", parents=[zkp])
     s.add_argument("--topic", required=True)
     s.add_argument("--partitions", type=int, default=1)
     s.add_argument("--replication-factor", type=int, default=1)
     s.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--if-not-exists", action="store_true", help="nothing to do if the topic exists")
     s.set_defaults(func=topics_create)
-    tp.add_parser("list").set_defaults(func=topics_list)
-    s = tp.add_parser("describe")
+    tp.add_parser("list", parents=[zkp]).set_defaults(func=topics_list)
+    s = tp.add_parser("describe", parents=[zkp])
     s.add_argument("--topic")
+    s.add_argument("--under-replicated-partitions", action="store_true",
+                   help="only the partitions with fewer in-sync replicas than replicas")
+    s.add_argument("--unavailable-partitions", action="store_true",
+                   help="only the partitions whose leader is not available")
+    s.add_argument("--under-min-isr-partitions", action="store_true",
+                   help="only the partitions with fewer in-sync replicas than min.insync.replicas")
     s.set_defaults(func=topics_describe)
-
-    s = tp.add_parser("delete")
+    s = tp.add_parser("delete", parents=[zkp])
     s.add_argument("--topic", required=True)
+    s.add_argument("--if-exists", action="store_true", help="nothing to do if the topic does not exist")
     s.set_defaults(func=topics_delete)
-    s = tp.add_parser("alter")
+    s = tp.add_parser("alter", parents=[zkp])
     s.add_argument("--topic", required=True)
     s.add_argument("--partitions", type=int, required=True)
+    s.add_argument("--if-exists", action="store_true", help="nothing to do if the topic does not exist")
     s.set_defaults(func=topics_alter)
 
-    s = sub.add_parser("reassign", help="kafka-reassign-partitions")
+    s = sub.add_parser("reassign", parents=[zkp], help="kafka-reassign-partitions")
     mode = s.add_mutually_exclusive_group(required=True)
     mode.add_argument("--execute", action="store_true")
     mode.add_argument("--verify", action="store_true")
     s.add_argument("reassignment_json_file", metavar="FILE")
     s.set_defaults(func=reassign)
 
-    s = sub.add_parser("leader-election", help="kafka-leader-election --election-type preferred")
+    s = sub.add_parser("leader-election", parents=[zkp], help="kafka-leader-election --election-type preferred")
     s.add_argument("--preferred", action="store_true", required=True)
     s.add_argument("--topic")
     s.add_argument("--partition", type=int)
@@ -416,8 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=broker_shutdown)
 
     ct = sub.add_parser("controller", help="the active controller").add_subparsers(dest="action", required=True)
-    s = ct.add_parser("status")
-    s.add_argument("--namespace")
+    s = ct.add_parser("status", parents=[zkp])
+    s.add_argument("--namespace", help=NAMESPACE_HELP)
     s.set_defaults(func=controller_status)
 
     ch = sub.add_parser("chaos", help="inject one fault into the running cluster").add_subparsers(
