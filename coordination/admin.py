@@ -6,20 +6,28 @@ first write, and the writes are one multi, so a bad request changes nothing.
 """
 from __future__ import annotations
 
+import json
 import random
 import re
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple, TypeVar
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coordination import zkdata
 from coordination.errors import (
+    AdminCommandFailedException,
+    ApiError,
+    Errors,
     InvalidConfigurationException,
     InvalidPartitionsException,
     InvalidReplicaAssignmentException,
     InvalidReplicationFactorException,
     InvalidTopicException,
+    KrayError,
     ReassignmentInProgressException,
     TopicExistsException,
     UnknownTopicOrPartitionException,
@@ -27,6 +35,8 @@ from coordination.errors import (
 from coordination.topic_config import parse_topic_config
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -124,6 +134,14 @@ class PartitionDescription:
     leader: int
     replicas: list[int]
     isr: list[int]
+    adding: list[int] = field(default_factory=list)  # during a reassignment (the topic znode's)
+    removing: list[int] = field(default_factory=list)
+
+    @property
+    def replication_factor(self) -> int:
+        """Kafka's TopicCommand.getReplicationFactor: during a reassignment, the replicas being added
+        do not count."""
+        return len(self.replicas) - len(self.adding)
 
 
 @dataclass(frozen=True)
@@ -135,7 +153,7 @@ class TopicDescription:
 
     @property
     def replication_factor(self) -> int:
-        return len(self.partitions[0].replicas) if self.partitions else 0
+        return self.partitions[0].replication_factor if self.partitions else 0
 
 
 def describe_topics(zk: KrayZkClient, topics: list[str] | None = None) -> list[TopicDescription]:
@@ -155,25 +173,49 @@ def describe_topics(zk: KrayZkClient, topics: list[str] | None = None) -> list[T
         config_raw = zk.get(zkdata.topic_config_path(topic))
         config = zkdata.decode(zkdata.TopicConfigZNode, zkdata.topic_config_path(topic), config_raw[0]).config \
             if config_raw and config_raw[0] else {}
-        parts = []
-        for p, replicas in sorted(znodes[topic].assignment().items()):
+        znode, parts = znodes[topic], []
+        for p, replicas in sorted(znode.assignment().items()):
             st = states.get(TopicPartition(topic, p))
-            parts.append(PartitionDescription(p, st.state.leader if st else -1, replicas, st.state.isr if st else []))
-        out.append(TopicDescription(topic, znodes[topic].topic_id, parts, config))
+            parts.append(PartitionDescription(p, st.state.leader if st else -1, replicas, st.state.isr if st else [],
+                                              znode.adding_replicas.get(str(p), []),
+                                              znode.removing_replicas.get(str(p), [])))
+        out.append(TopicDescription(topic, znode.topic_id, parts, config))
     return out
 
 
-def format_describe(descriptions: list[TopicDescription]) -> str:
-    """kafka-topics.sh --describe output."""
+# kafka-topics --describe's partition reports: (partition, the topic's min.insync.replicas, live brokers) -> shown
+DESCRIBE_REPORTS: dict[str, Callable[[PartitionDescription, int, Collection[int]], bool]] = {
+    "under_replicated_partitions": lambda p, min_isr, live: p.replication_factor > len(p.isr),
+    "unavailable_partitions": lambda p, min_isr, live: p.leader < 0 or p.leader not in live,
+    "under_min_isr_partitions": lambda p, min_isr, live: p.leader < 0 or len(p.isr) < min_isr,
+}
+
+
+def _ids(brokers) -> str:
+    return ",".join(map(str, brokers))
+
+
+def format_describe(descriptions: list[TopicDescription], report: str | None = None,
+                    live_brokers: Collection[int] = (), default_min_isr: int = 1) -> str:
+    """kafka-topics.sh --describe output, as Kafka 2.8's TopicCommand prints it. With a report (one of
+    DESCRIBE_REPORTS), only the partitions it selects and no topic lines; min.insync.replicas is the
+    topic's, else `default_min_isr` (the brokers')."""
     lines = []
     for d in descriptions:
-        configs = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
-        lines.append(f"Topic: {d.topic}\tTopicId: {d.topic_id or ''}\tPartitionCount: {len(d.partitions)}\t"
-                     f"ReplicationFactor: {d.replication_factor}\tConfigs: {configs}")
+        if report is None:
+            configs = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
+            lines.append(f"Topic: {d.topic}\tTopicId: {d.topic_id or ''}\tPartitionCount: {len(d.partitions)}\t"
+                         f"ReplicationFactor: {d.replication_factor}\tConfigs: {configs}")
+        min_isr = int(d.config.get("min.insync.replicas", default_min_isr))
         for p in d.partitions:
+            if report is not None and not DESCRIBE_REPORTS[report](p, min_isr, live_brokers):
+                continue
             leader = "none" if p.leader < 0 else str(p.leader)
-            lines.append(f"\tTopic: {d.topic}\tPartition: {p.partition}\tLeader: {leader}\t"
-                         f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+            line = (f"\tTopic: {d.topic}\tPartition: {p.partition}\tLeader: {leader}\t"
+                    f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}")
+            if p.adding or p.removing:
+                line += f"\tAdding Replicas: {_ids(p.adding)}\tRemoving Replicas: {_ids(p.removing)}"
+            lines.append(line)
     return "\n".join(lines)
 
 
@@ -241,32 +283,94 @@ def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int) -> dict[
     return new
 
 
-def parse_reassignment(text: str) -> zkdata.ReassignPartitionsZNode:
-    """A kafka-reassign-partitions JSON file, checked for shape."""
+def _parse(model: type[M], text: str, what: str, error: type[KrayError] = AdminCommandFailedException) -> M:
+    """A JSON file one of Kafka's tools reads, checked for shape."""
     try:
-        return zkdata.ReassignPartitionsZNode.model_validate_json(text)
+        return model.model_validate_json(text)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "document"
-        raise InvalidReplicaAssignmentException(f"Malformed reassignment JSON at {where}: {first['msg']}") from None
+        raise error(f"Malformed {what} JSON at {zkdata.first_error(e)}") from None
 
 
-def reassign_partitions(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) -> None:
-    """Validate a reassignment against the cluster and write /admin/reassign_partitions."""
+def _duplicates(items) -> list:
+    """Kafka's CoreUtils.duplicates: the items that appear more than once, in order."""
+    counts = Counter(items)
+    return [item for item in counts if counts[item] > 1]
+
+
+def parse_reassignment(text: str) -> zkdata.ReassignPartitionsZNode:
+    """kafka-reassign-partitions --reassignment-json-file."""
+    return _parse(zkdata.ReassignPartitionsZNode, text, "reassignment", InvalidReplicaAssignmentException)
+
+
+class _TopicRef(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    topic: str
+
+
+class TopicsToMove(BaseModel):
+    """kafka-reassign-partitions --topics-to-move-json-file: {"topics":[{"topic":"foo"}],"version":1}."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    version: Literal[1] = 1
+    topics: list[_TopicRef]
+
+
+def parse_topics_to_move(text: str) -> list[str]:
+    topics = [t.topic for t in _parse(TopicsToMove, text, "topics-to-move").topics]
+    if duplicates := _duplicates(topics):
+        raise AdminCommandFailedException(
+            f"List of topics to reassign contains duplicate entries: {','.join(duplicates)}")
+    return topics
+
+
+def parse_broker_list(text: str) -> list[int]:
+    """--broker-list "1,2,3"."""
+    try:
+        brokers = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise AdminCommandFailedException(f"--broker-list takes broker ids separated by commas, not {text!r}") from None
+    if duplicates := _duplicates(brokers):
+        raise AdminCommandFailedException(f"Broker list contains duplicate entries: {_ids(duplicates)}")
+    return brokers
+
+
+def parse_election_partitions(text: str) -> list[TopicPartition]:
+    """kafka-leader-election --path-to-json-file: {"partitions":[{"topic":"t","partition":0}]}, the shape
+    of the preferred replica election znode."""
+    znode = _parse(zkdata.PreferredReplicaElectionZNode, text, "replica election")
+    partitions = [TopicPartition(p.topic, p.partition) for p in znode.partitions]
+    if not partitions:
+        raise AdminCommandFailedException("Replica election data names no partitions")
+    if duplicates := _duplicates(partitions):
+        raise AdminCommandFailedException(
+            f"Replica election data contains duplicate partitions: {','.join(map(str, duplicates))}")
+    return partitions
+
+
+def topic_znodes_of(zk: KrayZkClient, partitions: Iterable[TopicPartition]) -> dict[str, zkdata.TopicZNode]:
+    """The topic znodes of the partitions a file names; UnknownTopicOrPartitionException for the first
+    partition that does not exist."""
+    partitions = list(partitions)
+    topics = zk.get_topic_znodes({tp.topic for tp in partitions})
+    for tp in partitions:
+        if tp.topic not in topics or tp.partition not in topics[tp.topic].assignment():
+            raise UnknownTopicOrPartitionException(f"Partition {tp} does not exist")
+    return topics
+
+
+def reassign_partitions(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) -> dict[TopicPartition, list[int]]:
+    """Validate a reassignment against the cluster and write /admin/reassign_partitions; the partitions'
+    replicas before it (what --execute prints for a rollback)."""
     if zk.get(zkdata.REASSIGN_PARTITIONS) is not None:
         raise ReassignmentInProgressException("There is an existing assignment running.")
     if not plan.partitions:
         raise InvalidReplicaAssignmentException("Partition reassignment list cannot be empty")
     brokers = set(zk.get_all_broker_ids())
-    topics = zk.get_topic_znodes({p.topic for p in plan.partitions})
-    seen = set()
-    for p in plan.partitions:
-        tp = TopicPartition(p.topic, p.partition)
-        if tp in seen:
-            raise InvalidReplicaAssignmentException(f"Partition {tp} appears more than once in the reassignment")
-        seen.add(tp)
-        if p.topic not in topics or p.partition not in topics[p.topic].assignment():
-            raise UnknownTopicOrPartitionException(f"Partition {tp} does not exist")
+    tps = plan.topic_partitions()
+    if duplicates := _duplicates(tps):
+        raise InvalidReplicaAssignmentException(f"Partition {duplicates[0]} appears more than once in the reassignment")
+    topics = topic_znodes_of(zk, tps)
+    for tp, p in zip(tps, plan.partitions):
         if zk.get(zkdata.delete_topic_path(p.topic)) is not None:
             raise InvalidTopicException(f"Topic {p.topic} is queued for deletion; it cannot be reassigned")
         if not p.replicas:
@@ -280,24 +384,116 @@ def reassign_partitions(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) 
         zk.kazoo.create(zkdata.REASSIGN_PARTITIONS, plan.encode(), makepath=True)
     except NodeExistsError:
         raise ReassignmentInProgressException("There is an existing assignment running.") from None
+    return {tp: topics[tp.topic].assignment()[tp.partition] for tp in tps}
 
 
-def verify_reassignment(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) -> dict[TopicPartition, str]:
-    """kafka-reassign-partitions --verify: 'complete', 'in progress' or 'failed' per partition."""
+def generate_assignment(zk: KrayZkClient, topics: list[str], broker_ids: list[int],
+                        rng: random.Random | None = None) -> tuple[dict[TopicPartition, list[int]],
+                                                                   dict[TopicPartition, list[int]]]:
+    """kafka-reassign-partitions --generate (Kafka's calculateAssignment): every partition of the topics
+    assigned afresh over the brokers with the rack-unaware assignment, each topic keeping its replication
+    factor. (current, proposed); writes nothing."""
+    znodes = zk.get_topic_znodes(topics)
+    missing = [t for t in topics if t not in znodes]
+    if missing:
+        raise UnknownTopicOrPartitionException(f"Topic '{missing[0]}' does not exist as expected")
+    unknown = sorted(set(broker_ids) - set(zk.get_all_broker_ids()))
+    if unknown:
+        raise InvalidReplicaAssignmentException(f"Unknown broker ids {unknown} in --broker-list")
+    current, proposed = {}, {}
+    for topic, znode in znodes.items():
+        assignment = znode.assignment()
+        current |= {TopicPartition(topic, p): r for p, r in assignment.items()}
+        new = assign_replicas_to_brokers(sorted(broker_ids), len(assignment), len(assignment[min(assignment)]),
+                                         rng=rng)
+        proposed |= {TopicPartition(topic, p): r for p, r in new.items()}
+    return current, proposed
+
+
+def format_reassignment_json(assignment: Mapping[TopicPartition, Sequence[int]]) -> str:
+    """Kafka's formatAsReassignmentJson: partitions in order, each replica in any log directory."""
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": tp.topic, "partition": tp.partition, "replicas": list(r), "log_dirs": ["any"] * len(r)}
+        for tp, r in sorted(assignment.items())]}, separators=(",", ":"))
+
+
+class PartitionReassignment(NamedTuple):
+    """Kafka's PartitionReassignment: all replicas during the move, and those being added and removed."""
+
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+
+
+def list_reassignments(topics: Mapping[str, zkdata.TopicZNode]) -> dict[TopicPartition, PartitionReassignment]:
+    """Kafka's listPartitionReassignments, from the topic znodes: the partitions they name replicas being
+    added to or removed from (the controller persists them for the whole move)."""
+    return {TopicPartition(t, int(p)): PartitionReassignment(r, z.adding_replicas.get(p, []),
+                                                             z.removing_replicas.get(p, []))
+            for t, z in topics.items() for p, r in z.partitions.items()
+            if z.adding_replicas.get(p) or z.removing_replicas.get(p)}
+
+
+def format_reassignments(reassignments: Mapping[TopicPartition, PartitionReassignment]) -> str:
+    """kafka-reassign-partitions --list (Kafka's curReassignmentsToString)."""
+    if not reassignments:
+        return "No partition reassignments found."
+    return "Current partition reassignments:\n" + "\n".join(
+        f"{tp}: replicas: {_ids(r.replicas)}.{f' adding: {_ids(r.adding)}.' if r.adding else ''}"
+        f"{f' removing: {_ids(r.removing)}.' if r.removing else ''}" for tp, r in sorted(reassignments.items()))
+
+
+class ReassignmentState(NamedTuple):
+    """Kafka's PartitionReassignmentState: done when /admin/reassign_partitions no longer names it."""
+
+    current: list[int]
+    target: list[int]
+    done: bool
+
+
+def verify_reassignment(zk: KrayZkClient,
+                        plan: zkdata.ReassignPartitionsZNode) -> dict[TopicPartition, ReassignmentState]:
+    """kafka-reassign-partitions --verify in ZooKeeper mode (Kafka's findPartitionReassignmentStates)."""
     in_progress = zk.get_znode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS)
-    running = {TopicPartition(p.topic, p.partition) for p in in_progress.partitions} if in_progress else set()
-    topics = zk.get_topic_znodes({p.topic for p in plan.partitions})
-    out = {}
-    for p in plan.partitions:
-        tp = TopicPartition(p.topic, p.partition)
-        current = topics[p.topic].assignment().get(p.partition) if p.topic in topics else None
-        if tp in running:
-            out[tp] = "in progress"
-        elif current == list(p.replicas):
-            out[tp] = "complete"
+    running = set(in_progress.topic_partitions()) if in_progress else set()
+    tps = plan.topic_partitions()
+    topics = topic_znodes_of(zk, tps)
+    return {tp: ReassignmentState(topics[tp.topic].assignment()[tp.partition], list(p.replicas), tp not in running)
+            for tp, p in zip(tps, plan.partitions)}
+
+
+def format_reassignment_states(states: Mapping[TopicPartition, ReassignmentState]) -> str:
+    """Kafka's partitionReassignmentStatesToString."""
+    lines = ["Status of partition reassignment:"]
+    for tp, s in sorted(states.items()):
+        if not s.done:
+            lines.append(f"Reassignment of partition {tp} is still in progress.")
+        elif s.current == s.target:
+            lines.append(f"Reassignment of partition {tp} is complete.")
         else:
-            out[tp] = "failed"
-    return out
+            lines.append(f"There is no active reassignment of partition {tp}, but replica set is "
+                         f"{_ids(s.current)} rather than {_ids(s.target)}.")
+    return "\n".join(lines)
+
+
+def format_election_results(election_type: str,
+                            results: Mapping[TopicPartition, ApiError | None]) -> tuple[str, int]:
+    """kafka-leader-election's report (Kafka 2.8's LeaderElectionCommand) and how many partitions failed.
+    Kafka 2.8 names the elected partitions again on its "Valid replica already elected" line (KAFKA-12684,
+    fixed in 3.0); this names those that needed no election."""
+    outcomes = sorted(results.items())
+    elected = [tp for tp, e in outcomes if e is None]
+    not_needed = [tp for tp, e in outcomes if e is not None and e.error == Errors.ELECTION_NOT_NEEDED]
+    failed = [(tp, e) for tp, e in outcomes if e is not None and e.error != Errors.ELECTION_NOT_NEEDED]
+    lines = []
+    if elected:
+        lines.append(f"Successfully completed leader election ({election_type}) for partitions "
+                     f"{', '.join(map(str, elected))}")
+    if not_needed:
+        lines.append(f"Valid replica already elected for partitions {', '.join(map(str, not_needed))}")
+    lines += [f"Error completing leader election ({election_type}) for partition: {tp}: {e.exception()}"
+              for tp, e in failed]
+    return "\n".join(lines), len(failed)
 
 
 def preferred_replica_election(zk: KrayZkClient, partitions: list[TopicPartition] | None = None) -> list[TopicPartition]:

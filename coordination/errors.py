@@ -8,6 +8,7 @@ are in actors/broker/errors.py.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class Errors(IntEnum):
@@ -47,6 +48,10 @@ class Errors(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
     STALE_BROKER_EPOCH = 77
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
 
 
@@ -106,6 +111,37 @@ class MalformedZNodeError(KrayError):
         preview = (data or b"")[:120].decode("utf-8", "replace")
         super().__init__(f"malformed data at {path}: {reason} (data: {preview!r})")
         self.path = path
+
+
+class PreferredLeaderNotAvailableException(KrayError):
+    error = Errors.PREFERRED_LEADER_NOT_AVAILABLE
+
+
+class EligibleLeadersNotAvailableException(KrayError):
+    error = Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+class NoReassignmentInProgressException(KrayError):
+    error = Errors.NO_REASSIGNMENT_IN_PROGRESS
+
+
+class AdminCommandFailedException(KrayError):
+    """A Kafka tool's own refusal (bad options or files) or failure, with the tool's message."""
+
+
+class ApiError(NamedTuple):
+    """One partition's error in the controller's answer to an admin request (Kafka's ApiError)."""
+
+    error: Errors
+    message: str
+
+    def exception(self) -> KrayError:
+        """The exception Kafka's clients raise for it: its str reads `ElectionNotNeededException: ...`."""
+        return next((c for c in _subclasses(KrayError) if vars(c).get("error") == self.error), KrayError)(self.message)
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [d for c in cls.__subclasses__() for d in (c, *_subclasses(c))]
 
 
 class ZooKeeperServerError(KrayError):

@@ -201,6 +201,9 @@ class ReassignPartitionsZNode(ZNodeModel):
     version: int = 1
     partitions: list[PartitionReplicas]
 
+    def topic_partitions(self) -> list[TopicPartition]:
+        return [TopicPartition(p.topic, p.partition) for p in self.partitions]
+
 
 class PreferredReplicaElectionZNode(ZNodeModel):
     version: int = 1
@@ -248,9 +251,13 @@ def decode(model: type[M], path: str, data: bytes | None) -> M:
     try:
         return model.model_validate_json(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "document"
-        raise MalformedZNodeError(path, data, f"{where}: {first['msg']}") from None
+        raise MalformedZNodeError(path, data, first_error(e)) from None
+
+
+def first_error(e: ValidationError) -> str:
+    """`where: what` of a validation's first error, for a one-line message."""
+    first = e.errors()[0]
+    return f"{'.'.join(str(x) for x in first['loc']) or 'document'}: {first['msg']}"
 
 
 def encode_controller_epoch(epoch: int) -> bytes:

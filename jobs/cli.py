@@ -5,7 +5,6 @@ User mistakes print one line and exit 1; no tracebacks.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -14,8 +13,14 @@ import time
 from importlib import import_module
 from pathlib import Path
 
-from coordination import admin
-from coordination.errors import KrayError
+from coordination import admin, zkdata
+from coordination.errors import (
+    AdminCommandFailedException,
+    ControllerMovedException,
+    Errors,
+    KrayError,
+    TopicExistsException,
+)
 from coordination.server import ZooKeeperServer, ZooKeeperSettings, server_mode
 from coordination.zkclient import KrayZkClient, credential_from_env
 from coordination.zkdata import TopicPartition
@@ -153,7 +158,12 @@ def _parse_configs(pairs: list[str]) -> dict[str, str]:
 
 def topics_create(args) -> None:
     with _zk(args) as zk:
-        admin.create_topic(zk, args.topic, args.partitions, args.replication_factor, _parse_configs(args.config))
+        try:
+            admin.create_topic(zk, args.topic, args.partitions, args.replication_factor, _parse_configs(args.config))
+        except TopicExistsException:
+            if args.if_not_exists:  # Kafka's --if-not-exists: nothing to do, nothing printed
+                return
+            raise
     print(f"Created topic {args.topic}.")
 
 
@@ -180,61 +190,208 @@ def topics_list(args) -> None:
             print(topic)
 
 
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def describe_report(args) -> str | None:
+    """The partition report kafka-topics --describe was asked for (one at most, as Kafka allows)."""
+    reports = [r for r in admin.DESCRIBE_REPORTS if getattr(args, r)]
+    if len(reports) > 1:
+        raise AdminCommandFailedException(f'Option "{_flag(reports[0])}" can\'t be used with option '
+                                          f'"{_flag(reports[1])}"')
+    return reports[0] if reports else None
+
+
 def topics_describe(args) -> None:
+    from actors.config import BrokerConfig
+
+    report = describe_report(args)
     with _zk(args) as zk:
-        print(admin.format_describe(admin.describe_topics(zk, [args.topic] if args.topic else None)))
+        text = admin.format_describe(admin.describe_topics(zk, [args.topic] if args.topic else None), report,
+                                     zk.get_all_broker_ids(), BrokerConfig().min_insync_replicas)
+    if text:
+        print(text)
+
+
+def _topic_missing(zk: KrayZkClient, args) -> bool:
+    """--if-exists: a topic that does not exist is left alone, silently (Kafka's ensureTopicExists)."""
+    return args.if_exists and args.topic not in zk.get_all_topics()
 
 
 def topics_delete(args) -> None:
     with _zk(args) as zk:
+        if _topic_missing(zk, args):
+            return
         admin.delete_topic(zk, args.topic)
     print(f"Topic {args.topic} is marked for deletion.")
 
 
 def topics_alter(args) -> None:
     with _zk(args) as zk:
+        if _topic_missing(zk, args):
+            return
         added = admin.add_partitions(zk, args.topic, args.partitions)
     print(f"Adding partitions succeeded: {len(added)} new partitions of {args.topic} "
           f"({', '.join(f'{p}:{r}' for p, r in sorted(added.items()))})")
 
 
-def _read_plan(path: str):
+def _read_file(path: str, what: str) -> str:
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text()
     except OSError as e:
-        raise KrayError(f"cannot read reassignment file {path}: {e.strerror}") from None
-    return admin.parse_reassignment(text)
+        raise KrayError(f"cannot read {what} file {path}: {e.strerror}") from None
+
+
+def _ask_controller(args, method: str, *call_args):
+    """Call the active controller's actor, kray's AdminClient: Kafka's tools send these requests to the
+    controller (through a broker); the actor answers them in order with its events."""
+    import ray
+
+    from actors.names import controller_actor_name
+
+    with _zk(args) as zk:
+        controller_id = zk.get_controller_id()
+    if controller_id is None:
+        raise KrayError("no active controller")
+    namespace = args.namespace or (local.read_state("cluster") or {}).get("config", {}).get("namespace", "kray")
+    try:
+        _ray_connect()
+    except ConnectionError:
+        raise KrayError("no Ray cluster is running here (kray cluster up)") from None
+    try:
+        answer = ray.get(getattr(ray.get_actor(controller_actor_name(controller_id), namespace=namespace),
+                                 method).remote(*call_args))
+    except ValueError:
+        raise KrayError(f"no controller of broker {controller_id} in Ray namespace {namespace} (--namespace)") from None
+    finally:
+        ray.shutdown()
+    if answer is Errors.NOT_CONTROLLER:
+        raise ControllerMovedException(f"broker {controller_id} is no longer the controller; try again")
+    return answer
+
+
+# -- kray reassign (kafka-reassign-partitions) -------------------------------
+
+REASSIGN_ACTIONS = ("generate", "execute", "verify", "cancel", "list")
+REASSIGN_ARGUMENTS = ("reassignment_json_file", "topics_to_move_json_file", "broker_list", "namespace")
+REASSIGN_OPTIONS = {  # action -> (the options it needs, the others it may have), as Kafka's tool checks them
+    "generate": (("topics_to_move_json_file", "broker_list"), ()),
+    "execute": (("reassignment_json_file",), ()),
+    "verify": (("reassignment_json_file",), ()),
+    "cancel": (("reassignment_json_file",), ("namespace",)),
+    "list": ((), ()),
+}
+
+
+def reassign_action(args) -> str:
+    """Kafka's ReassignPartitionsCommand.validateAndParseArgs: exactly one action, the options it needs,
+    none that it cannot use."""
+    actions = [a for a in REASSIGN_ACTIONS if getattr(args, a)]
+    if len(actions) != 1:
+        raise AdminCommandFailedException(
+            f"Command must include exactly one action: {', '.join(map(_flag, REASSIGN_ACTIONS))}")
+    action = actions[0]
+    needed, allowed = REASSIGN_OPTIONS[action]
+    missing = [o for o in needed if getattr(args, o) is None]
+    if missing:
+        raise AdminCommandFailedException(f'Missing required argument "{_flag(missing[0])}"')
+    extra = [o for o in REASSIGN_ARGUMENTS if getattr(args, o) is not None and o not in needed + allowed]
+    if extra:
+        raise AdminCommandFailedException(f'Option "{_flag(extra[0])}" can\'t be used with action "{_flag(action)}"')
+    return action
+
+
+def _read_plan(args) -> zkdata.ReassignPartitionsZNode:
+    return admin.parse_reassignment(_read_file(args.reassignment_json_file, "reassignment"))
+
+
+def _plural(items) -> str:
+    return "" if len(items) == 1 else "s"
+
+
+def reassign_generate(args) -> None:
+    topics = admin.parse_topics_to_move(_read_file(args.topics_to_move_json_file, "topics-to-move"))
+    brokers = admin.parse_broker_list(args.broker_list)
+    with _zk(args) as zk:
+        current, proposed = admin.generate_assignment(zk, topics, brokers)
+    print(f"Current partition replica assignment\n{admin.format_reassignment_json(current)}\n")
+    print(f"Proposed partition reassignment configuration\n{admin.format_reassignment_json(proposed)}")
+
+
+def reassign_execute(args) -> None:
+    with _zk(args) as zk:
+        current = admin.reassign_partitions(zk, _read_plan(args))
+    print(f"Current partition replica assignment\n\n{admin.format_reassignment_json(current)}\n\n"
+          "Save this to use as the --reassignment-json-file option during rollback")
+    print(f"Successfully started partition reassignment{_plural(current)} for {','.join(map(str, sorted(current)))}")
+
+
+def reassign_verify(args) -> None:
+    with _zk(args) as zk:
+        states = admin.verify_reassignment(zk, _read_plan(args))
+    print(admin.format_reassignment_states(states))
+    if any(s.done and s.current != s.target for s in states.values()):
+        sys.exit(1)
+
+
+def reassign_cancel(args) -> None:
+    """KIP-455's cancel: the file's partitions that are being moved go back to their original replicas.
+    Kafka 2.8's tool cancels through its AdminClient only (not with --zookeeper): kray asks its controller."""
+    partitions = _read_plan(args).topic_partitions()
+    with _zk(args) as zk:
+        moving = sorted(set(partitions) & set(admin.list_reassignments(admin.topic_znodes_of(zk, partitions))))
+    if not moving:
+        print("None of the specified partition reassignments are active.")
+        return
+    errors = {tp: e for tp, e in _ask_controller(args, "cancel_partition_reassignments", moving).items() if e}
+    if errors:
+        raise AdminCommandFailedException(f"Error cancelling partition reassignment{_plural(errors)} for: " +
+                                          "; ".join(f"{tp}: {e.exception()}" for tp, e in sorted(errors.items())))
+    print(f"Successfully cancelled partition reassignment{_plural(moving)} for: {','.join(map(str, moving))}")
+
+
+def reassign_list(args) -> None:
+    with _zk(args) as zk:
+        print(admin.format_reassignments(admin.list_reassignments(zk.get_topic_znodes(zk.get_all_topics()))))
 
 
 def reassign(args) -> None:
-    plan = _read_plan(args.reassignment_json_file)
-    with _zk(args) as zk:
-        if args.execute:
-            current = {t: z.assignment() for t, z in zk.get_topic_znodes({p.topic for p in plan.partitions}).items()}
-            print("Current partition replica assignment\n")
-            print(json.dumps({"version": 1, "partitions": [
-                {"topic": p.topic, "partition": p.partition, "replicas": current.get(p.topic, {}).get(p.partition, [])}
-                for p in plan.partitions]}))
-            admin.reassign_partitions(zk, plan)
-            print("\nSuccessfully started partition reassignment"
-                  f"{'s' if len(plan.partitions) > 1 else ''} for "
-                  f"{','.join(f'{p.topic}-{p.partition}' for p in plan.partitions)}")
-        else:
-            status = admin.verify_reassignment(zk, plan)
-            print("Status of partition reassignment:")
-            for tp, state in status.items():
-                print(f"Reassignment of partition {tp} is {state}.")
-            if any(s == "failed" for s in status.values()):
-                sys.exit(1)
+    {"generate": reassign_generate, "execute": reassign_execute, "verify": reassign_verify,
+     "cancel": reassign_cancel, "list": reassign_list}[reassign_action(args)](args)
+
+
+# -- kray leader-election (kafka-leader-election) ----------------------------
+
+def election_partitions(args) -> list[TopicPartition] | None:
+    """The partitions kafka-leader-election was asked to elect (None: all), its options checked as Kafka's
+    LeaderElectionCommand.validate does."""
+    if [args.topic is not None, args.all_topic_partitions, args.path_to_json_file is not None].count(True) != 1:
+        raise AdminCommandFailedException("One and only one of the following options is required: "
+                                          "topic, all-topic-partitions, path-to-json-file")
+    if (args.topic is None) != (args.partition is None):
+        raise AdminCommandFailedException("Missing required option(s): partition" if args.partition is None
+                                          else "Option partition is only allowed if topic is used")
+    if args.path_to_json_file is not None:
+        return admin.parse_election_partitions(_read_file(args.path_to_json_file, "replica election"))
+    return None if args.all_topic_partitions else [TopicPartition(args.topic, args.partition)]
 
 
 def leader_election(args) -> None:
-    if (args.topic is None) != (args.partition is None):
-        raise KrayError("--topic and --partition go together (or neither, for every partition)")
-    with _zk(args) as zk:
-        partitions = None if args.topic is None else [TopicPartition(args.topic, args.partition)]
-        chosen = admin.preferred_replica_election(zk, partitions)
-    print(f"Created preferred replica election for {len(chosen)} partitions")
+    """An ElectLeaders request to the controller (Kafka's kafka-leader-election talks to no ZooKeeper);
+    the partitions a file or --topic names must exist, or nothing is elected."""
+    from actors.controller.changes import ElectionType
+
+    partitions = election_partitions(args)
+    if partitions is not None:
+        with _zk(args) as zk:
+            admin.topic_znodes_of(zk, partitions)
+    report, failed = admin.format_election_results(args.election_type, _ask_controller(
+        args, "elect_leaders", partitions, ElectionType[args.election_type]))
+    if report:
+        print(report)
+    if failed:
+        raise AdminCommandFailedException(f"{failed} replica(s) could not be elected")
 
 
 def _started_cluster():
@@ -266,19 +423,7 @@ def broker_shutdown(args) -> None:
 
 
 def controller_status(args) -> None:
-    import ray
-    from actors.names import controller_actor_name
-
-    with _zk(args) as zk:
-        controller_id = zk.get_controller_id()
-        if controller_id is None:
-            raise KrayError("no active controller")
-    state = local.read_state("cluster") or {}
-    namespace = args.namespace or state.get("config", {}).get("namespace", "kray")
-    _ray_connect()
-    status = ray.get(ray.get_actor(controller_actor_name(controller_id), namespace=namespace).status.remote())
-    ray.shutdown()
-    for key, value in status.items():
+    for key, value in _ask_controller(args, "status").items():
         print(f"{key}: {value}")
 
 
@@ -343,9 +488,23 @@ def demo(args) -> None:
     run(session_timeout_ms=args.session_timeout_ms)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Mistaken options print one line and exit 1, as every other mistake does."""
+
+    def error(self, message: str):
+        self.exit(1, f"Error: {self.prog}: {message}\n")
+
+
+ZOOKEEPER_HELP = "ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)"
+NAMESPACE_HELP = "the cluster's Ray namespace (default: the one `kray cluster up` started here, else kray)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kray", description="Kafka's ZooKeeper-mode controller on Ray")
-    p.add_argument("--zookeeper", help="ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)")
+    p = _Parser(prog="kray", description="Kafka's ZooKeeper-mode controller on Ray")
+    p.add_argument("--zookeeper", help=ZOOKEEPER_HELP)
+    # the commands that read ZooKeeper take --zookeeper after their name too, as Kafka's tools do
+    zkp = argparse.ArgumentParser(add_help=False)
+    zkp.add_argument("--zookeeper", default=argparse.SUPPRESS, help=ZOOKEEPER_HELP)
     sub = p.add_subparsers(dest="command", required=True)
 
     zk = sub.add_parser("zk", help="a local ZooKeeper server").add_subparsers(dest="action", required=True)
@@ -354,10 +513,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tick-time-ms", type=int, default=500)
     s.set_defaults(func=zk_start)
     zk.add_parser("stop").set_defaults(func=zk_stop)
-    zk.add_parser("status").set_defaults(func=zk_status)
+    zk.add_parser("status", parents=[zkp]).set_defaults(func=zk_status)
 
     cl = sub.add_parser("cluster", help="brokers on the local Ray").add_subparsers(dest="action", required=True)
-    s = cl.add_parser("up")
+    s = cl.add_parser("up", parents=[zkp])
     s.add_argument("--brokers", type=int, default=3)
     s.add_argument("--namespace", default="kray")
     s.add_argument("--session-timeout-ms", type=int, default=18_000)
@@ -365,9 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="broker N listens on base-port + N (0: free ports, named in /brokers/ids/N)")
     s.set_defaults(func=cluster_up)
     cl.add_parser("down").set_defaults(func=cluster_down)
-    cl.add_parser("status").set_defaults(func=cluster_status)
+    cl.add_parser("status", parents=[zkp]).set_defaults(func=cluster_status)
 
-    s = sub.add_parser("configs", help="kafka-configs (topics)")
+    s = sub.add_parser("configs", parents=[zkp], help="kafka-configs (topics)")
     s.add_argument("--entity-type", required=True)
     s.add_argument("--entity-name", required=True)
     mode = s.add_mutually_exclusive_group(required=True)
@@ -378,36 +537,53 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=configs)
 
     tp = sub.add_parser("topics", help="kafka-topics").add_subparsers(dest="action", required=True)
-    s = tp.add_parser("create")
+    s = tp.add_parser("create", parents=[zkp])
     s.add_argument("--topic", required=True)
     s.add_argument("--partitions", type=int, default=1)
     s.add_argument("--replication-factor", type=int, default=1)
     s.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--if-not-exists", action="store_true", help="nothing to do if the topic exists")
     s.set_defaults(func=topics_create)
-    tp.add_parser("list").set_defaults(func=topics_list)
-    s = tp.add_parser("describe")
+    tp.add_parser("list", parents=[zkp]).set_defaults(func=topics_list)
+    s = tp.add_parser("describe", parents=[zkp])
     s.add_argument("--topic")
+    s.add_argument("--under-replicated-partitions", action="store_true",
+                   help="only the partitions with fewer in-sync replicas than replicas")
+    s.add_argument("--unavailable-partitions", action="store_true",
+                   help="only the partitions whose leader is not available")
+    s.add_argument("--under-min-isr-partitions", action="store_true",
+                   help="only the partitions with fewer in-sync replicas than min.insync.replicas")
     s.set_defaults(func=topics_describe)
-
-    s = tp.add_parser("delete")
+    s = tp.add_parser("delete", parents=[zkp])
     s.add_argument("--topic", required=True)
+    s.add_argument("--if-exists", action="store_true", help="nothing to do if the topic does not exist")
     s.set_defaults(func=topics_delete)
-    s = tp.add_parser("alter")
+    s = tp.add_parser("alter", parents=[zkp])
     s.add_argument("--topic", required=True)
     s.add_argument("--partitions", type=int, required=True)
+    s.add_argument("--if-exists", action="store_true", help="nothing to do if the topic does not exist")
     s.set_defaults(func=topics_alter)
 
-    s = sub.add_parser("reassign", help="kafka-reassign-partitions")
-    mode = s.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--execute", action="store_true")
-    mode.add_argument("--verify", action="store_true")
-    s.add_argument("reassignment_json_file", metavar="FILE")
+    s = sub.add_parser("reassign", parents=[zkp], help="kafka-reassign-partitions")
+    for action, text in (("generate", "propose an assignment of the topics over the brokers (writes nothing)"),
+                         ("execute", "start the reassignment in the file"),
+                         ("verify", "how the reassignment in the file is going"),
+                         ("cancel", "move the file's partitions that are being reassigned back (KIP-455)"),
+                         ("list", "the partitions being reassigned")):
+        s.add_argument(f"--{action}", action="store_true", help=text)
+    s.add_argument("--reassignment-json-file", help="Kafka's reassignment JSON")
+    s.add_argument("--topics-to-move-json-file", help='{"topics":[{"topic":"t"}],"version":1}, for --generate')
+    s.add_argument("--broker-list", help='"1,2,3": the brokers --generate assigns over')
+    s.add_argument("--namespace", help=NAMESPACE_HELP)
     s.set_defaults(func=reassign)
 
-    s = sub.add_parser("leader-election", help="kafka-leader-election --election-type preferred")
-    s.add_argument("--preferred", action="store_true", required=True)
+    s = sub.add_parser("leader-election", parents=[zkp], help="kafka-leader-election")
+    s.add_argument("--election-type", required=True, type=str.upper, choices=("PREFERRED", "UNCLEAN"))
     s.add_argument("--topic")
     s.add_argument("--partition", type=int)
+    s.add_argument("--all-topic-partitions", action="store_true")
+    s.add_argument("--path-to-json-file", help='{"partitions":[{"topic":"t","partition":0}]}')
+    s.add_argument("--namespace", help=NAMESPACE_HELP)
     s.set_defaults(func=leader_election)
 
     br = sub.add_parser("broker", help="brokers").add_subparsers(dest="action", required=True)
@@ -416,8 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=broker_shutdown)
 
     ct = sub.add_parser("controller", help="the active controller").add_subparsers(dest="action", required=True)
-    s = ct.add_parser("status")
-    s.add_argument("--namespace")
+    s = ct.add_parser("status", parents=[zkp])
+    s.add_argument("--namespace", help=NAMESPACE_HELP)
     s.set_defaults(func=controller_status)
 
     ch = sub.add_parser("chaos", help="inject one fault into the running cluster").add_subparsers(

@@ -14,11 +14,13 @@ import ray
 
 from actors import records
 from actors.config import ClusterConfig
+from actors.controller.changes import ElectionType
 from actors.controller.channel import ControllerChannelManager
 from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import ControllerMetrics
 from actors.controller.events import (
+    CancelPartitionReassignments,
     ControlledShutdown,
     ControllerEventManager,
     DescribeController,
@@ -99,9 +101,16 @@ class ControllerActor:
         """Kafka's ControlledShutdownRequest: the partitions the broker still leads, or an Errors code."""
         return self._ask(ControlledShutdown(broker_id=broker_id, broker_epoch=broker_epoch, reply=Future()), timeout)
 
-    def elect_leaders(self, partitions: list[tuple[str, int]] | None = None, timeout: float = 60.0):
-        """Preferred replica election (all partitions when None): per-partition error or None."""
-        return self._ask(ReplicaLeaderElection(partitions=tuple(partitions or ()), reply=Future()), timeout)
+    def elect_leaders(self, partitions: list[tuple[str, int]] | None = None,
+                      election_type: ElectionType = ElectionType.PREFERRED, timeout: float = 60.0):
+        """Kafka's ElectLeaders (all partitions when None): per partition None or its ApiError."""
+        return self._ask(ReplicaLeaderElection(partitions=None if partitions is None else tuple(partitions),
+                                               election_type=election_type, reply=Future()), timeout)
+
+    def cancel_partition_reassignments(self, partitions: list[tuple[str, int]], timeout: float = 60.0):
+        """KIP-455's AlterPartitionReassignments with no target: the moves revert to their original
+        replicas; per partition None or its ApiError."""
+        return self._ask(CancelPartitionReassignments(partitions=tuple(partitions), reply=Future()), timeout)
 
     def enable_topic_unclean_leader_election(self, topic: str) -> None:
         """Kafka's enableTopicUncleanLeaderElection: the topic's offline partitions are elected again,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 
 from actors.controller.context import ControllerContext, LeaderAndIsr
 from actors.controller.election import (
@@ -29,6 +30,7 @@ from actors.controller.state_machines import (
     is_valid_partition_transition,
     is_valid_replica_transition,
 )
+from coordination.errors import ApiError, Errors
 from coordination.zkdata import TopicPartition
 
 
@@ -221,24 +223,37 @@ def plan_replica_state_changes(ctx: ControllerContext, replicas: Iterable[tuple[
     return plan
 
 
-# -- preferred leaders ---------------------------------------------------------------------------
+# -- API-triggered elections ---------------------------------------------------------------------
 
-def preferred_election_needed(ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
-    """Split partitions into those to elect and those that cannot or need not be (with Kafka's reasons)."""
+class ElectionType(Enum):
+    """Kafka's ElectionType: what an ElectLeaders request asks for."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+def election_needed(ctx: ControllerContext, partitions: Iterable[TopicPartition],
+                    election_type: ElectionType) -> tuple[list[TopicPartition], dict[TopicPartition, ApiError]]:
+    """Kafka's processReplicaLeaderElection before it elects: the partitions to elect, and the answers of
+    those that cannot or need not be (a preferred one led by its preferred replica; for an unclean
+    election, one whose leader is live)."""
     valid, errors = [], {}
     for tp in partitions:
         leadership = ctx.partition_leadership.get(tp)
         replicas = ctx.partition_replicas(tp)
         if not replicas or leadership is None:
-            errors[tp] = "UNKNOWN_TOPIC_OR_PARTITION: the partition does not exist"
+            errors[tp] = ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
         elif ctx.is_topic_queued_for_deletion(tp.topic):
-            errors[tp] = "INVALID_TOPIC_EXCEPTION: the topic is being deleted"
-        elif leadership.leader_and_isr.leader == replicas[0]:
-            errors[tp] = "ELECTION_NOT_NEEDED: the preferred replica is already the leader"
+            errors[tp] = ApiError(Errors.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
+        elif (leadership.leader_and_isr.leader == replicas[0] if election_type is ElectionType.PREFERRED
+              else leadership.leader_and_isr.leader in ctx.live_broker_ids):
+            errors[tp] = ApiError(Errors.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
         else:
             valid.append(tp)
     return valid, errors
 
+
+# -- preferred leaders ---------------------------------------------------------------------------
 
 def imbalanced_leaderships(preferred: dict[TopicPartition, int], leaders: dict[TopicPartition, int],
                            imbalance_percentage: int) -> dict[int, list[TopicPartition]]:

@@ -20,13 +20,14 @@ from kazoo.client import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from actors.config import ControllerConfig
-from actors.controller import brokers, leadership, reassignment, topics
+from actors.controller import admin_requests, brokers, leadership, reassignment, topics
 from actors.controller.context import ControllerContext, ReplicaAssignment
 from actors.controller.deletion import TopicDeletionManager
 from actors.controller.events import (
     AutoPreferredReplicaLeaderElection,
     BrokerActorDied,
     BrokerChange,
+    CancelPartitionReassignments,
     ControllerActorDied,
     ControlledShutdown,
     ControllerChange,
@@ -173,8 +174,8 @@ class KafkaController:
                     leadership.process_isr_change_notification(self)
                 case PreferredReplicaElection():
                     leadership.process_preferred_replica_election_znode(self)
-                case ReplicaLeaderElection(partitions=partitions, reply=reply):
-                    leadership.process_replica_leader_election(self, partitions, reply)
+                case ReplicaLeaderElection(partitions=partitions, election_type=election_type, reply=reply):
+                    leadership.process_replica_leader_election(self, partitions, election_type, reply)
                 case TopicUncleanLeaderElectionEnable(topic=topic):
                     if topic in self.ctx.all_topics and not self.ctx.is_topic_queued_for_deletion(topic):
                         self.psm.trigger_online_partition_state_change(topic)
@@ -182,6 +183,8 @@ class KafkaController:
                     leadership.check_and_trigger_auto_leader_rebalance(self)
                 case PartitionReassignment():
                     reassignment.process_partition_reassignment_znode(self)
+                case CancelPartitionReassignments(partitions=partitions, reply=reply):
+                    admin_requests.process_cancel_partition_reassignments(self, partitions, reply)
                 case PartitionReassignmentIsrChange(topic_partition=tp):
                     reassignment.process_partition_reassignment_isr_change(self, tp)
                 case ResponseReceived(response=resp, controller_epoch=epoch) if resp is not None:

@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
+from actors.controller.changes import ElectionType
 from actors.protocol import ControllerResponse
 from coordination.errors import Errors
 
@@ -141,7 +142,18 @@ class ControlledShutdown(ControllerEvent):
 
 @dataclass(frozen=True)
 class ReplicaLeaderElection(ControllerEvent):
-    """An API-triggered preferred election (kray leader-election); `reply` gets per-partition errors."""
+    """An API-triggered election (kray leader-election) of the partitions, or of all when None; `reply`
+    gets per-partition errors."""
+
+    partitions: tuple | None = None
+    election_type: ElectionType = ElectionType.PREFERRED
+    reply: Future | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class CancelPartitionReassignments(ControllerEvent):
+    """KIP-455's AlterPartitionReassignments with no target replicas (kray reassign --cancel); `reply`
+    gets per-partition errors."""
 
     partitions: tuple = ()
     reply: Future | None = field(default=None, compare=False)

@@ -1,5 +1,6 @@
 """Leadership moves that are not failures: preferred replica elections (ZooKeeper- and API-triggered),
-the auto leader rebalance task, and the ISR change notifications leaders write."""
+unclean elections the admin API asks for, the auto leader rebalance task, and the ISR change
+notifications leaders write."""
 from __future__ import annotations
 
 import logging
@@ -7,11 +8,17 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from actors.controller import reassignment
-from actors.controller.changes import PreferredElection, auto_rebalance_candidates, preferred_election_needed
+from actors.controller.changes import (
+    ElectionType,
+    OfflineElection,
+    PreferredElection,
+    auto_rebalance_candidates,
+    election_needed,
+)
 from actors.controller.state_machines import PartitionStateName as P
 from actors.controller.zk_state_machines import leadership_from_record
 from coordination import zkdata
-from coordination.errors import MalformedZNodeError
+from coordination.errors import ApiError, Errors, MalformedZNodeError
 from coordination.zkdata import TopicPartition
 
 if TYPE_CHECKING:
@@ -20,13 +27,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def elect_preferred_leaders(c: KafkaController, partitions, trigger: str) -> dict[TopicPartition, str | None]:
-    """Preferred replica election for the partitions; None per partition on success, else the reason."""
-    valid, errors = preferred_election_needed(c.ctx, partitions)
+def elect_leaders(c: KafkaController, partitions, election_type: ElectionType,
+                  trigger: str) -> dict[TopicPartition, ApiError | None]:
+    """Kafka's onReplicaElection, after election_needed: None per partition elected, else its error. An
+    unclean election (only the admin API asks for one) elects offline partitions from outside the ISR
+    whatever unclean.leader.election.enable says, as Kafka's does."""
+    valid, errors = election_needed(c.ctx, partitions, election_type)
     if valid:
-        log.info("%s Starting replica leader election (PREFERRED) for partitions %s triggered by %s",
-                 c.prefix, ",".join(map(str, valid[:20])) + ("..." if len(valid) > 20 else ""), trigger)
-        errors.update(c.psm.handle_state_changes(valid, P.OnlinePartition, PreferredElection()))
+        log.info("%s Starting replica leader election (%s) for partitions %s triggered by %s", c.prefix,
+                 election_type.name, ",".join(map(str, valid[:20])) + ("..." if len(valid) > 20 else ""), trigger)
+        preferred = election_type is ElectionType.PREFERRED
+        failed = c.psm.handle_state_changes(valid, P.OnlinePartition,
+                                            PreferredElection() if preferred else OfflineElection(allow_unclean=True))
+        unavailable = Errors.PREFERRED_LEADER_NOT_AVAILABLE if preferred else Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE
+        errors.update({tp: ApiError(unavailable, reason) for tp, reason in failed.items()})
     return {tp: errors.get(tp) for tp in list(valid) + [tp for tp in errors if tp not in valid]}
 
 
@@ -35,8 +49,8 @@ def process_preferred_replica_election_znode(c: KafkaController) -> None:
         znode = c.zk.get_znode(zkdata.PreferredReplicaElectionZNode, zkdata.PREFERRED_REPLICA_ELECTION)
         if znode is None:
             return
-        results = elect_preferred_leaders(c, [TopicPartition(p.topic, p.partition) for p in znode.partitions],
-                                          "ZooKeeper")
+        results = elect_leaders(c, [TopicPartition(p.topic, p.partition) for p in znode.partitions],
+                                ElectionType.PREFERRED, "ZooKeeper")
         failed = {tp: e for tp, e in results.items() if e}
         if failed:
             log.warning("%s Preferred replica election failed for %s", c.prefix, failed)
@@ -46,10 +60,12 @@ def process_preferred_replica_election_znode(c: KafkaController) -> None:
         c.zk.delete_path_fenced(zkdata.PREFERRED_REPLICA_ELECTION, c.ctx.epoch_zk_version)
 
 
-def process_replica_leader_election(c: KafkaController, partitions, reply: Future) -> None:
+def process_replica_leader_election(c: KafkaController, partitions, election_type: ElectionType,
+                                    reply: Future) -> None:
+    """Kafka's ElectLeaders request: the partitions named, or all of them when None."""
     try:
-        chosen = [TopicPartition(*p) for p in partitions] if partitions else c.ctx.all_partitions()
-        reply.set_result(elect_preferred_leaders(c, chosen, "AdminClient"))
+        chosen = c.ctx.all_partitions() if partitions is None else [TopicPartition(*p) for p in partitions]
+        reply.set_result(elect_leaders(c, chosen, election_type, "AdminClient"))
     except Exception as e:
         reply.set_exception(e)
         raise
@@ -58,7 +74,7 @@ def process_replica_leader_election(c: KafkaController, partitions, reply: Futur
 def check_and_trigger_auto_leader_rebalance(c: KafkaController) -> None:
     candidates = auto_rebalance_candidates(c.ctx, c.config.leader_imbalance_per_broker_percentage)
     if candidates:
-        elect_preferred_leaders(c, candidates, "AutoTriggered")
+        elect_leaders(c, candidates, ElectionType.PREFERRED, "AutoTriggered")
 
 
 def delete_isr_change_notifications(c: KafkaController) -> None:

@@ -1,7 +1,9 @@
-"""The `kray` command end to end: zk start/status/stop and cluster up/status/down."""
+"""The `kray` command end to end: zk start/status/stop, cluster up/status/down, and the Kafka tools
+(topics, configs, reassign, leader-election) against the cluster it started."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -45,7 +47,7 @@ def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
     status = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
     assert "Brokers registered: 1, 2" in status.stdout and "Active controller:" in status.stdout
     assert "bootstrap.servers: 127.0.0.1:9093,127.0.0.1:9094" in status.stdout  # `cluster up` listens on 9092 + N
-    _topic_and_controller_commands(tmp_path, chroot_connect)
+    _topic_and_controller_commands(tmp_path, chroot_connect, namespace)
     down = kray("cluster", "down", home=tmp_path, zk=chroot_connect)
     assert down.returncode == 0, down.stderr
     assert ray_session.is_initialized() and ray_session.cluster_resources()  # our Ray is untouched
@@ -53,41 +55,102 @@ def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
     assert "Brokers registered: none" in after.stdout  # sessions closed cleanly: ephemerals gone at once
 
 
-def _topic_and_controller_commands(home, zk):
+def _topic_and_controller_commands(home, zk, namespace):
     from tests.integration.conftest import wait_until
 
+    def run(*args):
+        """The commands that read ZooKeeper take --zookeeper after their name; the others before it."""
+        after = args[0] in ("topics", "reassign", "leader-election", "configs", "controller", "cluster")
+        return kray(*args, *(("--zookeeper", zk) if after else ()), home=home, zk=None if after else zk)
+
     def ok(*args):
-        result = kray(*args, home=home, zk=zk)
+        result = run(*args)
         assert result.returncode == 0, result.stderr
         return result.stdout
 
     def fails(*args):
-        result = kray(*args, home=home, zk=zk)
+        """Exit 1 with one line on stderr; what the command printed, both streams."""
+        result = run(*args)
         assert result.returncode == 1 and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
-        return result.stderr
+        return result.stdout + result.stderr
+
+    def replicas(topic, partition):
+        line = next(line for line in ok("topics", "describe", "--topic", topic).splitlines()
+                    if f"\tPartition: {partition}\t" in line)
+        return [int(b) for b in line.split("Replicas: ")[1].split("\t")[0].split(",")]
 
     assert ok("topics", "create", "--topic", "c", "--partitions", "2", "--replication-factor", "2") == "Created topic c.\n"
+    assert "TopicExistsException: Topic 'c' already exists." in fails("topics", "create", "--topic", "c")
+    assert ok("topics", "create", "--topic", "c", "--if-not-exists") == ""
+    assert ok("topics", "create", "--topic", "u", "--replication-factor", "2", "--config", "min.insync.replicas=2")
+    assert ok("topics", "create", "--topic", "v", "--replication-factor", "2")
+    assert ok("topics", "create", "--topic", "m")
     assert "Adding partitions succeeded: 2 new partitions" in ok("topics", "alter", "--topic", "c", "--partitions", "4")
     assert "would not be an increase" in fails("topics", "alter", "--topic", "c", "--partitions", "3")
-    wait_until(lambda: "Leader: none" not in ok("topics", "describe", "--topic", "c")
-               and ok("topics", "describe", "--topic", "c").count("Partition:") == 4)
+    assert "Topic 'nope' does not exist" in fails("topics", "alter", "--topic", "nope", "--partitions", "2")
+    assert ok("topics", "alter", "--topic", "nope", "--partitions", "2", "--if-exists") == ""
+    wait_until(lambda: "Leader: none" not in (topics := ok("topics", "describe")) and topics.count("Partition:") == 7)
+    assert "can't be used with option" in fails("topics", "describe", "--unavailable-partitions",
+                                                "--under-min-isr-partitions")
+
+    # kafka-reassign-partitions: bad files change nothing; then c-0's replicas reversed
+    a, b = replicas("c", 0)
     plan = home / "plan.json"
+    execute = ("reassign", "--execute", "--reassignment-json-file", str(plan))
     plan.write_text('{"version":1,"partitions":[{"topic":"c","partition":0,"replicas":[2,7]}]}')
-    assert "Unknown broker ids [7]" in fails("reassign", "--execute", str(plan))
+    assert "Unknown broker ids [7]" in fails(*execute)
     plan.write_text('{"version":1,"partitions":[{"topic":"c","partition":0,"replicas":[2,2]}]}')
-    assert "duplicate" in fails("reassign", "--execute", str(plan))
+    assert "duplicate" in fails(*execute)
     plan.write_text('{"version":1,"partitions":[{"topic":"c"')
-    assert "Malformed reassignment JSON" in fails("reassign", "--execute", str(plan))
-    plan.write_text('{"version":1,"partitions":[{"topic":"c","partition":0,"replicas":[2,1]}]}')
-    out = ok("reassign", "--execute", str(plan))
-    assert "Current partition replica assignment" in out and "Successfully started partition reassignment" in out
-    wait_until(lambda: "is complete" in kray("reassign", "--verify", str(plan), home=home, zk=zk).stdout)
-    assert "Created preferred replica election for 1 partitions" in ok("leader-election", "--preferred", "--topic",
-                                                                          "c", "--partition", "1")
-    assert "go together" in fails("leader-election", "--preferred", "--topic", "c")
+    assert "Malformed reassignment JSON" in fails(*execute)
+    plan.write_text('{"version":1,"partitions":[{"topic":"nope","partition":0,"replicas":[1,2]}]}')
+    assert "UnknownTopicOrPartitionException: Partition nope-0 does not exist" in fails(*execute)
+    assert "exactly one action" in fails("reassign", "--execute", "--verify", "--reassignment-json-file", str(plan))
+    assert "exactly one action" in fails("reassign", "--reassignment-json-file", str(plan))
+    plan.write_text(f'{{"version":1,"partitions":[{{"topic":"c","partition":0,"replicas":[{b},{a}]}}]}}')
+    assert ok(*execute) == (
+        "Current partition replica assignment\n\n"
+        f'{{"version":1,"partitions":[{{"topic":"c","partition":0,"replicas":[{a},{b}],"log_dirs":["any","any"]}}]}}'
+        "\n\nSave this to use as the --reassignment-json-file option during rollback\n"
+        "Successfully started partition reassignment for c-0\n")
+    verify = ("reassign", "--verify", "--reassignment-json-file", str(plan))
+    wait_until(lambda: run(*verify).stdout == "Status of partition reassignment:\n"
+                                             "Reassignment of partition c-0 is complete.\n")
+    topics = home / "topics.json"
+    topics.write_text('{"topics":[{"topic":"c"}],"version":1}')
+    generated = ok("reassign", "--generate", "--topics-to-move-json-file", str(topics), "--broker-list", "2,1")
+    current_header, current, blank, proposed_header, proposed = generated.splitlines()
+    assert (current_header, blank, proposed_header) == ("Current partition replica assignment", "",
+                                                        "Proposed partition reassignment configuration")
+    assert json.loads(current)["partitions"][0] == {"topic": "c", "partition": 0, "replicas": [b, a],
+                                                    "log_dirs": ["any", "any"]}
+    assert [(p["partition"], sorted(p["replicas"])) for p in json.loads(proposed)["partitions"]] == \
+        [(p, [1, 2]) for p in range(4)]
+    topics.write_text('{"topics":[{"topic":"nope"}],"version":1}')
+    assert "Topic 'nope' does not exist" in fails("reassign", "--generate", "--topics-to-move-json-file",
+                                                 str(topics), "--broker-list", "1,2")
+    assert ok("reassign", "--list") == "No partition reassignments found.\n"  # --generate writes nothing
+
+    # kafka-leader-election, through the controller
+    assert ok("leader-election", "--election-type", "preferred", "--topic", "c", "--partition", "0") == \
+        "Successfully completed leader election (PREFERRED) for partitions c-0\n"  # c-0's leader was a, not b
+    assert ok("leader-election", "--election-type", "preferred", "--all-topic-partitions") == \
+        "Valid replica already elected for partitions c-0, c-1, c-2, c-3, m-0, u-0, v-0\n"
+    election = home / "election.json"
+    election.write_text('{"partitions":[{"topic":"c","partition":1},{"topic":"v","partition":0}]}')
+    assert ok("leader-election", "--election-type", "unclean", "--path-to-json-file", str(election)) == \
+        "Valid replica already elected for partitions c-1, v-0\n"  # live leaders: nothing to elect
+    election.write_text('{"partitions":[{"topic":"c","partition":1},{"topic":"nope","partition":0}]}')
+    assert "Partition nope-0 does not exist" in fails("leader-election", "--election-type", "preferred",
+                                                      "--path-to-json-file", str(election))
+    assert "One and only one of" in fails("leader-election", "--election-type", "preferred")
+    assert "One and only one of" in fails("leader-election", "--election-type", "unclean", "--all-topic-partitions",
+                                          "--path-to-json-file", str(election))
+
+    _reassignment_in_progress(ok, fails, run, replicas, home, namespace)
     status = ok("controller", "status")
-    assert "active: True" in status and "partitions: 4" in status
+    assert "active: True" in status and "partitions: 7" in status
     topic_configs = ("configs", "--entity-type", "topics", "--entity-name", "c")
     assert ok(*topic_configs, "--alter", "--add-config", "min.insync.replicas=2,retention.ms=60000") == \
         "Completed updating config for topic c.\n"
@@ -95,12 +158,89 @@ def _topic_and_controller_commands(home, zk):
                                                                           "min.insync.replicas=x")
     assert ok(*topic_configs, "--alter", "--delete-config", "retention.ms")
     assert ok(*topic_configs, "--describe") == "Configs for topic 'c' are min.insync.replicas=2\n"
-    assert "marked for deletion" in ok("topics", "delete", "--topic", "c")
-    wait_until(lambda: "c" not in ok("topics", "list").split())
+    for topic in ("c", "m"):
+        assert f"Topic {topic} is marked for deletion." in ok("topics", "delete", "--topic", topic)
+    wait_until(lambda: ok("topics", "list").split() == ["u", "v"])
     assert "does not exist" in fails("topics", "delete", "--topic", "c")
+    assert ok("topics", "delete", "--topic", "c", "--if-exists") == ""
     _chaos_commands(ok, fails)
+    _unclean_election(ok, fails, run, home)
+
+
+def _reassignment_in_progress(ok, fails, run, replicas, home, namespace):
+    """A move that cannot finish while its new replica's broker is stopped: listed, described with its
+    adding and removing replicas, then cancelled (KIP-455) back to the original replica."""
+    import ray
+
+    from tests.integration.conftest import wait_until
+
+    [x] = replicas("m", 0)
+    y = 3 - x
+    move = home / "move.json"
+    move.write_text(f'{{"version":1,"partitions":[{{"topic":"m","partition":0,"replicas":[{y}]}}]}}')
+    cancel = ("reassign", "--cancel", "--reassignment-json-file", str(move))
+    pid = ray.get(ray.get_actor(f"broker-{y}", namespace=namespace).info.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)  # broker y cannot fetch: the move waits for it to join the ISR
+    try:
+        assert "Successfully started partition reassignment for m-0" in ok("reassign", "--execute",
+                                                                          "--reassignment-json-file", str(move))
+        wait_until(lambda: ok("reassign", "--list") ==
+                   f"Current partition reassignments:\nm-0: replicas: {y},{x}. adding: {y}. removing: {x}.\n")
+        assert f"\tReplicas: {y},{x}\tIsr: {x}\tAdding Replicas: {y}\tRemoving Replicas: {x}\n" in \
+            ok("topics", "describe", "--topic", "m")
+        assert ok(*cancel) == "Successfully cancelled partition reassignment for: m-0\n"
+        assert ok("reassign", "--list") == "No partition reassignments found.\n"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert ok("topics", "describe", "--topic", "m").endswith(f"\tReplicas: {x}\tIsr: {x}\n")
+    verified = run("reassign", "--verify", "--reassignment-json-file", str(move))
+    assert verified.returncode == 1 and verified.stdout.endswith(
+        f"There is no active reassignment of partition m-0, but replica set is {x} rather than {y}.\n")
+    assert ok(*cancel) == "None of the specified partition reassignments are active.\n"
+    wait_until(lambda: "Brokers registered: 1, 2\n" in ok("cluster", "status"), timeout=60,
+               what="broker y back (its session may have expired while it was stopped)")
+
+
+def _unclean_election(ok, fails, run, home):
+    """Broker 2 is shut down (out of every ISR), then broker 1 dies and broker 2 comes back: u-0 and v-0
+    have no live ISR member. The describe reports find them; a preferred election cannot help; an unclean
+    one (KIP-460) elects broker 2 although unclean.leader.election.enable is false."""
+    from actors.cluster import LocalCluster
+    from actors.config import ClusterConfig
+    from tests.integration.conftest import wait_until
+
+    plan = home / "u.json"  # broker 2 first: a preferred replica that lives but is out of the ISR
+    plan.write_text('{"version":1,"partitions":[{"topic":"u","partition":0,"replicas":[2,1]}]}')
+    assert "Successfully started" in ok("reassign", "--execute", "--reassignment-json-file", str(plan))
+    wait_until(lambda: "is complete." in run("reassign", "--verify", "--reassignment-json-file", str(plan)).stdout)
     assert "shut down after moving its leaderships" in ok("broker", "shutdown", "2")
     wait_until(lambda: "Brokers registered: 1\n" in ok("cluster", "status"))
+
+    under_replicated = ok("topics", "describe", "--under-replicated-partitions")
+    assert [line.split("\tLeader")[0] for line in under_replicated.splitlines()] == [
+        "\tTopic: u\tPartition: 0", "\tTopic: v\tPartition: 0"]
+    assert "\tIsr: 1\n" in under_replicated
+    under_min_isr = ok("topics", "describe", "--under-min-isr-partitions")  # v's min.insync.replicas is 1
+    assert under_min_isr.startswith("\tTopic: u\tPartition: 0\tLeader: 1\t") and under_min_isr.count("\n") == 1
+    assert ok("topics", "describe", "--unavailable-partitions") == ""
+    assert "Killed broker 1's actor" in ok("chaos", "kill-broker", "1")
+    config = ClusterConfig(**json.loads((home / "cluster.json").read_text())["config"])
+    LocalCluster(config, [2], detached=True).start_broker(2)
+    wait_until(lambda: "Brokers registered: 2\n" in ok("cluster", "status") and "active: True" in
+               run("controller", "status").stdout, timeout=60, what="broker 2 alone, and its controller")
+    unavailable = ok("topics", "describe", "--unavailable-partitions").splitlines()
+    assert [line.split("\tLeader")[0] for line in unavailable] == ["\tTopic: u\tPartition: 0",
+                                                                    "\tTopic: v\tPartition: 0"]
+    assert all(line.endswith("\tIsr: 1") for line in unavailable)
+    preferred = fails("leader-election", "--election-type", "preferred", "--topic", "u", "--partition", "0")
+    assert preferred.startswith("Error completing leader election (PREFERRED) for partition: u-0: "
+                                "PreferredLeaderNotAvailableException: ")
+    assert preferred.endswith("Error: AdminCommandFailedException: 1 replica(s) could not be elected\n")
+    assert ok("leader-election", "--election-type", "unclean", "--all-topic-partitions") == \
+        "Successfully completed leader election (UNCLEAN) for partitions u-0, v-0\n"
+    assert "\tTopic: u\tPartition: 0\tLeader: 2\t" in (described := ok("topics", "describe"))
+    assert described.count("\tIsr: 2\n") == 2
+    assert ok("topics", "describe", "--unavailable-partitions") == ""
 
 
 def _chaos_commands(ok, fails):

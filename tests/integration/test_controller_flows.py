@@ -286,7 +286,7 @@ def test_reassignment_full_protocol(new_cluster):
         assert doc["partitions"] == {"0": [3, 4, 1, 2]} and doc["removing_replicas"] == {"0": [1, 2]}
         wait_until(lambda: zk_states(zk, "r")[tp].leader_epoch == epoch0 + 1)
         assert admin.verify_reassignment(zk, admin.parse_reassignment(
-            '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}')) == {tp: "in progress"}
+            '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}'))[tp].done is False
     wait_until(lambda: all(tp in ray.get(cluster.brokers[b].replicas.remote()) for b in (3, 4)), what="AR started")
     # the new replicas catch up and the leader adds them to the ISR; then phase B: leader from TRS,
     # old replicas removed and deleted, assignment final, znode gone
@@ -300,7 +300,8 @@ def test_reassignment_full_protocol(new_cluster):
                what="StopReplica with delete on the removed replicas")
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "r"))
     assert admin.verify_reassignment(zk, admin.parse_reassignment(
-        '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}')) == {tp: "complete"}
+        '{"version":1,"partitions":[{"topic":"r","partition":0,"replicas":[3,4]}]}')) == \
+        {tp: admin.ReassignmentState(current=[3, 4], target=[3, 4], done=True)}
 
 
 def test_zombie_controller_is_fenced_and_resigns(new_cluster):

@@ -5,11 +5,13 @@ import pytest
 
 from actors.controller.changes import (
     ControlledShutdownElection,
+    ElectionType,
+    OfflineElection,
     PreferredElection,
     ReassignElection,
     auto_rebalance_candidates,
     elect_leader,
-    preferred_election_needed,
+    election_needed,
 )
 from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch, ReplicaAssignment
 from actors.controller.election import (
@@ -21,6 +23,7 @@ from actors.controller.election import (
     reassign_partition_leader_election,
 )
 from actors.protocol import LiveBroker
+from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 
@@ -107,16 +110,42 @@ def test_election_refused_when_a_newer_controller_wrote_the_state():
 
 def test_preferred_election_needed_and_auto_rebalance():
     ctx = ctx_with((2, 1, 3), 1, (1, 2, 3), (1, 2, 3))
-    assert preferred_election_needed(ctx, [T]) == ([T], {})
+    assert election_needed(ctx, [T], ElectionType.PREFERRED) == ([T], {})
     assert auto_rebalance_candidates(ctx, 10) == [T]  # broker 2 leads 0 of its 1 preferred partitions
     assert auto_rebalance_candidates(ctx, 100) == []  # imbalance ratio 1.0 is not above 100%
     led_by_preferred = ctx_with((1, 2, 3), 1, (1, 2, 3), (1, 2, 3))
-    assert "ELECTION_NOT_NEEDED" in preferred_election_needed(led_by_preferred, [T])[1][T]
+    assert election_needed(led_by_preferred, [T], ElectionType.PREFERRED)[1][T].error == Errors.ELECTION_NOT_NEEDED
     assert auto_rebalance_candidates(ctx_with((2, 1, 3), 1, (1, 3), (1, 2, 3)), 10) == []  # 2 not in ISR
 
 
+def test_unclean_election_is_needed_only_without_a_live_leader():
+    """Kafka's processReplicaLeaderElection for ElectionType.UNCLEAN: a live leader, preferred or not,
+    needs no election; a dead one (or none) does; unknown partitions and topics being deleted are answered."""
+    assert election_needed(ctx_with((2, 1), 1, (1,), (1, 2)), [T], ElectionType.UNCLEAN)[1][T].error == \
+        Errors.ELECTION_NOT_NEEDED
+    for leader in (1, -1):
+        assert election_needed(ctx_with((1, 2), leader, (1,), (2,)), [T], ElectionType.UNCLEAN) == ([T], {})
+    assert election_needed(ctx_with((1, 2), 1, (1,), (2,), shutting_down={1}), [T], ElectionType.UNCLEAN)[0] == [T]
+    unknown = TopicPartition("t", 9)
+    assert election_needed(ctx_with((1, 2), 1, (1,), (2,)), [unknown], ElectionType.UNCLEAN)[1][unknown].error == \
+        Errors.UNKNOWN_TOPIC_OR_PARTITION
+    deleting = ctx_with((1, 2), -1, (1,), (2,))
+    deleting.topics_to_be_deleted.add("t")
+    assert election_needed(deleting, [T], ElectionType.UNCLEAN)[1][T].error == Errors.INVALID_TOPIC_EXCEPTION
+
+
+def test_the_admin_unclean_election_elects_outside_the_isr():
+    """What an UNCLEAN ElectLeaders asks of the partition state machine (Kafka's
+    OfflinePartitionLeaderElectionStrategy(allowUnclean = true)): the last ISR member is dead, a live
+    replica outside the ISR leads, alone in the ISR."""
+    ctx = ctx_with((1, 2), -1, (1,), (2,))
+    e = elect_leader(ctx, T, OfflineElection(allow_unclean=True))
+    assert e.leader_and_isr == LeaderAndIsr(2, 8, (2,), 9) and e.unclean
+    assert isinstance(elect_leader(ctx_with((1, 2), -1, (1,), ()), T, OfflineElection(allow_unclean=True)), str)
+
+
 def test_a_broker_shutting_down_cannot_become_leader():
-    from actors.controller.changes import OfflineElection, plan_partition_state_changes
+    from actors.controller.changes import plan_partition_state_changes
     from actors.controller.state_machines import PartitionStateName as P
 
     ctx = ctx_with((1, 2, 3), 9, (1, 2, 3), (1, 2, 3), shutting_down={1})
