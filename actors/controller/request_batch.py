@@ -27,6 +27,7 @@ from actors.protocol import (
 from coordination.zkdata import TopicPartition
 
 EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch when the replica is deleted
+ALL = -1  # UpdateMetadata's recipients: every live or shutting-down broker when the batch is built
 
 
 def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: LeaderIsrAndControllerEpoch,
@@ -47,15 +48,14 @@ class ControllerBrokerRequestBatch:
     def __init__(self, controller_id: int):
         self.controller_id = controller_id
         self._leader_and_isr: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> is_new
-        self._update_metadata_brokers: set[int] = set()
-        self._update_metadata_to_all = False  # every broker live when the batch is built
-        self._update_metadata_partitions: set[TopicPartition] = set()
+        # UpdateMetadata: the partitions each broker is sent, and those every live or shutting-down broker
+        # is (ALL: the brokers of the moment the batch is built); a broker gets the union of the two
+        self._update_metadata: dict[int, set[TopicPartition]] = defaultdict(set)
         self._stop_replica: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> delete
         self._correlation_ids = itertools.count()
 
     def is_empty(self) -> bool:
-        return not (self._leader_and_isr or self._update_metadata_brokers or self._update_metadata_to_all
-                    or self._stop_replica)
+        return not (self._leader_and_isr or self._update_metadata or self._stop_replica)
 
     def add_leader_and_isr(self, broker_ids, tp: TopicPartition, is_new: bool = False) -> None:
         """LeaderAndIsr for tp to the given brokers, and UpdateMetadata for tp to every live or
@@ -64,16 +64,17 @@ class ControllerBrokerRequestBatch:
         for b in broker_ids:
             if b >= 0:
                 requests[b][tp] = requests[b].get(tp, False) or is_new
-        self._update_metadata_partitions.add(tp)
-        self._update_metadata_to_all = True
+        self._update_metadata[ALL].add(tp)
 
     def add_stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
         if broker_id >= 0:
             self._stop_replica[broker_id][tp] = self._stop_replica[broker_id].get(tp, False) or delete
 
     def add_update_metadata(self, broker_ids, partitions) -> None:
-        self._update_metadata_brokers.update(broker_ids)
-        self._update_metadata_partitions.update(partitions)
+        """UpdateMetadata with these partitions to these brokers only: a broker that starts is sent every
+        partition, the others none (Kafka's onBrokerStartup), not every partition to every broker."""
+        for b in broker_ids:
+            self._update_metadata[b].update(partitions)
 
     def build(self, ctx: ControllerContext) -> dict[int, list[ControllerRequestT]]:
         """Per live broker: LeaderAndIsr, then UpdateMetadata, then StopReplica (Kafka's order). Clears the batch."""
@@ -99,21 +100,22 @@ class ControllerBrokerRequestBatch:
                 broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
                 live_leaders=[b for b in live_brokers if b.id in leaders],
             ))
-        if self._update_metadata_to_all:
-            self._update_metadata_brokers |= ctx.live_or_shutting_down_broker_ids
-        if self._update_metadata_brokers:
-            states = PartitionStates(  # one object for every broker, encoded once
-                partition_state(ctx, tp, ctx.partition_leadership[tp], being_deleted=True)
-                if ctx.is_topic_queued_for_deletion(tp.topic) else state(tp, False)
-                for tp in sorted(self._update_metadata_partitions) if tp in ctx.partition_leadership)
-            for broker_id in sorted(self._update_metadata_brokers):
-                if broker_id in ctx.live_brokers:
-                    out[broker_id].append(UpdateMetadataRequest(
-                        controller_id=self.controller_id, controller_epoch=ctx.epoch,
-                        correlation_id=next(self._correlation_ids),
-                        broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
-                        live_brokers=live_brokers,
-                    ))
+        to_all = self._update_metadata.pop(ALL, set())
+        recipients = set(self._update_metadata) | (ctx.live_or_shutting_down_broker_ids if to_all else set())
+        shared: dict[frozenset[TopicPartition], PartitionStates] = {}  # one object per partition set, encoded once
+        for broker_id in sorted(recipients & set(ctx.live_brokers)):
+            partitions = frozenset(self._update_metadata.get(broker_id, set()) | to_all)
+            if partitions not in shared:
+                shared[partitions] = PartitionStates(
+                    partition_state(ctx, tp, ctx.partition_leadership[tp], being_deleted=True)
+                    if ctx.is_topic_queued_for_deletion(tp.topic) else state(tp, False)
+                    for tp in sorted(partitions) if tp in ctx.partition_leadership)
+            out[broker_id].append(UpdateMetadataRequest(
+                controller_id=self.controller_id, controller_epoch=ctx.epoch,
+                correlation_id=next(self._correlation_ids),
+                broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=shared[partitions],
+                live_brokers=live_brokers,
+            ))
         for broker_id, partitions in sorted(self._stop_replica.items()):
             if broker_id not in ctx.live_brokers:
                 continue
@@ -130,9 +132,7 @@ class ControllerBrokerRequestBatch:
             ))
         self._stop_replica.clear()
         self._leader_and_isr.clear()
-        self._update_metadata_brokers.clear()
-        self._update_metadata_to_all = False
-        self._update_metadata_partitions.clear()
+        self._update_metadata.clear()
         return dict(out)
 
 

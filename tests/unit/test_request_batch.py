@@ -201,6 +201,23 @@ def test_update_metadata_with_no_partitions_still_sent(ctx):
                                              broker_epoch=101, partition_states=[], live_brokers=ALL_LIVE)]}
 
 
+def test_a_starting_broker_is_sent_every_partition_and_the_others_only_what_changed(ctx):
+    """Kafka's onBrokerStartup: UpdateMetadata with no partitions to the brokers already there, every
+    partition to the new one; a LeaderAndIsr's partition goes to all. (Before, one partition set served
+    every recipient, so each broker start shipped every partition's state to every broker.)"""
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_update_metadata({1, 2}, [])
+    batch.add_update_metadata({3}, [T0, T1])
+    batch.add_leader_and_isr([3], T1)
+    out = batch.build(ctx)
+    um = {b: [r for r in rs if r.api == "UpdateMetadata"] for b, rs in out.items()}
+    assert all(len(rs) == 1 for rs in um.values()) and sorted(um) == [1, 2, 3]
+    assert [(s.topic, s.partition) for s in um[3][0].partition_states] == [("t", 0), ("t", 1)]
+    for b in (1, 2):
+        assert [(s.topic, s.partition) for s in um[b][0].partition_states] == [("t", 1)]
+    assert um[1][0].partition_states is um[2][0].partition_states  # one object per partition set, encoded once
+
+
 def test_build_reflects_context_at_build_time(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
     batch.add_leader_and_isr([1, 2, 3], T0)
