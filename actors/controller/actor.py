@@ -7,6 +7,7 @@ competes again once the old session's /controller has expired.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import Future
 
@@ -18,7 +19,7 @@ from actors.controller.changes import ElectionType
 from actors.controller.channel import ControllerChannelManager
 from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
-from actors.controller.metrics import ControllerMetrics
+from actors.controller.metrics import GAUGE_REFRESH_S, ControllerMetrics
 from actors.controller.events import (
     CancelPartitionReassignments,
     ControlledShutdown,
@@ -59,8 +60,11 @@ class ControllerActor:
         self.controller.inbox_depth = self.inbox.depth
         self.sink = RecordSink(config.recorder, config.namespace)
         self.controller.on_timeline = lambda t: self.sink.emit(records.TIMELINES, t)
+        self._processed = threading.Event()  # events processed since the gauges were last refreshed
+        self._stopped = threading.Event()
         self.inbox.start()
         self.inbox.put(Startup())
+        threading.Thread(target=self._refresh_gauges, name=f"controller-metrics-{broker_id}", daemon=True).start()
 
     def _process(self, event) -> None:
         state = controller_state(event)
@@ -75,8 +79,21 @@ class ControllerActor:
                 finished_ms=time.time() * 1000))
         self.metrics.event_processed(state, self.inbox.last_queue_time_ms, time.time() * 1000 - started,
                                      self.inbox.depth(), c.psm.unclean_elections)
-        if self.metrics.due():
-            self.metrics.record_status(c.status())
+        if not isinstance(event, DescribeController):
+            self._processed.set()
+
+    def _refresh_gauges(self) -> None:
+        """Kafka refreshes its controller gauges after every event; here they cost O(partitions), so they
+        are refreshed at most once a second, from a status read in order with the events, and once more
+        after the last event of a burst (an idle cluster shows its final state, not the one before it)."""
+        while not self._stopped.wait(GAUGE_REFRESH_S):
+            if not self._processed.is_set():
+                continue
+            self._processed.clear()
+            try:
+                self.metrics.record_status(self._ask(DescribeController(reply=Future()), timeout=30))
+            except Exception:  # the inbox is closing, or busy for 30 s: the next round tries again
+                self._processed.set()
 
     def on_responses(self, responses: list[ControllerResponse], controller_epochs: list[int]) -> None:
         for response, epoch in zip(responses, controller_epochs):
@@ -123,6 +140,7 @@ class ControllerActor:
 
     def shutdown(self) -> None:
         """Close the ZooKeeper session so /controller goes at once (a clean broker shutdown)."""
+        self._stopped.set()
         self.inbox.close()
         self.sink.close()
         self.controller.stop_controller_watch()

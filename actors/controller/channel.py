@@ -178,11 +178,12 @@ class ControllerChannelManager:
             self._enqueue(broker_id, [])
             del self.senders[broker_id]
 
-    def restart_sender(self, broker_id: int, dead) -> int:
+    def restart_sender(self, broker_id: int, dead) -> int | None:
         """A new RequestSender for the broker in place of `dead`, given every request still unanswered;
-        how many. Nothing when `dead` is no longer the broker's sender (it was replaced meanwhile)."""
+        how many. None when `dead` is no longer the broker's sender (replaced meanwhile, or the broker
+        is gone: its own sender dies with it)."""
         if self.senders.get(broker_id) is not dead:
-            return 0
+            return None
         self._forget_liveness(broker_id)
         ray.kill(dead)
         self._attach(broker_id, start_request_sender(broker_id, self.config, self.controller_id))

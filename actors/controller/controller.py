@@ -160,8 +160,9 @@ class KafkaController:
                     brokers.process_broker_actor_died(self, b, state)
                 case RequestSenderDied(broker_id=b, sender=sender):
                     resent = self.channel.restart_sender(b, sender)
-                    log.info("%s Started a new RequestSender to broker %d; %d unanswered requests sent again",
-                             self.prefix, b, resent)
+                    if resent is not None:
+                        log.info("%s Started a new RequestSender to broker %d; %d unanswered requests sent again",
+                                 self.prefix, b, resent)
                 case ControlledShutdown(broker_id=b, broker_epoch=e, reply=reply):
                     brokers.process_controlled_shutdown(self, b, e, reply)
                 case TopicChange():

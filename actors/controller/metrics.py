@@ -11,13 +11,11 @@ counted at the edge, from the controller's status and the events it processes, n
 """
 from __future__ import annotations
 
-import time
-
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from actors.controller.events import CONTROLLER_STATES, rate_and_time_metric
 
-GAUGE_REFRESH_S = 1.0  # whole-context gauges (imbalance, offline count) are O(partitions): refresh at most this often
+GAUGE_REFRESH_S = 1.0  # whole-context gauges (imbalance, offline count) are O(partitions): refreshed at most this often
 TIMER_BOUNDARIES_MS = [1, 5, 10, 50, 100, 500, 1000, 5000, 30000]
 KAFKA_CONTROLLER_GAUGES = {  # type=KafkaController: name -> the status field it shows
     "ActiveControllerCount": "active", "OfflinePartitionsCount": "offline_partitions",
@@ -64,7 +62,6 @@ class ControllerMetrics:
                                   "requests queued or in flight to every broker")
         self._unclean = 0
         self._queued_to: set[int] = set()
-        self._refreshed = 0.0
 
     def event_started(self, state: str) -> None:
         self.state.set(CONTROLLER_STATES[state])
@@ -83,11 +80,7 @@ class ControllerMetrics:
             self.unclean.inc(unclean - self._unclean)
         self._unclean = unclean
 
-    def due(self) -> bool:
-        return time.monotonic() - self._refreshed >= GAUGE_REFRESH_S
-
     def record_status(self, status: dict) -> None:
-        self._refreshed = time.monotonic()
         for name, field in KAFKA_CONTROLLER_GAUGES.items():
             self.gauges[name].set(int(status[field]))
         depths = status["sender_queue_depths"]
