@@ -49,6 +49,7 @@ from actors.controller.events import (
     TopicChange,
     TopicDeletion,
     now_ms,
+    preempt,
 )
 from actors.controller.request_batch import ControllerBrokerRequestBatch
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
@@ -138,7 +139,7 @@ class KafkaController:
                 event.reply.set_result(self.status())
                 return
             if not self.active and getattr(event, "reply", None) is not None:
-                event.reply.set_result(Errors.NOT_CONTROLLER)
+                preempt(event)
                 return
             match event:
                 case Startup():
@@ -194,9 +195,7 @@ class KafkaController:
         except ControllerMovedException as e:
             log.warning("%s Controller moved to another broker: %s", self.prefix, e)
             self.resign("controller moved")
-            reply = getattr(event, "reply", None)
-            if reply is not None and not reply.done():
-                reply.set_result(Errors.NOT_CONTROLLER)
+            preempt(event)
 
     def _on_session_state(self, state: KazooState) -> None:
         """kazoo's state listener: only enqueue (never block or call ZooKeeper here)."""
