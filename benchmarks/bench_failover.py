@@ -37,7 +37,7 @@ from actors.cluster import LocalCluster, poll
 from actors.config import ClusterConfig, ControllerConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination import admin, zkdata
-from coordination.server import four_letter_word
+from coordination.server import first_server, four_letter_word
 from coordination.zkclient import CreateOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
@@ -121,8 +121,8 @@ def broker_failure(connect: str, p: int) -> dict:
 
 def zookeeper_memory(connect: str, server) -> dict:
     """The ZooKeeper server's resident memory (MB, when this process started it) and `mntr`'s data size."""
-    host, port = connect.split("/")[0].split(",")[0].rsplit(":", 1)
-    mntr = dict(line.split("\t", 1) for line in four_letter_word(host, int(port), "mntr").splitlines() if "\t" in line)
+    mntr = dict(line.split("\t", 1) for line in four_letter_word(*first_server(connect), "mntr").splitlines()
+                if "\t" in line)
     out = {"zk_znodes": int(mntr.get("zk_znode_count", -1)),
            "zk_data_mb": round(int(mntr.get("zk_approximate_data_size", 0)) / 2**20, 1)}
     if server is not None:

@@ -44,6 +44,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def first_server(connect: str) -> tuple[str, int]:
+    """(host, port) of the first server a connect string names ("h1:p1,h2:p2/chroot")."""
+    host, port = connect.split("/")[0].split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
     """Send a ZooKeeper four-letter command ('ruok', 'srvr', 'mntr') and return the reply."""
     with socket.create_connection((host, port), timeout=timeout) as s:

@@ -21,7 +21,7 @@ from coordination.errors import (
     KrayError,
     TopicExistsException,
 )
-from coordination.server import ZooKeeperServer, ZooKeeperSettings, server_mode
+from coordination.server import ZooKeeperServer, ZooKeeperSettings, first_server, server_mode
 from coordination.zkclient import KrayZkClient, credential_from_env
 from coordination.zkdata import TopicPartition
 from jobs import local
@@ -66,8 +66,8 @@ def zk_stop(args) -> None:
 
 def zk_status(args) -> None:
     connect = local.zk_connect(args.zookeeper)
-    host, port = connect.split(",")[0].split("/")[0].split(":")
-    mode = server_mode(int(port)) if host in ("127.0.0.1", "localhost") else None
+    host, port = first_server(connect)
+    mode = server_mode(port) if host in ("127.0.0.1", "localhost") else None
     print(f"ZooKeeper {connect}: {mode or 'not answering'}")
     if mode is None:
         sys.exit(1)
