@@ -121,10 +121,10 @@ def main() -> None:
                 row = {"session_timeout_ms": timeout, "detector": detector, "niceness": niceness, **measured}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    print(f"\n| session timeout | detector | control plane nice | victim | failovers | partitions | unavailable p50 / p99 ms"
-          f" | detection p50 / max ms | detected -> acked p50 / max ms | produce rate at fault (records/s)"
-          f" | with a produce in flight: partitions, p50 / p99 ms | acks=all latency away from faults p50 / p99 ms"
-          f" | invariant violations |")
+    print("\n| session timeout | detector | control plane nice | victim | failovers | partitions | unavailable p50 / p99 ms"
+          " | detection p50 / max ms | detected -> acked p50 / max ms | produce rate at fault (records/s)"
+          " | with a produce in flight: partitions, p50 / p99 ms | acks=all latency away from faults p50 / p99 ms"
+          " | invariant violations |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         def pair(a: str, b: str) -> str:

@@ -389,9 +389,6 @@ class KrayZkClient:
     def delete_path_fenced(self, path: str, epoch_zk_version: int) -> None:
         self.delete_paths_fenced([path], epoch_zk_version)
 
-    def delete_partition_reassignment(self, epoch_zk_version: int) -> None:
-        self.delete_path_fenced(zkdata.REASSIGN_PARTITIONS, epoch_zk_version)
-
     def set_partition_reassignment(self, znode: zkdata.ReassignPartitionsZNode, epoch_zk_version: int) -> None:
         self._set_fenced(zkdata.REASSIGN_PARTITIONS, znode.encode(), epoch_zk_version)
 
@@ -404,10 +401,6 @@ class KrayZkClient:
         (result,) = self.fenced_multi([SetDataOp(path, data)], epoch_zk_version)
         if result.error is not None:
             log.error("Could not update %s: %r", path, result.error)
-
-    def delete_topic_deletions(self, topics: Iterable[str], epoch_zk_version: int) -> None:
-        """Remove /admin/delete_topics/T entries (already gone is fine)."""
-        self.delete_paths_fenced([zkdata.delete_topic_path(t) for t in topics], epoch_zk_version)
 
     def delete_topic(self, topic: str, epoch_zk_version: int) -> None:
         """Delete a topic's znodes bottom-up (state, partition, partitions, topic), its config and its

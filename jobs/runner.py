@@ -200,7 +200,7 @@ class ExperimentRun:
             self.progress(f"Not converged after {exp.settle_s:.0f} s")
         self._stop_sampling.set()
         self.writer.document(rundir.FINAL_STATE, state or self._reading()[0])
-        self.progress(f"Reading every partition back from offset 0")
+        self.progress("Reading every partition back from offset 0")
         chunk: list[str] = []
         for record in read_back(self.config, self.partitions):
             chunk.append(record.model_dump_json())

@@ -78,7 +78,7 @@ class ControllerActor:
                 event=type(event).__name__, enqueued_ms=event.enqueued_ms, started_ms=started,
                 finished_ms=time.time() * 1000))
         self.metrics.event_processed(state, self.inbox.last_queue_time_ms, time.time() * 1000 - started,
-                                     self.inbox.depth(), c.psm.unclean_elections)
+                                     self.inbox.depth(), c.scope.psm.unclean_elections)
         if not isinstance(event, DescribeController):
             self._processed.set()
 
@@ -143,9 +143,5 @@ class ControllerActor:
         self._stopped.set()
         self.inbox.close()
         self.sink.close()
-        self.controller.stop_controller_watch()
-        if self.controller.detector is not None:
-            self.controller.detector.stop()
-        if self.controller.channel is not None:
-            self.controller.channel.shutdown()
+        self.controller.close()
         self.zk.close()

@@ -3,62 +3,65 @@ onBrokerStartup / onBrokerFailure / onReplicasBecomeOffline / doControlledShutdo
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
 
 from actors.controller import reassignment
 from actors.controller.changes import ControlledShutdownElection
+from actors.controller.decisions import broker_changes, controlled_shutdown_plan, partitions_still_led
+from actors.controller.events import BrokerActorDied, BrokerChange, ControlledShutdown, RequestSenderDied
+from actors.controller.flow import FlowScope, handles
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from coordination.errors import Errors
-
-if TYPE_CHECKING:
-    from actors.controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
 
-def process_broker_change(c: KafkaController) -> None:
+@handles(BrokerChange)
+def process_broker_change(s: FlowScope, _event: BrokerChange | None = None) -> None:
     """/brokers/ids changed: sort brokers into new, dead and bounced (re-registered with a newer epoch)."""
-    ctx = c.ctx
-    current = c.zk.get_all_broker_ids()
-    registrations = c.read_brokers(current)
-    known = dict(ctx.live_broker_epochs)
-    new = {b for b in registrations if b not in known}
-    bounced = {b for b in registrations if b in known and registrations[b][1] > known[b]}
-    dead = set(known) - set(registrations)
-    if not (new or bounced or dead):
+    ctx = s.ctx
+    registrations = s.read_brokers(s.zk.get_all_broker_ids())
+    changes = broker_changes(dict(ctx.live_broker_epochs), {b: epoch for b, (_, epoch) in registrations.items()})
+    if not changes:
         return
     log.info("%s Newly added brokers: %s, deleted brokers: %s, bounced brokers: %s, all live brokers: %s",
-             c.prefix, sorted(new), sorted(dead), sorted(bounced), sorted(registrations))
-    if dead | bounced:
-        c.begin_timeline("broker_failure", sorted(dead | bounced))
-    for b in dead | bounced:
-        c.channel.remove_broker(b)
-    ctx.remove_live_brokers(dead | bounced)
-    if dead | bounced:
-        on_broker_failure(c, dead | bounced)
-    ctx.add_live_brokers({b: registrations[b] for b in new | bounced})
-    for b in new | bounced:
-        c.channel.add_broker(b)
-    if new | bounced:
-        on_broker_startup(c, new | bounced)
-    if c.detector is not None:
-        c.detector.watch(set(ctx.live_brokers), fresh=new | bounced)
+             s.prefix, sorted(changes.new), sorted(changes.dead), sorted(changes.bounced), sorted(registrations))
+    if changes.failed:
+        s.begin_timeline("broker_failure", sorted(changes.failed))
+        for b in changes.failed:
+            s.links.remove_broker(b)
+        ctx.remove_live_brokers(set(changes.failed))
+        on_broker_failure(s, set(changes.failed))
+    if changes.started:
+        ctx.add_live_brokers({b: registrations[b] for b in changes.started})
+        for b in changes.started:
+            s.links.add_broker(b)
+        on_broker_startup(s, set(changes.started))
+    if s.detector is not None:
+        s.detector.watch(set(ctx.live_brokers), fresh=set(changes.started))
 
 
-def process_broker_actor_died(c: KafkaController, broker_id: int, state: str) -> None:
+@handles(BrokerActorDied)
+def process_broker_actor_died(s: FlowScope, event: BrokerActorDied) -> None:
     """Ray says broker N's process died. ZooKeeper stays the source of truth: remove the registration
     of the incarnation we know (not a newer one), then handle it as the /brokers/ids watch would."""
-    epoch = c.ctx.live_broker_epochs.get(broker_id)
+    epoch = s.ctx.live_broker_epochs.get(event.broker_id)
     if epoch is None:
         return  # already handled (its session expired first, or the watch fired)
-    if c.zk.delete_broker_registration(broker_id, epoch, c.ctx.epoch_zk_version):
-        log.info("%s Ray reports broker %d's actor %s: removed its registration (broker epoch %d)", c.prefix,
-                 broker_id, state, epoch)
-    process_broker_change(c)
+    if s.zk.delete_broker_registration(event.broker_id, epoch):
+        log.info("%s Ray reports broker %d's actor %s: removed its registration (broker epoch %d)", s.prefix,
+                 event.broker_id, event.state, epoch)
+    process_broker_change(s)
 
 
-def on_broker_failure(c: KafkaController, dead: set[int]) -> None:
+@handles(RequestSenderDied)
+def process_request_sender_died(s: FlowScope, event: RequestSenderDied) -> None:
+    resent = s.links.restart_sender(event.broker_id, event.sender)
+    if resent is not None:
+        log.info("%s Started a new RequestSender to broker %d; %d unanswered requests sent again",
+                 s.prefix, event.broker_id, resent)
+
+
+def on_broker_failure(s: FlowScope, dead: set[int]) -> None:
     """Replicas on the dead brokers go offline: their leaderships move, their ISR membership ends.
 
     When leaders died, the brokers first hear who is alive, before the elections (kray, not Kafka,
@@ -66,70 +69,65 @@ def on_broker_failure(c: KafkaController, dead: set[int]) -> None:
     requests for those partitions with LEADER_NOT_AVAILABLE, so a client keeps asking and finds the
     new leader as soon as it is known, rather than waiting on the dead one until its next periodic
     refresh (librdkafka's comes once a second)."""
-    c.ctx.shutting_down_broker_ids -= dead
-    if any(l.leader_and_isr.leader in dead for l in c.ctx.partition_leadership.values()):
-        c.batch.add_update_metadata(c.ctx.live_or_shutting_down_broker_ids, [])
-        c.channel.send(c.batch.build(c.ctx))
-    on_replicas_become_offline(c, c.ctx.replicas_on_brokers(dead))
+    s.ctx.shutting_down_broker_ids -= dead
+    if any(l.leader_and_isr.leader in dead for l in s.ctx.partition_leadership.values()):
+        s.batch.add_update_metadata(s.ctx.live_or_shutting_down_broker_ids, [])
+        s.links.send(s.batch.build(s.ctx))
+    on_replicas_become_offline(s, s.ctx.replicas_on_brokers(dead))
 
 
-def on_replicas_become_offline(c: KafkaController, replicas: list) -> None:
-    ctx = c.ctx
+def on_replicas_become_offline(s: FlowScope, replicas: list) -> None:
+    ctx = s.ctx
     for_deletion = [k for k in replicas if ctx.is_topic_queued_for_deletion(k[0].topic)]
     others = [k for k in replicas if not ctx.is_topic_queued_for_deletion(k[0].topic)]
     offline_leaders = ctx.partitions_with_offline_leader()
-    c.psm.handle_state_changes(offline_leaders, P.OfflinePartition)
-    c.psm.trigger_online_partition_state_change()
-    c.rsm.handle_state_changes(others, R.OfflineReplica)
+    s.psm.handle_state_changes(offline_leaders, P.OfflinePartition)
+    s.psm.trigger_online_partition_state_change()
+    s.rsm.handle_state_changes(others, R.OfflineReplica)
     if for_deletion:
-        c.rsm.handle_state_changes(for_deletion, R.OfflineReplica)
-        c.deletion.fail_replica_deletion(for_deletion)
+        s.rsm.handle_state_changes(for_deletion, R.OfflineReplica)
+        s.deletion.fail_replica_deletion(for_deletion)
     if not offline_leaders:  # no LeaderAndIsr went out: tell every broker who is alive
-        c.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [])
+        s.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [])
 
 
-def on_broker_startup(c: KafkaController, new: set[int]) -> None:
+def on_broker_startup(s: FlowScope, new: set[int]) -> None:
     """UpdateMetadata to all, the new brokers' replicas Online, New/Offline partitions elected,
     and reassignments and deletions that were waiting for these brokers resumed."""
-    ctx = c.ctx
-    c.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids - new, [])
-    c.batch.add_update_metadata(new, list(ctx.partition_leadership))
+    ctx = s.ctx
+    s.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids - new, [])
+    s.batch.add_update_metadata(new, list(ctx.partition_leadership))
     replicas = ctx.replicas_on_brokers(new)
-    c.rsm.handle_state_changes(replicas, R.OnlineReplica)
-    c.psm.trigger_online_partition_state_change()
-    reassignment.maybe_resume_reassignments(c, lambda a: any(r in new for r in a.target_replicas))
+    s.rsm.handle_state_changes(replicas, R.OnlineReplica)
+    s.psm.trigger_online_partition_state_change()
+    reassignment.maybe_resume_reassignments(s, lambda a: any(r in new for r in a.target_replicas))
     to_resume = {tp.topic for tp, _ in replicas if ctx.is_topic_queued_for_deletion(tp.topic)}
     if to_resume:
-        c.deletion.resume_deletion_for_topics(to_resume)
+        s.deletion.resume_deletion_for_topics(to_resume)
 
 
-def process_controlled_shutdown(c: KafkaController, broker_id: int, broker_epoch: int, reply: Future) -> None:
+@handles(ControlledShutdown)
+def process_controlled_shutdown(s: FlowScope, event: ControlledShutdown) -> None:
     """Move the broker's leaderships away (controlled-shutdown election), take it out of the ISRs it
     follows, and answer with the partitions it still leads (empty when it may stop)."""
-    ctx = c.ctx
+    ctx, broker_id, reply = s.ctx, event.broker_id, event.reply
     try:
         if broker_id not in ctx.live_or_shutting_down_broker_ids:
             reply.set_result(Errors.BROKER_NOT_AVAILABLE)
             return
-        if broker_epoch < ctx.live_broker_epochs.get(broker_id, -1):
+        if event.broker_epoch < ctx.live_broker_epochs.get(broker_id, -1):
             reply.set_result(Errors.STALE_BROKER_EPOCH)
             return
         ctx.shutting_down_broker_ids.add(broker_id)
-        log.info("%s Shutting down broker %d", c.prefix, broker_id)
-        to_act_on = [tp for tp in ctx.partitions_on_broker(broker_id)
-                     if len(ctx.partition_replicas(tp)) > 1 and tp in ctx.partition_leadership
-                     and not ctx.is_topic_queued_for_deletion(tp.topic)]
-        led = [tp for tp in to_act_on if ctx.partition_leadership[tp].leader_and_isr.leader == broker_id]
-        followed = [tp for tp in to_act_on if tp not in set(led)]
-        c.psm.handle_state_changes(led, P.OnlinePartition, ControlledShutdownElection())
-        for tp in followed:
-            c.batch.add_stop_replica(broker_id, tp, delete=False)
-        c.rsm.handle_state_changes([(tp, broker_id) for tp in followed], R.OfflineReplica)
-        remaining = sorted(tp for tp, l in ctx.partition_leadership.items()
-                           if l.leader_and_isr.leader == broker_id and len(ctx.partition_replicas(tp)) > 1
-                           and not ctx.is_topic_queued_for_deletion(tp.topic))
+        log.info("%s Shutting down broker %d", s.prefix, broker_id)
+        plan = controlled_shutdown_plan(ctx, broker_id)
+        s.psm.handle_state_changes(plan.led, P.OnlinePartition, ControlledShutdownElection())
+        for tp in plan.followed:
+            s.batch.add_stop_replica(broker_id, tp, delete=False)
+        s.rsm.handle_state_changes([(tp, broker_id) for tp in plan.followed], R.OfflineReplica)
+        remaining = partitions_still_led(ctx, broker_id)
         log.info("%s Controlled shutdown of broker %d: %d leaderships moved, %d partitions remain",
-                 c.prefix, broker_id, len(led) - len(remaining), len(remaining))
+                 s.prefix, broker_id, len(plan.led) - len(remaining), len(remaining))
         reply.set_result(remaining)
     except Exception as e:  # the broker must get an answer whatever happens
         reply.set_exception(e)

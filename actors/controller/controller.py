@@ -1,19 +1,18 @@
 """KafkaController: the inbox's event handler. Election, failover, resignation, and dispatch.
 
-Everything here runs on the inbox thread; it is the only code that touches
-ControllerContext. What each event does lives with its event group:
-`brokers.py` (broker startup, failure, controlled shutdown), `topics.py`
-(creation, expansion, deletion), `leadership.py` (preferred and auto
-rebalance elections, ISR change notifications), `reassignment.py`.
-Decisions are pure (`changes.py`); the state machines (`zk_state_machines.py`)
-persist and apply them; the batch is sent once per broker at the end of each event.
+Everything here runs on the inbox thread. The election events (events.ELECTION_EVENTS) are handled
+here; every other event goes to the flow registered for its type (flow.py), with the term's
+FlowScope: `brokers.py` (broker startup, failure, controlled shutdown), `topics.py` (creation,
+expansion, deletion), `leadership.py` (preferred and auto rebalance elections, ISR change
+notifications), `reassignment.py`, `admin_requests.py`. Decisions are pure (`decisions.py`,
+`changes.py`); the state machines (`zk_state_machines.py`) persist and apply them; the batch is sent
+once per broker at the end of each event.
 """
 from __future__ import annotations
 
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
 from typing import Callable
 
 from kazoo.client import KazooState
@@ -21,29 +20,23 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from actors.config import ControllerConfig
 from actors.controller import admin_requests, brokers, leadership, reassignment, topics
-from actors.controller.context import ControllerContext, ReplicaAssignment
-from actors.controller.deletion import TopicDeletionManager
+from actors.controller.context import ControllerContext
+from actors.controller.controller_zk import FencedZkClient
 from actors.controller.events import (
+    ELECTION_EVENTS,
     AutoPreferredReplicaLeaderElection,
     BrokerActorDied,
     BrokerChange,
-    CancelPartitionReassignments,
     ControllerActorDied,
-    ControlledShutdown,
     ControllerChange,
     ControllerEvent,
     ControllerEventManager,
     DescribeController,
     Expire,
     IsrChangeNotification,
-    PartitionModifications,
     PartitionReassignment,
-    PartitionReassignmentIsrChange,
     PreferredReplicaElection,
     Reelect,
-    ReplicaLeaderElection,
-    TopicUncleanLeaderElectionEnable,
-    RequestSenderDied,
     ResponseReceived,
     Startup,
     TopicChange,
@@ -51,20 +44,18 @@ from actors.controller.events import (
     now_ms,
     preempt,
 )
-from actors.controller.request_batch import ControllerBrokerRequestBatch
-from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
+from actors.controller.flow import FLOWS, FlowScope
+from actors.controller.state_machines import PartitionStateName as P
 from actors.controller.timeline import FailoverTimeline
-from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine, leadership_from_record
-from actors.protocol import LiveBroker
 from actors.records import tp_key
 from coordination import zkdata
 from coordination.election import ControllerElection
 from coordination.errors import ControllerMovedException, Errors
 from coordination.zkclient import KrayZkClient
-from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
 
+FLOW_MODULES = (admin_requests, brokers, leadership, reassignment, topics)  # importing them registers their flows
 TIMELINES_KEPT = 1000
 AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after failover (sooner if the interval is)
 
@@ -82,7 +73,6 @@ class KafkaController:
         # (role, on_death) -> a RayFailureDetector for "broker" or "controller" actors; None: deaths are learnt
         # from ZooKeeper sessions only, as in Kafka
         self._detector_factory = detector_factory
-        self.detector = None  # the active controller's, on brokers
         self._controller_watch = None  # a candidate's, on the active controller: (detector, ActiveController)
         self.election = ControllerElection(zk, broker_id, notify=lambda: self.put(ControllerChange()))
         self.watch_generation = 0
@@ -90,7 +80,6 @@ class KafkaController:
         self._watches: dict[str, object] = {}
         self._scheduler_stop = threading.Event()
         self.active = False
-        self.channel = None
         self.timelines: deque[FailoverTimeline] = deque(maxlen=TIMELINES_KEPT)
         self.timeline: FailoverTimeline | None = None
         self.inbox_depth: Callable[[], int] = lambda: 0
@@ -98,14 +87,19 @@ class KafkaController:
         self._reset()
 
     def _reset(self) -> None:
-        """A fresh context and machines: nothing survives a resignation."""
-        self.ctx = ControllerContext()
-        self.batch = ControllerBrokerRequestBatch(self.broker_id)
-        self.psm = ZkPartitionStateMachine(self.broker_id, self.ctx, self.zk, self.batch,
-                                           self.config.unclean_leader_election_enable)
-        self.rsm = ZkReplicaStateMachine(self.broker_id, self.ctx, self.zk, self.batch)
-        self.deletion = TopicDeletionManager(self)
+        """A fresh scope (context, machines, batch): nothing survives a resignation."""
+        ctx = ControllerContext()
+        self.scope = FlowScope(self.broker_id, ctx, FencedZkClient(self.zk, lambda: ctx.epoch_zk_version),
+                               self.config, watches=self, begin_timeline=self.begin_timeline)
         self._awaiting_ack: dict[int, FailoverTimeline] = {}
+
+    @property
+    def ctx(self) -> ControllerContext:
+        return self.scope.ctx
+
+    @property
+    def channel(self):
+        return self.scope.links
 
     @property
     def prefix(self) -> str:
@@ -113,10 +107,10 @@ class KafkaController:
 
     # -- dispatch ------------------------------------------------------------
 
-    def begin_timeline(self, kind: str, brokers: list[int]) -> None:
+    def begin_timeline(self, kind: str, broker_ids: list[int]) -> None:
         """Start recording a failover for the event being processed."""
         self.timeline = FailoverTimeline(
-            kind=kind, controller_id=self.broker_id, epoch=self.ctx.epoch, brokers=sorted(brokers),
+            kind=kind, controller_id=self.broker_id, epoch=self.ctx.epoch, brokers=sorted(broker_ids),
             detected_ms=self._event.enqueued_ms, processing_started_ms=self._event_started_ms,
             inbox_depth=self.inbox_depth())
 
@@ -131,71 +125,45 @@ class KafkaController:
         self.timelines.append(t)
 
     def process(self, event: ControllerEvent) -> None:
+        """Election events here; any other event goes to its flow once this controller is active (its
+        caller, if one waits, is answered NOT_CONTROLLER before)."""
         self._event, self._event_started_ms, self.timeline = event, now_ms(), None
         self.ctx.leaderships_synced.clear()
         self.ctx.leaderships_written.clear()
         try:
-            if isinstance(event, DescribeController):
-                event.reply.set_result(self.status())
-                return
-            if not self.active and getattr(event, "reply", None) is not None:
+            if isinstance(event, ELECTION_EVENTS):
+                self._process_election_event(event)
+            elif not self.active:
                 preempt(event)
                 return
-            match event:
-                case Startup():
-                    self.zk.add_state_listener(self._on_session_state)
-                    self.election.watch()
-                case ControllerChange() | Reelect():
-                    self._maybe_resign_then_elect()
-                    self._watch_active_controller()
-                case ControllerActorDied(broker_id=b):
-                    self._remove_dead_controller(b)
-                case Expire():
-                    if self.active:
-                        self.resign("session expired")
-                case _ if not self.active:
-                    return
-                case BrokerChange():
-                    brokers.process_broker_change(self)
-                case BrokerActorDied(broker_id=b, state=state):
-                    brokers.process_broker_actor_died(self, b, state)
-                case RequestSenderDied(broker_id=b, sender=sender):
-                    resent = self.channel.restart_sender(b, sender)
-                    if resent is not None:
-                        log.info("%s Started a new RequestSender to broker %d; %d unanswered requests sent again",
-                                 self.prefix, b, resent)
-                case ControlledShutdown(broker_id=b, broker_epoch=e, reply=reply):
-                    brokers.process_controlled_shutdown(self, b, e, reply)
-                case TopicChange():
-                    topics.process_topic_change(self)
-                case PartitionModifications(topic=topic):
-                    topics.process_partition_modifications(self, topic)
-                case TopicDeletion():
-                    topics.process_topic_deletion(self)
-                case IsrChangeNotification():
-                    leadership.process_isr_change_notification(self)
-                case PreferredReplicaElection():
-                    leadership.process_preferred_replica_election_znode(self)
-                case ReplicaLeaderElection(partitions=partitions, election_type=election_type, reply=reply):
-                    leadership.process_replica_leader_election(self, partitions, election_type, reply)
-                case TopicUncleanLeaderElectionEnable(topic=topic):
-                    if topic in self.ctx.all_topics and not self.ctx.is_topic_queued_for_deletion(topic):
-                        self.psm.trigger_online_partition_state_change(topic)
-                case AutoPreferredReplicaLeaderElection():
-                    leadership.check_and_trigger_auto_leader_rebalance(self)
-                case PartitionReassignment():
-                    reassignment.process_partition_reassignment_znode(self)
-                case CancelPartitionReassignments(partitions=partitions, reply=reply):
-                    admin_requests.process_cancel_partition_reassignments(self, partitions, reply)
-                case PartitionReassignmentIsrChange(topic_partition=tp):
-                    reassignment.process_partition_reassignment_isr_change(self, tp)
-                case ResponseReceived(response=resp, controller_epoch=epoch) if resp is not None:
-                    self._process_response(resp, epoch)
+            elif isinstance(event, ResponseReceived):
+                if event.response is not None:
+                    self._process_response(event.response, event.controller_epoch)
+            else:
+                FLOWS[type(event)](self.scope, event)
             self.send_batch()
         except ControllerMovedException as e:
             log.warning("%s Controller moved to another broker: %s", self.prefix, e)
             self.resign("controller moved")
             preempt(event)
+
+    def _process_election_event(self, event: ControllerEvent) -> None:
+        match event:
+            case DescribeController(reply=reply):
+                reply.set_result(self.status())
+            case Startup():
+                self.zk.add_state_listener(self._on_session_state)
+                self.election.watch()
+            case ControllerChange() | Reelect():
+                self._maybe_resign_then_elect()
+                self._watch_active_controller()
+            case ControllerActorDied(broker_id=b):
+                self._remove_dead_controller(b)
+            case Expire():
+                if self.active:
+                    self.resign("session expired")
+            case _:
+                raise TypeError(f"{type(event).__name__} is an election event with no case here")
 
     def _on_session_state(self, state: KazooState) -> None:
         """kazoo's state listener: only enqueue (never block or call ZooKeeper here)."""
@@ -209,7 +177,8 @@ class KafkaController:
     def send_batch(self) -> None:
         if self.timeline is not None:
             self._finish_timeline_writes()
-        requests = self.batch.build(self.ctx) if self.active and not self.batch.is_empty() else {}
+        batch = self.scope.batch
+        requests = batch.build(self.ctx) if self.active and not batch.is_empty() else {}
         if requests:
             self.channel.send(requests)
         if self.timeline is not None:
@@ -288,13 +257,20 @@ class KafkaController:
         self._stop_watches()
         self._scheduler_stop.set()
         self.active = False
-        if self.channel is not None:
-            self.channel.shutdown()
-            self.channel = None
-        if self.detector is not None:
-            self.detector.stop()
-            self.detector = None
+        self._stop_links()
         self._reset()
+
+    def close(self) -> None:
+        """Stop what runs beside the inbox (a broker shutting down): watches on the active controller,
+        the failure detector, the senders."""
+        self.stop_controller_watch()
+        self._stop_links()
+
+    def _stop_links(self) -> None:
+        if self.scope.detector is not None:
+            self.scope.detector.stop()
+        if self.scope.links is not None:
+            self.scope.links.shutdown()
 
     def watch_children(self, path: str, event: Callable[[], ControllerEvent]) -> None:
         """Enqueue `event` whenever path's children change (and once now), for this term."""
@@ -341,6 +317,7 @@ class KafkaController:
 
     def _on_controller_failover(self) -> None:
         """Seed 000's on_controller_failover, in Kafka 2.8's order."""
+        scope = self.scope
         self.active = True
         self.zk.ensure_persistent_paths()
         self.watch_children(zkdata.BROKER_IDS, BrokerChange)
@@ -349,41 +326,22 @@ class KafkaController:
         self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
         self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, creation_only=True)
         self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, creation_only=True)
-        leadership.delete_isr_change_notifications(self)
-        self._initialize_context()
-        self.deletion.init()
-        self.channel = self._channel_factory(self.ctx.epoch)
+        leadership.delete_isr_change_notifications(scope)
+        scope.initialize_context()
+        scope.deletion.init()
+        scope.links = self._channel_factory(self.ctx.epoch)
         for broker_id in self.ctx.live_brokers:
-            self.channel.add_broker(broker_id)
+            scope.links.add_broker(broker_id)
         if self._detector_factory is not None:
-            self.detector = self._detector_factory(
+            scope.detector = self._detector_factory(
                 "broker", lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
-            self.detector.watch(set(self.ctx.live_brokers))
-        self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
-        # replica state machine startup: live replicas Online (each is sent its LeaderAndIsr), the others
-        # Offline: out of their ISRs (a dead leader's partition gets leader -1), the brokers that follow
-        # told (a broker that died while no controller was active, most often the old controller's own)
-        for tp in self.ctx.all_partitions():
-            for r in self.ctx.partition_replicas(tp):
-                self.ctx.replica_states[(tp, r)] = (R.OnlineReplica if self.ctx.is_replica_online(r)
-                                                    else R.ReplicaDeletionIneligible)
-        self.rsm.handle_state_changes(
-            [k for k, s in self.ctx.replica_states.items() if s is R.OnlineReplica], R.OnlineReplica)
-        self.rsm.handle_state_changes(
-            [k for k, s in self.ctx.replica_states.items() if s is R.ReplicaDeletionIneligible], R.OfflineReplica)
-        # partition state machine startup: then elect every New or Offline partition
-        for tp in self.ctx.all_partitions():
-            lai = self.ctx.partition_leadership.get(tp)
-            if lai is None:
-                self.ctx.partition_states[tp] = P.NewPartition
-            elif self.ctx.is_replica_online(lai.leader_and_isr.leader):
-                self.ctx.partition_states[tp] = P.OnlinePartition
-            else:
-                self.ctx.partition_states[tp] = P.OfflinePartition
-        self.psm.trigger_online_partition_state_change()
-        reassignment.initialize_partition_reassignments(self)
-        self.deletion.resume_deletions()
-        leadership.process_preferred_replica_election_znode(self)
+            scope.detector.watch(set(self.ctx.live_brokers))
+        scope.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
+        scope.rsm.startup()
+        scope.psm.startup()
+        reassignment.initialize_partition_reassignments(scope)
+        scope.deletion.resume_deletions()
+        leadership.process_preferred_replica_election_znode(scope)
         if self.config.auto_leader_rebalance_enable:
             self._start_auto_rebalance_task()
         log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions", self.prefix,
@@ -400,45 +358,6 @@ class KafkaController:
                 delay = interval
         threading.Thread(target=run, name=f"auto-leader-rebalance-task-{self.broker_id}", daemon=True).start()
 
-    def _initialize_context(self) -> None:
-        started = now_ms()
-        self.ctx.add_live_brokers(self.read_brokers(self.zk.get_all_broker_ids()))
-        self.add_topics(self.zk.get_all_topics())
-        assigned = now_ms()
-        for tp, record in self.zk.get_partition_states(self.ctx.all_partitions()).items():
-            self.ctx.partition_leadership[tp] = leadership_from_record(record)
-        log.info("%s Initialized the context: brokers and %d topic assignments in %.0f ms, %d partition states "
-                 "in %.0f ms", self.prefix, len(self.ctx.all_topics), assigned - started,
-                 len(self.ctx.partition_leadership), now_ms() - assigned)
-
-    # -- shared helpers for the event groups ---------------------------------
-
-    def read_brokers(self, broker_ids: Iterable[int]) -> dict[int, tuple[LiveBroker, int]]:
-        return {b: (LiveBroker(id=b, host=info.host, port=info.port, rack=info.rack), epoch)
-                for b, (info, epoch) in self.zk.get_brokers(broker_ids).items()}
-
-    def add_topics(self, new_topics: set[str]) -> list[TopicPartition]:
-        """Read the topics' assignments into the context and watch each topic znode for new partitions."""
-        added = []
-        for topic, znode in self.zk.get_topic_znodes(new_topics).items():
-            self.ctx.all_topics.add(topic)
-            self.ctx.topic_ids[topic] = znode.topic_id or ""
-            for p, replicas in znode.assignment().items():
-                tp = TopicPartition(topic, p)
-                self.ctx.update_partition_full_assignment(tp, ReplicaAssignment(
-                    tuple(replicas), tuple(znode.adding_replicas.get(str(p), ())),
-                    tuple(znode.removing_replicas.get(str(p), ()))))
-                added.append(tp)
-            self.watch_data(zkdata.topic_path(topic), lambda t=topic: PartitionModifications(topic=t))
-        return added
-
-    def on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
-        replicas = [(tp, r) for tp in partitions for r in self.ctx.partition_replicas(tp)]
-        self.psm.handle_state_changes(partitions, P.NewPartition)
-        self.rsm.handle_state_changes(replicas, R.NewReplica)
-        self.psm.handle_state_changes(partitions, P.OnlinePartition)
-        self.rsm.handle_state_changes(replicas, R.OnlineReplica)
-
     def _process_response(self, response, epoch: int) -> None:
         if epoch != self.ctx.epoch:
             return
@@ -449,7 +368,7 @@ class KafkaController:
                      timeline.kind, timeline.requests_acked_ms - timeline.detected_ms)
             self.on_timeline(timeline)
         if response.api == "StopReplica" and request is not None:
-            self.deletion.on_stop_replica_response(response, request)
+            self.scope.deletion.on_stop_replica_response(response, request)
         # a re-sent LeaderAndIsr whose leader epoch the broker already has is answered
         # STALE_CONTROLLER_EPOCH per partition (Kafka's convention): expected after a failover
         errors = [e for e in response.partition_errors
@@ -480,7 +399,7 @@ class KafkaController:
             "topics_ineligible_to_delete_count": len(ctx.topics_ineligible_for_deletion),
             "replicas_ineligible_to_delete_count": ctx.ineligible_replicas_to_delete_count(),
             "partitions_being_reassigned": len(ctx.partitions_being_reassigned),
-            "leader_elections": self.psm.elections,
-            "unclean_leader_elections": self.psm.unclean_elections,
+            "leader_elections": self.scope.psm.elections,
+            "unclean_leader_elections": self.scope.psm.unclean_elections,
             "sender_queue_depths": self.channel.queue_depths() if self.channel is not None else {},
         }

@@ -20,29 +20,29 @@ from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 if TYPE_CHECKING:
-    from actors.controller.controller import KafkaController
+    from actors.controller.flow import FlowScope
 
 log = logging.getLogger(__name__)
 
 
 class TopicDeletionManager:
-    def __init__(self, controller: KafkaController):
-        self.c = controller
+    def __init__(self, scope: FlowScope):
+        self.scope = scope
 
     @property
     def enabled(self) -> bool:
-        return self.c.config.delete_topic_enable
+        return self.scope.config.delete_topic_enable
 
     def init(self) -> None:
         """On failover: topics already queued are resumed; those with replicas on dead brokers
         or in reassignment wait."""
-        c, ctx = self.c, self.c.ctx
-        queued = set(c.zk.children(zkdata.DELETE_TOPICS)) & ctx.all_topics
+        s, ctx = self.scope, self.scope.ctx
+        queued = set(s.zk.children(zkdata.DELETE_TOPICS)) & ctx.all_topics
         if not queued:
             return
         if not self.enabled:
-            log.info("%s Removing %s since delete topic is disabled", c.prefix, sorted(queued))
-            c.zk.delete_topic_deletions(queued, ctx.epoch_zk_version)
+            log.info("%s Removing %s since delete topic is disabled", s.prefix, sorted(queued))
+            s.zk.delete_paths([zkdata.delete_topic_path(t) for t in sorted(queued)])
             return
         ctx.topics_to_be_deleted |= queued
         with_offline = {t for t in queued
@@ -53,44 +53,44 @@ class TopicDeletionManager:
     def enqueue_topics_for_deletion(self, topics: set[str], ineligible: set[str] = frozenset(),
                                     reason: str = "") -> None:
         if self.enabled:
-            self.c.ctx.topics_to_be_deleted |= topics
+            self.scope.ctx.topics_to_be_deleted |= topics
             self.mark_topic_ineligible_for_deletion(set(ineligible), reason)
             self.resume_deletions()
 
     def mark_topic_ineligible_for_deletion(self, topics: set[str], reason: str) -> None:
-        ctx = self.c.ctx
+        ctx = self.scope.ctx
         halted = topics & ctx.topics_to_be_deleted
         if halted:
             ctx.topics_ineligible_for_deletion |= halted
-            log.info("%s Halted deletion of topics %s due to %s", self.c.prefix, sorted(halted), reason)
+            log.info("%s Halted deletion of topics %s due to %s", self.scope.prefix, sorted(halted), reason)
 
     def resume_deletion_for_topics(self, topics: set[str]) -> None:
-        ctx = self.c.ctx
+        ctx = self.scope.ctx
         to_resume = topics & ctx.topics_to_be_deleted
         if to_resume:
             ctx.topics_ineligible_for_deletion -= to_resume
             self.resume_deletions()
 
     def fail_replica_deletion(self, replicas: list[tuple[TopicPartition, int]]) -> None:
-        ctx = self.c.ctx
+        ctx = self.scope.ctx
         failed = [k for k in replicas if ctx.is_topic_queued_for_deletion(k[0].topic)]
         if failed:
-            self.c.rsm.handle_state_changes(failed, R.ReplicaDeletionIneligible)
+            self.scope.rsm.handle_state_changes(failed, R.ReplicaDeletionIneligible)
             self.mark_topic_ineligible_for_deletion({tp.topic for tp, _ in failed}, "replica deletion failure")
             self.resume_deletions()
 
     def complete_replica_deletion(self, replicas: list[tuple[TopicPartition, int]]) -> None:
-        ctx = self.c.ctx
+        ctx = self.scope.ctx
         done = [k for k in replicas if ctx.is_topic_queued_for_deletion(k[0].topic)]
         if done:
-            self.c.rsm.handle_state_changes(done, R.ReplicaDeletionSuccessful)
+            self.scope.rsm.handle_state_changes(done, R.ReplicaDeletionSuccessful)
             self.resume_deletions()
 
     def on_stop_replica_response(self, response: ControllerResponse, request: StopReplicaRequest) -> None:
         """Answers to StopReplica requests that deleted replicas in ReplicaDeletionStarted decide their
         fate; a StopReplica that only stopped one (OfflineReplica's, sent before it) decides nothing,
         as in Kafka's callback, which counts only the partitions its request deleted."""
-        ctx = self.c.ctx
+        ctx = self.scope.ctx
         deleted = {(p.topic, p.partition) for p in request.partitions if p.delete_partition}
         ok, failed = [], []
         for e in response.partition_errors:
@@ -106,13 +106,13 @@ class TopicDeletionManager:
             self.complete_replica_deletion(ok)
 
     def _eligible(self, topic: str) -> bool:
-        ctx = self.c.ctx
+        ctx = self.scope.ctx
         return (topic in ctx.topics_to_be_deleted
                 and not ctx.is_any_replica_in_state(topic, R.ReplicaDeletionStarted)
                 and topic not in ctx.topics_ineligible_for_deletion)
 
     def resume_deletions(self) -> None:
-        ctx = self.c.ctx
+        ctx = self.scope.ctx
         retry, eligible = set(), set()
         for topic in sorted(ctx.topics_to_be_deleted):
             if ctx.are_all_replicas_in_state(topic, R.ReplicaDeletionSuccessful):
@@ -125,20 +125,20 @@ class TopicDeletionManager:
                 eligible.add(topic)
         if retry:
             failed = [k for t in retry for k in ctx.replicas_in_state(t, R.ReplicaDeletionIneligible)]
-            self.c.rsm.handle_state_changes(failed, R.OfflineReplica)
+            self.scope.rsm.handle_state_changes(failed, R.OfflineReplica)
         if eligible:
             self._on_topic_deletion(eligible)
 
     def _on_topic_deletion(self, topics: set[str]) -> None:
-        c, ctx = self.c, self.c.ctx
+        s, ctx = self.scope, self.scope.ctx
         unseen = topics - ctx.topics_with_deletion_started
         if unseen:
             partitions = [tp for t in sorted(unseen) for tp in ctx.partitions_for_topic(t)]
-            c.psm.handle_state_changes(partitions, P.OfflinePartition)
-            c.psm.handle_state_changes(partitions, P.NonExistentPartition)
+            s.psm.handle_state_changes(partitions, P.OfflinePartition)
+            s.psm.handle_state_changes(partitions, P.NonExistentPartition)
             ctx.topics_with_deletion_started |= unseen
         # brokers drop the partitions from their caches (leader -2 in UpdateMetadata)
-        c.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids,
+        s.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids,
                                     [tp for t in topics for tp in ctx.partitions_for_topic(t)])
         dead, retry, ineligible = [], [], set()
         for topic in sorted(topics):
@@ -149,15 +149,15 @@ class TopicDeletionManager:
             retry += [k for k in replicas if ctx.is_replica_online(k[1]) and k not in done]
             if topic_dead:
                 ineligible.add(topic)
-        c.rsm.handle_state_changes(dead, R.ReplicaDeletionIneligible)
-        c.rsm.handle_state_changes(retry, R.OfflineReplica)
-        c.rsm.handle_state_changes(retry, R.ReplicaDeletionStarted)
+        s.rsm.handle_state_changes(dead, R.ReplicaDeletionIneligible)
+        s.rsm.handle_state_changes(retry, R.OfflineReplica)
+        s.rsm.handle_state_changes(retry, R.ReplicaDeletionStarted)
         if ineligible:
             self.mark_topic_ineligible_for_deletion(ineligible, "offline replicas")
 
     def _complete_delete_topic(self, topic: str) -> None:
-        c, ctx = self.c, self.c.ctx
-        c.rsm.handle_state_changes(ctx.replicas_in_state(topic, R.ReplicaDeletionSuccessful), R.NonExistentReplica)
-        c.zk.delete_topic(topic, ctx.epoch_zk_version)
+        s, ctx = self.scope, self.scope.ctx
+        s.rsm.handle_state_changes(ctx.replicas_in_state(topic, R.ReplicaDeletionSuccessful), R.NonExistentReplica)
+        s.zk.delete_topic(topic)
         ctx.remove_topic(topic)
-        log.info("%s Deletion of topic %s successfully completed", c.prefix, topic)
+        log.info("%s Deletion of topic %s successfully completed", s.prefix, topic)

@@ -4,8 +4,6 @@ notifications leaders write."""
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
 
 from actors.controller import reassignment
 from actors.controller.changes import (
@@ -15,95 +13,109 @@ from actors.controller.changes import (
     auto_rebalance_candidates,
     election_needed,
 )
+from actors.controller.events import (
+    AutoPreferredReplicaLeaderElection,
+    IsrChangeNotification,
+    PreferredReplicaElection,
+    ReplicaLeaderElection,
+    TopicUncleanLeaderElectionEnable,
+)
+from actors.controller.flow import FlowScope, handles
 from actors.controller.state_machines import PartitionStateName as P
-from actors.controller.zk_state_machines import leadership_from_record
 from coordination import zkdata
 from coordination.errors import ApiError, Errors, MalformedZNodeError
 from coordination.zkdata import TopicPartition
 
-if TYPE_CHECKING:
-    from actors.controller.controller import KafkaController
-
 log = logging.getLogger(__name__)
 
 
-def elect_leaders(c: KafkaController, partitions, election_type: ElectionType,
+def elect_leaders(s: FlowScope, partitions, election_type: ElectionType,
                   trigger: str) -> dict[TopicPartition, ApiError | None]:
     """Kafka's onReplicaElection, after election_needed: None per partition elected, else its error. An
     unclean election (only the admin API asks for one) elects offline partitions from outside the ISR
     whatever unclean.leader.election.enable says, as Kafka's does."""
-    valid, errors = election_needed(c.ctx, partitions, election_type)
+    valid, errors = election_needed(s.ctx, partitions, election_type)
     if valid:
-        log.info("%s Starting replica leader election (%s) for partitions %s triggered by %s", c.prefix,
+        log.info("%s Starting replica leader election (%s) for partitions %s triggered by %s", s.prefix,
                  election_type.name, ",".join(map(str, valid[:20])) + ("..." if len(valid) > 20 else ""), trigger)
         preferred = election_type is ElectionType.PREFERRED
-        failed = c.psm.handle_state_changes(valid, P.OnlinePartition,
+        failed = s.psm.handle_state_changes(valid, P.OnlinePartition,
                                             PreferredElection() if preferred else OfflineElection(allow_unclean=True))
         unavailable = Errors.PREFERRED_LEADER_NOT_AVAILABLE if preferred else Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE
         errors.update({tp: ApiError(unavailable, reason) for tp, reason in failed.items()})
     return {tp: errors.get(tp) for tp in list(valid) + [tp for tp in errors if tp not in valid]}
 
 
-def process_preferred_replica_election_znode(c: KafkaController) -> None:
+@handles(PreferredReplicaElection)
+def process_preferred_replica_election_znode(s: FlowScope, _event: PreferredReplicaElection | None = None) -> None:
     try:
-        znode = c.zk.get_znode(zkdata.PreferredReplicaElectionZNode, zkdata.PREFERRED_REPLICA_ELECTION)
+        znode = s.zk.get_znode(zkdata.PreferredReplicaElectionZNode, zkdata.PREFERRED_REPLICA_ELECTION)
         if znode is None:
             return
-        results = elect_leaders(c, [TopicPartition(p.topic, p.partition) for p in znode.partitions],
+        results = elect_leaders(s, [TopicPartition(p.topic, p.partition) for p in znode.partitions],
                                 ElectionType.PREFERRED, "ZooKeeper")
         failed = {tp: e for tp, e in results.items() if e}
         if failed:
-            log.warning("%s Preferred replica election failed for %s", c.prefix, failed)
+            log.warning("%s Preferred replica election failed for %s", s.prefix, failed)
     except MalformedZNodeError as e:
-        log.error("%s Ignoring a malformed preferred replica election request: %s", c.prefix, e)
+        log.error("%s Ignoring a malformed preferred replica election request: %s", s.prefix, e)
     finally:
-        c.zk.delete_path_fenced(zkdata.PREFERRED_REPLICA_ELECTION, c.ctx.epoch_zk_version)
+        s.zk.delete_paths([zkdata.PREFERRED_REPLICA_ELECTION])
 
 
-def process_replica_leader_election(c: KafkaController, partitions, election_type: ElectionType,
-                                    reply: Future) -> None:
+@handles(ReplicaLeaderElection)
+def process_replica_leader_election(s: FlowScope, event: ReplicaLeaderElection) -> None:
     """Kafka's ElectLeaders request: the partitions named, or all of them when None."""
     try:
-        chosen = c.ctx.all_partitions() if partitions is None else [TopicPartition(*p) for p in partitions]
-        reply.set_result(elect_leaders(c, chosen, election_type, "AdminClient"))
+        chosen = (s.ctx.all_partitions() if event.partitions is None
+                  else [TopicPartition(*p) for p in event.partitions])
+        event.reply.set_result(elect_leaders(s, chosen, event.election_type, "AdminClient"))
     except Exception as e:
-        reply.set_exception(e)
+        event.reply.set_exception(e)
         raise
 
 
-def check_and_trigger_auto_leader_rebalance(c: KafkaController) -> None:
-    candidates = auto_rebalance_candidates(c.ctx, c.config.leader_imbalance_per_broker_percentage)
+@handles(AutoPreferredReplicaLeaderElection)
+def check_and_trigger_auto_leader_rebalance(s: FlowScope, _event: AutoPreferredReplicaLeaderElection) -> None:
+    candidates = auto_rebalance_candidates(s.ctx, s.config.leader_imbalance_per_broker_percentage)
     if candidates:
-        elect_leaders(c, candidates, ElectionType.PREFERRED, "AutoTriggered")
+        elect_leaders(s, candidates, ElectionType.PREFERRED, "AutoTriggered")
 
 
-def delete_isr_change_notifications(c: KafkaController) -> None:
-    names = c.zk.children(zkdata.ISR_CHANGE_NOTIFICATION)
-    c.zk.delete_paths_fenced([f"{zkdata.ISR_CHANGE_NOTIFICATION}/{n}" for n in names], c.ctx.epoch_zk_version)
+def delete_isr_change_notifications(s: FlowScope) -> None:
+    names = s.zk.children(zkdata.ISR_CHANGE_NOTIFICATION)
+    s.zk.delete_paths([f"{zkdata.ISR_CHANGE_NOTIFICATION}/{n}" for n in names])
 
 
-def process_isr_change_notification(c: KafkaController) -> None:
+@handles(IsrChangeNotification)
+def process_isr_change_notification(s: FlowScope, _event: IsrChangeNotification) -> None:
     """Leaders changed ISRs in ZooKeeper: refresh those partitions and tell every broker."""
-    names = sorted(c.zk.children(zkdata.ISR_CHANGE_NOTIFICATION))
+    names = sorted(s.zk.children(zkdata.ISR_CHANGE_NOTIFICATION))
     if not names:
         return
     paths = [f"{zkdata.ISR_CHANGE_NOTIFICATION}/{n}" for n in names]
     partitions: set[TopicPartition] = set()
     try:
-        for path, got in c.zk.get_many(paths).items():
+        for path, got in s.zk.get_many(paths).items():
             if got is None:
                 continue
             try:
                 znode = zkdata.decode(zkdata.IsrChangeNotificationZNode, path, got[0])
             except MalformedZNodeError as e:
-                log.error("%s Skipping ISR change notification: %s", c.prefix, e)
+                log.error("%s Skipping ISR change notification: %s", s.prefix, e)
                 continue
             partitions |= {TopicPartition(p.topic, p.partition) for p in znode.partitions}
-        known = [tp for tp in partitions if c.ctx.partition_replicas(tp)]
-        for tp, record in c.zk.get_partition_states(known).items():
-            c.ctx.partition_leadership[tp] = leadership_from_record(record)
-        c.batch.add_update_metadata(c.ctx.live_or_shutting_down_broker_ids, known)
+        known = [tp for tp in partitions if s.ctx.partition_replicas(tp)]
+        s.sync_leaderships(known)
+        s.batch.add_update_metadata(s.ctx.live_or_shutting_down_broker_ids, known)
         for tp in known:
-            reassignment.process_partition_reassignment_isr_change(c, tp)
+            reassignment.complete_reassignment_if_ready(s, tp)
     finally:
-        c.zk.delete_paths_fenced(paths, c.ctx.epoch_zk_version)
+        s.zk.delete_paths(paths)
+
+
+@handles(TopicUncleanLeaderElectionEnable)
+def process_topic_unclean_leader_election_enable(s: FlowScope, event: TopicUncleanLeaderElectionEnable) -> None:
+    """The topic's unclean.leader.election.enable was turned on: its offline partitions may be elected now."""
+    if event.topic in s.ctx.all_topics and not s.ctx.is_topic_queued_for_deletion(event.topic):
+        s.psm.trigger_online_partition_state_change(event.topic)

@@ -24,13 +24,14 @@ from actors.controller.changes import (
     plan_partition_state_changes,
     plan_replica_state_changes,
 )
+from actors.controller.controller_zk import ControllerZk
 from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch, ReplicaAssignment
 from actors.controller.request_batch import ControllerBrokerRequestBatch
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from coordination import zkdata
 from coordination.errors import KrayError
 from coordination.topic_config import parse_topic_config
-from coordination.zkclient import KrayZkClient, PartitionStateRecord
+from coordination.zkclient import PartitionStateRecord
 from coordination.zkdata import TopicPartition
 
 state_change_log = logging.getLogger("state.change.logger")
@@ -67,7 +68,7 @@ class RetryRounds:
 
 
 class _Machine:
-    def __init__(self, controller_id: int, ctx: ControllerContext, zk: KrayZkClient,
+    def __init__(self, controller_id: int, ctx: ControllerContext, zk: ControllerZk,
                  batch: ControllerBrokerRequestBatch):
         self.controller_id = controller_id
         self.ctx = ctx
@@ -92,7 +93,7 @@ class _Machine:
             return lambda: ({}, [])
         wait = self.zk.begin_update_partition_states(
             {tp: (partition_state_znode(lai, self.ctx.epoch), lai.zk_version) for tp, lai in updates.items()},
-            self.ctx.epoch_zk_version, one_per_multi=retry)
+            one_per_multi=retry)
 
         def finish() -> tuple[dict[TopicPartition, LeaderAndIsr], list[TopicPartition]]:
             written, moved = {}, []
@@ -160,6 +161,37 @@ class ZkPartitionStateMachine(_Machine):
                       if (topic is None or tp.topic == topic) and not self.ctx.is_topic_queued_for_deletion(tp.topic)]
         return self.handle_state_changes(partitions, P.OnlinePartition)
 
+    def startup(self) -> None:
+        """Kafka's PartitionStateMachine.startup: each partition New (no state yet), Online (its leader
+        is live) or Offline, then every New or Offline one elected."""
+        for tp in self.ctx.all_partitions():
+            leadership = self.ctx.partition_leadership.get(tp)
+            if leadership is None:
+                self.ctx.partition_states[tp] = P.NewPartition
+            elif self.ctx.is_replica_online(leadership.leader_and_isr.leader):
+                self.ctx.partition_states[tp] = P.OnlinePartition
+            else:
+                self.ctx.partition_states[tp] = P.OfflinePartition
+        self.trigger_online_partition_state_change()
+
+    def bump_leader_epochs(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Kafka's updateLeaderEpoch: the same leader and ISR at leader epoch + 1, so that the replicas
+        take a new assignment in; a partition a newer controller wrote is left alone. The ones written."""
+        done: list[TopicPartition] = []
+        pending, rounds = list(partitions), RetryRounds()
+        while rounds.go_on(len(pending)):
+            updates = {}
+            for tp in pending:
+                current = self.ctx.partition_leadership.get(tp)
+                if current is not None and current.controller_epoch <= self.ctx.epoch:
+                    lai = current.leader_and_isr
+                    updates[tp] = lai.new_leader_and_isr(lai.leader, lai.isr)
+            written, pending = self.write_leaderships(updates, rounds.retrying)
+            for tp, lai in written.items():
+                self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
+            done += written
+        return done
+
     def handle_state_changes(self, partitions: Iterable[TopicPartition], target: P,
                              strategy: ElectionStrategy | None = None) -> dict[TopicPartition, str]:
         """Apply the transitions; returns the partitions that failed, with the reason."""
@@ -220,8 +252,7 @@ class ZkPartitionStateMachine(_Machine):
         created: dict[TopicPartition, LeaderAndIsr] = {}
         if plan.created:
             results = self.zk.create_partition_states(
-                {tp: partition_state_znode(lai, self.ctx.epoch) for tp, lai in plan.created.items()},
-                self.ctx.epoch_zk_version)
+                {tp: partition_state_znode(lai, self.ctx.epoch) for tp, lai in plan.created.items()})
             for tp, error in results.items():
                 if error is None:
                     created[tp] = plan.created[tp]
@@ -267,6 +298,19 @@ class ZkPartitionStateMachine(_Machine):
 
 class ZkReplicaStateMachine(_Machine):
     """New / Online / Offline replicas, and the deletion states a topic deletion walks through."""
+
+    def startup(self) -> None:
+        """Kafka's ReplicaStateMachine.startup: live replicas Online (each is sent its LeaderAndIsr), the
+        others Offline: out of their ISRs (a dead leader's partition gets leader -1), the brokers that
+        follow told (a broker that died while no controller was active, most often the old controller's)."""
+        online, offline = [], []
+        for tp in self.ctx.all_partitions():
+            for r in self.ctx.partition_replicas(tp):
+                (online if self.ctx.is_replica_online(r) else offline).append((tp, r))
+                self.ctx.replica_states[(tp, r)] = (R.OnlineReplica if self.ctx.is_replica_online(r)
+                                                    else R.ReplicaDeletionIneligible)
+        self.handle_state_changes(online, R.OnlineReplica)
+        self.handle_state_changes(offline, R.OfflineReplica)
 
     def handle_state_changes(self, replicas: Iterable[tuple[TopicPartition, int]], target: R) -> None:
         """Leaders change ISRs too, so the context's may be behind ZooKeeper's. Kafka's

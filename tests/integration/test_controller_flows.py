@@ -9,7 +9,6 @@ import signal
 import time
 from typing import NamedTuple
 
-import pytest
 import ray
 
 from actors.config import BrokerConfig
