@@ -9,15 +9,20 @@ from actors.controller.changes import ControlledShutdownElection
 from actors.controller.decisions import broker_changes, controlled_shutdown_plan, partitions_still_led
 from actors.controller.events import BrokerActorDied, BrokerChange, ControlledShutdown, RequestSenderDied
 from actors.controller.flow import FlowScope, handles
+from actors.controller.request_batch import stop_replica_epoch
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from coordination.errors import Errors
 
 log = logging.getLogger(__name__)
 
+UNKNOWN_BROKER_EPOCH = -1
+
 
 @handles(BrokerChange)
 def process_broker_change(s: FlowScope, _event: BrokerChange | None = None) -> None:
-    """/brokers/ids changed: sort brokers into new, dead and bounced (re-registered with a newer epoch)."""
+    """/brokers/ids changed: sort brokers into new, dead and bounced (re-registered with a newer epoch).
+    Failures first (kray, not Kafka, which starts new brokers first): the dead brokers' partitions are
+    elected before the new brokers' work."""
     ctx = s.ctx
     registrations = s.read_brokers(s.zk.get_all_broker_ids())
     changes = broker_changes(dict(ctx.live_broker_epochs), {b: epoch for b, (_, epoch) in registrations.items()})
@@ -72,11 +77,14 @@ def on_broker_failure(s: FlowScope, dead: set[int]) -> None:
     s.ctx.shutting_down_broker_ids -= dead
     if any(l.leader_and_isr.leader in dead for l in s.ctx.partition_leadership.values()):
         s.batch.add_update_metadata(s.ctx.live_or_shutting_down_broker_ids, [])
-        s.links.send(s.batch.build(s.ctx))
+        s.send_now()
     on_replicas_become_offline(s, s.ctx.replicas_on_brokers(dead))
 
 
 def on_replicas_become_offline(s: FlowScope, replicas: list) -> None:
+    """Kafka's onReplicasBecomeOffline; replicas of topics being deleted go Offline before their deletion
+    fails (kray, not Kafka: Kafka hands them to failReplicaDeletion as they are, and an OnlineReplica's
+    move to ReplicaDeletionIneligible is invalid, logged and skipped)."""
     ctx = s.ctx
     for_deletion = [k for k in replicas if ctx.is_topic_queued_for_deletion(k[0].topic)]
     others = [k for k in replicas if not ctx.is_topic_queued_for_deletion(k[0].topic)]
@@ -92,11 +100,12 @@ def on_replicas_become_offline(s: FlowScope, replicas: list) -> None:
 
 
 def on_broker_startup(s: FlowScope, new: set[int]) -> None:
-    """UpdateMetadata to all, the new brokers' replicas Online, New/Offline partitions elected,
+    """UpdateMetadata to all (every partition to the new brokers), the new brokers' replicas Online, New/Offline partitions elected,
     and reassignments and deletions that were waiting for these brokers resumed."""
     ctx = s.ctx
     s.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids - new, [])
-    s.batch.add_update_metadata(new, list(ctx.partition_leadership))
+    s.batch.add_update_metadata(new, ctx.partitions_with_leaders())
+    s.send_now()  # in a request of their own, before the LeaderAndIsr that follow (Kafka's order)
     replicas = ctx.replicas_on_brokers(new)
     s.rsm.handle_state_changes(replicas, R.OnlineReplica)
     s.psm.trigger_online_partition_state_change()
@@ -112,18 +121,19 @@ def process_controlled_shutdown(s: FlowScope, event: ControlledShutdown) -> None
     follows, and answer with the partitions it still leads (empty when it may stop)."""
     ctx, broker_id, reply = s.ctx, event.broker_id, event.reply
     try:
+        # -1: a broker that does not know its epoch (KIP-380's compatibility), not checked, as in Kafka
+        if event.broker_epoch != UNKNOWN_BROKER_EPOCH and event.broker_epoch < ctx.live_broker_epochs.get(broker_id, -1):
+            reply.set_result(Errors.STALE_BROKER_EPOCH)
+            return
         if broker_id not in ctx.live_or_shutting_down_broker_ids:
             reply.set_result(Errors.BROKER_NOT_AVAILABLE)
-            return
-        if event.broker_epoch < ctx.live_broker_epochs.get(broker_id, -1):
-            reply.set_result(Errors.STALE_BROKER_EPOCH)
             return
         ctx.shutting_down_broker_ids.add(broker_id)
         log.info("%s Shutting down broker %d", s.prefix, broker_id)
         plan = controlled_shutdown_plan(ctx, broker_id)
         s.psm.handle_state_changes(plan.led, P.OnlinePartition, ControlledShutdownElection())
         for tp in plan.followed:
-            s.batch.add_stop_replica(broker_id, tp, delete=False)
+            s.batch.add_stop_replica(broker_id, tp, delete=False, leader_epoch=stop_replica_epoch(ctx, tp))
         s.rsm.handle_state_changes([(tp, broker_id) for tp in plan.followed], R.OfflineReplica)
         remaining = partitions_still_led(ctx, broker_id)
         log.info("%s Controlled shutdown of broker %d: %d leaderships moved, %d partitions remain",

@@ -24,6 +24,7 @@ from actors.controller.election import (
     preferred_replica_partition_leader_election,
     reassign_partition_leader_election,
 )
+from actors.controller.request_batch import stop_replica_epoch
 from actors.controller.state_machines import (
     PartitionStateName as P,
     ReplicaStateName as R,
@@ -172,7 +173,8 @@ class ReplicaChanges:
     transitions: dict[tuple[TopicPartition, int], R] = field(default_factory=dict)
     invalid: dict[tuple[TopicPartition, int], R] = field(default_factory=dict)
     leader_and_isr_to: list[tuple[int, TopicPartition, bool]] = field(default_factory=list)  # broker, tp, is_new
-    stop_replica_to: list[tuple[int, TopicPartition, bool]] = field(default_factory=list)  # broker, tp, delete
+    # broker, tp, delete, leader epoch (fixed as planned: before this plan's ISR removals, as Kafka adds it)
+    stop_replica_to: list[tuple[int, TopicPartition, bool, int]] = field(default_factory=list)
     isr_removals: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)  # conditional updates
     update_metadata_for: list[TopicPartition] = field(default_factory=list)
     assignment_removals: list[tuple[TopicPartition, int]] = field(default_factory=list)
@@ -203,7 +205,7 @@ def plan_replica_state_changes(ctx: ControllerContext, replicas: Iterable[tuple[
             if current is not R.NewReplica and leadership is not None:
                 plan.leader_and_isr_to.append((replica, tp, False))
         elif target is R.OfflineReplica:
-            plan.stop_replica_to.append((replica, tp, False))
+            plan.stop_replica_to.append((replica, tp, False, stop_replica_epoch(ctx, tp)))
             if leadership is None:
                 plan.update_metadata_for.append(tp)
             else:
@@ -216,7 +218,7 @@ def plan_replica_state_changes(ctx: ControllerContext, replicas: Iterable[tuple[
                         if r != replica:
                             plan.leader_and_isr_to.append((r, tp, False))
         elif target is R.ReplicaDeletionStarted:
-            plan.stop_replica_to.append((replica, tp, True))
+            plan.stop_replica_to.append((replica, tp, True, stop_replica_epoch(ctx, tp)))
         elif target is R.NonExistentReplica:
             plan.assignment_removals.append(key)
         plan.transitions[key] = current

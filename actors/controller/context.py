@@ -174,6 +174,10 @@ class ControllerContext:
         return sum(len(self.replicas_in_state(t, ReplicaStateName.ReplicaDeletionIneligible))
                    for t in self.topics_to_be_deleted)
 
+    def partitions_with_leaders(self) -> list[TopicPartition]:
+        """Partitions with a leadership, topics being deleted excluded (Kafka's partitionsWithLeaders)."""
+        return [tp for tp in self.partition_leadership if not self.is_topic_queued_for_deletion(tp.topic)]
+
     def partitions_with_offline_leader(self) -> list[TopicPartition]:
         """Partitions whose leader is not a live broker (topics being deleted excluded)."""
         return [tp for tp, l in self.partition_leadership.items()

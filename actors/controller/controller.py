@@ -11,7 +11,6 @@ once per broker at the end of each event.
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from typing import Callable
 
@@ -38,12 +37,14 @@ from actors.controller.events import (
     PreferredReplicaElection,
     Reelect,
     ResponseReceived,
+    ScheduledEvent,
     Startup,
     TopicChange,
     TopicDeletion,
     now_ms,
     preempt,
 )
+from actors.controller.failover import on_controller_failover
 from actors.controller.flow import FLOWS, FlowScope
 from actors.controller.state_machines import PartitionStateName as P
 from actors.controller.timeline import FailoverTimeline
@@ -78,7 +79,7 @@ class KafkaController:
         self.watch_generation = 0
         self._session_lost = False
         self._watches: dict[str, object] = {}
-        self._scheduler_stop = threading.Event()
+        self._auto_rebalance: ScheduledEvent | None = None
         self.active = False
         self.timelines: deque[FailoverTimeline] = deque(maxlen=TIMELINES_KEPT)
         self.timeline: FailoverTimeline | None = None
@@ -140,7 +141,11 @@ class KafkaController:
                 if event.response is not None:
                     self._process_response(event.response, event.controller_epoch)
             else:
-                FLOWS[type(event)](self.scope, event)
+                try:
+                    FLOWS[type(event)](self.scope, event)
+                finally:
+                    if self._auto_rebalance is not None:
+                        self._auto_rebalance.processed(event)
             self.send_batch()
         except ControllerMovedException as e:
             log.warning("%s Controller moved to another broker: %s", self.prefix, e)
@@ -255,7 +260,9 @@ class KafkaController:
                      "answered NOT_CONTROLLER", self.prefix, preempted)
         self.watch_generation += 1
         self._stop_watches()
-        self._scheduler_stop.set()
+        if self._auto_rebalance is not None:
+            self._auto_rebalance.cancel()
+            self._auto_rebalance = None
         self.active = False
         self._stop_links()
         self._reset()
@@ -316,7 +323,7 @@ class KafkaController:
             self.unwatch(path)
 
     def _on_controller_failover(self) -> None:
-        """Seed 000's on_controller_failover, in Kafka 2.8's order."""
+        """Watches, links to the brokers, then the failover's flow (failover.py)."""
         scope = self.scope
         self.active = True
         self.zk.ensure_persistent_paths()
@@ -326,37 +333,19 @@ class KafkaController:
         self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
         self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, creation_only=True)
         self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, creation_only=True)
-        leadership.delete_isr_change_notifications(scope)
-        scope.initialize_context()
-        scope.deletion.init()
         scope.links = self._channel_factory(self.ctx.epoch)
-        for broker_id in self.ctx.live_brokers:
-            scope.links.add_broker(broker_id)
         if self._detector_factory is not None:
             scope.detector = self._detector_factory(
                 "broker", lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
-            scope.detector.watch(set(self.ctx.live_brokers))
-        scope.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, [])
-        scope.rsm.startup()
-        scope.psm.startup()
-        reassignment.initialize_partition_reassignments(scope)
-        scope.deletion.resume_deletions()
-        leadership.process_preferred_replica_election_znode(scope)
+        on_controller_failover(scope)
         if self.config.auto_leader_rebalance_enable:
             self._start_auto_rebalance_task()
-        log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions", self.prefix,
-                 len(self.ctx.live_brokers), len(self.ctx.all_topics), self.ctx.partition_count())
 
     def _start_auto_rebalance_task(self) -> None:
-        self._scheduler_stop = stop = threading.Event()
-        interval = self.config.leader_imbalance_check_interval_seconds
-
-        def run() -> None:
-            delay = min(AUTO_REBALANCE_FIRST_DELAY_S, interval)
-            while not stop.wait(delay):
-                self.put(AutoPreferredReplicaLeaderElection())
-                delay = interval
-        threading.Thread(target=run, name=f"auto-leader-rebalance-task-{self.broker_id}", daemon=True).start()
+        self._auto_rebalance = ScheduledEvent(
+            self.put, lambda task: AutoPreferredReplicaLeaderElection(task=task),
+            self.config.leader_imbalance_check_interval_seconds)
+        self._auto_rebalance.schedule(min(AUTO_REBALANCE_FIRST_DELAY_S, self._auto_rebalance.interval_s))
 
     def _process_response(self, response, epoch: int) -> None:
         if epoch != self.ctx.epoch:

@@ -82,7 +82,9 @@ def reassignment_complete(assignment: ReplicaAssignment, isr: tuple[int, ...] | 
 
 
 def reassignment_error(ctx: ControllerContext, tp: TopicPartition, target: tuple[int, ...]) -> str | None:
-    """Why a reassignment of tp to `target` cannot start, or None."""
+    """Why a reassignment of tp to `target` cannot start, or None. An empty or duplicate target is
+    refused here too (kray, not Kafka: Kafka validates replicas only on its admin API's path, and an
+    empty target through ZooKeeper would leave the partition with no replica)."""
     if ctx.is_topic_queued_for_deletion(tp.topic):
         return "UNKNOWN_TOPIC_OR_PARTITION: the topic is being deleted"
     if not ctx.partition_replicas(tp):

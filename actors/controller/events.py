@@ -128,7 +128,9 @@ class TopicUncleanLeaderElectionEnable(ControllerEvent):
 
 @dataclass(frozen=True)
 class AutoPreferredReplicaLeaderElection(ControllerEvent):
-    """The auto leader rebalance task's periodic check."""
+    """The auto leader rebalance task's periodic check, from the task of one controller term."""
+
+    task: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,37 @@ def preempt(event: ControllerEvent) -> None:
     reply = getattr(event, "reply", None)
     if reply is not None and not reply.done():
         reply.set_result(Errors.NOT_CONTROLLER)
+
+
+class ScheduledEvent:
+    """Kafka's scheduleAutoLeaderRebalanceTask: an event put once after a delay, and the next scheduled
+    only after the controller processed it (`processed`), so that a slow inbox never holds two. One per
+    controller term: `cancel` ends it, and an event of an older task schedules nothing."""
+
+    def __init__(self, put: Callable[[ControllerEvent], None], make_event: Callable[["ScheduledEvent"], ControllerEvent],
+                 interval_s: float):
+        self._put, self._make_event, self.interval_s = put, make_event, interval_s
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    def schedule(self, delay_s: float) -> None:
+        with self._lock:
+            if not self._cancelled:
+                self._timer = threading.Timer(delay_s, lambda: self._put(self._make_event(self)))
+                self._timer.daemon = True
+                self._timer.start()
+
+    def processed(self, event: ControllerEvent) -> None:
+        """The controller processed `event`: the next one after the interval, if it is this task's."""
+        if getattr(event, "task", None) is self:
+            self.schedule(self.interval_s)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._timer is not None:
+                self._timer.cancel()
 
 
 class ControllerEventManager:

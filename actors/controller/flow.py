@@ -126,6 +126,10 @@ class FlowScope:
 
     # -- shared by several flows -------------------------------------------------------
 
+    def send_now(self) -> None:
+        """Send what the batch holds at once, ahead of the rest of the event's requests."""
+        self.links.send(self.batch.build(self.ctx))
+
     def on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
         replicas = [(tp, r) for tp in partitions for r in self.ctx.partition_replicas(tp)]
         self.psm.handle_state_changes(partitions, P.NewPartition)

@@ -26,20 +26,35 @@ from actors.protocol import (
 )
 from coordination.zkdata import TopicPartition
 
-EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch when the replica is deleted
+EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch for a topic being deleted: stops whatever epoch the replica has
+NO_EPOCH = -1  # a partition with no leadership yet
 ALL = -1  # UpdateMetadata's recipients: every live or shutting-down broker when the batch is built
 
 
 def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: LeaderIsrAndControllerEpoch,
                     is_new: bool = False, being_deleted: bool = False) -> PartitionState:
+    """One partition's state in a request. Offline replicas are those not online, shutting-down brokers'
+    included (Kafka's isReplicaOnline); a topic being deleted goes as LeaderAndIsr.duringDelete: leader
+    -2, leader epoch and zkVersion 0, the ISR kept."""
     lai = leadership.leader_and_isr
     assignment = ctx.partition_full_assignment(tp)
-    live = ctx.live_brokers
+    leader, leader_epoch, zk_version = (LEADER_DURING_DELETE, 0, 0) if being_deleted else (
+        lai.leader, lai.leader_epoch, lai.zk_version)
     return PartitionState(
-        tp.topic, tp.partition, leadership.controller_epoch, LEADER_DURING_DELETE if being_deleted else lai.leader,
-        lai.leader_epoch, lai.isr, lai.zk_version, assignment.replicas, assignment.adding, assignment.removing,
-        tuple([r for r in assignment.replicas if r not in live]), is_new,
+        tp.topic, tp.partition, leadership.controller_epoch, leader, leader_epoch, lai.isr, zk_version,
+        assignment.replicas, assignment.adding, assignment.removing,
+        tuple([r for r in assignment.replicas if not ctx.is_replica_online(r)]), is_new,
     )
+
+
+def stop_replica_epoch(ctx: ControllerContext, tp: TopicPartition) -> int:
+    """The leader epoch a StopReplica carries, fixed when it is added (Kafka's addStopReplicaRequestForBrokers):
+    EPOCH_DURING_DELETE when the topic is queued for deletion, else the partition's leader epoch of the
+    moment. A broker stops a replica only at a newer epoch than its own (or either sentinel)."""
+    if ctx.is_topic_queued_for_deletion(tp.topic):
+        return EPOCH_DURING_DELETE
+    leadership = ctx.partition_leadership.get(tp)
+    return leadership.leader_and_isr.leader_epoch if leadership is not None else NO_EPOCH
 
 
 class ControllerBrokerRequestBatch:
@@ -51,7 +66,8 @@ class ControllerBrokerRequestBatch:
         # UpdateMetadata: the partitions each broker is sent, and those every live or shutting-down broker
         # is (ALL: the brokers of the moment the batch is built); a broker gets the union of the two
         self._update_metadata: dict[int, set[TopicPartition]] = defaultdict(set)
-        self._stop_replica: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)  # broker -> tp -> delete
+        # broker -> tp -> (delete, leader epoch)
+        self._stop_replica: dict[int, dict[TopicPartition, tuple[bool, int]]] = defaultdict(dict)
         self._correlation_ids = itertools.count()
 
     def is_empty(self) -> bool:
@@ -66,9 +82,12 @@ class ControllerBrokerRequestBatch:
                 requests[b][tp] = requests[b].get(tp, False) or is_new
         self._update_metadata[ALL].add(tp)
 
-    def add_stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool) -> None:
+    def add_stop_replica(self, broker_id: int, tp: TopicPartition, delete: bool, leader_epoch: int) -> None:
+        """A StopReplica at `leader_epoch` (`stop_replica_epoch` when the caller decided to stop it); added
+        again, it deletes if either did, at the later epoch."""
         if broker_id >= 0:
-            self._stop_replica[broker_id][tp] = self._stop_replica[broker_id].get(tp, False) or delete
+            already_delete = self._stop_replica[broker_id].get(tp, (False, 0))[0]
+            self._stop_replica[broker_id][tp] = (already_delete or delete, leader_epoch)
 
     def add_update_metadata(self, broker_ids, partitions) -> None:
         """UpdateMetadata with these partitions to these brokers only: a broker that starts is sent every
@@ -124,11 +143,8 @@ class ControllerBrokerRequestBatch:
                 correlation_id=next(self._correlation_ids),
                 broker_epoch=ctx.live_broker_epochs[broker_id],
                 partitions=StopReplicaPartitions(StopReplicaPartition(
-                    topic=tp.topic, partition=tp.partition, delete_partition=delete,
-                    leader_epoch=EPOCH_DURING_DELETE if delete else (
-                        ctx.partition_leadership[tp].leader_and_isr.leader_epoch
-                        if tp in ctx.partition_leadership else -1))
-                    for tp, delete in sorted(partitions.items())),
+                    topic=tp.topic, partition=tp.partition, delete_partition=delete, leader_epoch=epoch)
+                    for tp, (delete, epoch) in sorted(partitions.items())),
             ))
         self._stop_replica.clear()
         self._leader_and_isr.clear()

@@ -28,7 +28,9 @@ def process_topic_change(s: FlowScope, _event: TopicChange) -> None:
 
 @handles(PartitionModifications)
 def process_partition_modifications(s: FlowScope, event: PartitionModifications) -> None:
-    """New partitions in /brokers/topics/T are created; any other change to the assignment is undone."""
+    """New partitions in /brokers/topics/T are created; any other change to the assignment is undone
+    (kray, not Kafka: Kafka leaves the edit in ZooKeeper and its own view apart, until its next
+    controller loads the edit; here ZooKeeper and the context never disagree on an assignment)."""
     topic = event.topic
     if topic not in s.ctx.all_topics:
         return

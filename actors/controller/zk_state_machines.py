@@ -354,9 +354,9 @@ class ZkReplicaStateMachine(_Machine):
         for broker_id, tp, is_new in plan.leader_and_isr_to:
             if tp not in skip:
                 self.batch.add_leader_and_isr([broker_id], tp, is_new=is_new)
-        for broker_id, tp, delete in plan.stop_replica_to:
+        for broker_id, tp, delete, epoch in plan.stop_replica_to:
             if tp not in skip:
-                self.batch.add_stop_replica(broker_id, tp, delete)
+                self.batch.add_stop_replica(broker_id, tp, delete, epoch)
         if plan.update_metadata_for:
             self.batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, plan.update_metadata_for)
         for tp, r in plan.assignment_removals:

@@ -24,6 +24,7 @@ from actors.controller.events import (
     ELECTION_EVENTS,
     BrokerActorDied,
     BrokerChange,
+    CancelPartitionReassignments,
     ControlledShutdown,
     ControllerEvent,
     IsrChangeNotification,
@@ -34,6 +35,7 @@ from actors.controller.events import (
     TopicChange,
     TopicDeletion,
 )
+from actors.controller.failover import on_controller_failover
 from actors.controller.flow import FLOWS, FlowScope
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from actors.controller.zk_state_machines import partition_state_znode
@@ -224,7 +226,7 @@ class Watches:
 
 class Cluster:
     """A ZooKeeper double holding brokers, topics and partition states, and an active controller's
-    scope over it, initialised as a failover does (context loaded, both state machines started)."""
+    scope over it, after its failover (failover.py)."""
 
     def __init__(self, brokers: list[int], topics: dict[str, dict[int, list[int]]],
                  leaders: dict[TopicPartition, tuple[int, list[int]]] | None = None, **config):
@@ -242,10 +244,10 @@ class Cluster:
         self.watches = Watches()
         self.scope = FlowScope(1, ctx, self.zk, ControllerConfig(**config), self.watches)
         self.scope.links = self.links = Links()
-        self.scope.initialize_context()
-        self.scope.rsm.startup()
-        self.scope.psm.startup()
-        self.scope.batch.build(ctx)
+        on_controller_failover(self.scope)
+        self.failover_requests = [*self.links.sent, self.scope.batch.build(ctx)]
+        self.links.added.clear()
+        self.links.sent.clear()
 
     @property
     def ctx(self) -> ControllerContext:
@@ -296,6 +298,21 @@ def test_a_second_flow_for_an_event_type_is_refused():
         handles(BrokerChange)(lambda s, e: None)
 
 
+# -- failover ---------------------------------------------------------------------------------------
+
+def apis(requests: dict[int, list]) -> dict[int, list[str]]:
+    return {b: [r.api for r in rs] for b, rs in requests.items()}
+
+
+def test_a_failover_tells_every_broker_who_is_alive_before_any_leader_and_isr():
+    """Kafka's onControllerFailover sends UpdateMetadata in a request of its own first (B8)."""
+    c = Cluster([1, 2, 3], {"t": {0: [1, 2, 3]}}, leaders={T0: (4, [4, 1])})
+    first, last = c.failover_requests
+    assert apis(first) == {1: ["UpdateMetadata"], 2: ["UpdateMetadata"], 3: ["UpdateMetadata"]}
+    assert "LeaderAndIsr" in apis(last)[1]
+    assert (c.state(T0).leader, c.state(T0).isr) == (1, [1])  # the dead leader's partition elected
+
+
 # -- brokers ----------------------------------------------------------------------------------------
 
 def test_a_dead_leader_is_replaced_and_leaves_the_isrs_it_was_in():
@@ -321,7 +338,9 @@ def test_a_bounced_broker_is_failed_then_started_its_leaderships_moved_and_it_is
     assert c.ctx.live_broker_epochs[1] > old_epoch
     assert c.state(T0).leader == 2 and 1 not in c.state(T0).isr  # moved away, out of the ISR
     assert c.ctx.replica_states[(T0, 1)] is R.OnlineReplica  # started again: Online, to be caught up
-    assert set(partitions(of(sent, UpdateMetadataRequest)[1])) == {T0, T1}
+    [*_, startup] = c.links.sent  # the started broker hears of every partition before any LeaderAndIsr
+    assert apis(startup)[1][0] == "UpdateMetadata" and "LeaderAndIsr" not in apis(startup)[1]
+    assert set(partitions(startup[1][0])) == {T0, T1}
     assert T0 in partitions(of(sent, LeaderAndIsrRequest)[1])
 
 
@@ -357,6 +376,9 @@ def test_controlled_shutdown_moves_leaderships_away_and_stops_what_it_follows():
     assert c.state(TopicPartition("single", 0)).leader == 1  # one replica: nothing to move it to
     stop = of(sent, StopReplicaRequest)[1]
     assert set(partitions(stop)) == {T1} and not partitions(stop)[T1].delete_partition
+    # at the epoch broker 1 already has (before its removal from the ISR): a broker ignores it, as
+    # Kafka's does, and follows until it stops
+    assert partitions(stop)[T1].leader_epoch == 0 and c.state(T1).leader_epoch == 1
     assert 1 in c.ctx.shutting_down_broker_ids
 
 
@@ -367,6 +389,23 @@ def test_controlled_shutdown_answers_stale_and_unknown_brokers_and_changes_nothi
     c.run(ControlledShutdown(broker_id=9, broker_epoch=0, reply=unknown))
     assert stale.result() is Errors.STALE_BROKER_EPOCH and unknown.result() is Errors.BROKER_NOT_AVAILABLE
     assert c.state(T0).leader == 1 and not c.ctx.shutting_down_broker_ids
+
+
+def test_controlled_shutdown_of_a_broker_that_does_not_know_its_epoch_is_not_refused():
+    """-1 is KIP-380's unknown broker epoch: Kafka does not check it (B11)."""
+    c = Cluster([1, 2, 3], {"t": {0: [1, 2, 3]}})
+    reply = Future()
+    c.run(ControlledShutdown(broker_id=1, broker_epoch=-1, reply=reply))
+    assert reply.result() == [] and c.state(T0).leader == 2
+
+
+def test_a_starting_broker_is_not_sent_the_topics_being_deleted():
+    """Kafka's partitionsWithLeaders (B7): the new broker's full UpdateMetadata leaves them out."""
+    c = Cluster([1, 2], {"t": {0: [1, 2]}, "d": {0: [1, 2]}})
+    c.ctx.topics_to_be_deleted.add("d")
+    c.register(3)
+    c.run(BrokerChange())
+    assert set(partitions(of(c.links.sent[-1], UpdateMetadataRequest)[3])) == {T0}
 
 
 # -- topics -----------------------------------------------------------------------------------------
@@ -421,7 +460,7 @@ def test_a_failed_replica_deletion_halts_the_topic_until_that_broker_starts_agai
     assert c.ctx.replica_states[(T0, 1)] is R.ReplicaDeletionSuccessful
     assert c.ctx.replica_states[(T0, 2)] is R.OfflineReplica and "t" in c.ctx.topics_ineligible_for_deletion
     offline = of(c.scope.batch.build(c.ctx), StopReplicaRequest)  # OfflineReplica's StopReplica, no deletion
-    assert [p.delete_partition for p in partitions(offline[2]).values()] == [False]
+    assert [(p.delete_partition, p.leader_epoch) for p in partitions(offline[2]).values()] == [(False, -2)]
     c.zk.remove(zkdata.broker_path(2))
     c.register(2)  # broker 2 restarts
     again = c.run(BrokerChange())
@@ -485,7 +524,10 @@ def test_reassignment_phase_a_then_b_when_the_new_replica_joins_the_isr():
     znode = c.zk.model(zkdata.TopicZNode, zkdata.topic_path("t"))
     assert (znode.partitions["0"], znode.adding_replicas, znode.removing_replicas) == ([2, 3, 4], {}, {})
     assert c.state(T0).leader == 2 and c.state(T0).isr == [2, 3, 4]  # the leader was a removed replica
-    assert partitions(of(sent, StopReplicaRequest)[1])[T0].delete_partition
+    removed = partitions(of(sent, StopReplicaRequest)[1])[T0]
+    # at the partition's epoch, newer than phase A's that broker 1 has, so its broker deletes it (not -2:
+    # the topic is not being deleted)
+    assert removed.delete_partition and removed.leader_epoch == c.state(T0).leader_epoch > 1
     assert (T0, 1) not in c.ctx.replica_states and c.ctx.replica_states[(T0, 4)] is R.OnlineReplica
     assert zkdata.REASSIGN_PARTITIONS not in c.zk.nodes
     assert zkdata.partition_state_path(T0) not in c.watches.paths
@@ -506,6 +548,45 @@ def test_the_epoch_bump_of_a_reassignment_reads_again_a_state_a_leader_changed()
     c.leader_changes_isr(T0, [1, 2])  # the context still has [1, 2, 3] at zkVersion 0
     reassign(c, T0, [1, 2, 4])
     assert (c.state(T0).leader_epoch, c.state(T0).isr) == (1, [1, 2])
+
+
+def test_a_cancelled_reassignment_goes_back_to_the_original_replicas_and_leaves_the_znode():
+    c = Cluster([1, 2, 3], {"t": {0: [1, 2]}})
+    reassign(c, T0, [3, 2])
+    phase_a_epoch = c.state(T0).leader_epoch
+    reply = Future()
+    sent = c.run(CancelPartitionReassignments(partitions=(("t", 0),), reply=reply))
+    assert reply.result() == {T0: None}
+    # Kafka's originReplicas: RS without AR, in RS's order (TRS first), so the preferred replica may
+    # change; the leader stays
+    znode = c.zk.model(zkdata.TopicZNode, zkdata.topic_path("t"))
+    assert (znode.partitions["0"], znode.adding_replicas, znode.removing_replicas) == ([2, 1], {}, {})
+    assert c.state(T0).leader == 1
+    assert zkdata.REASSIGN_PARTITIONS not in c.zk.nodes and (T0, 3) not in c.ctx.replica_states
+    # the adding replica's StopReplica carries the epoch it was given in phase A: Kafka 2.8's broker
+    # ignores it (FENCED_LEADER_EPOCH) and keeps the replica, as kray's does (docs/KAFKA_DIFFERENCES.md, B2)
+    stop = partitions(of(sent, StopReplicaRequest)[3])[T0]
+    assert stop.delete_partition and stop.leader_epoch == phase_a_epoch
+    again = Future()
+    c.run(CancelPartitionReassignments(partitions=(("t", 0), ("t", 7)), reply=again))
+    assert {tp: e.error for tp, e in again.result().items()} == {
+        T0: Errors.NO_REASSIGNMENT_IN_PROGRESS, TopicPartition("t", 7): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+def test_a_topic_deleted_during_its_reassignment_waits_for_the_reassignment_then_is_deleted():
+    """kray, not Kafka (B3): Kafka 2.8 starts deleting at once."""
+    c = Cluster([1, 2, 3], {"t": {0: [1, 2]}})
+    reassign(c, T0, [1, 3])
+    c.zk.create(zkdata.delete_topic_path("t"))
+    sent = c.run(TopicDeletion())
+    assert "t" in c.ctx.topics_ineligible_for_deletion
+    assert not [p for r in of(sent, StopReplicaRequest).values() for p in r.partitions if p.delete_partition]
+    c.leader_changes_isr(T0, [1, 2, 3])
+    sent = c.run(PartitionReassignmentIsrChange(topic_partition=T0))
+    assert c.zk.model(zkdata.TopicZNode, zkdata.topic_path("t")).partitions["0"] == [1, 3]
+    assert {b for b, r in of(sent, StopReplicaRequest).items() for p in r.partitions if p.delete_partition} == {1, 2, 3}
+    stop_replica_answers(c, sent)
+    assert zkdata.topic_path("t") not in c.zk.nodes
 
 
 def test_an_invalid_reassignment_is_removed_from_the_znode_and_changes_nothing():

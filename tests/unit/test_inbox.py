@@ -115,3 +115,27 @@ def test_each_event_is_timed_under_the_controller_state_kafka_gives_its_event():
     assert rate_and_time_metric("BrokerChange") == "LeaderElectionRateAndTimeMs"
     assert rate_and_time_metric("AlterPartitionReassignment") == "PartitionReassignmentRateAndTimeMs"
     assert rate_and_time_metric("IsrChange") == "IsrChangeRateAndTimeMs" and rate_and_time_metric("Idle") is None
+
+
+def test_the_auto_rebalance_check_is_scheduled_again_only_after_it_was_processed():
+    """Kafka reschedules the check after each run, so a slow inbox holds at most one (B12)."""
+    import time
+
+    from actors.controller.events import AutoPreferredReplicaLeaderElection, ScheduledEvent
+
+    queued = []
+    task = ScheduledEvent(queued.append, lambda t: AutoPreferredReplicaLeaderElection(task=t), interval_s=0.02)
+    task.schedule(0.0)
+    time.sleep(0.2)  # ten intervals with nothing processed
+    assert len(queued) == 1
+    task.processed(queued[0])
+    deadline = time.monotonic() + 10
+    while len(queued) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(queued) == 2
+    older = ScheduledEvent(queued.append, lambda t: AutoPreferredReplicaLeaderElection(task=t), interval_s=0.02)
+    older.processed(queued[1])  # another term's event schedules nothing for this one
+    task.cancel()
+    task.processed(queued[1])
+    time.sleep(0.2)
+    assert len(queued) == 2

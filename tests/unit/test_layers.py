@@ -15,7 +15,7 @@ PACKAGES = ("actors", "coordination", "jobs")
 PURE = [
     "actors.protocol", "actors.records", "actors.names",
     *(f"actors.controller.{m}" for m in (
-        "context", "state_machines", "election", "changes", "timeline", "events", "request_batch")),
+        "context", "state_machines", "election", "changes", "decisions", "timeline", "events", "request_batch")),
     *(f"actors.broker.{m}" for m in (
         "batches", "replication", "fetch_session", "producer_state", "leader_epochs", "checkpoints", "log_config",
         "api_versions", "wire", "errors")),

@@ -4,8 +4,15 @@ from __future__ import annotations
 import pytest
 
 from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsrAndControllerEpoch
-from actors.controller.request_batch import ControllerBrokerRequestBatch, InOrder, partition_state, takeover
-from actors.protocol import LeaderAndIsrRequest, LiveBroker, PartitionState, UpdateMetadataRequest
+from actors.controller.request_batch import (
+    EPOCH_DURING_DELETE,
+    ControllerBrokerRequestBatch,
+    InOrder,
+    partition_state,
+    stop_replica_epoch,
+    takeover,
+)
+from actors.protocol import LeaderAndIsrRequest, LiveBroker, PartitionState, StopReplicaRequest, UpdateMetadataRequest
 from coordination.zkdata import TopicPartition
 
 CONTROLLER_ID = 2
@@ -241,7 +248,7 @@ def test_build_does_not_mutate_context(ctx):
 def test_every_request_gets_its_own_correlation_id(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
     batch.add_leader_and_isr([1, 2], T0)
-    batch.add_stop_replica(3, T1, delete=True)
+    batch.add_stop_replica(3, T1, delete=True, leader_epoch=stop_replica_epoch(ctx, T1))
     first = [r.correlation_id for rs in batch.build(ctx).values() for r in rs]
     batch.add_update_metadata([1, 2, 3], [T0])
     second = [r.correlation_id for rs in batch.build(ctx).values() for r in rs]
@@ -269,3 +276,50 @@ def test_a_request_sender_works_for_the_newest_controller_and_refuses_older_ones
     assert takeover((1, 1), (1, 0)) == "refuse"  # its earlier attachment, arriving late
     assert takeover((1, 5), (2, 0)) == "reset"  # a new controller epoch
     assert takeover((2, 0), (1, 7)) == "refuse"  # the zombie of epoch 1
+
+
+def stop_replica_rows(batch, ctx):
+    return {(b, p.topic, p.partition): (p.delete_partition, p.leader_epoch)
+            for b, rs in batch.build(ctx).items() for r in rs if isinstance(r, StopReplicaRequest) for p in r.partitions}
+
+
+def test_a_stop_replica_carries_the_leader_epoch_unless_the_topic_is_being_deleted_whatever_its_delete_flag(ctx):
+    """Kafka's addStopReplicaRequestForBrokers: -2 exactly when the topic is queued for deletion, so that a
+    replica removed by a reassignment is fenced by its leader epoch like any other (B2)."""
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_stop_replica(1, T0, delete=True, leader_epoch=stop_replica_epoch(ctx, T0))
+    batch.add_stop_replica(2, T0, delete=False, leader_epoch=stop_replica_epoch(ctx, T0))
+    assert stop_replica_rows(batch, ctx) == {(1, "t", 0): (True, 3), (2, "t", 0): (False, 3)}
+    ctx.topics_to_be_deleted.add("t")
+    batch.add_stop_replica(2, T0, delete=False, leader_epoch=stop_replica_epoch(ctx, T0))
+    assert stop_replica_rows(batch, ctx) == {(2, "t", 0): (False, EPOCH_DURING_DELETE)}
+    assert stop_replica_epoch(ControllerContext(), T0) == -1  # no leadership known
+
+
+def test_a_stop_replica_keeps_the_epoch_of_when_it_was_added_and_a_second_add_deletes_if_either_did(ctx):
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_stop_replica(2, T0, delete=True, leader_epoch=stop_replica_epoch(ctx, T0))
+    ctx.partition_leadership[T0] = LeaderIsrAndControllerEpoch(LeaderAndIsr(1, 4, (1, 3), 6), EPOCH)
+    assert stop_replica_rows(batch, ctx) == {(2, "t", 0): (True, 3)}  # not the epoch at build time
+    batch.add_stop_replica(2, T0, delete=True, leader_epoch=3)
+    batch.add_stop_replica(2, T0, delete=False, leader_epoch=stop_replica_epoch(ctx, T0))
+    assert stop_replica_rows(batch, ctx) == {(2, "t", 0): (True, 4)}
+
+
+def test_shutting_down_brokers_replicas_are_offline_in_requests(ctx):
+    """Kafka's isReplicaOnline leaves shutting-down brokers out (B6): clients see them offline while they stop."""
+    ctx.shutting_down_broker_ids.add(3)
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_update_metadata([1], [T0, T1])
+    [um] = batch.build(ctx)[1]
+    assert {s.partition: s.offline_replicas for s in um.partition_states} == {0: (3,), 1: (3, 4)}
+
+
+def test_a_topic_being_deleted_goes_as_kafkas_during_delete_state(ctx):
+    """LeaderAndIsr.duringDelete (B7): leader -2, leader epoch and zkVersion 0, the ISR kept."""
+    ctx.topics_to_be_deleted.add("t")
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    batch.add_update_metadata([1], [T0])
+    [um] = batch.build(ctx)[1]
+    [state] = um.partition_states
+    assert (state.leader, state.leader_epoch, state.zk_version, state.isr) == (-2, 0, 0, (1, 2, 3))
