@@ -1,7 +1,7 @@
 """Failover benchmark: broker failure and controller failover at scale, beside floors from the same run.
 
     .venv/bin/python -m benchmarks.bench_failover [--broker-failure 1000 10000] [--controller-failover 10000 50000]
-        [--load-rates 0 500 0 500]
+        [--load-rates 0 500 0 500] [--partitions-per-topic 25000]
 
 Broker failure: a broker leading P partitions (RF 3) is SIGKILLed; the figure is the
 controller's timeline from `detected` (BrokerChange in the inbox) to `requests_acked`
@@ -12,7 +12,7 @@ own one-pass multi serializer, about twice kazoo's Transaction rate, so the floo
 faster of the two).
 
 Controller failover: the active controller's actor is SIGKILLed with N partitions in the
-cluster; the figure is the new controller's timeline from `processing_started` (the
+cluster (RF 3 on 3 brokers, as topics of at most 25,000 partitions); the figure is the new controller's timeline from `processing_started` (the
 event in which it wins the election) to `requests_acked`. Floor: a pipelined read of all N
 partition states from ZooKeeper (kazoo's async get, as Kafka's controller reads them);
 also shown, the same read through kray's MultiRead batches, which the controller uses.
@@ -132,15 +132,26 @@ def zookeeper_memory(connect: str, server) -> dict:
     return out
 
 
-def controller_failover(connect: str, n: int, load_rates: list[float], server=None, niceness: int = 0) -> list[dict]:
+def bench_topics(n: int, per_topic: int) -> dict[str, int]:
+    """n partitions as topics of at most per_topic each: a topic znode holds its whole assignment, and
+    ZooKeeper refuses a znode above jute.maxbuffer (1 MB, about 60,000 partitions at RF 3)."""
+    sizes = [min(per_topic, n - i) for i in range(0, n, per_topic)]
+    return {"bench" if len(sizes) == 1 else f"bench-{i}": size for i, size in enumerate(sizes)}
+
+
+def controller_failover(connect: str, n: int, load_rates: list[float], server=None, niceness: int = 0,
+                        per_topic: int = 25_000) -> list[dict]:
     """The active controller killed once per load rate, on one cluster of n partitions: a row each."""
     cluster, zk = new_cluster(connect, niceness=niceness)
     try:
         t0 = time.perf_counter()
-        admin.create_topic(zk, "bench", n, 3)
-        cluster.wait_for_metadata(lambda m: len(m["partitions"]) == n, timeout=1200)
+        topics = bench_topics(n, per_topic)
+        for topic, size in topics.items():
+            admin.create_topic(zk, topic, size, 3)
+        cluster.wait_for_metadata(lambda m: len(m["partitions"]) == n, timeout=3600)
         created = time.perf_counter() - t0
-        paths = [zkdata.partition_state_path(TopicPartition("bench", i)) for i in range(n)]
+        partitions = [TopicPartition(t, i) for t, size in topics.items() for i in range(size)]
+        paths = [zkdata.partition_state_path(tp) for tp in partitions]
         with KrayZkClient(zk.connect).start() as reader:
             start = time.perf_counter()
             pending = [reader.kazoo.get_async(p) for p in paths]
@@ -154,8 +165,7 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
         for rate in load_rates:
             load = None
             if rate > 0:
-                load = LoadGenerator.remote(0, cluster.config, [TopicPartition("bench", i) for i in range(n)], rate,
-                                            100, -1)
+                load = LoadGenerator.remote(0, cluster.config, partitions, rate, 100, -1)
                 ray.get(load.start.remote())
                 poll(lambda: ray.get(load.stats.remote())["acked"] >= rate * 3, 120, "the load to flow")
             old_id, old_epoch = cluster.wait_for_controller(zk)
@@ -167,7 +177,8 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
                                    and t["requests_acked_ms"]), None), 600, "timeline")
             stats = ray.get(load.stop.remote()) if load is not None else {}
             rows.append(_phases(t, "processing_started_ms") | memory | {
-                "scenario": "controller_failover", "partitions": n, "load_rate": rate, "control_niceness": niceness,
+                "scenario": "controller_failover", "partitions": n, "topics": len(topics), "load_rate": rate,
+                "control_niceness": niceness,
                 "load_acked": stats.get("acked", 0), "load_errors": stats.get("errors", 0),
                 "topic_creation_to_all_caches_s": round(created, 2),
                 "floor_pipelined_read_s": round(floor, 3), "floor_s": round(floor, 3),
@@ -198,6 +209,8 @@ def main() -> None:
     parser.add_argument("--load-rates", type=float, nargs="+", default=[0],
                         help="records/s streamed while the controller is killed, one kill each in this order (0: idle); "
                              "medians per rate, and their ratio to the idle one")
+    parser.add_argument("--partitions-per-topic", type=int, default=25_000,
+                        help="the controller-failover clusters' partitions, as topics of at most this many")
     parser.add_argument("--control-niceness", type=int, default=0,
                         help="control_plane_niceness of the clusters (below 0 needs root or CAP_SYS_NICE)")
     args = parser.parse_args()
@@ -213,7 +226,8 @@ def main() -> None:
             if len(runs) > 1:
                 print(json.dumps({"median_total_s": statistics.median(r["total_s"] for r in runs), "p": p}))
         for n in args.controller_failover:
-            rows = controller_failover(connect, n, args.load_rates, env.zk_server, args.control_niceness)
+            rows = controller_failover(connect, n, args.load_rates, env.zk_server, args.control_niceness,
+                                       args.partitions_per_topic)
             for r in rows:
                 r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
                 print(json.dumps(r), flush=True)

@@ -69,23 +69,30 @@ class Segment:
         self.index_offsets = array("q")  # a batch's last offset ...
         self.index_positions = array("q")  # ... and where that batch starts
         self.unindexed_bytes = 0  # appended since the last index entry
-        self._fd: int | None = None  # one descriptor per segment at most, opened when needed
+        self._fd: int | None = None  # one descriptor per segment at most, opened when first used
+        self._active = False  # opened for appends
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND if self._active else os.O_RDONLY)
+        return self._fd
 
     def pread(self, position: int, length: int) -> bytes:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        return os.pread(self._fd, length, position)
+        return os.pread(self._descriptor(), length, position)
 
     def open_for_append(self) -> None:
-        """The active segment: one descriptor for appends and reads alike, its index file touched.
-        The index is appended by opening it each time (an entry per 4 KB), so that a broker holds one
-        descriptor per partition: 10,000 partitions with three each ran past the 20,000 allowed here."""
+        """The active segment: its files exist from now, and one descriptor for appends and reads alike
+        is opened when first used. The index is appended by opening it each time (an entry per 4 KB):
+        a broker holds at most one descriptor per partition written or read, none for an idle one
+        (10,000 partitions with three each ran past the 20,000 descriptors allowed here; 100,000 idle
+        partitions on three brokers would have needed 100,000)."""
         self.close()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
         self.index_path.touch()
+        self._active = True
 
     def write(self, data, index_entries: bytes) -> None:
-        os.write(self._fd, data)
+        os.write(self._descriptor(), data)
         if index_entries:
             with open(self.index_path, "ab") as f:
                 f.write(index_entries)
@@ -129,6 +136,7 @@ class Segment:
         return None
 
     def close(self) -> None:
+        self._active = False
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -285,3 +285,22 @@ def test_leader_epochs_are_checkpointed_on_close_and_rebuilt_from_batches_withou
     assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]
     (tmp_path / "t-0" / "leader-epoch-checkpoint").unlink()  # lost (a crash before the flush)
     assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]  # what the batches tell
+
+
+def test_an_idle_log_holds_no_file_descriptor_and_a_written_one_holds_one(tmp_path):
+    """A broker's descriptors are limited (20,000 here): idle partitions must not each keep one open."""
+    import os
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    logs = [Log(tmp_path / f"t-{i}") for i in range(50)]
+    assert descriptors() == before
+    assert all((log.dir / "00000000000000000000.log").exists() for log in logs)
+    fill(logs[0], 2)
+    assert descriptors() == before + 1
+    assert offsets(logs[0].read(0, 10**6)) == list(range(6))
+    for log in logs:
+        log.close()
+    assert descriptors() == before
