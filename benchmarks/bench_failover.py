@@ -1,7 +1,8 @@
 """Failover benchmark: broker failure and controller failover at scale, beside floors from the same run.
 
     .venv/bin/python -m benchmarks.bench_failover [--broker-failure 1000 10000] [--controller-failover 10000 50000]
-        [--load-rates 0 500 0 500] [--partitions-per-topic 25000]
+        [--load-rates 0 500 0 500] [--partitions-per-topic 25000] [--session-timeout-ms 2000]
+        [--socket-timeout-ms 30000] [--zk-heap-mb 1024]
 
 Broker failure: a broker leading P partitions (RF 3) is SIGKILLed; the figure is the
 controller's timeline from `detected` (BrokerChange in the inbox) to `requests_acked`
@@ -53,10 +54,12 @@ class Echo:
         return len(request.partition_states)
 
 
-def new_cluster(connect: str, brokers=(1, 2, 3), niceness: int = 0) -> tuple[LocalCluster, KrayZkClient]:
+def new_cluster(connect: str, brokers=(1, 2, 3), niceness: int = 0, session_timeout_ms: int = SESSION_TIMEOUT_MS,
+                socket_timeout_ms: int = 30_000) -> tuple[LocalCluster, KrayZkClient]:
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
-                           zk_session_timeout_ms=SESSION_TIMEOUT_MS,
-                           controller=ControllerConfig(control_plane_niceness=niceness))
+                           zk_session_timeout_ms=session_timeout_ms,
+                           controller=ControllerConfig(control_plane_niceness=niceness,
+                                                       controller_socket_timeout_ms=socket_timeout_ms))
     zk = config.zk_client(session_timeout_ms=30_000).start()
     cluster = LocalCluster(config, list(brokers)).start()
     cluster.wait_until_ready(zk)
@@ -140,9 +143,9 @@ def bench_topics(n: int, per_topic: int) -> dict[str, int]:
 
 
 def controller_failover(connect: str, n: int, load_rates: list[float], server=None, niceness: int = 0,
-                        per_topic: int = 25_000) -> list[dict]:
+                        per_topic: int = 25_000, **cluster_settings) -> list[dict]:
     """The active controller killed once per load rate, on one cluster of n partitions: a row each."""
-    cluster, zk = new_cluster(connect, niceness=niceness)
+    cluster, zk = new_cluster(connect, niceness=niceness, **cluster_settings)
     try:
         t0 = time.perf_counter()
         topics = bench_topics(n, per_topic)
@@ -211,10 +214,17 @@ def main() -> None:
                              "medians per rate, and their ratio to the idle one")
     parser.add_argument("--partitions-per-topic", type=int, default=25_000,
                         help="the controller-failover clusters' partitions, as topics of at most this many")
+    parser.add_argument("--session-timeout-ms", type=int, default=SESSION_TIMEOUT_MS,
+                        help="the controller-failover clusters' ZooKeeper sessions (the figure starts once the new "
+                             "controller won, so it does not include detection)")
+    parser.add_argument("--socket-timeout-ms", type=int, default=30_000,
+                        help="controller.socket.timeout.ms of the controller-failover clusters: how long a "
+                             "controller waits on a broker before sending its requests again")
+    parser.add_argument("--zk-heap-mb", type=int, default=None, help="the embedded ZooKeeper server's heap")
     parser.add_argument("--control-niceness", type=int, default=0,
                         help="control_plane_niceness of the clusters (below 0 needs root or CAP_SYS_NICE)")
     args = parser.parse_args()
-    with embedded_zookeeper_and_ray() as env:
+    with embedded_zookeeper_and_ray(zk_heap_mb=args.zk_heap_mb) as env:
         connect = env.connect
         print(json.dumps({"machine": f"{platform.node()} {platform.machine()}",
                           "cpus": ray.cluster_resources().get("CPU")}))
@@ -227,7 +237,8 @@ def main() -> None:
                 print(json.dumps({"median_total_s": statistics.median(r["total_s"] for r in runs), "p": p}))
         for n in args.controller_failover:
             rows = controller_failover(connect, n, args.load_rates, env.zk_server, args.control_niceness,
-                                       args.partitions_per_topic)
+                                       args.partitions_per_topic, session_timeout_ms=args.session_timeout_ms,
+                                       socket_timeout_ms=args.socket_timeout_ms)
             for r in rows:
                 r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
                 print(json.dumps(r), flush=True)

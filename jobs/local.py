@@ -67,11 +67,12 @@ def _exit_on_sigterm(signum, frame):
 
 
 @contextmanager
-def embedded_zookeeper_and_ray(step=lambda message: None):
+def embedded_zookeeper_and_ray(step=lambda message: None, zk_heap_mb: int | None = None):
     """ZooKeeper (KRAY_ZK_CONNECT, else a server started here) and Ray: the session this process already
     has, else the cluster RAY_ADDRESS names, else a local Ray. What was started here is stopped on exit;
     until then KRAY_ZK_CONNECT names it, so that runs started inside (a sweep's, a benchmark's) join it.
-    A SIGTERM (`timeout`, `kill`) stops it the same way as Ctrl-C does."""
+    A SIGTERM (`timeout`, `kill`) stops it the same way as Ctrl-C does. `zk_heap_mb`: the started
+    server's heap (ZooKeeperSettings' default when None)."""
     import ray
 
     from coordination.server import ZooKeeperServer, ZooKeeperSettings
@@ -86,7 +87,8 @@ def embedded_zookeeper_and_ray(step=lambda message: None):
         connect = connect_string()
         if not connect:
             step("Starting an embedded ZooKeeper server on loopback")
-            server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500)).start()
+            server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=500, **(
+                {"heap_mb": zk_heap_mb} if zk_heap_mb else {}))).start()
             connect = os.environ[ZK_CONNECT_ENV] = server.connect_string
         if not ray.is_initialized():
             started_ray = True
