@@ -91,7 +91,8 @@ class KafkaController:
         """A fresh scope (context, machines, batch): nothing survives a resignation."""
         ctx = ControllerContext()
         self.scope = FlowScope(self.broker_id, ctx, FencedZkClient(self.zk, lambda: ctx.epoch_zk_version),
-                               self.config, watches=self, begin_timeline=self.begin_timeline)
+                               self.config, watches=self, begin_timeline=self.begin_timeline,
+                               on_sent=lambda requests: self._track_sent(requests, final=False))
         self._awaiting_ack: dict[int, FailoverTimeline] = {}
 
     @property
@@ -186,13 +187,18 @@ class KafkaController:
         requests = batch.build(self.ctx) if self.active and not batch.is_empty() else {}
         if requests:
             self.channel.send(requests)
+        self._track_sent(requests, final=True)
+        if self.timeline is not None and self.timeline.requests_acked_ms is not None:  # nothing to wait for
+            self.on_timeline(self.timeline)
+
+    def _track_sent(self, requests: dict, final: bool) -> None:
+        """The event's timeline waits for the answers to these requests too (those a flow sent ahead
+        of the rest, `FlowScope.send_now`, and the last ones)."""
         if self.timeline is not None:
             ids = [r.correlation_id for rs in requests.values() for r in rs]
-            self.timeline.sent(ids, now_ms())
+            self.timeline.sent(ids, now_ms(), final)
             for i in ids:
                 self._awaiting_ack[i] = self.timeline
-            if not ids:
-                self.on_timeline(self.timeline)
 
     # -- election, failover, resignation -------------------------------------
 
@@ -358,10 +364,12 @@ class KafkaController:
             self.on_timeline(timeline)
         if response.api == "StopReplica" and request is not None:
             self.scope.deletion.on_stop_replica_response(response, request)
-        # a re-sent LeaderAndIsr whose leader epoch the broker already has is answered
-        # STALE_CONTROLLER_EPOCH per partition (Kafka's convention): expected after a failover
+        # expected per partition: STALE_CONTROLLER_EPOCH for a re-sent LeaderAndIsr whose leader epoch the
+        # broker already has (Kafka's convention, after a failover); FENCED_LEADER_EPOCH for a StopReplica
+        # at the epoch the replica already has (a shutting-down broker's followers, a cancelled adding
+        # replica: Kafka's broker keeps them too)
         errors = [e for e in response.partition_errors
-                  if e.error_code not in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH)]
+                  if e.error_code not in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.FENCED_LEADER_EPOCH)]
         if response.error_code != Errors.NONE or errors:
             log.warning("%s %s response from broker %d: error %s, %d partition errors (first: %s)",
                         self.prefix, response.api, response.broker_id, response.error_code.name,

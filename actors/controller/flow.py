@@ -59,8 +59,9 @@ class FlowScope:
     """The active controller's term as the flows see it. Rebuilt at each resignation: nothing survives."""
 
     def __init__(self, controller_id: int, ctx: ControllerContext, zk: ControllerZk, config: ControllerConfig,
-                 watches: Watches, begin_timeline: Callable[[str, list[int]], None] = lambda kind, brokers: None):
-        """`zk` is fenced on `ctx`'s controller epoch."""
+                 watches: Watches, begin_timeline: Callable[[str, list[int]], None] = lambda kind, brokers: None,
+                 on_sent: Callable[[dict], None] = lambda requests: None):
+        """`zk` is fenced on `ctx`'s controller epoch; `on_sent` hears of the requests `send_now` sent."""
         self.controller_id = controller_id
         self.ctx = ctx
         self.zk = zk
@@ -71,6 +72,7 @@ class FlowScope:
         self.rsm = ZkReplicaStateMachine(controller_id, self.ctx, zk, self.batch)
         self.watches = watches
         self.begin_timeline = begin_timeline
+        self.on_sent = on_sent
         self.links: BrokerLinks | None = None  # set at failover
         self.detector: LivenessWatch | None = None
         self.deletion = TopicDeletionManager(self)
@@ -111,9 +113,9 @@ class FlowScope:
             self.watches.watch_data(zkdata.topic_path(topic), lambda t=topic: PartitionModifications(topic=t))
         return added
 
-    def sync_leaderships(self, partitions: Iterable[TopicPartition]) -> None:
-        """Bring the context's leader/ISR of these partitions up to ZooKeeper's."""
-        self.psm.read_leaderships(list(partitions))
+    def sync_leaderships(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Bring the context's leader/ISR of these partitions up to ZooKeeper's; those ZooKeeper has."""
+        return self.psm.read_leaderships(list(partitions))
 
     def write_topic_assignment(self, topic: str) -> None:
         """Write the controller's view of the topic's assignment (RS, AR, RR per partition) to /brokers/topics/T."""
@@ -128,7 +130,9 @@ class FlowScope:
 
     def send_now(self) -> None:
         """Send what the batch holds at once, ahead of the rest of the event's requests."""
-        self.links.send(self.batch.build(self.ctx))
+        requests = self.batch.build(self.ctx)
+        self.links.send(requests)
+        self.on_sent(requests)
 
     def on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
         replicas = [(tp, r) for tp in partitions for r in self.ctx.partition_replicas(tp)]

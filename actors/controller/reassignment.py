@@ -96,9 +96,8 @@ def _update_current_reassignment(s: FlowScope, tp: TopicPartition, reassignment:
 
 def _is_complete(s: FlowScope, tp: TopicPartition, assignment: ReplicaAssignment) -> bool:
     """All target replicas in the ISR, as ZooKeeper says now (the leader changes the ISR there)."""
-    if assignment.is_being_reassigned:
-        s.sync_leaderships([tp])
-    leadership = s.ctx.partition_leadership.get(tp)
+    in_zookeeper = s.sync_leaderships([tp]) if assignment.is_being_reassigned else {tp}
+    leadership = s.ctx.partition_leadership.get(tp) if tp in in_zookeeper else None
     return reassignment_complete(assignment, leadership.leader_and_isr.isr if leadership else None)
 
 

@@ -14,22 +14,27 @@ from actors.records import TimelineRecord
 
 class FailoverTimeline(TimelineRecord):
     _pending: set[int] = PrivateAttr(default_factory=set)  # correlation ids not yet answered
+    _final: bool = PrivateAttr(default=False)  # the event's last requests have left
 
     def record(self) -> dict:
         return self.model_dump()
 
-    def sent(self, correlation_ids: list[int], now_ms: float) -> None:
-        self.requests_sent_ms = now_ms
-        self.requests = len(correlation_ids)
-        self._pending = set(correlation_ids)
-        if not self._pending:
-            self.requests_acked_ms = now_ms
+    def sent(self, correlation_ids: list[int], now_ms: float, final: bool = True) -> None:
+        """Requests of the event left; `final`: its last ones (others may have gone ahead, such as the
+        UpdateMetadata sent before the elections of a broker failure)."""
+        self._pending |= set(correlation_ids)
+        self.requests += len(correlation_ids)
+        if final:
+            self.requests_sent_ms = now_ms
+            self._final = True
+            if not self._pending:
+                self.requests_acked_ms = now_ms
 
     def acked(self, correlation_id: int, now_ms: float) -> bool:
-        """Count one response; True when it was the last one outstanding."""
+        """Count one response; True when it was the last one outstanding of an event whose last requests left."""
         if correlation_id in self._pending:
             self._pending.discard(correlation_id)
-            if not self._pending:
+            if not self._pending and self._final:
                 self.requests_acked_ms = now_ms
                 return True
         return False

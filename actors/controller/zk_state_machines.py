@@ -112,12 +112,15 @@ class _Machine:
             return written, moved
         return finish
 
-    def read_leaderships(self, partitions: list[TopicPartition]) -> None:
-        """Bring the context's leader/ISR of these partitions up to ZooKeeper's."""
+    def read_leaderships(self, partitions: list[TopicPartition]) -> set[TopicPartition]:
+        """Bring the context's leader/ISR of these partitions up to ZooKeeper's; those ZooKeeper has."""
+        found: set[TopicPartition] = set()
         if partitions:
             for tp, record in self.zk.get_partition_states(partitions).items():
                 self.ctx.partition_leadership[tp] = leadership_from_record(record)
+                found.add(tp)
             self.ctx.leaderships_synced.update(partitions)
+        return found
 
 
 def topic_unclean_overrides(zk, topics: Iterable[str]) -> dict[str, bool]:

@@ -624,3 +624,28 @@ def test_a_deposed_controllers_flow_writes_nothing():
     with pytest.raises(ControllerMovedException):
         c.run(BrokerChange())
     assert c.zk.nodes[zkdata.partition_state_path(T0)].data == before
+
+
+# -- the failover timeline ------------------------------------------------------------------------------
+
+def test_a_timeline_waits_for_the_requests_sent_ahead_as_well_as_the_last_ones():
+    """A broker failure's UpdateMetadata, or a bounce's elections, leave before the event's last requests
+    (FlowScope.send_now): the timeline is acknowledged only when every one of them is answered."""
+    from actors.controller.timeline import FailoverTimeline
+
+    t = FailoverTimeline(kind="broker_failure", controller_id=1, epoch=1, brokers=[2], detected_ms=0,
+                         processing_started_ms=1, inbox_depth=0)
+    t.sent([1, 2], 5, final=False)
+    assert not t.acked(1, 6)  # an early answer, before the last requests left
+    t.sent([3], 10)
+    assert (t.requests_sent_ms, t.requests) == (10, 3)
+    assert not t.acked(3, 12) and t.acked(2, 15) and t.requests_acked_ms == 15
+    early_only = FailoverTimeline(kind="controller_failover", controller_id=1, epoch=1, brokers=[1], detected_ms=0,
+                                  processing_started_ms=1, inbox_depth=0)
+    early_only.sent([7], 2, final=False)
+    early_only.sent([], 3)
+    assert early_only.requests_acked_ms is None and early_only.acked(7, 4) and early_only.requests_acked_ms == 4
+    nothing = FailoverTimeline(kind="broker_failure", controller_id=1, epoch=1, brokers=[2], detected_ms=0,
+                               processing_started_ms=1, inbox_depth=0)
+    nothing.sent([], 3)
+    assert nothing.requests_acked_ms == 3
