@@ -39,11 +39,6 @@ class BrokerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    data_plane_niceness: int = Field(
-        0, ge=0, le=19, description="kray only: the nice value of the broker processes and of kray's load clients. "
-                                    "Above 0 (no privilege needed) the controller, its RequestSenders and ZooKeeper "
-                                    "get the CPU first on a machine shared with brokers and load, as on hosts of "
-                                    "their own (control_plane_niceness does the same from the other side)")
     log_dirs: str | None = Field(None, description="log.dirs; broker N keeps its replicas under <log_dirs>/broker-N "
                                                    "(default: <temp dir>/kray-logs/<namespace>)")
     log_segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="log.segment.bytes")

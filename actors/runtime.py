@@ -56,8 +56,8 @@ def set_niceness(niceness: int) -> bool:
         except ProcessLookupError:  # the thread ended meanwhile
             continue
         except OSError as e:
-            logging.getLogger(__name__).warning("Cannot set the nice value to %d (%s); a value below the "
-                                                "current one needs root or CAP_SYS_NICE", niceness, e)
+            logging.getLogger(__name__).warning("Cannot set the nice value to %d (%s); control_plane_niceness "
+                                                "needs root or CAP_SYS_NICE", niceness, e)
             return False
     return True
 

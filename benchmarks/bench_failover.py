@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_failover [--broker-failure 1000 10000] [--controller-failover 10000 50000]
         [--load-rates 0 500 0 500] [--partitions-per-topic 25000] [--session-timeout-ms 2000]
-        [--socket-timeout-ms 30000] [--zk-heap-mb 1024] [--control-niceness 0] [--data-niceness 0]
+        [--socket-timeout-ms 30000] [--zk-heap-mb 1024]
 
 Broker failure: a broker leading P partitions (RF 3) is SIGKILLed; the figure is the
 controller's timeline from `detected` (BrokerChange in the inbox) to `requests_acked`
@@ -35,7 +35,7 @@ import ray
 
 from actors.clients.load import LoadGenerator
 from actors.cluster import LocalCluster, poll
-from actors.config import BrokerConfig, ClusterConfig, ControllerConfig
+from actors.config import ClusterConfig, ControllerConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination import admin, zkdata
 from coordination.server import first_server, four_letter_word
@@ -55,11 +55,10 @@ class Echo:
 
 
 def new_cluster(connect: str, brokers=(1, 2, 3), niceness: int = 0, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                socket_timeout_ms: int = 30_000, data_niceness: int = 0) -> tuple[LocalCluster, KrayZkClient]:
+                socket_timeout_ms: int = 30_000) -> tuple[LocalCluster, KrayZkClient]:
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
                            zk_session_timeout_ms=session_timeout_ms, controller_socket_timeout_ms=socket_timeout_ms,
-                           controller=ControllerConfig(control_plane_niceness=niceness),
-                           broker=BrokerConfig(data_plane_niceness=data_niceness))
+                           controller=ControllerConfig(control_plane_niceness=niceness))
     zk = config.zk_client(session_timeout_ms=30_000).start()
     cluster = LocalCluster(config, list(brokers)).start()
     cluster.wait_until_ready(zk)
@@ -181,7 +180,7 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
             stats = ray.get(load.stop.remote()) if load is not None else {}
             rows.append(_phases(t, "processing_started_ms") | memory | {
                 "scenario": "controller_failover", "partitions": n, "topics": len(topics), "load_rate": rate,
-                "control_niceness": niceness, "data_niceness": cluster.config.broker.data_plane_niceness,
+                "control_niceness": niceness,
                 "load_acked": stats.get("acked", 0), "load_errors": stats.get("errors", 0),
                 "topic_creation_to_all_caches_s": round(created, 2),
                 "floor_pipelined_read_s": round(floor, 3), "floor_s": round(floor, 3),
@@ -220,9 +219,6 @@ def main() -> None:
     parser.add_argument("--socket-timeout-ms", type=int, default=30_000,
                         help="controller.socket.timeout.ms of the controller-failover clusters: how long a "
                              "controller waits on a broker before sending its requests again")
-    parser.add_argument("--data-niceness", type=int, default=0,
-                        help="data_plane_niceness of the controller-failover clusters (brokers and load clients; "
-                             "above 0 needs no privilege)")
     parser.add_argument("--zk-heap-mb", type=int, default=None, help="the embedded ZooKeeper server's heap")
     parser.add_argument("--control-niceness", type=int, default=0,
                         help="control_plane_niceness of the clusters (below 0 needs root or CAP_SYS_NICE)")
@@ -241,7 +237,7 @@ def main() -> None:
         for n in args.controller_failover:
             rows = controller_failover(connect, n, args.load_rates, env.zk_server, args.control_niceness,
                                        args.partitions_per_topic, session_timeout_ms=args.session_timeout_ms,
-                                       socket_timeout_ms=args.socket_timeout_ms, data_niceness=args.data_niceness)
+                                       socket_timeout_ms=args.socket_timeout_ms)
             for r in rows:
                 r["ratio_to_floor"] = round(r["total_s"] / r["floor_s"], 2)
                 print(json.dumps(r), flush=True)

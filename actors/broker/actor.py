@@ -63,7 +63,7 @@ T = TypeVar("T")
 @ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={"control": 8}, runtime_env=MANY_THREADS_ENV)
 class BrokerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
-        configure_actor_process(config.broker.data_plane_niceness)
+        configure_actor_process()
         self.broker_id = broker_id
         self.config = config
         self._lock = threading.Lock()  # controller requests, one at a time

@@ -62,7 +62,7 @@ class LoadGenerator:
     def __init__(self, index: int, config: ClusterConfig, partitions: list[TopicPartition], rate: float,
                  record_size: int, acks: int, records_per_partition: int = 1, retry_backoff_ms: int = 20,
                  linger_ms: int = 1):
-        configure_actor_process(config.broker.data_plane_niceness)
+        configure_actor_process()
         self.name = f"p{index}"
         self.partitions = list(partitions)
         self.rate, self.record_size, self.per_partition = rate, record_size, records_per_partition
@@ -124,7 +124,7 @@ class LoadGenerator:
 @ray.remote(num_cpus=0, max_concurrency=4)
 class ConsumerWorker:
     def __init__(self, config: ClusterConfig, partitions: list[TopicPartition], index: int = 0):
-        configure_actor_process(config.broker.data_plane_niceness)
+        configure_actor_process()
         self.name = f"c{index}"
         self.consumer = Consumer(bootstrap_servers(config), max_wait_ms=200)
         self.partitions = list(partitions)
