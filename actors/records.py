@@ -54,7 +54,9 @@ class Ack(Record):
 
     topic: str
     partition: int
-    offset: int
+    # None: delivered, but the client was not told where (a retried batch the broker answered
+    # DUPLICATE_SEQUENCE_NUMBER: already appended, its offsets no longer kept; librdkafka reports success)
+    offset: int | None
     record_id: str  # "<producer>-<sequence>": unique, increasing per producer in send order
     broker_id: int  # -1 when the load generator did not know (Kafka's produce response does not say)
     leader_epoch: int  # -1 likewise; both are filled in from the final read-back (failovers.attribute)

@@ -3,8 +3,9 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
 
     lost                       A record the leader acknowledged is in the log for good: every Ack
                                is found, same record_id at the same topic/partition/offset, in the
-                               final read-back (consumed.jsonl, final=True). Not checkable, and a
-                               note says so, when the run has no final read-back.
+                               final read-back (consumed.jsonl, final=True); an Ack whose offset the
+                               client was not told, anywhere in its partition's read-back. Not
+                               checkable, and a note says so, when the run has no final read-back.
     duplicated                 A record is written once: no record_id at more than one offset of
                                the final read-back.
     reordered                  A partition keeps one producer's records in send order: a producer's
@@ -125,10 +126,22 @@ def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
     lost, reordered, leaders = Violations(), Violations(), Violations()
     sent: dict[tuple[str, int, str], list[tuple[int, int]]] = defaultdict(list)  # tp, producer -> (seq, offset)
     epoch_brokers: dict[tuple[str, int, int], set[int]] = defaultdict(set)
-    acked = unparsed = 0
+    held: dict[tuple[str, int], set[str]] | None = None  # record ids per partition, built when first needed
+    acked = unparsed = unplaced = 0
     for a in reader.lines(PRODUCED, Ack):
         acked += 1
         topic = sys.intern(a.topic)
+        if a.offset is None:  # delivered as a duplicate of an earlier send: only its partition is known
+            unplaced += 1
+            if judge_lost:
+                if held is None:
+                    held = defaultdict(set)
+                    for (t, p, _), record_id in final.items():
+                        held[(t, p)].add(record_id)
+                if a.record_id not in held[(topic, a.partition)]:
+                    lost.add(f"record {a.record_id} acked (offset not told) by a leader of "
+                             f"{tp_key(topic, a.partition)}; the final read-back of it does not hold it")
+            continue
         key = (topic, a.partition, a.offset)
         if judge_lost and final.get(key) != a.record_id:
             found = final.get(key)
@@ -145,6 +158,9 @@ def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
     if unparsed:
         notes.append(f"{unparsed} acks have a record_id not of the form <producer>-<sequence>; "
                      "their order was not checked")
+    if unplaced:
+        notes.append(f"{unplaced} acks came without an offset (retries answered as duplicates): found by "
+                     "record id in their partition, their order not checked")
     for (topic, partition, producer), pairs in sorted(sent.items()):
         pairs.sort()
         for (s1, o1), (s2, o2) in zip(pairs, pairs[1:]):

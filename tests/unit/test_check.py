@@ -261,6 +261,21 @@ def test_each_invariant_broken_once(tmp_path, capsys, name, breaker, example):
     assert row.split()[1] == "1" and example in row
 
 
+def test_an_ack_without_an_offset_is_found_by_record_id_in_its_partition(tmp_path):
+    """librdkafka reports a retried batch the broker answered DUPLICATE_SEQUENCE_NUMBER as delivered, with
+    no offset: it is lost only if its partition's read-back does not hold it anywhere."""
+    run = clean_run()
+    placed = run.acks[3]
+    run.acks[3] = placed.model_copy(update={"offset": None})
+    report = check.check_run(run.write(tmp_path / "held"))
+    assert report.invariants == NONE and report.counts["acked"] == ACKED
+    assert any("1 acks came without an offset" in n for n in report.notes)
+    run.consumed.remove(run.final(placed.topic, placed.partition, placed.offset))
+    report = check.check_run(run.write(tmp_path / "lost"))
+    assert report.invariants["lost"] == 1 and f"record {placed.record_id} acked (offset not told)" in \
+        report.examples["lost"][0]
+
+
 def test_examples_are_capped_but_counts_are_not(tmp_path):
     run = clean_run()
     for c in [c for c in run.consumed if c.final and c.topic == "orders"]:
