@@ -34,7 +34,7 @@ from coordination.errors import (
 )
 from coordination.topic_config import parse_topic_config
 from coordination.zkclient import KrayZkClient
-from coordination.zkdata import TopicPartition
+from coordination.zkdata import PartitionReassignment, TopicPartition
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -174,11 +174,10 @@ def describe_topics(zk: KrayZkClient, topics: list[str] | None = None) -> list[T
         config = zkdata.decode(zkdata.TopicConfigZNode, zkdata.topic_config_path(topic), config_raw[0]).config \
             if config_raw and config_raw[0] else {}
         znode, parts = znodes[topic], []
-        for p, replicas in sorted(znode.assignment().items()):
+        for p, a in sorted(znode.full_assignment().items()):
             st = states.get(TopicPartition(topic, p))
-            parts.append(PartitionDescription(p, st.state.leader if st else -1, replicas, st.state.isr if st else [],
-                                              znode.adding_replicas.get(str(p), []),
-                                              znode.removing_replicas.get(str(p), [])))
+            parts.append(PartitionDescription(p, st.state.leader if st else -1, a.replicas,
+                                              st.state.isr if st else [], a.adding, a.removing))
         out.append(TopicDescription(topic, znode.topic_id, parts, config))
     return out
 
@@ -338,7 +337,7 @@ def parse_election_partitions(text: str) -> list[TopicPartition]:
     """kafka-leader-election --path-to-json-file: {"partitions":[{"topic":"t","partition":0}]}, the shape
     of the preferred replica election znode."""
     znode = _parse(zkdata.PreferredReplicaElectionZNode, text, "replica election")
-    partitions = [TopicPartition(p.topic, p.partition) for p in znode.partitions]
+    partitions = znode.topic_partitions()
     if not partitions:
         raise AdminCommandFailedException("Replica election data names no partitions")
     if duplicates := _duplicates(partitions):
@@ -417,21 +416,11 @@ def format_reassignment_json(assignment: Mapping[TopicPartition, Sequence[int]])
         for tp, r in sorted(assignment.items())]}, separators=(",", ":"))
 
 
-class PartitionReassignment(NamedTuple):
-    """Kafka's PartitionReassignment: all replicas during the move, and those being added and removed."""
-
-    replicas: list[int]
-    adding: list[int]
-    removing: list[int]
-
-
 def list_reassignments(topics: Mapping[str, zkdata.TopicZNode]) -> dict[TopicPartition, PartitionReassignment]:
     """Kafka's listPartitionReassignments, from the topic znodes: the partitions they name replicas being
     added to or removed from (the controller persists them for the whole move)."""
-    return {TopicPartition(t, int(p)): PartitionReassignment(r, z.adding_replicas.get(p, []),
-                                                             z.removing_replicas.get(p, []))
-            for t, z in topics.items() for p, r in z.partitions.items()
-            if z.adding_replicas.get(p) or z.removing_replicas.get(p)}
+    return {TopicPartition(t, p): a for t, z in topics.items() for p, a in z.full_assignment().items()
+            if a.adding or a.removing}
 
 
 def format_reassignments(reassignments: Mapping[TopicPartition, PartitionReassignment]) -> str:

@@ -140,6 +140,15 @@ class BrokerIdZNode(ZNodeModel):
         return cls(host=host, port=port, endpoints=[f"PLAINTEXT://{host}:{port}"], rack=rack)
 
 
+class PartitionReassignment(NamedTuple):
+    """A partition's replicas as its topic znode keeps them (Kafka's PartitionReassignment): all of them
+    and, during a move, those being added and removed."""
+
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+
+
 class TopicZNode(ZNodeModel):
     """`/brokers/topics/T`: the replica assignment (AR) per partition id (as a string)."""
 
@@ -163,6 +172,13 @@ class TopicZNode(ZNodeModel):
 
     def assignment(self) -> dict[int, list[int]]:
         return {int(p): list(r) for p, r in self.partitions.items()}
+
+    def full_assignment(self) -> dict[int, PartitionReassignment]:
+        """Per partition its replicas with those being added and removed (Kafka's
+        getFullReplicaAssignmentForTopics)."""
+        return {int(p): PartitionReassignment(list(r), list(self.adding_replicas.get(p, [])),
+                                              list(self.removing_replicas.get(p, [])))
+                for p, r in self.partitions.items()}
 
 
 class PartitionStateZNode(ZNodeModel):
@@ -197,20 +213,25 @@ class PartitionReplicas(ZNodeModel):
     replicas: list[int]
 
 
-class ReassignPartitionsZNode(ZNodeModel):
-    version: int = 1
-    partitions: list[PartitionReplicas]
+class PartitionListZNode(ZNodeModel):
+    """A znode whose `partitions` name topic partitions: a reassignment, a preferred replica election, an
+    ISR change notification."""
 
     def topic_partitions(self) -> list[TopicPartition]:
         return [TopicPartition(p.topic, p.partition) for p in self.partitions]
 
 
-class PreferredReplicaElectionZNode(ZNodeModel):
+class ReassignPartitionsZNode(PartitionListZNode):
+    version: int = 1
+    partitions: list[PartitionReplicas]
+
+
+class PreferredReplicaElectionZNode(PartitionListZNode):
     version: int = 1
     partitions: list[PartitionRef]
 
 
-class IsrChangeNotificationZNode(ZNodeModel):
+class IsrChangeNotificationZNode(PartitionListZNode):
     version: int = 1
     partitions: list[PartitionRef]
 

@@ -105,7 +105,7 @@ class KafkaController:
 
     @property
     def prefix(self) -> str:
-        return f"[Controller id={self.broker_id} epoch={self.ctx.epoch}]"
+        return self.scope.prefix
 
     # -- dispatch ------------------------------------------------------------
 

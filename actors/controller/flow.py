@@ -106,9 +106,10 @@ class FlowScope:
         for topic, znode in self.zk.get_topic_znodes(new_topics).items():
             self.ctx.all_topics.add(topic)
             self.ctx.topic_ids[topic] = znode.topic_id or ""
-            for p, assignment in assignment_of(znode).items():
+            for p, a in znode.full_assignment().items():
                 tp = TopicPartition(topic, p)
-                self.ctx.update_partition_full_assignment(tp, assignment)
+                self.ctx.update_partition_full_assignment(
+                    tp, ReplicaAssignment(tuple(a.replicas), tuple(a.adding), tuple(a.removing)))
                 added.append(tp)
             self.watches.watch_data(zkdata.topic_path(topic), lambda t=topic: PartitionModifications(topic=t))
         return added
@@ -140,13 +141,6 @@ class FlowScope:
         self.rsm.handle_state_changes(replicas, R.NewReplica)
         self.psm.handle_state_changes(partitions, P.OnlinePartition)
         self.rsm.handle_state_changes(replicas, R.OnlineReplica)
-
-
-def assignment_of(znode: zkdata.TopicZNode) -> dict[int, ReplicaAssignment]:
-    """A topic znode's partitions as ReplicaAssignments (RS with AR and RR)."""
-    return {p: ReplicaAssignment(tuple(replicas), tuple(znode.adding_replicas.get(str(p), ())),
-                                 tuple(znode.removing_replicas.get(str(p), ())))
-            for p, replicas in znode.assignment().items()}
 
 
 E = TypeVar("E", bound=ControllerEvent)

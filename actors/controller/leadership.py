@@ -52,8 +52,7 @@ def process_preferred_replica_election_znode(s: FlowScope, _event: PreferredRepl
         znode = s.zk.get_znode(zkdata.PreferredReplicaElectionZNode, zkdata.PREFERRED_REPLICA_ELECTION)
         if znode is None:
             return
-        results = elect_leaders(s, [TopicPartition(p.topic, p.partition) for p in znode.partitions],
-                                ElectionType.PREFERRED, "ZooKeeper")
+        results = elect_leaders(s, znode.topic_partitions(), ElectionType.PREFERRED, "ZooKeeper")
         failed = {tp: e for tp, e in results.items() if e}
         if failed:
             log.warning("%s Preferred replica election failed for %s", s.prefix, failed)
@@ -104,7 +103,7 @@ def process_isr_change_notification(s: FlowScope, _event: IsrChangeNotification)
             except MalformedZNodeError as e:
                 log.error("%s Skipping ISR change notification: %s", s.prefix, e)
                 continue
-            partitions |= {TopicPartition(p.topic, p.partition) for p in znode.partitions}
+            partitions |= set(znode.topic_partitions())
         known = [tp for tp in partitions if s.ctx.partition_replicas(tp)]
         s.sync_leaderships(known)
         s.batch.add_update_metadata(s.ctx.live_or_shutting_down_broker_ids, known)

@@ -46,8 +46,8 @@ def process_partition_reassignment_znode(s: FlowScope, _event: PartitionReassign
     if znode is None:
         return set()
     failed = []
-    for entry in znode.partitions:
-        tp, target = TopicPartition(entry.topic, entry.partition), tuple(entry.replicas)
+    for tp, entry in zip(znode.topic_partitions(), znode.partitions):
+        target = tuple(entry.replicas)
         error = reassignment_error(s.ctx, tp, target)
         if error:
             log.warning("%s Failed reassignment of %s to %s through ZooKeeper: %s", s.prefix, tp, entry.replicas, error)
@@ -57,7 +57,7 @@ def process_partition_reassignment_znode(s: FlowScope, _event: PartitionReassign
                 s.ctx.partition_full_assignment(tp).original_replicas, target))
     if failed:
         remove_from_zk_reassignment(s, lambda tp, _replicas: tp in failed)
-    return {TopicPartition(e.topic, e.partition) for e in znode.partitions}
+    return set(znode.topic_partitions())
 
 
 def on_partition_reassignment(s: FlowScope, tp: TopicPartition, reassignment: ReplicaAssignment) -> None:
@@ -125,7 +125,7 @@ def remove_from_zk_reassignment(s: FlowScope, should_remove: Callable[[TopicPart
     znode = _read_reassignments(s)
     if znode is None:
         return
-    keep = [e for e in znode.partitions if not should_remove(TopicPartition(e.topic, e.partition), e.replicas)]
+    keep = [e for tp, e in zip(znode.topic_partitions(), znode.partitions) if not should_remove(tp, e.replicas)]
     if not keep:
         s.zk.delete_paths([zkdata.REASSIGN_PARTITIONS])
     elif len(keep) != len(znode.partitions):

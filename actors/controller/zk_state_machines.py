@@ -309,9 +309,9 @@ class ZkReplicaStateMachine(_Machine):
         online, offline = [], []
         for tp in self.ctx.all_partitions():
             for r in self.ctx.partition_replicas(tp):
-                (online if self.ctx.is_replica_online(r) else offline).append((tp, r))
-                self.ctx.replica_states[(tp, r)] = (R.OnlineReplica if self.ctx.is_replica_online(r)
-                                                    else R.ReplicaDeletionIneligible)
+                is_online = self.ctx.is_replica_online(r)
+                (online if is_online else offline).append((tp, r))
+                self.ctx.replica_states[(tp, r)] = R.OnlineReplica if is_online else R.ReplicaDeletionIneligible
         self.handle_state_changes(online, R.OnlineReplica)
         self.handle_state_changes(offline, R.OfflineReplica)
 
