@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import os
+import threading
 import time
 
 from ray.exceptions import RayError
@@ -37,6 +39,20 @@ def beside_this_actor():
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
+# Ray loads an actor's class in each process the first time it gets a handle to one (`ray.get_actor`):
+# for a broker, the data plane and kafka-python's protocol classes, 0.5-1.7 s of imports that hold the
+# import lock, so every other thread that unpickles a call waits too. A new controller's failure
+# detector looks each broker up, and a RequestSender the broker it sends to: they import it when they
+# start, so that no failover waits for it (measured: the brokers' first answers reached a new
+# controller 0.5-1.1 s late, all stuck behind this import).
+BROKER_ACTOR_MODULE = "actors.broker.actor"
+
+
+def preload(module: str) -> None:
+    """Import `module` on a thread of its own, off the paths that will need it."""
+    threading.Thread(target=importlib.import_module, args=(module,), name=f"preload-{module}", daemon=True).start()
 
 
 def configure_actor_process(niceness: int = 0) -> None:

@@ -34,7 +34,7 @@ from actors.controller.events import (
 )
 from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
-from actors.runtime import configure_actor_process, rss_mb
+from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, preload, rss_mb
 from actors.protocol import ControllerResponse
 
 
@@ -62,6 +62,7 @@ class ControllerActor:
         self.controller.on_timeline = lambda t: self.sink.emit(records.TIMELINES, t)
         self._processed = threading.Event()  # events processed since the gauges were last refreshed
         self._stopped = threading.Event()
+        preload(BROKER_ACTOR_MODULE)  # for the failure detector's lookups
         self.inbox.start()
         self.inbox.put(Startup())
         threading.Thread(target=self._refresh_gauges, name=f"controller-metrics-{broker_id}", daemon=True).start()

@@ -24,7 +24,7 @@ from actors.config import ClusterConfig
 from actors.controller.request_batch import InOrder, Owner, takeover
 from actors.names import broker_actor_name, replacement_sender_name, request_sender_name
 from actors.protocol import ControllerRequestT, ControllerResponse
-from actors.runtime import beside_this_actor, configure_actor_process
+from actors.runtime import BROKER_ACTOR_MODULE, beside_this_actor, configure_actor_process, preload
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class RequestSender:
 
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process(config.controller.control_plane_niceness)
+        preload(BROKER_ACTOR_MODULE)  # for the lookup of the broker it sends to
         self.broker_id = broker_id
         self.config = config
         self._queue: queue.Queue[tuple[Owner, ControllerRequestT]] = queue.Queue()

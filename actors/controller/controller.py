@@ -47,7 +47,7 @@ from actors.controller.events import (
 from actors.controller.failover import on_controller_failover
 from actors.controller.flow import FLOWS, FlowScope
 from actors.controller.state_machines import PartitionStateName as P
-from actors.controller.timeline import FailoverTimeline
+from actors.controller.timeline import FailoverTimeline, Laps
 from actors.records import tp_key
 from coordination import zkdata
 from coordination.election import ControllerElection
@@ -157,7 +157,8 @@ class KafkaController:
         match event:
             case DescribeController(reply=reply):
                 reply.set_result(self.status())
-            case Startup():
+            case Startup():  # the top-level paths once, as Kafka's startup does, off every failover's path
+                self.zk.ensure_persistent_paths()
                 self.zk.add_state_listener(self._on_session_state)
                 self.election.watch()
             case ControllerChange() | Reelect():
@@ -206,14 +207,16 @@ class KafkaController:
         if self.active and not self.election.still_controller():
             self.resign("/controller changed")
         if not self.active:
+            laps = Laps()
             won = self.election.elect()
             if won is not None:
+                laps.lap("election")
                 self.ctx.epoch, self.ctx.epoch_zk_version = won
                 self.begin_timeline("controller_failover", [self.broker_id])
                 log.info("%s %d successfully elected as the controller. Epoch incremented to %d and epoch "
                          "zk version is now %d", self.prefix, self.broker_id, won.epoch, won.zk_version)
                 try:
-                    self._on_controller_failover()
+                    self._on_controller_failover(laps)
                 except ControllerMovedException:
                     raise
                 except Exception:
@@ -328,22 +331,23 @@ class KafkaController:
         for path in list(self._watches):
             self.unwatch(path)
 
-    def _on_controller_failover(self) -> None:
+    def _on_controller_failover(self, laps: Laps) -> None:
         """Watches, links to the brokers, then the failover's flow (failover.py)."""
         scope = self.scope
         self.active = True
-        self.zk.ensure_persistent_paths()
         self.watch_children(zkdata.BROKER_IDS, BrokerChange)
         self.watch_children(zkdata.TOPICS, TopicChange)
         self.watch_children(zkdata.DELETE_TOPICS, TopicDeletion)
         self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
         self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, creation_only=True)
         self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, creation_only=True)
+        laps.lap("watches")
         scope.links = self._channel_factory(self.ctx.epoch)
         if self._detector_factory is not None:
             scope.detector = self._detector_factory(
                 "broker", lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
-        on_controller_failover(scope)
+        laps.lap("channel")
+        on_controller_failover(scope, laps)
         if self.config.auto_leader_rebalance_enable:
             self._start_auto_rebalance_task()
 

@@ -7,25 +7,34 @@ import logging
 
 from actors.controller import leadership, reassignment
 from actors.controller.flow import FlowScope
+from actors.controller.timeline import Laps
 
 log = logging.getLogger(__name__)
 
 
-def on_controller_failover(s: FlowScope) -> None:
+def on_controller_failover(s: FlowScope, laps: Laps) -> None:
+    """`laps`: the steps since the election, each step's time in the closing log line."""
     leadership.delete_isr_change_notifications(s)
+    laps.lap("isr notifications")
     s.initialize_context()
     s.deletion.init()
+    laps.lap("context")
     for broker_id in s.ctx.live_brokers:
         s.links.add_broker(broker_id)
     if s.detector is not None:
         s.detector.watch(set(s.ctx.live_brokers))
+    laps.lap("links")
     # the live brokers first, in a request of their own: brokers need them before LeaderAndIsr (Kafka's order)
     s.batch.add_update_metadata(s.ctx.live_or_shutting_down_broker_ids, [])
     s.send_now()
+    laps.lap("live brokers sent")
     s.rsm.startup()
+    laps.lap("replica state machine")
     s.psm.startup()
+    laps.lap("partition state machine")
     reassignment.initialize_partition_reassignments(s)
     s.deletion.resume_deletions()
     leadership.process_preferred_replica_election_znode(s)
-    log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions", s.prefix,
-             len(s.ctx.live_brokers), len(s.ctx.all_topics), s.ctx.partition_count())
+    laps.lap("reassignments, deletions, preferred elections")
+    log.info("%s Controller failover complete: %d live brokers, %d topics, %d partitions (%s)", s.prefix,
+             len(s.ctx.live_brokers), len(s.ctx.all_topics), s.ctx.partition_count(), laps)

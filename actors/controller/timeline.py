@@ -9,7 +9,25 @@ from __future__ import annotations
 
 from pydantic import PrivateAttr
 
+from actors.controller.events import now_ms
 from actors.records import TimelineRecord
+
+
+class Laps:
+    """How long each step of a sequence took, for the log line that ends it."""
+
+    def __init__(self) -> None:
+        self._last = now_ms()
+        self.laps: list[tuple[str, float]] = []
+
+    def lap(self, step: str) -> None:
+        """`step` ends now."""
+        t = now_ms()
+        self.laps.append((step, t - self._last))
+        self._last = t
+
+    def __str__(self) -> str:
+        return ", ".join(f"{step} {ms:.0f} ms" for step, ms in self.laps)
 
 
 class FailoverTimeline(TimelineRecord):

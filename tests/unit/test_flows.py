@@ -38,6 +38,7 @@ from actors.controller.events import (
 from actors.controller.failover import on_controller_failover
 from actors.controller.flow import FLOWS, FlowScope
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
+from actors.controller.timeline import Laps
 from actors.controller.zk_state_machines import partition_state_znode
 from actors.protocol import (
     ControllerResponse,
@@ -244,7 +245,7 @@ class Cluster:
         self.watches = Watches()
         self.scope = FlowScope(1, ctx, self.zk, ControllerConfig(**config), self.watches)
         self.scope.links = self.links = Links()
-        on_controller_failover(self.scope)
+        on_controller_failover(self.scope, Laps())
         self.failover_requests = [*self.links.sent, self.scope.batch.build(ctx)]
         self.links.added.clear()
         self.links.sent.clear()
