@@ -106,8 +106,9 @@ class LocalCluster:
                    default=(-1, -1, []))
 
     def kill_controller(self, broker_id: int) -> None:
-        """SIGKILL the candidate's process; Ray restarts it (its ZooKeeper session lingers until timeout)."""
-        ray.kill(self.controller_actor(broker_id), no_restart=False)
+        """SIGKILL the candidate's process; its broker starts a new one after candidate_restart_backoff_ms
+        (the killed one's ZooKeeper session lingers until timeout)."""
+        ray.kill(self.controller_actor(broker_id))
 
     def controlled_shutdown(self, broker_id: int) -> dict:
         """Shut a broker down the controlled way, then end its actor for good."""

@@ -28,6 +28,11 @@ class ControllerConfig(BaseModel):
     ray_failure_detector_enable: bool = Field(
         True, description="kray only: learn of broker deaths from Ray at once and remove the dead broker's "
                           "registration; off gives Kafka's behaviour (deaths found when the ZooKeeper session expires)")
+    candidate_restart_backoff_ms: int = Field(
+        5000, ge=0, description="kray only: how long a broker waits before it starts a new controller candidate "
+                                "in place of one that died. A new candidate is a new process, seconds of CPU; "
+                                "started at once, it competed for the cores with the failover its death had just "
+                                "started (a 10,000-partition failover under load took twice as long)")
     control_plane_niceness: int = Field(
         0, ge=-20, le=19, description="kray only: the nice value of the controller and RequestSender processes. "
                                       "Below 0 they get the CPU first on a machine shared with brokers and load, "

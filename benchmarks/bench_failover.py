@@ -20,12 +20,16 @@ also shown, the same read through kray's MultiRead batches, which the controller
 With `--load-rates`, the same cluster's controller is killed once per rate, a confluent-kafka
 producer streaming acks=all records over every partition at that rate (0: idle), so that the
 loaded failovers compare with an idle one of the same run. Each row also gives the ZooKeeper
-server's memory at that size (the JVM's resident set, and the data size `mntr` reports).
+server's memory at that size (the JVM's resident set, and the data size `mntr` reports), and
+where the machine's CPU went from the kill to the last acknowledgement: `window_cpu_s` in all
+(2 cores can give twice the window's wall time), of which `window_cpu_new_processes_s` in
+processes started meanwhile (Ray restarting the killed candidate in a new worker process).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -171,14 +175,16 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
                 ray.get(load.start.remote())
                 poll(lambda: ray.get(load.stats.remote())["acked"] >= rate * 3, 120, "the load to flow")
             old_id, old_epoch = cluster.wait_for_controller(zk)
+            cpu_before, wall_before = cpu_seconds(), time.monotonic()
             cluster.kill_controller(old_id)
             new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=600)
             controller = cluster.controller_actor(new_id)
             t = poll(lambda: next((t for t in ray.get(controller.timelines.remote())
                                    if t["kind"] == "controller_failover" and t["epoch"] == old_epoch + 1
                                    and t["requests_acked_ms"]), None), 600, "timeline")
+            cpu = cpu_used_since(cpu_before, time.monotonic() - wall_before)
             stats = ray.get(load.stop.remote()) if load is not None else {}
-            rows.append(_phases(t, "processing_started_ms") | memory | {
+            rows.append(_phases(t, "processing_started_ms") | memory | cpu | {
                 "scenario": "controller_failover", "partitions": n, "topics": len(topics), "load_rate": rate,
                 "control_niceness": niceness,
                 "load_acked": stats.get("acked", 0), "load_errors": stats.get("errors", 0),
@@ -191,6 +197,28 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
     finally:
         cluster.stop(delete_logs=True)
         zk.close()
+
+
+def cpu_seconds() -> dict[int, float]:
+    """CPU seconds (user + system) each process on this machine has used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        out[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_used_since(before: dict[int, float], wall_s: float) -> dict:
+    """Where the machine's CPU went from the kill to the last acknowledgement: in all, and in the
+    processes started meanwhile (Ray restarting the killed candidate: a new worker process)."""
+    now = cpu_seconds()
+    return {"window_wall_s": round(wall_s, 2),
+            "window_cpu_s": round(sum(c - before.get(p, 0.0) for p, c in now.items()), 2),
+            "window_cpu_new_processes_s": round(sum(c for p, c in now.items() if p not in before), 2)}
 
 
 def _phases(t: dict, start_key: str) -> dict:

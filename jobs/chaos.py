@@ -5,7 +5,7 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 |----------------------------|------------------------------------------------------------------------|
 | kill-broker N              | SIGKILL of broker N's actor, for good (its controller candidate too)   |
 | restart-broker N           | SIGKILL of broker N's actor; Ray restarts it (a new incarnation)       |
-| kill-controller            | SIGKILL of the active controller's actor; Ray restarts it              |
+| kill-controller            | SIGKILL of the active controller's actor; its broker starts another    |
 | pause-broker N / -controller| SIGSTOP for S seconds, then SIGCONT: a GC-pause zombie                |
 | expire-broker-session N    | ZooKeeper expires the broker's session (as a long network partition)   |
 | expire-controller-session  | the same for the active controller                                     |
@@ -114,7 +114,7 @@ class Chaos:
         return effective
 
     def kill_controller(self) -> tuple[int, float]:
-        """SIGKILL the active controller's actor (Ray restarts it); (its broker id, when)."""
+        """SIGKILL the active controller's actor (its broker starts another); (its broker id, when)."""
         controller_id, handle, info = self._actor(None)
         return controller_id, self._sigkill(info.remote(), handle, restart=True)
 

@@ -453,7 +453,8 @@ def chaos(args) -> None:
                 c.kill_broker(args.broker_id, restart=args.restart)
                 done = f"Killed broker {args.broker_id}'s actor" + (" (Ray restarts it)" if args.restart else "")
             case "kill-controller":
-                done = f"Killed the active controller's actor (broker {c.kill_controller()[0]}); Ray restarts it"
+                done = (f"Killed the active controller's actor (broker {c.kill_controller()[0]}); its broker starts "
+                        "a new candidate after candidate_restart_backoff_ms")
             case "pause":
                 who, _ = c.pause(args.seconds, None if args.controller else args.broker_id)
                 done = f"Paused {'the controller on ' if args.controller else ''}broker {who} for {args.seconds:g} s"

@@ -4,7 +4,7 @@ Starts ZooKeeper (or uses KRAY_ZK_CONNECT) and Ray, brings up 3 brokers, waits
 for the controller election, creates a topic and prints it as
 `kafka-topics --describe` does, kills the active controller's actor and shows
 the new controller, its epoch, the old epoch being refused by the brokers, and
-the killed candidate back through Ray's restart. Leaves no processes behind.
+the killed candidate started again by its broker. Leaves no processes behind.
 
     python -m jobs.demo        (or: kray demo)
 """
@@ -20,6 +20,7 @@ import ray
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.protocol import LeaderAndIsrRequest
+from actors.runtime import poll
 from coordination import admin
 from coordination.zkclient import KrayZkClient
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
@@ -75,8 +76,9 @@ def _scenario(cluster: LocalCluster, zk: KrayZkClient, config: ClusterConfig, to
     step("A LeaderAndIsr from the old epoch %d is answered %s by brokers %s" % (
         epoch, sorted({a.error_code.name for a in answers}), sorted(cluster.brokers)))
 
-    status = ray.get(cluster.controller_actor(controller_id).status.remote())
-    step(f"controller-{controller_id} came back through Ray's restart (pid {old_pid} -> {status['pid']}) and "
+    status = poll(lambda: ray.get(cluster.controller_actor(controller_id).status.remote()), timeout=60,
+                  what=f"controller-{controller_id} to be started again")
+    step(f"controller-{controller_id} was started again by its broker (pid {old_pid} -> {status['pid']}) and "
          f"is a candidate again (active={status['active']})")
     print(admin.format_describe(admin.describe_topics(zk, [topic])), flush=True)
 

@@ -39,7 +39,7 @@ EXPERIMENT = "experiment.json"
 class FaultKind(str, Enum):
     KILL_BROKER = "kill-broker"  # SIGKILL, the actor ends for good; the runner starts a new one later
     RESTART_BROKER = "restart-broker"  # SIGKILL, Ray restarts the actor
-    KILL_CONTROLLER = "kill-controller"  # SIGKILL of the active controller's actor (Ray restarts it)
+    KILL_CONTROLLER = "kill-controller"  # SIGKILL of the active controller's actor (its broker starts another)
     PAUSE_BROKER = "pause-broker"  # SIGSTOP for N seconds, then SIGCONT (a GC-pause zombie)
     PAUSE_CONTROLLER = "pause-controller"
     EXPIRE_BROKER_SESSION = "expire-broker-session"

@@ -103,12 +103,33 @@ class BrokerActor:
         self.registration.keep_registered()
         self._stopped = threading.Event()
         threading.Thread(target=self._scheduler, name=f"kafka-scheduler-{broker_id}", daemon=True).start()
-        self.controller = poll(lambda: ControllerActor.options(  # beside its broker, as in Kafka
-            name=controller_actor_name(broker_id), namespace=config.namespace, max_restarts=-1,
-            scheduling_strategy=beside_this_actor(),
-        ).remote(broker_id, config), timeout=60, what=f"{controller_actor_name(broker_id)}'s name to be free "
-                                                     "(a killed incarnation's candidate is still being stopped)",
-            tolerate=(ValueError,), interval=0.1)
+        self.controller = self._start_controller()
+        threading.Thread(target=self._supervise_controller, name=f"controller-candidate-supervisor-{broker_id}",
+                         daemon=True).start()
+
+    def _start_controller(self):
+        """The controller candidate, beside its broker as in Kafka."""
+        name = controller_actor_name(self.broker_id)
+        return poll(lambda: ControllerActor.options(
+            name=name, namespace=self.config.namespace, max_restarts=0, scheduling_strategy=beside_this_actor(),
+        ).remote(self.broker_id, self.config), timeout=60, tolerate=(ValueError,), interval=0.1,
+            what=f"{name}'s name to be free (a killed incarnation's candidate is still being stopped)")
+
+    def _supervise_controller(self) -> None:
+        """Start a new candidate in place of one that died, `candidate_restart_backoff_ms` later: Ray's
+        restart would start the new process at once, on the cores the failover its death started needs."""
+        backoff = self.config.controller.candidate_restart_backoff_ms / 1000
+        while not self._stopped.is_set():
+            try:
+                ray.get(self.controller.wait_closed.remote())
+                return  # shut down with its broker
+            except ray.exceptions.RayActorError:
+                pass
+            if self._stopped.wait(backoff):
+                return
+            log.info("[Broker id=%d] Starting a controller candidate in place of the one that died %.0f ms ago",
+                     self.broker_id, backoff * 1000)
+            self.controller = self._start_controller()
 
     # -- the event loop ------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The controller candidate: a thin Ray shell around KafkaController and its inbox.
 
-Created by its broker (fate-shared with it) and restartable: a killed candidate
-comes back through Ray's actor restart, opens a new ZooKeeper session and
-competes again once the old session's /controller has expired.
+Created by its broker (fate-shared with it). A killed candidate is not restarted by Ray: its broker
+starts a new one after `candidate_restart_backoff_ms`, which opens a new ZooKeeper session and
+competes again once the old session's /controller is gone.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, preload
 from actors.protocol import ControllerResponse
 
 
-@ray.remote(num_cpus=0, max_concurrency=4)
+@ray.remote(num_cpus=0, max_concurrency=4, concurrency_groups={"supervision": 1})
 class ControllerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process(config.controller.control_plane_niceness)
@@ -138,6 +138,13 @@ class ControllerActor:
     def zk_session(self) -> tuple[int, bytes]:
         """(session id, password) of this candidate's ZooKeeper session, for session-expiry chaos."""
         return self.zk.kazoo.client_id
+
+    @ray.method(concurrency_group="supervision")
+    def wait_closed(self) -> str:
+        """Answered once the candidate is shut down, never while it runs: its broker waits on it to
+        learn of its death (an error)."""
+        self._stopped.wait()
+        return "closed"
 
     def shutdown(self) -> None:
         """Close the ZooKeeper session so /controller goes at once (a clean broker shutdown)."""

@@ -96,8 +96,8 @@ def test_controller_failover_bumps_epoch_and_resends_state(env):
     infos = ray.get([h.info.remote() for h in cluster.brokers.values()])
     assert all(i["controller_epoch"] == new_epoch for i in infos)
     assert request_senders(env) == senders  # the new controller took them over: no process started
-    # the killed candidate is back through Ray's restart (which can take longer than the failover,
-    # now that no process starts on it), and only a candidate
+    # the killed candidate is back, started by its broker after candidate_restart_backoff_ms (off the
+    # failover's cores), and only a candidate
     restarted = poll(lambda: statuses(env), timeout=60, what="the killed candidate to answer again")
     if new_id != old_id:
         assert restarted[old_id]["pid"] != old_pid and not restarted[old_id]["active"]

@@ -12,6 +12,7 @@ import time
 
 import ray
 
+from actors.runtime import poll
 from coordination import zkdata
 from tests.integration.conftest import create_topic_and_wait, caches_match_zookeeper, wait_until, zk_states
 
@@ -97,15 +98,28 @@ def test_a_live_broker_whose_registration_was_removed_registers_again_and_is_fen
 
 
 def test_a_killed_controller_is_replaced_before_its_session_expires(new_cluster):
-    """The other candidates see the controller's actor die and remove its /controller at once."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    """The other candidates see the controller's actor die and remove its /controller at once; the
+    killed candidate's broker starts a new one only after candidate_restart_backoff_ms, off the
+    failover's cores (Ray does not restart it at once)."""
+    backoff_s = 3.0
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=int(backoff_s * 1000))
     old_id, old_epoch = cluster.wait_until_ready(zk)
+    old_pid = ray.get(cluster.controller_actor(old_id).status.remote())["pid"]
     killed = time.monotonic()
     cluster.kill_controller(old_id)
     new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=20)
     assert time.monotonic() - killed < LONG_SESSION_MS / 1000 / 3
     assert new_epoch == old_epoch + 1
     cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
+    try:
+        cluster.controller_actor(old_id)
+        assert time.monotonic() - killed >= backoff_s, "a candidate was started before the backoff"
+    except ValueError:
+        pass  # none yet: the broker is waiting out the backoff
+    back = poll(lambda: ray.get(cluster.controller_actor(old_id).status.remote(), timeout=10), timeout=60,
+                what="the killed candidate started again by its broker")
+    assert time.monotonic() - killed >= backoff_s
+    assert back["pid"] != old_pid and not back["active"]
 
 
 def test_the_broker_that_hosted_the_controller_is_handled_by_the_next_one_before_its_session_expires(new_cluster):
