@@ -169,6 +169,10 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
         memory = zookeeper_memory(connect, server)
         rows = []
         for rate in load_rates:
+            # every candidate back (the one killed last is started again candidate_restart_backoff_ms
+            # later), so that a failover starts from a whole cluster, not during the last one's recovery
+            poll(lambda: ray.get([cluster.controller_actor(b).status.remote() for b in cluster.brokers], timeout=10),
+                 120, "every controller candidate to answer")
             load = None
             if rate > 0:
                 load = LoadGenerator.remote(0, cluster.config, partitions, rate, 100, -1)
@@ -199,26 +203,37 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
         zk.close()
 
 
-def cpu_seconds() -> dict[int, float]:
-    """CPU seconds (user + system) each process on this machine has used so far."""
+def cpu_seconds() -> dict[int, tuple[str, float]]:
+    """Per process on this machine: its kind (a Ray actor's class, else its program) and the CPU seconds
+    (user + system) it has used so far."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
         except OSError:  # gone meanwhile
             continue
-        out[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
+        if argv.startswith("ray::"):
+            kind = argv.split("::", 1)[1].split(".")[0]
+        else:
+            kind = os.path.basename(argv.split()[0]) if argv.strip() else "?"
+        out[int(pid)] = (kind, (int(fields[11]) + int(fields[12])) / tick)
     return out
 
 
-def cpu_used_since(before: dict[int, float], wall_s: float) -> dict:
-    """Where the machine's CPU went from the kill to the last acknowledgement: in all, and in the
-    processes started meanwhile (Ray restarting the killed candidate: a new worker process)."""
+def cpu_used_since(before: dict[int, tuple[str, float]], wall_s: float) -> dict:
+    """Where the machine's CPU went from the kill to the last acknowledgement: in all, by kind of
+    process, and in the processes started meanwhile (Ray restarting a killed actor: a new worker)."""
     now = cpu_seconds()
-    return {"window_wall_s": round(wall_s, 2),
-            "window_cpu_s": round(sum(c - before.get(p, 0.0) for p, c in now.items()), 2),
-            "window_cpu_new_processes_s": round(sum(c for p, c in now.items() if p not in before), 2)}
+    used = {pid: cpu - before.get(pid, ("", 0.0))[1] for pid, (_, cpu) in now.items()}
+    by_kind: dict[str, float] = {}
+    for pid, cpu in used.items():
+        by_kind[now[pid][0]] = by_kind.get(now[pid][0], 0.0) + cpu
+    return {"window_wall_s": round(wall_s, 2), "window_cpu_s": round(sum(used.values()), 2),
+            "window_cpu_new_processes_s": round(sum(c for p, c in used.items() if p not in before), 2),
+            "window_cpu_by_kind_s": {k: round(c, 2) for k, c in sorted(by_kind.items(), key=lambda kv: -kv[1])
+                                     if c >= 0.05}}
 
 
 def _phases(t: dict, start_key: str) -> dict:
