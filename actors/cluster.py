@@ -5,7 +5,10 @@ Used by the main job, the CLI, the tests and the benchmarks alike.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
+import time
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -23,6 +26,45 @@ def alive_nodes() -> list[NodeInfo]:
     """The Ray cluster's live nodes that can run work (CPU), head marked."""
     return [NodeInfo(n["NodeID"], n["NodeManagerAddress"], "node:__internal_head__" in n["Resources"])
             for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+
+
+@ray.remote(num_cpus=0)
+def _send_signal(pid: int, signum: int) -> None:
+    import os
+
+    os.kill(pid, signum)
+
+
+def send_signal(pid: int, node_id: str, signum: int) -> float:
+    """Signal a process on its own node (directly when it is this one, else by a Ray task pinned
+    there); the wall-clock ms just before the signal went out."""
+    if node_id == ray.get_runtime_context().get_node_id():
+        sent = time.time() * 1000
+        os.kill(pid, signum)
+        return sent
+    sent = time.time() * 1000
+    ray.get(_send_signal.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+            .remote(pid, signum), timeout=30)
+    return sent
+
+
+def sigkill_actor(handle, info_call, restart: bool) -> float:
+    """SIGKILL an actor's process; when. `info_call`: a pending call that answers its pid and node.
+    ray.kill alone asks Ray to end the process, which Ray reports dead at once while the process may
+    run on for a second or more: a controller killed so could win the election its death started,
+    then die (a second election, seen as epoch 3 instead of 2 in a test). The process is stopped
+    first (the fault takes effect then), Ray told not to restart it unless asked, then it is killed.
+    Without an answer to `info_call` (already paused or gone), ray.kill does it all."""
+    try:
+        info = ray.get(info_call, timeout=5)
+    except Exception:
+        ray.kill(handle, no_restart=not restart)
+        return time.time() * 1000
+    effective = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
+    if not restart:
+        ray.kill(handle, no_restart=True)
+    send_signal(info["pid"], info["node_id"], signal.SIGKILL)
+    return effective
 
 
 class LocalCluster:
@@ -105,10 +147,11 @@ class LocalCluster:
         return max((c["partitions"][tp] for c in caches if tp in c["partitions"]), key=lambda v: v[1],
                    default=(-1, -1, []))
 
-    def kill_controller(self, broker_id: int) -> None:
-        """SIGKILL the candidate's process; its broker starts a new one after candidate_restart_backoff_ms
-        (the killed one's ZooKeeper session lingers until timeout)."""
-        ray.kill(self.controller_actor(broker_id))
+    def kill_controller(self, broker_id: int) -> float:
+        """SIGKILL the candidate's process (when); its broker starts a new one after
+        candidate_restart_backoff_ms (the killed one's ZooKeeper session lingers until timeout)."""
+        handle = self.controller_actor(broker_id)
+        return sigkill_actor(handle, handle.status.remote(), restart=False)
 
     def controlled_shutdown(self, broker_id: int) -> dict:
         """Shut a broker down the controlled way, then end its actor for good."""
@@ -117,11 +160,13 @@ class LocalCluster:
         ray.kill(handle, no_restart=True)
         return result
 
-    def kill_broker(self, broker_id: int, restart: bool = False) -> None:
-        """SIGKILL a broker's process (its controller candidate dies with it); Ray restarts it if asked."""
-        ray.kill(self.brokers[broker_id], no_restart=not restart)
+    def kill_broker(self, broker_id: int, restart: bool = False) -> float:
+        """SIGKILL a broker's process (its controller candidate dies with it), when; Ray restarts it if asked."""
+        handle = self.brokers[broker_id]
+        killed = sigkill_actor(handle, handle.info.remote(), restart)
         if not restart:
             self.brokers.pop(broker_id)
+        return killed
 
     def stop(self, delete_logs: bool = False) -> None:
         """Close every ZooKeeper session cleanly, then end the actors; with delete_logs, remove the

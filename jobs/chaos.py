@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import time
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.cluster import LocalCluster
+from actors.cluster import LocalCluster, send_signal, sigkill_actor
 from actors.names import is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
@@ -35,26 +33,6 @@ log = logging.getLogger(__name__)
 
 BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN}
-
-
-@ray.remote(num_cpus=0)
-def _send_signal(pid: int, signum: int) -> None:
-    import os
-
-    os.kill(pid, signum)
-
-
-def send_signal(pid: int, node_id: str, signum: int) -> float:
-    """Signal a process on its own node (directly when it is this one, else by a Ray task pinned
-    there); the wall-clock ms just before the signal went out."""
-    if node_id == ray.get_runtime_context().get_node_id():
-        sent = time.time() * 1000
-        os.kill(pid, signum)
-        return sent
-    sent = time.time() * 1000
-    ray.get(_send_signal.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-            .remote(pid, signum), timeout=30)
-    return sent
 
 
 class Chaos:
@@ -89,34 +67,18 @@ class Chaos:
         handle = self._broker(broker_id)
         return broker_id, handle, handle.info
 
-    def _sigkill(self, info_call, handle, restart: bool) -> float:
-        """SIGKILL an actor's process; when. ray.kill alone asks Ray to end the process, which Ray reports
-        dead at once while the process may run on for a second or more: the process is stopped first
-        (the fault takes effect then), Ray told not to restart it unless asked, then it is killed.
-        Without an answer to `info_call` (already paused or gone), ray.kill does it all."""
-        try:
-            info = ray.get(info_call, timeout=5)
-        except Exception:
-            ray.kill(handle, no_restart=not restart)
-            return time.time() * 1000
-        effective = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
-        if not restart:
-            ray.kill(handle, no_restart=True)
-        send_signal(info["pid"], info["node_id"], signal.SIGKILL)
-        return effective
-
     def kill_broker(self, broker_id: int, restart: bool = False) -> float:
         """SIGKILL broker N's actor (Ray restarts it if asked); when the fault took effect."""
         _, handle, info = self._actor(broker_id)
-        effective = self._sigkill(info.remote(), handle, restart)
+        effective = sigkill_actor(handle, info.remote(), restart)
         if not restart:
             self.cluster.brokers.pop(broker_id, None)
         return effective
 
     def kill_controller(self) -> tuple[int, float]:
         """SIGKILL the active controller's actor (its broker starts another); (its broker id, when)."""
-        controller_id, handle, info = self._actor(None)
-        return controller_id, self._sigkill(info.remote(), handle, restart=True)
+        controller_id = self.controller_id()
+        return controller_id, self.cluster.kill_controller(controller_id)
 
     def pause(self, seconds: float, broker_id: int | None = None) -> tuple[int, float]:
         """SIGSTOP broker N's actor (or, without N, the active controller's) for `seconds`, then SIGCONT;
