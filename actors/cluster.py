@@ -151,7 +151,7 @@ class LocalCluster:
         """SIGKILL the candidate's process (when); its broker starts a new one after
         candidate_restart_backoff_ms (the killed one's ZooKeeper session lingers until timeout)."""
         handle = self.controller_actor(broker_id)
-        return sigkill_actor(handle, handle.status.remote(), restart=False)
+        return sigkill_actor(handle, handle.process.remote(), restart=False)
 
     def controlled_shutdown(self, broker_id: int) -> dict:
         """Shut a broker down the controlled way, then end its actor for good."""

@@ -22,8 +22,9 @@ producer streaming acks=all records over every partition at that rate (0: idle),
 loaded failovers compare with an idle one of the same run. Each row also gives the ZooKeeper
 server's memory at that size (the JVM's resident set, and the data size `mntr` reports), and
 where the machine's CPU went from the kill to the last acknowledgement: `window_cpu_s` in all
-(2 cores can give twice the window's wall time), of which `window_cpu_new_processes_s` in
-processes started meanwhile (Ray restarting the killed candidate in a new worker process).
+(2 cores can give twice the window's wall time), by kind of process, and in processes started
+meanwhile (`window_cpu_new_processes_s`: a new candidate's worker process, when its broker starts one
+within the window; before candidate_restart_backoff_ms, Ray restarted the killed one at once).
 """
 from __future__ import annotations
 
@@ -224,7 +225,7 @@ def cpu_seconds() -> dict[int, tuple[str, float]]:
 
 def cpu_used_since(before: dict[int, tuple[str, float]], wall_s: float) -> dict:
     """Where the machine's CPU went from the kill to the last acknowledgement: in all, by kind of
-    process, and in the processes started meanwhile (Ray restarting a killed actor: a new worker)."""
+    process, and in the processes started meanwhile (a new worker process: a candidate started again)."""
     now = cpu_seconds()
     used = {pid: cpu - before.get(pid, ("", 0.0))[1] for pid, (_, cpu) in now.items()}
     by_kind: dict[str, float] = {}

@@ -102,6 +102,7 @@ class BrokerActor:
         self.registration.register()
         self.registration.keep_registered()
         self._stopped = threading.Event()
+        self._candidate_lock = threading.Lock()
         threading.Thread(target=self._scheduler, name=f"kafka-scheduler-{broker_id}", daemon=True).start()
         self.controller = self._start_controller()
         threading.Thread(target=self._supervise_controller, name=f"controller-candidate-supervisor-{broker_id}",
@@ -117,19 +118,30 @@ class BrokerActor:
 
     def _supervise_controller(self) -> None:
         """Start a new candidate in place of one that died, `candidate_restart_backoff_ms` later: Ray's
-        restart would start the new process at once, on the cores the failover its death started needs."""
+        restart would start the new process at once, on the cores the failover its death started needs.
+        Under `_candidate_lock`, so that a broker shutting down never gets a candidate started after it."""
         backoff = self.config.controller.candidate_restart_backoff_ms / 1000
         while not self._stopped.is_set():
             try:
                 ray.get(self.controller.wait_closed.remote())
                 return  # shut down with its broker
+            except ray.exceptions.ActorUnavailableError:  # unreachable for a moment, not dead: wait again
+                if self._stopped.wait(0.5):
+                    return
+                continue
             except ray.exceptions.RayActorError:
                 pass
             if self._stopped.wait(backoff):
                 return
-            log.info("[Broker id=%d] Starting a controller candidate in place of the one that died %.0f ms ago",
-                     self.broker_id, backoff * 1000)
-            self.controller = self._start_controller()
+            with self._candidate_lock:
+                if self._stopped.is_set():
+                    return
+                log.info("[Broker id=%d] Starting a controller candidate in place of the one that died",
+                         self.broker_id)
+                try:
+                    self.controller = self._start_controller()
+                except Exception:  # its name still taken after a minute, or Ray refused: try again later
+                    log.exception("[Broker id=%d] Could not start a controller candidate", self.broker_id)
 
     # -- the event loop ------------------------------------------------------
 
@@ -324,8 +336,10 @@ class BrokerActor:
         self._on_loop_await(self.server.stop())
         self._on_loop(self.replica_manager.checkpoint_high_watermarks)
         self.isr.close()
+        with self._candidate_lock:  # no candidate is started after this
+            candidate = self.controller
         try:
-            ray.get(self.controller.shutdown.remote(), timeout=10)
+            ray.get(candidate.shutdown.remote(), timeout=10)
         except Exception:
             pass  # the candidate may be dead or restarting; its session then times out
         self.registration.stop()

@@ -38,7 +38,7 @@ from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, preload
 from actors.protocol import ControllerResponse
 
 
-@ray.remote(num_cpus=0, max_concurrency=4, concurrency_groups={"supervision": 1})
+@ray.remote(num_cpus=0, max_concurrency=4, concurrency_groups={"supervision": 1, "process": 1})
 class ControllerActor:
     def __init__(self, broker_id: int, config: ClusterConfig):
         configure_actor_process(config.controller.control_plane_niceness)
@@ -138,6 +138,12 @@ class ControllerActor:
     def zk_session(self) -> tuple[int, bytes]:
         """(session id, password) of this candidate's ZooKeeper session, for session-expiry chaos."""
         return self.zk.kazoo.client_id
+
+    @ray.method(concurrency_group="process")
+    def process(self) -> dict:
+        """This candidate's process (pid, node), answered at once: not in order with its events, so that
+        a busy controller can be stopped before it is killed (`actors.cluster.sigkill_actor`)."""
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     @ray.method(concurrency_group="supervision")
     def wait_closed(self) -> str:

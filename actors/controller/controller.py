@@ -157,10 +157,12 @@ class KafkaController:
         match event:
             case DescribeController(reply=reply):
                 reply.set_result(self.status())
-            case Startup():  # the top-level paths once, as Kafka's startup does, off every failover's path
-                self.zk.ensure_persistent_paths()
+            case Startup():
                 self.zk.add_state_listener(self._on_session_state)
                 self.election.watch()
+                # the top-level paths once, as Kafka's startup does, off every failover's path (the broker
+                # beside this candidate made them already; this is for a candidate on its own)
+                self.zk.kazoo.retry(self.zk.ensure_persistent_paths)
             case ControllerChange() | Reelect():
                 self._maybe_resign_then_elect()
                 self._watch_active_controller()

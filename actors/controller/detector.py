@@ -86,8 +86,10 @@ class RayFailureDetector:
             for broker_id in missing:
                 try:
                     actor_id = ray.get_actor(self.actor_name(broker_id), namespace=self.namespace)._actor_id.binary()
-                except Exception:  # dead before we watched, not (yet) created, or the GCS is busy
-                    if self._died_unwatched(broker_id):
+                except Exception as e:  # dead before we watched, not (yet) created, or the GCS is busy
+                    # only when no live actor has the name (ValueError): Ray's table of dead actors keeps
+                    # every earlier incarnation under it, which a GCS hiccup must not bring up
+                    if isinstance(e, ValueError) and self._died_unwatched(broker_id):
                         continue
                     self._stopped.wait(RESOLVE_RETRY_S)
                     self._resolve.set()
