@@ -24,7 +24,7 @@ import time
 import ray
 
 from actors.cluster import LocalCluster, send_signal, sigkill_actor
-from actors.names import is_request_sender_to
+from actors.names import broker_actor_name, is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
 from jobs.rundir import FaultKind
@@ -53,17 +53,17 @@ class Chaos:
 
     def _broker(self, broker_id: int):
         try:
-            return ray.get_actor(f"broker-{broker_id}", namespace=self.namespace)
+            return ray.get_actor(broker_actor_name(broker_id), namespace=self.namespace)
         except ValueError:
             raise KrayError(f"broker {broker_id} is not running") from None
 
     def _actor(self, broker_id: int | None):
         """Broker N's actor, or without N the active controller's: (its broker id, the handle, the method
-        that says its pid and node)."""
+        that says its pid and node: a controller's answers at once, not behind its events)."""
         if broker_id is None:
             broker_id = self.controller_id()
             handle = self.cluster.controller_actor(broker_id)
-            return broker_id, handle, handle.status
+            return broker_id, handle, handle.process
         handle = self._broker(broker_id)
         return broker_id, handle, handle.info
 
