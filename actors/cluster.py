@@ -18,6 +18,7 @@ from actors.config import ClusterConfig
 from actors.names import broker_actor_name, controller_actor_name
 from actors.placement import NodeInfo, place_brokers
 from actors.runtime import poll
+from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 
@@ -48,22 +49,29 @@ def send_signal(pid: int, node_id: str, signum: int) -> float:
     return sent
 
 
-def sigkill_actor(handle, info_call, restart: bool) -> float:
-    """SIGKILL an actor's process; when. `info_call`: a pending call that answers its pid and node.
-    ray.kill alone asks Ray to end the process, which Ray reports dead at once while the process may
-    run on for a second or more: a controller killed so could win the election its death started,
-    then die (a second election, seen as epoch 3 instead of 2 in a test). The process is stopped
-    first (the fault takes effect then), Ray told not to restart it unless asked, then it is killed.
-    Without an answer to `info_call` (already paused or gone), ray.kill does it all."""
+def sigkill_actor(handle, info_call, restart: bool, companion_calls=()) -> float:
+    """SIGKILL an actor's process; when. `info_call`: a pending call that answers its pid and node;
+    `companion_calls`: the same for processes that die with it (a broker's controller candidate, one
+    process with its broker in Kafka). ray.kill alone asks Ray to end the process, which Ray reports
+    dead at once while the process may run on for a second or more: a controller killed so could win
+    the election its own death started, then die (a second election, seen as epoch 3 instead of 2), and
+    so could the candidate of a broker killed so. Every process is stopped first (the fault takes
+    effect then), Ray told not to restart the actor unless asked, then all are killed. Without an
+    answer to `info_call` (already paused or gone), ray.kill does it all."""
     try:
         info = ray.get(info_call, timeout=5)
     except Exception:
         ray.kill(handle, no_restart=not restart)
         return time.time() * 1000
-    effective = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
+    processes = [info]
+    for call in companion_calls:
+        with contextlib.suppress(Exception):  # a companion already gone has nothing to stop
+            processes.append(ray.get(call, timeout=5))
+    effective = min(send_signal(p["pid"], p["node_id"], signal.SIGSTOP) for p in processes)
     if not restart:
         ray.kill(handle, no_restart=True)
-    send_signal(info["pid"], info["node_id"], signal.SIGKILL)
+    for p in processes:
+        send_signal(p["pid"], p["node_id"], signal.SIGKILL)
     return effective
 
 
@@ -109,6 +117,13 @@ class LocalCluster:
         for b in cluster.broker_ids:
             cluster.brokers[b] = ray.get_actor(broker_actor_name(b), namespace=config.namespace)
         return cluster
+
+    def broker_actor(self, broker_id: int):
+        """Broker N's actor, found by name (so also in a cluster this process attached to)."""
+        try:
+            return ray.get_actor(broker_actor_name(broker_id), namespace=self.config.namespace)
+        except ValueError:
+            raise KrayError(f"broker {broker_id} is not running") from None
 
     def controller_actor(self, broker_id: int):
         return ray.get_actor(controller_actor_name(broker_id), namespace=self.config.namespace)
@@ -161,11 +176,16 @@ class LocalCluster:
         return result
 
     def kill_broker(self, broker_id: int, restart: bool = False) -> float:
-        """SIGKILL a broker's process (its controller candidate dies with it), when; Ray restarts it if asked."""
-        handle = self.brokers[broker_id]
-        killed = sigkill_actor(handle, handle.info.remote(), restart)
+        """SIGKILL a broker's process and its controller candidate's, together as Kafka's one process;
+        when. Ray restarts the broker if asked (which starts a new candidate)."""
+        handle = self.broker_actor(broker_id)
+        try:
+            candidate = [self.controller_actor(broker_id).process.remote()]
+        except ValueError:  # none right now: killed earlier, its broker waiting out the restart backoff
+            candidate = []
+        killed = sigkill_actor(handle, handle.info.remote(), restart, candidate)
         if not restart:
-            self.brokers.pop(broker_id)
+            self.brokers.pop(broker_id, None)
         return killed
 
     def stop(self, delete_logs: bool = False) -> None:

@@ -23,8 +23,8 @@ import time
 
 import ray
 
-from actors.cluster import LocalCluster, send_signal, sigkill_actor
-from actors.names import broker_actor_name, is_request_sender_to
+from actors.cluster import LocalCluster, send_signal
+from actors.names import is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
 from jobs.rundir import FaultKind
@@ -51,12 +51,6 @@ class Chaos:
             raise KrayError("there is no active controller right now")
         return controller_id
 
-    def _broker(self, broker_id: int):
-        try:
-            return ray.get_actor(broker_actor_name(broker_id), namespace=self.namespace)
-        except ValueError:
-            raise KrayError(f"broker {broker_id} is not running") from None
-
     def _actor(self, broker_id: int | None):
         """Broker N's actor, or without N the active controller's: (its broker id, the handle, the method
         that says its pid and node: a controller's answers at once, not behind its events)."""
@@ -64,16 +58,13 @@ class Chaos:
             broker_id = self.controller_id()
             handle = self.cluster.controller_actor(broker_id)
             return broker_id, handle, handle.process
-        handle = self._broker(broker_id)
+        handle = self.cluster.broker_actor(broker_id)
         return broker_id, handle, handle.info
 
     def kill_broker(self, broker_id: int, restart: bool = False) -> float:
-        """SIGKILL broker N's actor (Ray restarts it if asked); when the fault took effect."""
-        _, handle, info = self._actor(broker_id)
-        effective = sigkill_actor(handle, info.remote(), restart)
-        if not restart:
-            self.cluster.brokers.pop(broker_id, None)
-        return effective
+        """SIGKILL broker N's actor and its controller candidate (Ray restarts it if asked); when the
+        fault took effect."""
+        return self.cluster.kill_broker(broker_id, restart)
 
     def kill_controller(self) -> tuple[int, float]:
         """SIGKILL the active controller's actor (its broker starts another); (its broker id, when)."""
@@ -124,5 +115,5 @@ class Chaos:
         return index
 
     def controlled_shutdown(self, broker_id: int) -> dict:
-        self._broker(broker_id)
+        self.cluster.broker_actor(broker_id)
         return self.cluster.controlled_shutdown(broker_id)

@@ -113,7 +113,7 @@ class BrokerActor:
         name = controller_actor_name(self.broker_id)
         return poll(lambda: ControllerActor.options(
             name=name, namespace=self.config.namespace, max_restarts=0, scheduling_strategy=beside_this_actor(),
-        ).remote(self.broker_id, self.config), timeout=60, tolerate=(ValueError,), interval=0.1,
+        ).remote(self.broker_id, self.config, os.getpid()), timeout=60, tolerate=(ValueError,), interval=0.1,
             what=f"{name}'s name to be free (a killed incarnation's candidate is still being stopped)")
 
     def _supervise_controller(self) -> None:

@@ -1,8 +1,9 @@
 """The controller candidate: a thin Ray shell around KafkaController and its inbox.
 
-Created by its broker (fate-shared with it). A killed candidate is not restarted by Ray: its broker
-starts a new one after `candidate_restart_backoff_ms`, which opens a new ZooKeeper session and
-competes again once the old session's /controller is gone.
+Created by its broker, beside it, and ends the moment its broker's process does (`die_with`). A
+killed candidate is not restarted by Ray: its broker starts a new one after
+`candidate_restart_backoff_ms`, which opens a new ZooKeeper session and competes again once the old
+session's /controller is gone.
 """
 from __future__ import annotations
 
@@ -34,14 +35,15 @@ from actors.controller.events import (
 )
 from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
-from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, preload, rss_mb
+from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, die_with, preload, rss_mb
 from actors.protocol import ControllerResponse
 
 
 @ray.remote(num_cpus=0, max_concurrency=4, concurrency_groups={"supervision": 1, "process": 1})
 class ControllerActor:
-    def __init__(self, broker_id: int, config: ClusterConfig):
+    def __init__(self, broker_id: int, config: ClusterConfig, broker_pid: int):
         configure_actor_process(config.controller.control_plane_niceness)
+        die_with(broker_pid, broker_actor_name(broker_id))
         self.broker_id = broker_id
         self.zk = config.zk_client().start()
         me = ray.get_runtime_context().current_actor

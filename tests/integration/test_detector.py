@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+import uuid
 
 import ray
 
+from actors.config import ClusterConfig
+from actors.controller.actor import ControllerActor
+from actors.names import controller_actor_name
 from actors.runtime import poll
 from coordination import zkdata
+from jobs.local import fresh_chroot
 from tests.integration.conftest import create_topic_and_wait, caches_match_zookeeper, wait_until, zk_states
 
 LONG_SESSION_MS = 30_000
@@ -120,6 +126,31 @@ def test_a_killed_controller_is_replaced_before_its_session_expires(new_cluster)
                 what="the killed candidate started again by its broker")
     assert time.monotonic() - killed >= backoff_s
     assert back["pid"] != old_pid and not back["active"]
+
+
+def test_a_candidate_ends_the_moment_its_brokers_process_does(zk_connect, ray_session):
+    """An orphaned candidate could win the election another death started, then die (a second election):
+    Ray ends it too, but 70-200 ms after its broker. Here the "broker" is a process of the test's own, so
+    Ray never ends the candidate: only the candidate's watch on its broker's process can."""
+    config = ClusterConfig(zk_connect=fresh_chroot(zk_connect, "kray-test"), namespace=f"test-{uuid.uuid4().hex[:8]}")
+    broker = subprocess.Popen(["sleep", "600"])
+    candidate = ControllerActor.options(name=controller_actor_name(7), namespace=config.namespace).remote(
+        7, config, broker.pid)
+
+    def ended() -> bool:
+        try:
+            ray.get(candidate.status.remote(), timeout=10)
+            return False
+        except ray.exceptions.RayActorError:
+            return True
+    try:
+        assert not ended()
+        broker.kill()
+        broker.wait()
+        wait_until(ended, timeout=10, what="the candidate to end with its broker's process")
+    finally:
+        broker.kill()
+        ray.kill(candidate)
 
 
 def test_the_broker_that_hosted_the_controller_is_handled_by_the_next_one_before_its_session_expires(new_cluster):
