@@ -59,6 +59,7 @@ class FetchState:
     partition: Partition
     epoch: int  # the leader epoch it follows in
     truncated: bool  # False: ask the leader where to truncate first
+    added: int = 0  # the fetcher's count of adds when this was added: answers to earlier fetches are not its own
     failures: int = 0
     delayed_until: float = 0.0  # monotonic
 
@@ -80,12 +81,14 @@ class ReplicaFetcher:
         self._stopped = False
         self._polling = False  # a long-polling fetch is in flight
         self._interrupted = False  # ... and add() dropped its connection so as not to wait for it
+        self._adds = 0
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"ReplicaFetcher-{broker_id}-{source_id}")
 
     def add(self, tp: TopicPartition, partition: Partition) -> None:
         """With an epoch it truncates within the fetch; without, it asks first."""
+        self._adds += 1
         self.partitions[tp] = FetchState(partition, partition.state.leader_epoch,
-                                         partition.log.leader_epochs.latest_epoch >= 0)
+                                         partition.log.leader_epochs.latest_epoch >= 0, added=self._adds)
         self._delayed.discard(tp)
         self._refresh(tp)
         self._wake.set()
@@ -225,7 +228,7 @@ class ReplicaFetcher:
                     self._refresh(tp)
 
     async def _fetch(self, long_poll: bool) -> None:
-        current = dict(self.partitions)  # as sent: an answer for a partition re-added meanwhile is not its own
+        sent_after = self._adds  # a partition added since is not the one asked for (a count, not a copy per fetch)
         session_id, session_epoch, to_send, forgotten = self.session.build(self._wanted, self._changed)
         self._changed = set()  # a failed fetch resets the session: the next one is full
         frame = functools.partial(wire.fetch_request, client_id=self._client.client_id, replica_id=self.broker_id,
@@ -246,8 +249,8 @@ class ReplicaFetcher:
         for t in response.responses:
             for f in t.partitions:
                 tp = TopicPartition(t.topic, f.partition_index)
-                state = current.get(tp)
-                if state is None or self.partitions.get(tp) is not state or state.partition.state.leader_epoch != state.epoch:
+                state = self.partitions.get(tp)
+                if state is None or state.added > sent_after or state.partition.state.leader_epoch != state.epoch:
                     continue  # the leadership moved while the fetch was in flight
                 diverging = f.diverging_epoch
                 if f.error_code == Errors.NONE and diverging is not None and diverging.end_offset >= 0:
