@@ -1,9 +1,11 @@
-"""Process set-up of the actors: CPU priority of the control plane."""
+"""Process set-up of the actors: CPU priority of the control plane, a candidate dying with its broker."""
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 
 def test_niceness_reaches_every_thread_of_the_process():
@@ -26,3 +28,34 @@ def test_niceness_reaches_every_thread_of_the_process():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["True", "True"]
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
+def test_a_process_ends_when_the_one_it_dies_with_ends(pidfd):
+    """die_with in a child (standing for a candidate) watching a sleeping process (its broker): the
+    child runs on while that process lives, and ends as soon as it ends; without pidfd_open (not
+    Linux) it asks every 20 ms."""
+    broker = subprocess.Popen(["sleep", "60"])
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        {"" if pidfd else "del os.pidfd_open"}
+        from actors.runtime import die_with
+
+        die_with({broker.pid}, "broker-1")
+        print("watching", flush=True)
+        time.sleep(60)
+        print("outlived its broker", flush=True)
+    """)
+    candidate = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+    try:
+        assert candidate.stdout.readline() == "watching\n"
+        with pytest.raises(subprocess.TimeoutExpired):
+            candidate.wait(timeout=0.5)  # its broker lives: so does it
+        broker.kill()
+        broker.wait()
+        assert candidate.wait(timeout=10) == 1
+        assert "broker-1 (pid %d) has ended" % broker.pid in candidate.stderr.read()
+    finally:
+        broker.kill()
+        candidate.kill()
