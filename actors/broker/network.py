@@ -24,10 +24,11 @@ import struct
 from collections import Counter, deque
 from typing import Awaitable, Callable, NamedTuple
 
-from kafka.protocol.api_header import RequestHeader, ResponseClassRegistry
+from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from actors.broker import wire
 from actors.broker.api_versions import API_VERSIONS, api_versions_response, supported
 from coordination.errors import Errors
 
@@ -128,19 +129,20 @@ class SocketServer:
                 if not supported(api_key, version):
                     if api_key != ApiVersionsRequest.API_KEY:
                         return self._refuse(peer, f"unsupported version {version} of {cls.__name__}")
-                    header = _parse_header(frame, flexible=False)
-                    if header is None:
+                    try:
+                        header = wire.read_request_header(frame, flexible=False)
+                    except (ValueError, IndexError, struct.error):
                         return self._refuse(peer, "an undecodable ApiVersions header")
                     answer.set_result(api_versions_response(Errors.UNSUPPORTED_VERSION))
                     in_flight.append((answer, header.correlation_id, 0))
                     answer_in_order()
                     continue
                 try:
-                    request = cls.decode(frame, version=version, header=True)
+                    header = wire.read_request_header(frame, cls.flexible_version_q(version))
+                    request = cls.decode(memoryview(frame)[header.body:], version=version)
                 except Exception as e:  # garbage or cut short: Kafka's InvalidRequestException
                     return self._refuse(peer, f"{cls.__name__} v{version} that does not decode "
                                               f"({type(e).__name__}: {e})")
-                header = request.header
                 self.requests[request_name(api_key, request)] += 1
                 if api_key == ApiVersionsRequest.API_KEY:
                     answer.set_result(api_versions_response())
@@ -173,15 +175,6 @@ class SocketServer:
         response.API_VERSION = version  # before the header: kafka-python would set it on the header too
         response.with_header(correlation_id=correlation_id)
         writer.write(response.encode(header=True, framed=True))
-
-
-def _parse_header(frame: bytes, flexible: bool) -> RequestHeader | None:
-    import io
-
-    try:
-        return RequestHeader.decode(io.BytesIO(frame), flexible=flexible)
-    except Exception:
-        return None
 
 
 class NetworkClient:

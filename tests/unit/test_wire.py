@@ -4,9 +4,12 @@ librdkafka would) decodes them back to the same fields."""
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
 
 from actors.broker import kafka_apis, wire
 from actors.data_protocol import FetchedPartition, FetchPartition, FetchResult, ProduceResult
@@ -86,3 +89,41 @@ def test_a_followers_fetch_request_decodes_as_kafka_pythons(seed):
                forgotten_topics_data=[R.ForgottenTopic(topic=t, partitions=ps) for t, ps in gone.items()], rack_id="")
     theirs.with_header(correlation_id=seed, client_id="broker-2-fetcher-1")
     assert frame == theirs.encode(version=12, header=True, framed=True)
+
+
+REQUESTS = [(MetadataRequest, 1, dict(topics=[MetadataRequest.MetadataRequestTopic(name="t")])),
+            (MetadataRequest, 9, dict(topics=None, allow_auto_topic_creation=False,
+                                      include_topic_authorized_operations=False)),
+            (ProduceRequest, 3, dict(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[])),
+            (ProduceRequest, 9, dict(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+                ProduceRequest.TopicProduceData(name="t", partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=3, records=b"\x07" * 300)])]))]
+
+
+@pytest.mark.parametrize("client_id", [None, "", "rdkafka", "prodüçer-" + "x" * 300])
+@pytest.mark.parametrize("cls, version, fields", REQUESTS, ids=lambda r: getattr(r, "__name__", None))
+def test_a_request_header_reads_as_kafka_pythons(cls, version, fields, client_id):
+    request = cls(**fields)
+    request.with_header(correlation_id=4242, client_id=client_id)
+    frame = request.encode(version=version, header=True)
+    expected = cls.decode(frame, version=version, header=True)
+    header = wire.read_request_header(frame, cls.flexible_version_q(version))
+    assert (header.correlation_id, header.client_id) == (expected.header.correlation_id, expected.header.client_id)
+    assert cls.decode(memoryview(frame)[header.body:], version=version) == expected
+
+
+def test_a_flexible_request_headers_tagged_fields_are_passed_over():
+    body = MetadataRequest(topics=None, allow_auto_topic_creation=True,
+                           include_topic_authorized_operations=False).encode(version=9)
+    tags = bytes([2, 0, 3]) + b"abc" + bytes([200, 1, 1]) + b"z"  # two fields, the second's tag a 2-byte varint
+    frame = struct.pack(">hhih", 3, 9, 7, 2) + b"id" + tags + body
+    header = wire.read_request_header(frame, flexible=True)
+    assert (header.correlation_id, header.client_id, frame[header.body:]) == (7, "id", body)
+
+
+@pytest.mark.parametrize("frame", [struct.pack(">hhih", 3, 9, 7, 5) + b"id",  # client id past the end
+                                   struct.pack(">hhih", 3, 9, 7, -1) + bytes([1, 0, 9]) + b"ab",  # a tag past it
+                                   struct.pack(">hhi", 3, 9, 7)])  # cut short
+def test_a_request_header_that_does_not_fit_its_frame_is_refused(frame):
+    with pytest.raises((ValueError, IndexError, struct.error)):
+        wire.read_request_header(frame, flexible=True)
