@@ -75,7 +75,11 @@ def _row_list_adapter(row: type) -> TypeAdapter:
 
 
 def _unpack_rows(cls: type[Rows], blob: bytes) -> Rows:
-    return cls(map(partial(tuple.__new__, cls.row), pickle.loads(blob)))
+    """The rows, keeping their blob: passed on (a RequestSender forwards its requests to the broker),
+    they are not encoded again (10,000 rows: a fifth of a sender's CPU in a controller failover)."""
+    rows = cls(map(partial(tuple.__new__, cls.row), pickle.loads(blob)))
+    rows.__dict__["blob"] = blob
+    return rows
 
 
 class PartitionStates(Rows):

@@ -48,6 +48,17 @@ def test_rows_shared_by_several_requests_are_encoded_once():
     assert [ray_round_trip(r).broker_epoch for r in requests] == [1, 2, 3]
 
 
+def test_rows_passed_on_are_not_encoded_again():
+    """A RequestSender unpickles the controller's requests and pickles them again for the broker."""
+    request = LeaderAndIsrRequest(controller_id=1, controller_epoch=3, broker_epoch=9, partition_states=STATES,
+                                  live_leaders=[])
+    blob = STATES.__reduce__()[1][1]
+    forwarded = ray_round_trip(request)
+    assert forwarded.partition_states.__reduce__()[1][1] is forwarded.partition_states.__dict__["blob"]
+    assert forwarded.partition_states.__reduce__()[1][1] == blob
+    assert ray_round_trip(forwarded) == request
+
+
 def test_response_errors_are_plain_codes_that_compare_with_errors():
     response = ControllerResponse(api="LeaderAndIsr", broker_id=2, partition_errors=PartitionErrors(
         [PartitionError("t", 0, int(Errors.NONE)), PartitionError("t", 1, int(Errors.STALE_CONTROLLER_EPOCH))]))
