@@ -63,15 +63,26 @@ def sigkill_actor(handle, info_call, restart: bool, companion_calls=()) -> float
     except Exception:
         ray.kill(handle, no_restart=not restart)
         return time.time() * 1000
-    processes = [info]
+    companions = []
     for call in companion_calls:
-        with contextlib.suppress(Exception):  # a companion already gone has nothing to stop
-            processes.append(ray.get(call, timeout=5))
-    effective = min(send_signal(p["pid"], p["node_id"], signal.SIGSTOP) for p in processes)
-    if not restart:
-        ray.kill(handle, no_restart=True)
-    for p in processes:
-        send_signal(p["pid"], p["node_id"], signal.SIGKILL)
+        with contextlib.suppress(Exception):  # a companion gone (or still starting) has nothing to stop
+            companions.append(ray.get(call, timeout=1))
+
+    def to_companions(signum: int) -> None:
+        for p in companions:
+            with contextlib.suppress(Exception):  # ended meanwhile
+                send_signal(p["pid"], p["node_id"], signum)
+
+    effective = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
+    to_companions(signal.SIGSTOP)
+    try:
+        if not restart:
+            ray.kill(handle, no_restart=True)
+    finally:  # never left stopped
+        try:
+            send_signal(info["pid"], info["node_id"], signal.SIGKILL)
+        finally:
+            to_companions(signal.SIGKILL)
     return effective
 
 

@@ -63,26 +63,37 @@ def die_with(pid: int, what: str) -> None:
     win the election another death started and then die (seen: epoch 3 instead of 2)."""
     log = logging.getLogger(__name__)
 
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):  # gone, or its pid now another user's process's
+            return False
+
     def gone() -> None:
         log.warning("%s (pid %d) has ended: this process ends with it", what, pid)
         os._exit(1)
 
-    if not hasattr(os, "pidfd_open"):  # not Linux: ask every 20 ms
-        def poll_pid() -> None:
-            while True:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    gone()
-                time.sleep(0.02)
-        threading.Thread(target=poll_pid, name=f"die-with-{pid}", daemon=True).start()
-        return
+    def poll_pid() -> None:
+        while alive():
+            time.sleep(0.02)
+        gone()
+
+    def wait_pidfd(fd: int) -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)  # a pidfd turns readable when its process ends
+        poller.poll()
+        gone()
+
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         gone()
-    threading.Thread(target=lambda: (select.select([fd], [], []), gone()), name=f"die-with-{pid}",
-                     daemon=True).start()  # a pidfd turns readable when its process ends
+    except (AttributeError, OSError):  # not Linux, a kernel before 5.3, or a sandbox that refuses it: poll
+        target, args = poll_pid, ()
+    else:
+        target, args = wait_pidfd, (fd,)
+    threading.Thread(target=target, args=args, name=f"die-with-{pid}", daemon=True).start()
 
 
 def configure_actor_process(niceness: int = 0) -> None:

@@ -20,7 +20,7 @@ import time
 import ray
 
 from actors.clients.load import LoadGenerator
-from actors.cluster import poll
+from actors.runtime import poll
 from benchmarks.bench_failover import cpu_seconds, cpu_used_since, new_cluster
 from coordination import admin
 from coordination.zkdata import TopicPartition
@@ -59,6 +59,7 @@ def load_cost(connect: str, n: int, rate: float, warm_s: float, seconds: float) 
         threads = {k: round((v - threads_before[k]) / wall, 3) for k, v in thread_cpu(load_pid).items()}
         acked = ray.get(load.stats.remote())["acked"] - acked_before
         ray.get(load.stop.remote())
+        ray.kill(load)
         return {"partitions": n, "rate": rate, "acked_per_s": round(acked / wall),
                 "cores_by_kind": {k: round(v / wall, 3) for k, v in used["window_cpu_by_kind_s"].items()},
                 "cores_in_all": round(used["window_cpu_s"] / wall, 3), "load_client_cores": threads}
