@@ -243,32 +243,54 @@ def _read_file(path: str, what: str) -> str:
         raise KrayError(f"cannot read {what} file {path}: {e.strerror}") from None
 
 
+CONTROLLER_WAIT_S = 30  # how long a controller-bound command waits out a controller failover
+CONTROLLER_RETRY_BACKOFF_S = 0.1
+
+
 def _ask_controller(args, method: str, *call_args):
     """Call the active controller's actor, kray's AdminClient: Kafka's tools send these requests to the
-    controller (through a broker); the actor answers them in order with its events."""
+    controller (through a broker); the actor answers them in order with its events. While a failover is
+    under way (/controller still names a candidate that died or resigned) it asks again, as Kafka's
+    AdminClient retries NOT_CONTROLLER until its timeout; a namespace without that broker fails at once."""
     import ray
 
-    from actors.names import controller_actor_name
+    from actors.names import broker_actor_name, controller_actor_name
 
-    with _zk(args) as zk:
-        controller_id = zk.get_controller_id()
-    if controller_id is None:
-        raise KrayError("no active controller")
     namespace = args.namespace or (local.read_state("cluster") or {}).get("config", {}).get("namespace", "kray")
     try:
         _ray_connect()
     except ConnectionError:
         raise KrayError("no Ray cluster is running here (kray cluster up)") from None
+    deadline = time.monotonic() + CONTROLLER_WAIT_S
     try:
-        answer = ray.get(getattr(ray.get_actor(controller_actor_name(controller_id), namespace=namespace),
-                                 method).remote(*call_args))
-    except ValueError:
-        raise KrayError(f"no controller of broker {controller_id} in Ray namespace {namespace} (--namespace)") from None
+        with _zk(args) as zk:
+            while True:
+                controller_id = zk.get_controller_id()
+                if controller_id is None:
+                    problem = KrayError("no active controller")
+                else:
+                    try:
+                        actor = ray.get_actor(controller_actor_name(controller_id), namespace=namespace)
+                        answer = ray.get(getattr(actor, method).remote(*call_args))
+                    except ValueError:  # no live actor of that name
+                        try:
+                            ray.get_actor(broker_actor_name(controller_id), namespace=namespace)
+                        except ValueError:
+                            raise KrayError(f"no broker {controller_id} in Ray namespace {namespace} "
+                                            "(--namespace)") from None
+                        problem = KrayError(f"no controller of broker {controller_id} in Ray namespace "
+                                            f"{namespace}: it died, and no other has been elected yet")
+                    except ray.exceptions.RayActorError:
+                        problem = KrayError(f"the controller of broker {controller_id} died while answering")
+                    else:
+                        if answer is not Errors.NOT_CONTROLLER:
+                            return answer
+                        problem = ControllerMovedException(f"broker {controller_id} is no longer the controller")
+                if time.monotonic() > deadline:
+                    raise problem
+                time.sleep(CONTROLLER_RETRY_BACKOFF_S)
     finally:
         ray.shutdown()
-    if answer is Errors.NOT_CONTROLLER:
-        raise ControllerMovedException(f"broker {controller_id} is no longer the controller; try again")
-    return answer
 
 
 # -- kray reassign (kafka-reassign-partitions) -------------------------------
