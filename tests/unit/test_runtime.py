@@ -1,7 +1,6 @@
 """Process set-up of the actors: CPU priority of the control plane, a candidate dying with its broker."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -31,8 +30,7 @@ def test_niceness_reaches_every_thread_of_the_process():
     assert out.split("\n")[:2] == ["True", "True"]
 
 
-@pytest.mark.parametrize("pidfd", [pytest.param(True, marks=pytest.mark.skipif(
-    not hasattr(os, "pidfd_open"), reason="pidfd_open is Linux's")), False], ids=["pidfd", "polling"])
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
 def test_a_process_ends_when_the_one_it_dies_with_ends(pidfd):
     """die_with in a child (standing for a candidate) watching a sleeping process (its broker): the
     child runs on while that process lives, and ends as soon as it ends; without pidfd_open (not
