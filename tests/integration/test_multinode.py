@@ -12,6 +12,8 @@ import sys
 def test_brokers_spread_over_nodes_and_a_lost_node_is_a_broker_failure(zk_connect):
     run = subprocess.run([sys.executable, "-m", "tests.integration.multinode", zk_connect], capture_output=True,
                          text=True, timeout=600)
+    # The script's own waits check the node's removal: the active controller handles its broker as a
+    # broker failure, and leaders and ISRs move off it; it exits non-zero when either does not happen.
     assert run.returncode == 0, run.stderr[-3000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     brokers = {int(b): n for b, n in seen["broker_nodes"].items()}
@@ -20,5 +22,4 @@ def test_brokers_spread_over_nodes_and_a_lost_node_is_a_broker_failure(zk_connec
     r = seen["restarted"]
     assert r["node_after"] == r["node_before"]  # Ray restarted it on its node, where its log directory is
     assert r["recovered_partitions"] > 0  # and it found its replicas' logs there (all nodes share one disk here)
-    assert seen["node_failure"]["handled_as_broker_failure"]
     assert seen["acked"] > 300 and seen["lost"] == 0
