@@ -34,9 +34,10 @@ class ControllerConfig(BaseModel):
                                 "started at once, it competed for the cores with the failover its death had just "
                                 "started (a 10,000-partition failover under load took twice as long)")
     control_plane_niceness: int = Field(
-        0, ge=-20, le=19, description="kray only: the nice value of the controller and RequestSender processes. "
-                                      "Below 0 they get the CPU first on a machine shared with brokers and load, "
-                                      "as on hosts of their own (needs root or CAP_SYS_NICE; else left as they are)")
+        0, ge=-20, le=19, description="kray only: the nice value of the controller candidates and RequestSenders. "
+                                      "Ray starts its worker processes at 15, brokers and load clients included; at "
+                                      "0 the control plane gets the CPU ahead of the data plane on a shared host "
+                                      "(KIP-291's aim). Below 0 needs root or CAP_SYS_NICE (else it stays at 0)")
 
 
 class BrokerConfig(BaseModel):

@@ -26,6 +26,15 @@ GC_THRESHOLDS = (50_000, 20, 20)
 MANY_THREADS_ENV = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
 
 
+def control_plane_env(niceness: int) -> dict:
+    """The runtime_env of the controller candidates and RequestSenders. Ray starts a worker process at
+    nice 15 (its `worker_niceness`, so that Ray's own daemons come first), brokers and load clients
+    included; the control plane starts at `niceness` instead, 0 by default as Ray does for its job
+    supervisor, and so gets the CPU ahead of the data plane on a shared host. Below 0 (root or
+    CAP_SYS_NICE) is set once the process runs (`configure_actor_process`)."""
+    return {"env_vars": {**MANY_THREADS_ENV["env_vars"], "RAY_worker_niceness": str(max(niceness, 0))}}
+
+
 def rss_mb() -> float:
     """This process's resident memory in MB (soak runs watch it stay flat)."""
     import psutil
@@ -97,9 +106,11 @@ def die_with(pid: int, what: str) -> None:
 
 
 def configure_actor_process(niceness: int = 0) -> None:
+    """`niceness` below 0: raise this process's priority (a value of 0 or more was set by Ray at its start,
+    `control_plane_env`)."""
     configure_logging()
     gc.set_threshold(*GC_THRESHOLDS)
-    if niceness:
+    if niceness < 0:
         set_niceness(niceness)
 
 

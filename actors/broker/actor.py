@@ -37,6 +37,7 @@ from actors.runtime import (
     MANY_THREADS_ENV,
     beside_this_actor,
     configure_actor_process,
+    control_plane_env,
     poll,
     ray_says_this_actor_lives,
     rss_mb,
@@ -113,6 +114,7 @@ class BrokerActor:
         name = controller_actor_name(self.broker_id)
         return poll(lambda: ControllerActor.options(
             name=name, namespace=self.config.namespace, max_restarts=0, scheduling_strategy=beside_this_actor(),
+            runtime_env=control_plane_env(self.config.controller.control_plane_niceness),
         ).remote(self.broker_id, self.config, os.getpid()), timeout=60, tolerate=(ValueError,), interval=0.1,
             what=f"{name}'s name to be free (a killed incarnation's candidate is still being stopped)")
 

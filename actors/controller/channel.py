@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -24,7 +25,7 @@ from actors.config import ClusterConfig
 from actors.controller.request_batch import InOrder, Owner, takeover
 from actors.names import broker_actor_name, replacement_sender_name, request_sender_name
 from actors.protocol import ControllerRequestT, ControllerResponse
-from actors.runtime import BROKER_ACTOR_MODULE, beside_this_actor, configure_actor_process, preload
+from actors.runtime import BROKER_ACTOR_MODULE, beside_this_actor, configure_actor_process, control_plane_env, preload
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ class RequestSender:
         self._controller_id, self._controller = -1, None
         self._in_order = InOrder()
         threading.Thread(target=self._run, name=request_sender_name(broker_id), daemon=True).start()
+
+    def process(self) -> dict:
+        """This sender's process (pid, node), as a candidate's `process`."""
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     def wait_stopped(self, owner: Owner) -> str:
         """Answered when a newer owner takes the sender over, never while `owner` has it: the
@@ -114,8 +119,9 @@ def start_request_sender(broker_id: int, config: ClusterConfig, controller_id: i
     a killed one (`replacement_sender_name`)."""
     name = request_sender_name(broker_id) if controller_id is None else \
         replacement_sender_name(broker_id, controller_id)
-    return RequestSender.options(name=name, namespace=config.namespace,
-                                 scheduling_strategy=beside_this_actor()).remote(broker_id, config)
+    return RequestSender.options(name=name, namespace=config.namespace, scheduling_strategy=beside_this_actor(),
+                                 runtime_env=control_plane_env(config.controller.control_plane_niceness),
+                                 ).remote(broker_id, config)
 
 
 class ControllerChannelManager:

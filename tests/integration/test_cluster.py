@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 
 import pytest
@@ -143,6 +144,27 @@ def test_a_killed_request_sender_is_replaced_by_one_of_the_controllers_and_reque
     poll(lambda: "RequestSender-to-broker-2" not in request_senders(env), what="the killed sender's name gone")
     admin.create_topic(zk, "after-sender-kill", 3, 3)
     cluster.wait_for_metadata(lambda m: sum(tp.topic == "after-sender-kill" for tp in m["partitions"]) == 3)
+
+
+def test_the_control_plane_runs_ahead_of_the_data_plane_on_the_cpu(env):
+    """Ray starts its worker processes at nice 15; the controller candidates and the RequestSenders
+    (the brokers' own and one a controller started) run every thread at control_plane_niceness, 0."""
+    ray, cluster = env["ray"], env["cluster"]
+
+    def nice_values(pid: int) -> set[int]:
+        values = set()
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                values.add(os.getpriority(os.PRIO_PROCESS, int(tid)))
+        return values
+
+    names = request_senders(env)
+    assert any(n.startswith("RequestSender-to-broker-2-of-controller-") for n in names)  # started by the test above
+    for sender in [ray.get_actor(name, namespace=cluster.config.namespace) for name in names]:
+        assert nice_values(ray.get(sender.process.remote())["pid"]) == {0}
+    for b, status in statuses(env).items():
+        assert nice_values(status["pid"]) == {0}
+        assert 15 in nice_values(ray.get(cluster.brokers[b].info.remote())["pid"])  # Ray's worker_niceness
 
 
 def test_controller_resigns_when_its_session_expires(env):
