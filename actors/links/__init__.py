@@ -1,0 +1,1 @@
+"""Faultable links: network partitions, slow and lossy links between kray's processes."""

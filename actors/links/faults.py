@@ -1,0 +1,74 @@
+"""Link faults, as Jepsen and netem shape them, for one direction of a TCP link: cut, delay (fixed and
+jittered), loss and a throttle. Pure: when each chunk of a byte stream reaches the other end.
+
+TCP keeps a stream in order and whole, so a fault on a link shows only in *when* bytes arrive:
+- cut: nothing passes (iptables DROP); what was sent meanwhile arrives once the link heals, as TCP's
+  retransmissions would deliver it (`proxy.py` holds it);
+- delay and jitter: each chunk arrives `delay_ms` +/- `jitter_ms` after it was sent, never before
+  the chunk sent ahead of it;
+- loss: a lost segment is sent again after the retransmission timeout (Linux's minimum, 200 ms),
+  and everything behind it waits (head-of-line blocking);
+- throttle: at most `rate_bytes_per_s`, the chunks queued behind one another.
+"""
+from __future__ import annotations
+
+import random
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RETRANSMIT_S = 0.2  # Linux's TCP_RTO_MIN
+MAX_RETRANSMITS = 6  # a segment lost this many times in a row is sent once more and arrives
+
+
+class LinkFault(BaseModel):
+    """What one direction of a link does to the bytes on it; the default passes them untouched."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cut: bool = Field(False, description="nothing passes until healed")
+    delay_ms: float = Field(0.0, ge=0, description="added to every chunk")
+    jitter_ms: float = Field(0.0, ge=0, description="the delay varies uniformly by up to this much either way")
+    loss: float = Field(0.0, ge=0, le=1, description="share of chunks lost once (each loss costs a retransmission)")
+    rate_bytes_per_s: float | None = Field(None, gt=0, description="throttle; None: no limit")
+
+    @property
+    def healthy(self) -> bool:
+        return self == HEALTHY
+
+
+HEALTHY = LinkFault()
+
+
+class Direction(str, Enum):
+    """A link from A to B (A connected to B): `forward` carries A's bytes to B, `backward` B's to A."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+
+class Shaper:
+    """One direction of one connection: the arrival time of each chunk, given in the order sent."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.rng = rng or random.Random()
+        self._free_at = 0.0  # the throttle has sent everything before this
+        self._last = 0.0  # the previous chunk's arrival: none arrives before it
+
+    def deliver_at(self, sent_at: float, nbytes: int, fault: LinkFault) -> float:
+        """When a chunk of `nbytes` sent at `sent_at` (seconds, any clock) arrives; `fault` must not
+        be a cut (the caller holds chunks while the link is cut, and sends them when it heals)."""
+        start, done = sent_at, sent_at
+        if fault.rate_bytes_per_s is not None:
+            start = max(sent_at, self._free_at)
+            done = start + nbytes / fault.rate_bytes_per_s
+            self._free_at = done
+        latency = fault.delay_ms / 1000
+        if fault.jitter_ms:
+            latency = max(0.0, latency + self.rng.uniform(-fault.jitter_ms, fault.jitter_ms) / 1000)
+        losses = 0
+        while losses < MAX_RETRANSMITS and fault.loss and self.rng.random() < fault.loss:
+            losses += 1
+        at = max(done + latency + losses * RETRANSMIT_S, self._last)
+        self._last = at
+        return at

@@ -1,0 +1,165 @@
+"""A link made faultable: a TCP forwarder on loopback between a process and what it connects to (a
+ZooKeeper server, another broker's listener), each direction shaped by its own `LinkFault`.
+
+The process connects to the proxy instead of the target, and nothing else changes for it: a cut link
+stalls its connections (bytes wait, as TCP's retransmissions would, and flow again once healed)
+while the process itself lives on, which is what a network partition does and a kill does not. A
+direction that is cut stops reading once its queue is full, so the sender's socket buffer fills and
+its writes block, as they would on a partitioned network. `LinkTable` keeps a process's proxies on
+one event loop and takes faults from any thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+
+from actors.links.faults import HEALTHY, Direction, LinkFault, Shaper
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 65_536
+QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops reading (backpressure)
+
+
+class LinkProxy:
+    """One link: connections accepted on `host`:port are forwarded to `target`."""
+
+    def __init__(self, name: str, target: tuple[str, int], host: str = "127.0.0.1",
+                 rng: random.Random | None = None) -> None:
+        self.name, self.target, self.host = name, target, host
+        self.port = 0
+        self.rng = rng or random.Random()
+        self.faults = {d: HEALTHY for d in Direction}
+        self._healed = {d: asyncio.Event() for d in Direction}  # set: not cut
+        for event in self._healed.values():
+            event.set()
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, self.host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._writers):
+            w.close()
+        self.faults = {d: HEALTHY for d in Direction}
+        for d in Direction:
+            self._healed[d].set()  # pumps held by a cut go on, find their writers closed and end
+
+    def set_fault(self, direction: Direction, fault: LinkFault) -> None:
+        """On the proxy's loop. A cut holds what is sent from now on, and what is still on its way."""
+        previous, self.faults[direction] = self.faults[direction], fault
+        if fault.cut:
+            self._healed[direction].clear()
+        else:
+            self._healed[direction].set()
+        if previous != fault:
+            log.info("Link %s %s: %s", self.name, direction.value, _describe(fault))
+
+    async def _serve(self, down_reader: asyncio.StreamReader, down_writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:  # the target is down: so is the connection through the link
+            down_writer.close()
+            return
+        self._writers |= {down_writer, up_writer}
+        try:
+            await asyncio.gather(self._pump(down_reader, up_writer, Direction.FORWARD),
+                                 self._pump(up_reader, down_writer, Direction.BACKWARD))
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            for w in (down_writer, up_writer):
+                self._writers.discard(w)
+                w.close()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: Direction) -> None:
+        """Read chunks as they come (stamped with when they were sent) and write each when the link
+        delivers it; the end of the stream passes on once everything before it has."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(QUEUED_CHUNKS)
+        shaper = Shaper(self.rng)
+
+        async def read() -> None:
+            while True:
+                data = await reader.read(CHUNK_BYTES)
+                await queue.put((loop.time(), data))
+                if not data:
+                    return
+
+        reading = asyncio.ensure_future(read())
+        try:
+            while True:
+                sent_at, data = await queue.get()
+                while self.faults[direction].cut:
+                    await self._healed[direction].wait()
+                    sent_at = max(sent_at, loop.time())  # held by the cut: it leaves when the link heals
+                if writer.is_closing():
+                    return
+                wait = shaper.deliver_at(sent_at, len(data), self.faults[direction]) - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                while self.faults[direction].cut:  # cut while on its way
+                    await self._healed[direction].wait()
+                if not data:
+                    if writer.can_write_eof():
+                        writer.write_eof()
+                    return
+                writer.write(data)
+                await writer.drain()
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
+                await reading
+
+
+def _describe(fault: LinkFault) -> str:
+    if fault.healthy:
+        return "healed"
+    return ", ".join(f"{k}={v}" for k, v in fault.model_dump(exclude_defaults=True).items())
+
+
+class LinkTable:
+    """A process's faultable links, by name, on one event loop: its own thread's unless given one
+    (a broker's proxies share its data plane's loop)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, name: str = "kray-links") -> None:
+        if loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
+        self.loop = loop
+        self._proxies: dict[str, LinkProxy] = {}
+
+    def _run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def open(self, name: str, target: tuple[str, int]) -> tuple[str, int]:
+        """A proxy for link `name` to `target`: the address to connect to instead."""
+        proxy = LinkProxy(name, target)
+        self._run(proxy.start())
+        self._proxies[name] = proxy
+        return proxy.host, proxy.port
+
+    def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> None:
+        proxy = self._proxies.get(name)
+        if proxy is None:
+            raise KeyError(f"no link {name!r} (links: {sorted(self._proxies)})")
+
+        async def apply() -> None:
+            proxy.set_fault(direction, fault)
+        self._run(apply())
+
+    def faults(self) -> dict[str, dict[str, LinkFault]]:
+        return {name: {d.value: f for d, f in p.faults.items()} for name, p in self._proxies.items()}
+
+    def close(self) -> None:
+        for proxy in self._proxies.values():
+            self._run(proxy.stop())
+        self._proxies.clear()

@@ -1,0 +1,188 @@
+"""A faultable link on real loopback sockets: a server that records what it receives and can push, a
+client through a LinkProxy, and faults set on each direction on its own."""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from actors.links.faults import HEALTHY, Direction, LinkFault
+from actors.links.proxy import LinkProxy, LinkTable
+
+F, B = Direction.FORWARD, Direction.BACKWARD
+
+
+class Server:
+    """Echoes what it receives unless told to only record it; says `hello` to each connection."""
+
+    def __init__(self, echo: bool = True):
+        self.echo, self.received, self.eof = echo, bytearray(), asyncio.Event()
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return "127.0.0.1", self._server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader, writer):
+        writer.write(b"hello")
+        while data := await reader.read(65_536):
+            self.received += data
+            if self.echo:
+                writer.write(data)
+                await writer.drain()
+        self.eof.set()
+        writer.close()
+
+
+async def link(echo: bool = True):
+    server = Server(echo)
+    proxy = LinkProxy("test", await server.start())
+    reader, writer = await asyncio.open_connection("127.0.0.1", await proxy.start())
+    assert await asyncio.wait_for(reader.readexactly(5), 5) == b"hello"
+    return server, proxy, reader, writer
+
+
+async def until(predicate, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def test_a_healthy_link_passes_a_stream_both_ways_intact():
+    async def scenario():
+        server, proxy, reader, writer = await link()
+        payload = os.urandom(3_000_000)
+        writer.write(payload)
+        echoed = await asyncio.wait_for(reader.readexactly(len(payload)), 10)
+        writer.write_eof()
+        await asyncio.wait_for(server.eof.wait(), 5)  # the end of the stream passes too
+        await proxy.stop()
+        return echoed == payload == server.received
+    assert asyncio.run(scenario())
+
+
+def test_a_cut_direction_holds_its_bytes_until_healed_in_order():
+    async def scenario():
+        server, proxy, reader, writer = await link(echo=False)
+        proxy.set_fault(F, LinkFault(cut=True))
+        writer.write(b"first")
+        writer.write(b"second")
+        await asyncio.sleep(0.3)
+        held = bytes(server.received)
+        proxy.set_fault(F, HEALTHY)
+        await until(lambda: bytes(server.received) == b"firstsecond")
+        await proxy.stop()
+        return held
+    assert asyncio.run(scenario()) == b""
+
+
+def test_a_cut_forward_direction_lets_the_server_reach_the_client():
+    async def scenario():
+        server = Server(echo=True)
+        proxy = LinkProxy("test", await server.start())
+        proxy_port = await proxy.start()
+        proxy.set_fault(F, LinkFault(cut=True))
+        reader, _writer = await asyncio.open_connection("127.0.0.1", proxy_port)
+        greeting = await asyncio.wait_for(reader.readexactly(5), 5)  # backward flows while forward is cut
+        await proxy.stop()
+        return greeting
+    assert asyncio.run(scenario()) == b"hello"
+
+
+def test_a_cut_backward_direction_stalls_answers_while_requests_arrive():
+    async def scenario():
+        server, proxy, reader, writer = await link()
+        proxy.set_fault(B, LinkFault(cut=True))
+        writer.write(b"ping")
+        await until(lambda: bytes(server.received) == b"ping")  # forward still flows
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(reader.readexactly(4), 0.3)
+        proxy.set_fault(B, HEALTHY)
+        answer = await asyncio.wait_for(reader.readexactly(4), 5)
+        await proxy.stop()
+        return answer
+    assert asyncio.run(scenario()) == b"ping"
+
+
+def test_a_delay_on_each_direction_adds_up_on_a_round_trip():
+    async def scenario():
+        _server, proxy, reader, writer = await link()
+        proxy.set_fault(F, LinkFault(delay_ms=120))
+        proxy.set_fault(B, LinkFault(delay_ms=80))
+        started = time.monotonic()
+        writer.write(b"x")
+        await asyncio.wait_for(reader.readexactly(1), 5)
+        elapsed = time.monotonic() - started
+        await proxy.stop()
+        return elapsed
+    assert asyncio.run(scenario()) >= 0.2
+
+
+def test_a_throttle_limits_the_rate_of_a_direction():
+    async def scenario():
+        server, proxy, _reader, writer = await link(echo=False)
+        proxy.set_fault(F, LinkFault(rate_bytes_per_s=400_000))
+        started = time.monotonic()
+        writer.write(os.urandom(200_000))
+        await until(lambda: len(server.received) == 200_000)
+        elapsed = time.monotonic() - started
+        await proxy.stop()
+        return elapsed
+    assert asyncio.run(scenario()) >= 0.45
+
+
+def test_a_cut_link_pushes_back_on_its_sender_and_loses_nothing():
+    """Cut, the proxy stops reading once its queue is full: the sender's writes block, as on a
+    partitioned network, rather than the proxy buffering without bound."""
+    async def scenario():
+        server, proxy, _reader, writer = await link(echo=False)
+        proxy.set_fault(F, LinkFault(cut=True))
+        payload = os.urandom(48_000_000)
+        writer.write(payload)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(writer.drain(), 1.0)
+        proxy.set_fault(F, HEALTHY)
+        await asyncio.wait_for(writer.drain(), 30)
+        await until(lambda: len(server.received) == len(payload), timeout=30)
+        await proxy.stop()
+        return bytes(server.received) == payload
+    assert asyncio.run(scenario())
+
+
+def test_a_connection_to_a_target_that_is_down_is_closed():
+    async def scenario():
+        probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = probe.sockets[0].getsockname()[1]
+        probe.close()
+        await probe.wait_closed()
+        proxy = LinkProxy("test", ("127.0.0.1", port))
+        reader, _writer = await asyncio.open_connection("127.0.0.1", await proxy.start())
+        data = await asyncio.wait_for(reader.read(), 5)
+        await proxy.stop()
+        return data
+    assert asyncio.run(scenario()) == b""
+
+
+def test_a_link_table_runs_proxies_on_its_own_loop_and_takes_faults_from_any_thread():
+    loop = asyncio.new_event_loop()
+    server = Server()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    target = asyncio.run_coroutine_threadsafe(server.start(), loop).result()
+    table = LinkTable()
+    host, port = table.open("zookeeper", target)
+    table.set_fault("zookeeper", B, LinkFault(delay_ms=10))
+    assert table.faults() == {"zookeeper": {"forward": HEALTHY, "backward": LinkFault(delay_ms=10)}}
+    with pytest.raises(KeyError, match="no link 'broker-2'"):
+        table.set_fault("broker-2", F, LinkFault(cut=True))
+
+    async def round_trip():
+        reader, writer = await asyncio.open_connection(host, port)
+        await reader.readexactly(5)
+        writer.write(b"abc")
+        return await asyncio.wait_for(reader.readexactly(3), 5)
+    assert asyncio.run(round_trip()) == b"abc"
+    table.close()
+    loop.call_soon_threadsafe(loop.stop)
