@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from actors.placement import Placement
 from coordination.zkclient import KrayZkClient, credential_from_env
+
+if TYPE_CHECKING:
+    from actors.links.proxy import LinkTable
 
 
 class ControllerConfig(BaseModel):
@@ -91,12 +95,18 @@ class ClusterConfig(BaseModel):
                                                          "{broker id: node IP or node id}")
     recorder: str | None = Field(None, description="the RunRecorder actor (in `namespace`) that experiment "
                                                    "records go to; None records nothing")
+    link_faults_enable: bool = Field(False, description="kray only: each broker's and controller candidate's "
+                                                        "ZooKeeper session goes through a link of its own that "
+                                                        "chaos can cut, slow or throttle while the process lives "
+                                                        "(a loopback proxy: one more hop per message)")
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     broker: BrokerConfig = Field(default_factory=BrokerConfig)
 
-    def zk_client(self, session_timeout_ms: int | None = None) -> KrayZkClient:
-        """A (not yet started) ZooKeeper client for this cluster, with its credential."""
-        return KrayZkClient(self.zk_connect, session_timeout_ms or self.zk_session_timeout_ms,
+    def zk_client(self, session_timeout_ms: int | None = None, links: LinkTable | None = None) -> KrayZkClient:
+        """A (not yet started) ZooKeeper client for this cluster, with its credential; its session's
+        link goes through `links` (link `zookeeper`) when given."""
+        connect = links.route_zookeeper(self.zk_connect) if links is not None else self.zk_connect
+        return KrayZkClient(connect, session_timeout_ms or self.zk_session_timeout_ms,
                             credential=self.zk_credential.get_secret_value() if self.zk_credential else None)
 
     @property

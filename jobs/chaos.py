@@ -24,6 +24,7 @@ import time
 import ray
 
 from actors.cluster import LocalCluster, send_signal
+from actors.links.faults import Direction, LinkFault
 from actors.names import is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
@@ -90,6 +91,20 @@ class Chaos:
         expired = time.time() * 1000
         expire_session(self.zk.connect, client_id)
         return broker_id, expired
+
+    def fault_link(self, link: str, fault: LinkFault, broker_id: int | None = None, candidate: bool = False,
+                   directions: tuple[Direction, ...] = tuple(Direction)) -> tuple[int, float]:
+        """Set `fault` (HEALTHY heals) on both directions, or those given, of link `link` of broker N, of
+        its controller candidate (`candidate`), or without N of the active controller; (its id, when).
+        Needs a cluster started with link_faults_enable."""
+        if broker_id is None or candidate:
+            broker_id = self.controller_id() if broker_id is None else broker_id
+            actor = self.cluster.controller_actor(broker_id)
+        else:
+            actor = self.cluster.broker_actor(broker_id)
+        for direction in directions:
+            ray.get(actor.set_link_fault.remote(link, direction, fault), timeout=30)
+        return broker_id, time.time() * 1000
 
     def kill_request_sender(self, broker_id: int) -> int:
         """SIGKILL the RequestSenders to broker N (the broker's own, and any a controller started in place

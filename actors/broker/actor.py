@@ -32,6 +32,8 @@ from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
 from actors.names import controller_actor_name, request_sender_name
+from actors.links.faults import Direction, LinkFault
+from actors.links.proxy import LinkTable
 from actors.recording import RecordSink
 from actors.runtime import (
     MANY_THREADS_ENV,
@@ -74,7 +76,9 @@ class BrokerActor:
         threading.Thread(target=self.loop.run_forever, name=f"kafka-network-thread-{broker_id}", daemon=True).start()
         log_dir = config.log_dir(broker_id)
         self.recovered = sum(d.is_dir() for d in log_dir.iterdir()) if log_dir.is_dir() else 0  # replicas on disk
-        self.zk = config.zk_client().start()
+        # on a loop of its own: the data plane's loop makes ZooKeeper calls that wait on this link
+        self.links = LinkTable(name=f"broker-links-{broker_id}") if config.link_faults_enable else None
+        self.zk = config.zk_client(links=self.links).start()
         self.zk.ensure_persistent_paths()
         self.cluster_id = self.zk.get_or_create_cluster_id()
         self.topic_configs: dict[str, LogConfig] = {}
@@ -292,6 +296,12 @@ class BrokerActor:
     def listener(self) -> tuple[str, int]:
         """(host, port) this broker advertises: what clients' bootstrap.servers name."""
         return self.config.advertised_host(), self.port
+
+    @ray.method(concurrency_group="control")
+    def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
+        """Fault one direction of one of this broker's links (`zookeeper`); every link's faults."""
+        LinkTable.of(self.links).set_fault(link, direction, fault)
+        return self.links.faults()
 
     @ray.method(concurrency_group="control")
     def info(self) -> dict:

@@ -33,6 +33,8 @@ from actors.controller.events import (
     TopicUncleanLeaderElectionEnable,
     controller_state,
 )
+from actors.links.faults import Direction, LinkFault
+from actors.links.proxy import LinkTable
 from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
 from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, die_with, preload, rss_mb
@@ -45,7 +47,8 @@ class ControllerActor:
         configure_actor_process(config.controller.control_plane_niceness)
         die_with(broker_pid, broker_actor_name(broker_id))
         self.broker_id = broker_id
-        self.zk = config.zk_client().start()
+        self.links = LinkTable(name=f"controller-links-{broker_id}") if config.link_faults_enable else None
+        self.zk = config.zk_client(links=self.links).start()
         me = ray.get_runtime_context().current_actor
         self.inbox = ControllerEventManager(f"controller-event-thread-{broker_id}", self._process)
         self.metrics = ControllerMetrics(broker_id, config.namespace)
@@ -140,6 +143,12 @@ class ControllerActor:
     def zk_session(self) -> tuple[int, bytes]:
         """(session id, password) of this candidate's ZooKeeper session, for session-expiry chaos."""
         return self.zk.kazoo.client_id
+
+    @ray.method(concurrency_group="process")
+    def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
+        """Fault one direction of this candidate's link (`zookeeper`), at once; every link's faults."""
+        LinkTable.of(self.links).set_fault(link, direction, fault)
+        return self.links.faults()
 
     @ray.method(concurrency_group="process")
     def process(self) -> dict:

@@ -17,9 +17,11 @@ import random
 import threading
 
 from actors.links.faults import HEALTHY, Direction, LinkFault, Shaper
+from coordination.errors import KrayError
 
 log = logging.getLogger(__name__)
 
+ZOOKEEPER_LINK = "zookeeper"
 CHUNK_BYTES = 65_536
 QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops reading (backpressure)
 
@@ -128,38 +130,56 @@ def _describe(fault: LinkFault) -> str:
 
 class LinkTable:
     """A process's faultable links, by name, on one event loop: its own thread's unless given one
-    (a broker's proxies share its data plane's loop)."""
+    (never one whose code waits on a link it carries)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None, name: str = "kray-links") -> None:
         if loop is None:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
         self.loop = loop
-        self._proxies: dict[str, LinkProxy] = {}
+        self._proxies: dict[str, list[LinkProxy]] = {}  # a link to an ensemble is one proxy per server
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def open(self, name: str, target: tuple[str, int]) -> tuple[str, int]:
-        """A proxy for link `name` to `target`: the address to connect to instead."""
+        """A proxy for link `name` to `target` (another for the same name joins the link): the address
+        to connect to instead."""
         proxy = LinkProxy(name, target)
         self._run(proxy.start())
-        self._proxies[name] = proxy
+        self._proxies.setdefault(name, []).append(proxy)
         return proxy.host, proxy.port
 
+    def route_zookeeper(self, connect: str) -> str:
+        """zookeeper.connect with each server reached through link `zookeeper` (the chroot kept)."""
+        servers, slash, chroot = connect.partition("/")
+        routed = []
+        for server in servers.split(","):
+            host, port = server.rsplit(":", 1)
+            routed.append("%s:%d" % self.open(ZOOKEEPER_LINK, (host, int(port))))
+        return ",".join(routed) + slash + chroot
+
     def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> None:
-        proxy = self._proxies.get(name)
-        if proxy is None:
+        proxies = self._proxies.get(name)
+        if not proxies:
             raise KeyError(f"no link {name!r} (links: {sorted(self._proxies)})")
 
         async def apply() -> None:
-            proxy.set_fault(direction, fault)
+            for proxy in proxies:
+                proxy.set_fault(direction, fault)
         self._run(apply())
 
+    @staticmethod
+    def of(links: LinkTable | None) -> LinkTable:
+        """The table of a process whose links may be off (an actor's `set_link_fault`)."""
+        if links is None:
+            raise KrayError("this cluster's links cannot be faulted: start it with link_faults_enable")
+        return links
+
     def faults(self) -> dict[str, dict[str, LinkFault]]:
-        return {name: {d.value: f for d, f in p.faults.items()} for name, p in self._proxies.items()}
+        return {name: {d.value: f for d, f in ps[0].faults.items()} for name, ps in self._proxies.items()}
 
     def close(self) -> None:
-        for proxy in self._proxies.values():
+        for proxy in (p for ps in self._proxies.values() for p in ps):
             self._run(proxy.stop())
         self._proxies.clear()

@@ -24,10 +24,12 @@ SESSION_TIMEOUT_MS = 3000
 
 
 def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), broker: BrokerConfig | None = None,
-                  session_timeout_ms: int = SESSION_TIMEOUT_MS, **controller) -> tuple[LocalCluster, KrayZkClient]:
+                  session_timeout_ms: int = SESSION_TIMEOUT_MS, link_faults: bool = False,
+                  **controller) -> tuple[LocalCluster, KrayZkClient]:
     """Brokers in a fresh chroot and Ray namespace, up with a controller whose UpdateMetadata reached all."""
     config = ClusterConfig(zk_connect=fresh_chroot(zk_connect, "kray-test"), namespace=f"test-{uuid.uuid4().hex[:8]}",
                            zk_session_timeout_ms=session_timeout_ms, broker=broker or BrokerConfig(),
+                           link_faults_enable=link_faults,
                            controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
     zk = KrayZkClient(config.zk_connect).start()
     cluster = LocalCluster(config, list(broker_ids)).start()
@@ -41,8 +43,8 @@ def new_cluster(zk_connect, ray_session):
     started = []
 
     def start(broker_ids=(1, 2, 3), broker: BrokerConfig | None = None, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-              **controller) -> tuple[LocalCluster, KrayZkClient]:
-        started.append(start_cluster(zk_connect, broker_ids, broker, session_timeout_ms, **controller))
+              link_faults: bool = False, **controller) -> tuple[LocalCluster, KrayZkClient]:
+        started.append(start_cluster(zk_connect, broker_ids, broker, session_timeout_ms, link_faults, **controller))
         return started[-1]
 
     yield start

@@ -1,0 +1,80 @@
+"""Link faults on a running cluster (link_faults_enable): a process cut off from ZooKeeper while it
+lives, the shape of Jepsen's partitions and of KAFKA-6082's zombie controller."""
+from __future__ import annotations
+
+import ray
+
+from actors.links.faults import HEALTHY, LinkFault
+from actors.runtime import poll
+from coordination import admin
+from jobs.chaos import Chaos
+from tests.integration.conftest import zk_states
+
+CUT = LinkFault(cut=True)
+
+
+def active_candidates(cluster) -> dict[int, int]:
+    """broker id -> controller epoch of every candidate that says it is the active controller."""
+    out = {}
+    for b in cluster.brokers:
+        status = ray.get(cluster.controller_actor(b).status.remote(), timeout=30)
+        if status["active"]:
+            out[b] = status["epoch"]
+    return out
+
+
+def test_a_controller_cut_off_from_zookeeper_is_replaced_and_fenced_and_steps_down_when_healed(new_cluster):
+    """Only the controller's ZooKeeper link is cut: its process lives and still reaches the brokers.
+    ZooKeeper expires its session, another candidate wins a newer epoch, brokers follow the newer
+    epoch; when the link heals the old controller finds its session gone and steps down."""
+    cluster, zk = new_cluster(link_faults=True)
+    chaos = Chaos(cluster, zk)
+    admin.create_topic(zk, "t", 6, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 6)
+    old, old_epoch = cluster.wait_for_controller(zk)
+
+    chaos.fault_link("zookeeper", CUT)
+    new, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
+    assert new != old
+    assert ray.get(cluster.controller_actor(old).process.remote(), timeout=30)["pid"]  # it lives on, cut off
+    cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
+
+    chaos.fault_link("zookeeper", HEALTHY, broker_id=old, candidate=True)
+    poll(lambda: active_candidates(cluster) == {new: new_epoch}, timeout=60, what="one active controller")
+    admin.create_topic(zk, "after-heal", 3, 3)  # the cluster works on under the new controller
+    cluster.wait_for_metadata(lambda m: sum(tp.topic == "after-heal" for tp in m["partitions"]) == 3)
+    assert zk.get_controller_epoch()[0] == new_epoch
+
+
+def test_a_broker_cut_off_from_zookeeper_loses_its_leaderships_and_registers_again_when_healed(new_cluster):
+    """The broker lives and its listener still answers, but its session expires: the controller
+    handles it as a failed broker (its leaderships move, it leaves the ISRs); healed, it registers
+    with a newer broker epoch and is taken back into every ISR."""
+    cluster, zk = new_cluster(link_faults=True)
+    chaos = Chaos(cluster, zk)
+    admin.create_topic(zk, "t", 6, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 6)
+    controller, _ = cluster.wait_for_controller(zk)
+    victim = next(b for b in cluster.brokers if b != controller)
+    epoch = ray.get(cluster.brokers[victim].info.remote(), timeout=30)["broker_epoch"]
+
+    chaos.fault_link("zookeeper", CUT, broker_id=victim)
+    poll(lambda: all(s.leader != victim and victim not in s.isr for s in zk_states(zk, "t").values()), timeout=60,
+         what="the cut-off broker's leaderships and ISR memberships gone")
+    assert victim not in zk.get_all_broker_ids()
+
+    chaos.fault_link("zookeeper", HEALTHY, broker_id=victim)
+    poll(lambda: ray.get(cluster.brokers[victim].info.remote(), timeout=30)["broker_epoch"] > epoch, timeout=60,
+         what="the broker registered again")
+    poll(lambda: all(victim in s.isr for s in zk_states(zk, "t").values()), timeout=60,
+         what="the broker back in every ISR")
+
+
+def test_faulting_a_link_of_a_cluster_without_link_faults_is_refused(new_cluster):
+    cluster, zk = new_cluster()
+    try:
+        Chaos(cluster, zk).fault_link("zookeeper", CUT, broker_id=1)
+    except ray.exceptions.RayTaskError as e:
+        assert "link_faults_enable" in str(e)
+    else:
+        raise AssertionError("a fault was set on a cluster without links")
