@@ -33,7 +33,7 @@ from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
 from actors.names import controller_actor_name, request_sender_name
 from actors.links.faults import Direction, LinkFault
-from actors.links.proxy import LinkTable
+from actors.links.proxy import LinkTable, broker_link
 from actors.recording import RecordSink
 from actors.runtime import (
     MANY_THREADS_ENV,
@@ -95,7 +95,9 @@ class BrokerActor:
         self.server = SocketServer(self.apis.handle, config.bind_host, config.listener_port(broker_id),
                                    max_request_bytes=config.broker.socket_request_max_bytes)
         self.port = self._on_loop_await(self.server.start())
-        self.fetchers = ReplicaFetcherManager(broker_id, config.broker)
+        self.fetchers = ReplicaFetcherManager(
+            broker_id, config.broker,
+            route=None if self.links is None else lambda leader, address: self.links.route(broker_link(leader), address))
         self.config_changes = ConfigChangeListener(self.zk, self._topic_config_changed)
         self.request_sender = poll(lambda: start_request_sender(broker_id, config), timeout=60,
                                    what=f"{request_sender_name(broker_id)}'s name to be free (a killed "
@@ -299,7 +301,8 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
-        """Fault one direction of one of this broker's links (`zookeeper`); every link's faults."""
+        """Fault one direction of one of this broker's links (`zookeeper`, `broker-M`: its fetches from M);
+        every link's faults."""
         LinkTable.of(self.links).set_fault(link, direction, fault)
         return self.links.faults()
 

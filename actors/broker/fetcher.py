@@ -310,8 +310,11 @@ def _truncate_where_agreed(partition: Partition, epoch: int, leader_answer: tupl
 class ReplicaFetcherManager:
     """Fetchers by source broker, created when a partition first follows there; runs on the loop."""
 
-    def __init__(self, broker_id: int, config: BrokerConfig):
-        self.broker_id, self.config = broker_id, config
+    def __init__(self, broker_id: int, config: BrokerConfig,
+                 route: Callable[[int, tuple[str, int]], tuple[str, int]] | None = None):
+        """`route(leader, listener)`: the address to connect to instead (the link to that leader, when
+        links can be faulted)."""
+        self.broker_id, self.config, self.route = broker_id, config, route
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.assigned: dict[TopicPartition, int] = {}  # partition -> the broker it fetches from
         self.addresses: dict[int, tuple[str, int]] = {}  # leader -> its listener, from LeaderAndIsr's live leaders
@@ -323,10 +326,14 @@ class ReplicaFetcherManager:
             return
         self.unfollow(tp)
         if leader_id not in self.fetchers:
-            self.fetchers[leader_id] = ReplicaFetcher(self.broker_id, leader_id,
-                                                      lambda: self.addresses.get(leader_id), self.config)
+            self.fetchers[leader_id] = ReplicaFetcher(self.broker_id, leader_id, lambda: self._address(leader_id),
+                                                      self.config)
         self.fetchers[leader_id].add(tp, partition)
         self.assigned[tp] = leader_id
+
+    def _address(self, leader_id: int) -> tuple[str, int] | None:
+        address = self.addresses.get(leader_id)
+        return self.route(leader_id, address) if address is not None and self.route is not None else address
 
     def unfollow(self, tp: TopicPartition) -> None:
         source = self.assigned.pop(tp, None)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import threading
 
 from actors.links.faults import HEALTHY, Direction, LinkFault, Shaper
@@ -22,6 +23,7 @@ from coordination.errors import KrayError
 log = logging.getLogger(__name__)
 
 ZOOKEEPER_LINK = "zookeeper"
+LINK_NAME = re.compile(r"zookeeper|broker-\d+")
 CHUNK_BYTES = 65_536
 QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops reading (backpressure)
 
@@ -129,23 +131,26 @@ def _describe(fault: LinkFault) -> str:
 
 
 class LinkTable:
-    """A process's faultable links, by name, on one event loop: its own thread's unless given one
-    (never one whose code waits on a link it carries)."""
+    """A process's faultable links, by name (`zookeeper`, `broker-N`), on one event loop: its own
+    thread's unless given one (never one whose code waits on a link it carries). A fault set on a link
+    holds for every proxy it has or opens later, so a link can be cut before it is first used."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None, name: str = "kray-links") -> None:
         if loop is None:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
         self.loop = loop
+        self._lock = threading.Lock()  # the table changes from the process's threads; the loop never takes it
         self._proxies: dict[str, list[LinkProxy]] = {}  # a link to an ensemble is one proxy per server
+        self._faults: dict[str, dict[Direction, LinkFault]] = {}
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def open(self, name: str, target: tuple[str, int]) -> tuple[str, int]:
-        """A proxy for link `name` to `target` (another for the same name joins the link): the address
-        to connect to instead."""
+    def _open(self, name: str, target: tuple[str, int]) -> tuple[str, int]:
         proxy = LinkProxy(name, target)
+        for direction, fault in self._faults.get(name, {}).items():
+            proxy.set_fault(direction, fault)
         self._run(proxy.start())
         self._proxies.setdefault(name, []).append(proxy)
         return proxy.host, proxy.port
@@ -154,20 +159,35 @@ class LinkTable:
         """zookeeper.connect with each server reached through link `zookeeper` (the chroot kept)."""
         servers, slash, chroot = connect.partition("/")
         routed = []
-        for server in servers.split(","):
-            host, port = server.rsplit(":", 1)
-            routed.append("%s:%d" % self.open(ZOOKEEPER_LINK, (host, int(port))))
+        with self._lock:
+            for server in servers.split(","):
+                host, port = server.rsplit(":", 1)
+                routed.append("%s:%d" % self._open(ZOOKEEPER_LINK, (host, int(port))))
         return ",".join(routed) + slash + chroot
 
-    def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> None:
-        proxies = self._proxies.get(name)
-        if not proxies:
-            raise KeyError(f"no link {name!r} (links: {sorted(self._proxies)})")
-
-        async def apply() -> None:
+    def route(self, name: str, target: tuple[str, int]) -> tuple[str, int]:
+        """The address to reach one peer at `target` through link `name`: opened on first use, and again
+        when the peer moved (a restarted broker listens on a new port)."""
+        with self._lock:
+            proxies = self._proxies.get(name, [])
+            if proxies and proxies[0].target == target:
+                return proxies[0].host, proxies[0].port
             for proxy in proxies:
-                proxy.set_fault(direction, fault)
-        self._run(apply())
+                self._run(proxy.stop())
+            self._proxies[name] = []
+            return self._open(name, target)
+
+    def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> None:
+        if not LINK_NAME.fullmatch(name):
+            raise KrayError(f"no link {name!r}: a process's links are 'zookeeper' and 'broker-N'")
+        with self._lock:
+            self._faults.setdefault(name, {})[direction] = fault
+            proxies = list(self._proxies.get(name, []))
+
+            async def apply() -> None:
+                for proxy in proxies:
+                    proxy.set_fault(direction, fault)
+            self._run(apply())
 
     @staticmethod
     def of(links: LinkTable | None) -> LinkTable:
@@ -177,9 +197,18 @@ class LinkTable:
         return links
 
     def faults(self) -> dict[str, dict[str, LinkFault]]:
-        return {name: {d.value: f for d, f in ps[0].faults.items()} for name, ps in self._proxies.items()}
+        """Every link opened or faulted, each direction's fault."""
+        with self._lock:
+            return {name: {d.value: self._faults.get(name, {}).get(d, HEALTHY) for d in Direction}
+                    for name in sorted(set(self._proxies) | set(self._faults))}
 
     def close(self) -> None:
-        for proxy in (p for ps in self._proxies.values() for p in ps):
-            self._run(proxy.stop())
-        self._proxies.clear()
+        with self._lock:
+            for proxy in (p for ps in self._proxies.values() for p in ps):
+                self._run(proxy.stop())
+            self._proxies.clear()
+
+
+def broker_link(broker_id: int) -> str:
+    """The name of a process's link to broker N's listener."""
+    return f"broker-{broker_id}"

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import ray
 
+from actors.clients.producer import Producer
+from actors.config import BrokerConfig
 from actors.links.faults import HEALTHY, LinkFault
+from actors.links.proxy import broker_link
 from actors.runtime import poll
 from coordination import admin
+from coordination.zkdata import TopicPartition
 from jobs.chaos import Chaos
 from tests.integration.conftest import zk_states
 
@@ -68,6 +72,31 @@ def test_a_broker_cut_off_from_zookeeper_loses_its_leaderships_and_registers_aga
          what="the broker registered again")
     poll(lambda: all(victim in s.isr for s in zk_states(zk, "t").values()), timeout=60,
          what="the broker back in every ISR")
+
+
+def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_healed(new_cluster):
+    """Replication only: broker F's link to the leader L is cut both ways (its fetches stall) while F
+    keeps its ZooKeeper session. L shrinks F out of the ISR after replica.lag.time.max.ms; with
+    min.insync.replicas 2 of RF 3 acks=all writes go on; healed, F catches up and is taken back."""
+    cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
+                                                                      min_insync_replicas=2))
+    chaos = Chaos(cluster, zk)
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    tp = TopicPartition("t", 0)
+    leader = zk_states(zk, "t")[tp].leader
+    follower = next(b for b in cluster.brokers if b != leader)
+    producer = Producer(cluster.bootstrap_servers(), acks=-1)
+
+    chaos.fault_link(broker_link(leader), CUT, broker_id=follower)
+    producer.send("t", [b"during"] * 5)  # the leader waits for the cut follower until it shrinks it out
+    poll(lambda: follower not in zk_states(zk, "t")[tp].isr, timeout=60, what="the cut follower out of the ISR")
+    assert follower in zk.get_all_broker_ids()  # it lives and keeps its session
+    producer.send("t", [b"shrunk"] * 5)  # two in the ISR: acks=all goes on
+
+    chaos.fault_link(broker_link(leader), HEALTHY, broker_id=follower)
+    # the leader takes a follower back only once it has caught up to the high watermark
+    poll(lambda: follower in zk_states(zk, "t")[tp].isr, timeout=60, what="the follower back in the ISR")
 
 
 def test_faulting_a_link_of_a_cluster_without_link_faults_is_refused(new_cluster):

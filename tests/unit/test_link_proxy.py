@@ -11,6 +11,7 @@ import pytest
 
 from actors.links.faults import HEALTHY, Direction, LinkFault
 from actors.links.proxy import LinkProxy, LinkTable
+from coordination.errors import KrayError
 
 F, B = Direction.FORWARD, Direction.BACKWARD
 
@@ -172,11 +173,11 @@ def test_a_link_table_runs_proxies_on_its_own_loop_and_takes_faults_from_any_thr
     threading.Thread(target=loop.run_forever, daemon=True).start()
     target = asyncio.run_coroutine_threadsafe(server.start(), loop).result()
     table = LinkTable()
-    host, port = table.open("zookeeper", target)
+    host, port = table.route("zookeeper", target)
     table.set_fault("zookeeper", B, LinkFault(delay_ms=10))
     assert table.faults() == {"zookeeper": {"forward": HEALTHY, "backward": LinkFault(delay_ms=10)}}
-    with pytest.raises(KeyError, match="no link 'broker-2'"):
-        table.set_fault("broker-2", F, LinkFault(cut=True))
+    with pytest.raises(KrayError, match="no link 'zookeper'"):
+        table.set_fault("zookeper", F, LinkFault(cut=True))
 
     async def round_trip():
         reader, writer = await asyncio.open_connection(host, port)
@@ -184,5 +185,34 @@ def test_a_link_table_runs_proxies_on_its_own_loop_and_takes_faults_from_any_thr
         writer.write(b"abc")
         return await asyncio.wait_for(reader.readexactly(3), 5)
     assert asyncio.run(round_trip()) == b"abc"
+    table.close()
+    loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_fault_set_before_a_link_is_used_holds_for_it_and_a_moved_peer_keeps_the_link_faults():
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    first, second = Server(), Server()
+    targets = [asyncio.run_coroutine_threadsafe(s.start(), loop).result() for s in (first, second)]
+    table = LinkTable()
+    table.set_fault("broker-3", F, LinkFault(cut=True))  # before the link exists
+    assert table.faults() == {"broker-3": {"forward": LinkFault(cut=True), "backward": HEALTHY}}
+
+    async def send(address, server) -> bool:
+        """Whether a byte sent through the link reached the server."""
+        before = len(server.received)
+        reader, writer = await asyncio.open_connection(*address)
+        await reader.readexactly(5)  # backward flows
+        writer.write(b"x")
+        await asyncio.sleep(0.3)
+        writer.close()
+        return len(server.received) > before
+    address = table.route("broker-3", targets[0])
+    assert table.route("broker-3", targets[0]) == address  # the same link while the peer stays
+    assert not asyncio.run(send(address, first))  # forward held by the cut
+    moved = table.route("broker-3", targets[1])  # the peer restarted elsewhere: a new proxy, still cut
+    assert moved != address and not asyncio.run(send(moved, second))
+    table.set_fault("broker-3", F, HEALTHY)
+    assert asyncio.run(send(moved, second))
     table.close()
     loop.call_soon_threadsafe(loop.stop)
