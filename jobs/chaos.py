@@ -13,6 +13,8 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | zk-restart                 | SIGKILL of one ZooKeeper server (the leader of an ensemble), restarted |
 |                            | after S seconds (needs the server handle: embedded runs, `kray zk`)    |
 | controlled-shutdown N      | broker N moves its leaderships away and stops for good                 |
+| cut-replication N, cut-broker-zookeeper N, cut-controller-zookeeper, isolate-broker N, split-brokers, |
+| bridge-brokers, slow-replication N: link faults for S seconds, then healed (actors/links/shapes.py)  |
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import ray
 
 from actors.cluster import LocalCluster, send_signal
 from actors.links.faults import Direction, LinkFault
+from actors.links.shapes import LinkSetting, Role, Shape, plan
 from actors.names import is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
@@ -33,7 +36,13 @@ from jobs.rundir import FaultKind
 log = logging.getLogger(__name__)
 
 BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
-                 FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN}
+                 FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN,
+                 FaultKind.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER, FaultKind.ISOLATE_BROKER,
+                 FaultKind.SLOW_REPLICATION}
+LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER: Shape.CUT_ZOOKEEPER,
+               FaultKind.CUT_CONTROLLER_ZOOKEEPER: Shape.CUT_ZOOKEEPER, FaultKind.ISOLATE_BROKER: Shape.ISOLATE_BROKER,
+               FaultKind.SPLIT_BROKERS: Shape.SPLIT_BROKERS, FaultKind.BRIDGE_BROKERS: Shape.BRIDGE_BROKERS,
+               FaultKind.SLOW_REPLICATION: Shape.SLOW_REPLICATION}
 
 
 class Chaos:
@@ -92,19 +101,26 @@ class Chaos:
         expire_session(self.zk.connect, client_id)
         return broker_id, expired
 
-    def fault_link(self, link: str, fault: LinkFault, broker_id: int | None = None, candidate: bool = False,
-                   directions: tuple[Direction, ...] = tuple(Direction)) -> tuple[int, float]:
-        """Set `fault` (HEALTHY heals) on both directions, or those given, of link `link` of broker N, of
-        its controller candidate (`candidate`), or without N of the active controller; (its id, when).
-        Needs a cluster started with link_faults_enable."""
-        if broker_id is None or candidate:
-            broker_id = self.controller_id() if broker_id is None else broker_id
-            actor = self.cluster.controller_actor(broker_id)
-        else:
-            actor = self.cluster.broker_actor(broker_id)
-        for direction in directions:
-            ray.get(actor.set_link_fault.remote(link, direction, fault), timeout=30)
-        return broker_id, time.time() * 1000
+    def apply_links(self, settings: list[LinkSetting]) -> float:
+        """Set each link fault, both directions, on its broker or controller candidate; when they were
+        all set. Needs a cluster started with link_faults_enable."""
+        calls = []
+        for setting in settings:
+            actor = self.cluster.controller_actor(setting.broker_id) if setting.role is Role.CANDIDATE \
+                else self.cluster.broker_actor(setting.broker_id)
+            calls += [actor.set_link_fault.remote(setting.link, d, setting.fault) for d in Direction]
+        ray.get(calls, timeout=30)
+        return time.time() * 1000
+
+    def link_fault(self, kind: FaultKind, target: int | None = None, slow: LinkFault | None = None
+                   ) -> tuple[int | None, list[LinkSetting], float]:
+        """Make the link fault `kind` (cut-controller-zookeeper: the active controller's); (its target,
+        the settings that `apply_links(healed(settings))` undoes, when)."""
+        if kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER:
+            target = self.controller_id()
+        settings = plan(LINK_FAULTS[kind], list(self.cluster.brokers), target,
+                        candidate=kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER, slow=slow)
+        return target, settings, self.apply_links(settings)
 
     def kill_request_sender(self, broker_id: int) -> int:
         """SIGKILL the RequestSenders to broker N (the broker's own, and any a controller started in place

@@ -13,7 +13,8 @@ errors that name the field. Example:
       - {at_s: 5, fault: kill-broker, target: non-controller, seconds: 5}
       - {at_s: 15, fault: pause-broker, target: random, seconds: 2}
       - {at_s: 25, fault: kill-controller}
-    duration_s: 40
+      - {at_s: 30, fault: cut-replication, target: leader, seconds: 5}   # a link fault: the cluster
+    duration_s: 40                                                       # routes links through proxies
     seed: 7
 """
 from __future__ import annotations
@@ -29,9 +30,10 @@ from actors.config import BrokerConfig, ControllerConfig
 from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
 from jobs.rundir import FaultKind
-from jobs.chaos import BROKER_FAULTS
+from actors.links.faults import LinkFault
+from jobs.chaos import BROKER_FAULTS, LINK_FAULTS
 
-Target = int | Literal["random", "controller", "non-controller"]
+Target = int | Literal["random", "controller", "non-controller", "leader"]  # leader: of the first topic's partition 0
 
 
 class Spec(BaseModel):
@@ -78,9 +80,20 @@ class FaultSpec(Spec):
                                                     "over the leader imbalance ratio: a fault on a cluster still "
                                                     "recovering from the last one measures both")
     recovery_timeout_s: float = Field(120.0, gt=0, description="with after_recovery: how long to wait at most")
+    link: LinkFault | None = Field(None, description="slow-replication: how the links are slowed (default "
+                                                     "200 +/- 50 ms each way)")
+
+    @property
+    def slow(self) -> LinkFault | None:
+        """What slow-replication does to the links."""
+        if self.fault is not FaultKind.SLOW_REPLICATION:
+            return None
+        return self.link or LinkFault(delay_ms=200, jitter_ms=50)
 
     @model_validator(mode="after")
     def _target_fits_the_fault(self) -> "FaultSpec":
+        if self.link is not None and self.fault is not FaultKind.SLOW_REPLICATION:
+            raise ValueError(f"{self.fault.value} takes no link fault (only slow-replication does)")
         if self.fault in BROKER_FAULTS and self.target is None:
             raise ValueError(f"{self.fault.value} needs a target (a broker id, random, controller or non-controller)")
         if self.fault not in BROKER_FAULTS and self.target is not None:
@@ -92,7 +105,8 @@ class RandomFaults(Spec):
     """Faults drawn at random (with the experiment's seed), one every `every_s` seconds."""
 
     every_s: tuple[float, float] = Field((10.0, 30.0), description="min and max seconds between faults")
-    kinds: list[FaultKind] = Field(default_factory=lambda: list(FaultKind))
+    kinds: list[FaultKind] = Field(default_factory=lambda: [k for k in FaultKind if k not in LINK_FAULTS],
+                                   description="default: every process fault (link faults are named)")
     seconds: float = Field(3.0, ge=0)
 
     @model_validator(mode="after")
@@ -154,6 +168,12 @@ class Experiment(Spec):
     @property
     def broker_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))
+
+    @property
+    def link_faults(self) -> bool:
+        """Whether a fault of the run acts on links: the cluster then routes them through proxies."""
+        kinds = {f.fault for f in self.schedule} | set(self.random_faults.kinds if self.random_faults else [])
+        return bool(kinds & set(LINK_FAULTS))
 
 
 def load_experiment(path: str | Path) -> Experiment:

@@ -47,6 +47,14 @@ class FaultKind(str, Enum):
     KILL_REQUEST_SENDER = "kill-request-sender"
     ZK_RESTART = "zk-restart"  # one server of an ensemble
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
+    # link faults (link_faults_enable), healed after the fault's seconds: actors/links/shapes.py
+    CUT_REPLICATION = "cut-replication"  # broker N from every other broker; ZooKeeper kept
+    CUT_BROKER_ZOOKEEPER = "cut-broker-zookeeper"  # broker N's ZooKeeper session only
+    CUT_CONTROLLER_ZOOKEEPER = "cut-controller-zookeeper"  # the active controller's ZooKeeper session only
+    ISOLATE_BROKER = "isolate-broker"  # broker N (and its candidate) from every broker and from ZooKeeper
+    SPLIT_BROKERS = "split-brokers"  # two halves of the brokers
+    BRIDGE_BROKERS = "bridge-brokers"  # two halves and a broker between them that reaches both
+    SLOW_REPLICATION = "slow-replication"  # broker N's links to every other broker slowed (FaultSpec.link)
 
 
 class FaultRecord(Record):

@@ -23,6 +23,7 @@ from actors.clients.load import ConsumerWorker, LoadGenerator, read_back
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.controller.changes import imbalanced_leaderships
+from actors.links.shapes import healed
 from actors.names import recorder_name
 from actors.recording import RunRecorder
 from actors.records import (
@@ -39,7 +40,7 @@ from actors.records import (
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs import failovers, rundir
-from jobs.chaos import BROKER_FAULTS, Chaos
+from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, Chaos
 from jobs.check import check_run
 from jobs.experiment import Experiment, FaultSpec
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
@@ -102,6 +103,7 @@ class ExperimentRun:
         self.config = ClusterConfig(
             zk_connect=fresh_chroot(connect, "kray-run"), namespace=namespace,
             zk_session_timeout_ms=experiment.session_timeout_ms, recorder=recorder_name(run_dir.name),
+            link_faults_enable=experiment.link_faults,
             broker=experiment.broker.model_copy(update={"log_dirs": str(run_dir / "logs")}),
             controller=experiment.controller.model_copy(update={"ray_failure_detector_enable": experiment.detector}))
         self.zk_server = zk_server
@@ -220,6 +222,12 @@ class ExperimentRun:
             return spec.target
         if spec.target == "controller":
             return self.chaos.controller_id()
+        if spec.target == "leader":
+            topic = self.exp.topics[0].name
+            leadership = self._zk_leaderships().get(tp_key(topic, 0))
+            if leadership is None or leadership.leader < 0:
+                raise RuntimeError(f"{tp_key(topic, 0)} has no leader to pick")
+            return leadership.leader
         candidates = up if spec.target == "random" else [b for b in up if b != self.zk.get_controller_id()]
         if not candidates:
             raise RuntimeError(f"no broker to pick as {spec.target}")
@@ -313,6 +321,14 @@ class ExperimentRun:
             record.detail = f"controller {chaos.kill_request_sender(target)}"
         elif kind is FaultKind.ZK_RESTART:
             record.detail = f"server {chaos.zk_restart(spec.seconds)}"
+            record.ended_ms = now_ms()
+        elif kind in LINK_FAULTS:
+            record.target, settings, record.injected_ms = chaos.link_fault(kind, target, spec.slow)
+            record.detail = f"{len(settings)} links"
+            try:
+                time.sleep(spec.seconds)
+            finally:  # whatever happened, the links heal
+                chaos.apply_links(healed(settings))
             record.ended_ms = now_ms()
 
     # -- observation ---------------------------------------------------------
@@ -440,7 +456,7 @@ class ExperimentRun:
 
 
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
-          FaultKind.ZK_RESTART}
+          FaultKind.ZK_RESTART, *LINK_FAULTS}
 
 
 def percentile(values: list[float], p: float) -> float | None:

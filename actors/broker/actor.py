@@ -32,8 +32,8 @@ from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
 from actors.names import controller_actor_name, request_sender_name
-from actors.links.faults import Direction, LinkFault
-from actors.links.proxy import LinkTable, broker_link
+from actors.links.faults import Direction, LinkFault, broker_link
+from actors.links.proxy import LinkTable
 from actors.recording import RecordSink
 from actors.runtime import (
     MANY_THREADS_ENV,

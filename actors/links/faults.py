@@ -13,10 +13,13 @@ TCP keeps a stream in order and whole, so a fault on a link shows only in *when*
 from __future__ import annotations
 
 import random
+import re
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+ZOOKEEPER_LINK = "zookeeper"  # a process's ZooKeeper session (to every server of the ensemble)
+LINK_NAME = re.compile(r"zookeeper|broker-\d+")
 RETRANSMIT_S = 0.2  # Linux's TCP_RTO_MIN
 MAX_RETRANSMITS = 6  # a segment lost this many times in a row is sent once more and arrives
 
@@ -45,6 +48,11 @@ class Direction(str, Enum):
 
     FORWARD = "forward"
     BACKWARD = "backward"
+
+
+def broker_link(broker_id: int) -> str:
+    """The name of a process's link to broker N's listener."""
+    return f"broker-{broker_id}"
 
 
 class Shaper:

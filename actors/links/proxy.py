@@ -14,16 +14,13 @@ import asyncio
 import contextlib
 import logging
 import random
-import re
 import threading
 
-from actors.links.faults import HEALTHY, Direction, LinkFault, Shaper
+from actors.links.faults import HEALTHY, LINK_NAME, ZOOKEEPER_LINK, Direction, LinkFault, Shaper
 from coordination.errors import KrayError
 
 log = logging.getLogger(__name__)
 
-ZOOKEEPER_LINK = "zookeeper"
-LINK_NAME = re.compile(r"zookeeper|broker-\d+")
 CHUNK_BYTES = 65_536
 QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops reading (backpressure)
 
@@ -207,8 +204,3 @@ class LinkTable:
             for proxy in (p for ps in self._proxies.values() for p in ps):
                 self._run(proxy.stop())
             self._proxies.clear()
-
-
-def broker_link(broker_id: int) -> str:
-    """The name of a process's link to broker N's listener."""
-    return f"broker-{broker_id}"

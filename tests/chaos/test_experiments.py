@@ -58,6 +58,36 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
     assert check_main([str(run_dir)]) == 0
 
 
+def test_link_faults_in_a_short_experiment_keep_every_invariant(environment, tmp_path):
+    """Every link-fault shape once, each healed after its seconds, under acks=all load."""
+    experiment = Experiment(
+        name="short-links", brokers=3, session_timeout_ms=3000, broker=FAST_BROKERS,
+        topics=[{"name": "orders", "partitions": 12, "replication_factor": 3}],
+        load={"producers": 1, "rate": 300, "acks": "all"},
+        schedule=[FaultSpec(at_s=2, fault=FaultKind.CUT_REPLICATION, target="leader", seconds=4),
+                  FaultSpec(at_s=8, fault=FaultKind.CUT_CONTROLLER_ZOOKEEPER, seconds=5),
+                  FaultSpec(at_s=15, fault=FaultKind.ISOLATE_BROKER, target="non-controller", seconds=5),
+                  FaultSpec(at_s=22, fault=FaultKind.SPLIT_BROKERS, seconds=3),
+                  FaultSpec(at_s=27, fault=FaultKind.BRIDGE_BROKERS, seconds=3),
+                  FaultSpec(at_s=32, fault=FaultKind.SLOW_REPLICATION, target="random", seconds=3),
+                  FaultSpec(at_s=36, fault=FaultKind.CUT_BROKER_ZOOKEEPER, target="non-controller", seconds=4)],
+        duration_s=42, settle_s=40, seed=5)
+    run_dir, summary = run(experiment, tmp_path)
+    invariants = summary.check.invariants
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == 7
+    faults = sorted((json.loads(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()),
+                    key=lambda f: f["fault_id"])
+    assert [f["kind"] for f in faults] == [s.fault.value for s in experiment.schedule]
+    assert not [f for f in faults if f["detail"].startswith("failed")]
+    for fault, spec in zip(faults, experiment.schedule):  # each lasted its seconds, then healed
+        assert fault["ended_ms"] - fault["injected_ms"] >= spec.seconds * 1000
+    failovers = [rundir.FailoverRecord.model_validate_json(line)
+                 for line in (run_dir / rundir.FAILOVERS).read_text().splitlines()]
+    assert {FaultKind.CUT_CONTROLLER_ZOOKEEPER, FaultKind.ISOLATE_BROKER} <= {f.fault_kind for f in failovers}
+    assert summary.acked > 1000
+    assert check_main([str(run_dir)]) == 0
+
+
 @pytest.mark.slow
 def test_long_chaos_experiment_with_random_faults(environment, tmp_path):
     experiment = Experiment(

@@ -6,15 +6,13 @@ import ray
 
 from actors.clients.producer import Producer
 from actors.config import BrokerConfig
-from actors.links.faults import HEALTHY, LinkFault
-from actors.links.proxy import broker_link
+from actors.links.shapes import healed
 from actors.runtime import poll
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.chaos import Chaos
+from jobs.rundir import FaultKind
 from tests.integration.conftest import zk_states
-
-CUT = LinkFault(cut=True)
 
 
 def active_candidates(cluster) -> dict[int, int]:
@@ -37,13 +35,14 @@ def test_a_controller_cut_off_from_zookeeper_is_replaced_and_fenced_and_steps_do
     cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 6)
     old, old_epoch = cluster.wait_for_controller(zk)
 
-    chaos.fault_link("zookeeper", CUT)
+    target, settings, _ = chaos.link_fault(FaultKind.CUT_CONTROLLER_ZOOKEEPER)
+    assert target == old
     new, new_epoch = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=60)
     assert new != old
     assert ray.get(cluster.controller_actor(old).process.remote(), timeout=30)["pid"]  # it lives on, cut off
     cluster.wait_for_metadata(lambda m: m["controller_epoch"] == new_epoch)
 
-    chaos.fault_link("zookeeper", HEALTHY, broker_id=old, candidate=True)
+    chaos.apply_links(healed(settings))
     poll(lambda: active_candidates(cluster) == {new: new_epoch}, timeout=60, what="one active controller")
     admin.create_topic(zk, "after-heal", 3, 3)  # the cluster works on under the new controller
     cluster.wait_for_metadata(lambda m: sum(tp.topic == "after-heal" for tp in m["partitions"]) == 3)
@@ -62,12 +61,12 @@ def test_a_broker_cut_off_from_zookeeper_loses_its_leaderships_and_registers_aga
     victim = next(b for b in cluster.brokers if b != controller)
     epoch = ray.get(cluster.brokers[victim].info.remote(), timeout=30)["broker_epoch"]
 
-    chaos.fault_link("zookeeper", CUT, broker_id=victim)
+    _, settings, _ = chaos.link_fault(FaultKind.CUT_BROKER_ZOOKEEPER, victim)
     poll(lambda: all(s.leader != victim and victim not in s.isr for s in zk_states(zk, "t").values()), timeout=60,
          what="the cut-off broker's leaderships and ISR memberships gone")
     assert victim not in zk.get_all_broker_ids()
 
-    chaos.fault_link("zookeeper", HEALTHY, broker_id=victim)
+    chaos.apply_links(healed(settings))
     poll(lambda: ray.get(cluster.brokers[victim].info.remote(), timeout=30)["broker_epoch"] > epoch, timeout=60,
          what="the broker registered again")
     poll(lambda: all(victim in s.isr for s in zk_states(zk, "t").values()), timeout=60,
@@ -75,8 +74,8 @@ def test_a_broker_cut_off_from_zookeeper_loses_its_leaderships_and_registers_aga
 
 
 def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_healed(new_cluster):
-    """Replication only: broker F's link to the leader L is cut both ways (its fetches stall) while F
-    keeps its ZooKeeper session. L shrinks F out of the ISR after replica.lag.time.max.ms; with
+    """Replication only: broker F is cut off from the other brokers (its fetches from the leader L
+    stall) while it keeps its ZooKeeper session. L shrinks F out of the ISR after replica.lag.time.max.ms; with
     min.insync.replicas 2 of RF 3 acks=all writes go on; healed, F catches up and is taken back."""
     cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
                                                                       min_insync_replicas=2))
@@ -88,13 +87,13 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_heal
     follower = next(b for b in cluster.brokers if b != leader)
     producer = Producer(cluster.bootstrap_servers(), acks=-1)
 
-    chaos.fault_link(broker_link(leader), CUT, broker_id=follower)
+    _, settings, _ = chaos.link_fault(FaultKind.CUT_REPLICATION, follower)
     producer.send("t", [b"during"] * 5)  # the leader waits for the cut follower until it shrinks it out
     poll(lambda: follower not in zk_states(zk, "t")[tp].isr, timeout=60, what="the cut follower out of the ISR")
     assert follower in zk.get_all_broker_ids()  # it lives and keeps its session
     producer.send("t", [b"shrunk"] * 5)  # two in the ISR: acks=all goes on
 
-    chaos.fault_link(broker_link(leader), HEALTHY, broker_id=follower)
+    chaos.apply_links(healed(settings))
     # the leader takes a follower back only once it has caught up to the high watermark
     poll(lambda: follower in zk_states(zk, "t")[tp].isr, timeout=60, what="the follower back in the ISR")
 
@@ -102,7 +101,7 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_heal
 def test_faulting_a_link_of_a_cluster_without_link_faults_is_refused(new_cluster):
     cluster, zk = new_cluster()
     try:
-        Chaos(cluster, zk).fault_link("zookeeper", CUT, broker_id=1)
+        Chaos(cluster, zk).link_fault(FaultKind.CUT_BROKER_ZOOKEEPER, 1)
     except ray.exceptions.RayTaskError as e:
         assert "link_faults_enable" in str(e)
     else:

@@ -188,6 +188,14 @@ BAD = [
      ["over the brokers' message_max_bytes", "MESSAGE_TOO_LARGE"]),
     ("short-session-timeout", "name: x\nsession_timeout_ms: 999\n",
      ["session_timeout_ms: Input should be greater than or equal to 1000"]),
+    ("link-fault-on-a-process-fault", "name: x\nschedule: [{at_s: 1, fault: kill-controller, link: {delay_ms: 5}}]\n",
+     ["schedule.0", "kill-controller takes no link fault"]),
+    ("split-with-target", "name: x\nschedule: [{at_s: 1, fault: split-brokers, target: 1}]\n",
+     ["schedule.0", "split-brokers takes no target"]),
+    ("cut-replication-without-target", "name: x\nschedule: [{at_s: 1, fault: cut-replication}]\n",
+     ["schedule.0", "cut-replication needs a target"]),
+    ("impossible-slow-link", "name: x\nschedule: [{at_s: 1, fault: slow-replication, target: 1, link: {loss: 2}}]\n",
+     ["schedule.0.link.loss: Input should be less than or equal to 1"]),
 ]
 
 
@@ -381,3 +389,15 @@ def test_a_fault_cannot_wait_for_a_rebalance_slower_than_its_recovery_timeout():
         Experiment(name="x", schedule=[fault])  # the default check runs every 300 s
     Experiment(name="x", schedule=[fault], controller={"leader_imbalance_check_interval_seconds": 5})
     Experiment(name="x", schedule=[fault], controller={"auto_leader_rebalance_enable": False})
+
+
+def test_link_faults_turn_the_proxies_on_and_slow_replication_has_a_default_slowness(tmp_path):
+    plain = load_experiment(write(tmp_path, "name: x\nschedule: [{at_s: 1, fault: kill-controller}]\n"))
+    assert not plain.link_faults
+    assert not Experiment(name="x", random_faults=RandomFaults()).link_faults  # process faults by default
+    linked = load_experiment(write(tmp_path, "name: x\nschedule: [{at_s: 1, fault: slow-replication, "
+                                             "target: leader}, {at_s: 2, fault: cut-replication, target: 2, "
+                                             "seconds: 4}]\n"))
+    assert linked.link_faults
+    assert linked.schedule[0].slow.delay_ms == 200 and linked.schedule[1].slow is None
+    assert Experiment(name="x", random_faults=RandomFaults(kinds=["split-brokers"])).link_faults

@@ -1,0 +1,89 @@
+"""Jepsen's network faults as link settings (pure): which process's link to what gets which fault.
+
+A process is a broker or a controller candidate (both named by broker id, the candidate living beside
+its broker as Kafka's controller lives in the broker's JVM). Broker links are set on both ends, so
+that fetches stall whichever of the two brokers is the follower; ZooKeeper links are the process's
+session. Healing a shape is the same settings with HEALTHY.
+
+| shape             | what is cut (both directions unless said)                                      |
+|-------------------|---------------------------------------------------------------------------------|
+| cut-replication N | N from every other broker; ZooKeeper kept (a leader cut off from its followers) |
+| cut-zookeeper N   | broker N's session only (the controller's: its candidate's)                     |
+| isolate-broker N  | N from every other broker and from ZooKeeper, its candidate too                 |
+| split-brokers     | the lower half of the broker ids from the upper half; ZooKeeper kept by all     |
+| bridge-brokers    | two halves, and one broker in the middle that reaches both                      |
+| slow-replication N| N's links to every other broker slowed by the given fault (not cut)             |
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import NamedTuple
+
+from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, LinkFault, broker_link
+
+
+class Role(str, Enum):
+    BROKER = "broker"
+    CANDIDATE = "candidate"
+
+
+class LinkSetting(NamedTuple):
+    role: Role
+    broker_id: int  # the broker, or the broker whose candidate it is
+    link: str
+    fault: LinkFault
+
+
+class Shape(str, Enum):
+    CUT_REPLICATION = "cut-replication"
+    CUT_ZOOKEEPER = "cut-zookeeper"
+    ISOLATE_BROKER = "isolate-broker"
+    SPLIT_BROKERS = "split-brokers"
+    BRIDGE_BROKERS = "bridge-brokers"
+    SLOW_REPLICATION = "slow-replication"
+
+
+TARGETED = {Shape.CUT_REPLICATION, Shape.CUT_ZOOKEEPER, Shape.ISOLATE_BROKER, Shape.SLOW_REPLICATION}
+CUT = LinkFault(cut=True)
+
+
+def _between(side_a: list[int], side_b: list[int], fault: LinkFault) -> list[LinkSetting]:
+    """Every broker of one side's link to every broker of the other, on both ends."""
+    return [LinkSetting(Role.BROKER, a, broker_link(b), fault) for a in side_a for b in side_b] + \
+           [LinkSetting(Role.BROKER, b, broker_link(a), fault) for a in side_a for b in side_b]
+
+
+def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate: bool = False,
+         slow: LinkFault | None = None) -> list[LinkSetting]:
+    """The settings that make `shape` among `brokers` (`target` for the shapes that take one;
+    `candidate`: cut-zookeeper of N's controller candidate rather than the broker; `slow`: the fault
+    of slow-replication). ValueError for a shape that cannot be made."""
+    brokers = sorted(set(brokers))
+    if shape in TARGETED and target not in brokers:
+        raise ValueError(f"{shape.value} needs one of the brokers {brokers} as its target, not {target}")
+    others = [b for b in brokers if b != target]
+    if shape is Shape.CUT_REPLICATION:
+        return _between([target], others, CUT)
+    if shape is Shape.CUT_ZOOKEEPER:
+        return [LinkSetting(Role.CANDIDATE if candidate else Role.BROKER, target, ZOOKEEPER_LINK, CUT)]
+    if shape is Shape.ISOLATE_BROKER:
+        return _between([target], others, CUT) + [LinkSetting(Role.BROKER, target, ZOOKEEPER_LINK, CUT),
+                                                  LinkSetting(Role.CANDIDATE, target, ZOOKEEPER_LINK, CUT)]
+    if shape is Shape.SLOW_REPLICATION:
+        if slow is None or slow.cut or slow.healthy:
+            raise ValueError("slow-replication needs a fault that slows the link (delay, jitter, loss or rate)")
+        return _between([target], others, slow)
+    if shape is Shape.SPLIT_BROKERS:
+        if len(brokers) < 2:
+            raise ValueError("split-brokers needs at least 2 brokers")
+        half = len(brokers) // 2
+        return _between(brokers[:half], brokers[half:], CUT)
+    if len(brokers) < 3:
+        raise ValueError("bridge-brokers needs at least 3 brokers")
+    middle = len(brokers) // 2
+    return _between(brokers[:middle], brokers[middle + 1:], CUT)
+
+
+def healed(settings: list[LinkSetting]) -> list[LinkSetting]:
+    """The settings that undo `settings`."""
+    return [s._replace(fault=HEALTHY) for s in settings]

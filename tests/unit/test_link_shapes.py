@@ -1,0 +1,93 @@
+"""Jepsen's network faults as link settings: who can still reach whom under each shape."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from actors.links.faults import HEALTHY, LinkFault
+from actors.links.shapes import CUT, LinkSetting, Role, Shape, healed, plan
+
+BROKERS = [1, 2, 3, 4, 5]
+
+
+def cut_pairs(settings: list[LinkSetting]) -> set[tuple[int, int]]:
+    """(a, b): broker a's link to broker b is cut."""
+    return {(s.broker_id, int(s.link.split("-")[1])) for s in settings
+            if s.role is Role.BROKER and s.link.startswith("broker-") and s.fault.cut}
+
+
+def reaches(settings: list[LinkSetting], a: int, b: int) -> bool:
+    pairs = cut_pairs(settings)
+    return (a, b) not in pairs and (b, a) not in pairs
+
+
+def zookeeper_cut(settings: list[LinkSetting]) -> set[tuple[Role, int]]:
+    return {(s.role, s.broker_id) for s in settings if s.link == "zookeeper" and s.fault.cut}
+
+
+def test_cut_replication_separates_the_target_from_every_other_broker_on_both_ends_and_keeps_zookeeper():
+    settings = plan(Shape.CUT_REPLICATION, BROKERS, target=3)
+    assert cut_pairs(settings) == {(3, b) for b in (1, 2, 4, 5)} | {(b, 3) for b in (1, 2, 4, 5)}
+    assert all(reaches(settings, a, b) for a, b in itertools.combinations([1, 2, 4, 5], 2))
+    assert zookeeper_cut(settings) == set()
+
+
+def test_cut_zookeeper_cuts_one_session_only():
+    assert plan(Shape.CUT_ZOOKEEPER, BROKERS, target=2) == [LinkSetting(Role.BROKER, 2, "zookeeper", CUT)]
+    assert plan(Shape.CUT_ZOOKEEPER, BROKERS, target=2, candidate=True) == [
+        LinkSetting(Role.CANDIDATE, 2, "zookeeper", CUT)]
+
+
+def test_isolate_broker_cuts_it_from_brokers_and_from_zookeeper_with_its_candidate():
+    settings = plan(Shape.ISOLATE_BROKER, BROKERS, target=4)
+    assert all(not reaches(settings, 4, b) for b in (1, 2, 3, 5))
+    assert zookeeper_cut(settings) == {(Role.BROKER, 4), (Role.CANDIDATE, 4)}
+
+
+@pytest.mark.parametrize("brokers", [[1, 2], [1, 2, 3], [1, 2, 3, 4], BROKERS, [3, 9, 7, 1, 5, 11]])
+def test_split_brokers_makes_two_halves_that_reach_within_and_not_across(brokers):
+    settings = plan(Shape.SPLIT_BROKERS, brokers)
+    low, high = sorted(brokers)[:len(brokers) // 2], sorted(brokers)[len(brokers) // 2:]
+    assert all(reaches(settings, a, b) for side in (low, high) for a, b in itertools.combinations(side, 2))
+    assert all(not reaches(settings, a, b) for a in low for b in high)
+    assert zookeeper_cut(settings) == set()
+
+
+@pytest.mark.parametrize("brokers", [[1, 2, 3], [1, 2, 3, 4], BROKERS])
+def test_a_bridge_reaches_both_halves_that_do_not_reach_each_other(brokers):
+    settings = plan(Shape.BRIDGE_BROKERS, brokers)
+    middle = sorted(brokers)[len(brokers) // 2]
+    low = [b for b in brokers if b < middle]
+    high = [b for b in brokers if b > middle]
+    assert low and high
+    assert all(reaches(settings, middle, b) for b in brokers if b != middle)
+    assert all(not reaches(settings, a, b) for a in low for b in high)
+
+
+def test_slow_replication_slows_the_targets_links_without_cutting_them():
+    slow = LinkFault(delay_ms=200, jitter_ms=50)
+    settings = plan(Shape.SLOW_REPLICATION, [1, 2, 3], target=1, slow=slow)
+    assert {(s.broker_id, s.link) for s in settings} == {(1, "broker-2"), (1, "broker-3"), (2, "broker-1"),
+                                                           (3, "broker-1")}
+    assert all(s.fault == slow for s in settings)
+
+
+def test_healing_undoes_every_setting_of_a_shape():
+    settings = plan(Shape.ISOLATE_BROKER, BROKERS, target=1)
+    undo = healed(settings)
+    assert [(s.role, s.broker_id, s.link) for s in undo] == [(s.role, s.broker_id, s.link) for s in settings]
+    assert all(s.fault == HEALTHY for s in undo)
+
+
+@pytest.mark.parametrize("shape, brokers, kwargs, message", [
+    (Shape.CUT_REPLICATION, BROKERS, {"target": 9}, "needs one of the brokers"),
+    (Shape.CUT_ZOOKEEPER, BROKERS, {}, "needs one of the brokers"),
+    (Shape.SPLIT_BROKERS, [1], {}, "at least 2"),
+    (Shape.BRIDGE_BROKERS, [1, 2], {}, "at least 3"),
+    (Shape.SLOW_REPLICATION, BROKERS, {"target": 1}, "slows the link"),
+    (Shape.SLOW_REPLICATION, BROKERS, {"target": 1, "slow": CUT}, "slows the link"),
+])
+def test_a_shape_that_cannot_be_made_is_refused(shape, brokers, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plan(shape, brokers, **kwargs)
