@@ -15,7 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker.actor import BrokerActor
 from actors.config import ClusterConfig
-from actors.names import broker_actor_name, controller_actor_name
+from actors.names import broker_actor_name, broker_id_of, controller_actor_name
 from actors.placement import NodeInfo, place_brokers
 from actors.runtime import poll
 from coordination.errors import KrayError
@@ -122,11 +122,15 @@ class LocalCluster:
         ray.get(self.brokers[broker_id].info.remote(), timeout=timeout)
 
     @classmethod
-    def attach(cls, config: ClusterConfig, zk: KrayZkClient) -> "LocalCluster":
-        """The brokers of a running cluster, found through their registrations and actor names."""
-        cluster = cls(config, zk.get_all_broker_ids())
-        for b in cluster.broker_ids:
-            cluster.brokers[b] = ray.get_actor(broker_actor_name(b), namespace=config.namespace)
+    def attach(cls, config: ClusterConfig) -> "LocalCluster":
+        """The brokers of a running cluster, found by their actor names: registered or not (a broker
+        cut off from ZooKeeper lives on without its registration)."""
+        ids = sorted(b for a in ray.util.list_named_actors(all_namespaces=True)
+                     if a["namespace"] == config.namespace and (b := broker_id_of(a["name"])) is not None)
+        cluster = cls(config, ids)
+        for b in ids:
+            with contextlib.suppress(ValueError):  # gone since it was listed
+                cluster.brokers[b] = ray.get_actor(broker_actor_name(b), namespace=config.namespace)
         return cluster
 
     def broker_actor(self, broker_id: int):

@@ -10,6 +10,12 @@ def broker_actor_name(broker_id: int) -> str:
     return f"broker-{broker_id}"
 
 
+def broker_id_of(name: str) -> int | None:
+    """N when `name` is broker N's actor name, else None."""
+    prefix, _, number = name.partition("-")
+    return int(number) if prefix == "broker" and number.isdigit() else None
+
+
 def controller_actor_name(broker_id: int) -> str:
     return f"controller-{broker_id}"
 

@@ -26,7 +26,7 @@ import time
 import ray
 
 from actors.cluster import LocalCluster, send_signal
-from actors.links.faults import Direction, LinkFault
+from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, LinkFault, broker_link
 from actors.links.shapes import LinkSetting, Role, Shape, plan
 from actors.names import is_request_sender_to
 from coordination.errors import KrayError
@@ -118,9 +118,20 @@ class Chaos:
         the settings that `apply_links(healed(settings))` undoes, when)."""
         if kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER:
             target = self.controller_id()
-        settings = plan(LINK_FAULTS[kind], list(self.cluster.brokers), target,
-                        candidate=kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER, slow=slow)
+        try:
+            settings = plan(LINK_FAULTS[kind], list(self.cluster.brokers), target,
+                            candidate=kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER, slow=slow)
+        except ValueError as e:
+            raise KrayError(str(e)) from None
         return target, settings, self.apply_links(settings)
+
+    def heal_links(self) -> float:
+        """Every link of every broker and candidate healthy again (`kray chaos heal`); when."""
+        brokers = list(self.cluster.brokers)
+        settings = [LinkSetting(Role.CANDIDATE, b, ZOOKEEPER_LINK, HEALTHY) for b in brokers] + \
+                   [LinkSetting(Role.BROKER, b, link, HEALTHY) for b in brokers
+                    for link in [ZOOKEEPER_LINK] + [broker_link(m) for m in brokers if m != b]]
+        return self.apply_links(settings)
 
     def kill_request_sender(self, broker_id: int) -> int:
         """SIGKILL the RequestSenders to broker N (the broker's own, and any a controller started in place

@@ -95,7 +95,7 @@ def cluster_up(args) -> None:
                        check=True, capture_output=True)
     _ray_connect()
     config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
-                           zk_session_timeout_ms=args.session_timeout_ms,
+                           zk_session_timeout_ms=args.session_timeout_ms, link_faults_enable=args.link_faults,
                            broker=BrokerConfig(log_dirs=str(local.kray_home() / "logs" / args.namespace)))
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
     with config.zk_client().start() as zk:
@@ -120,9 +120,7 @@ def cluster_down(args) -> None:
         return
     try:
         _ray_connect()
-        config = ClusterConfig(**state["config"])
-        with config.zk_client().start() as zk:
-            LocalCluster.attach(config, zk).stop()
+        LocalCluster.attach(ClusterConfig(**state["config"])).stop()
         ray.shutdown()
     except (ConnectionError, ValueError):
         pass  # Ray is already gone
@@ -435,7 +433,7 @@ def broker_shutdown(args) -> None:
     with config.zk_client().start() as zk:
         if args.broker_id not in zk.get_all_broker_ids():
             raise KrayError(f"broker {args.broker_id} is not registered")
-        result = LocalCluster.attach(config, zk).controlled_shutdown(args.broker_id)
+        result = LocalCluster.attach(config).controlled_shutdown(args.broker_id)
     ray.shutdown()
     if result["succeeded"]:
         print(f"Broker {args.broker_id} shut down after moving its leaderships ({result['attempts']} attempt(s))")
@@ -450,6 +448,43 @@ def controller_status(args) -> None:
 
 
 # -- kray chaos / experiment / check ----------------------------------------
+
+LINK_FAULT_HELP = {
+    "cut-replication": "cut a broker off from every other broker (ZooKeeper kept)",
+    "cut-broker-zookeeper": "cut a broker's ZooKeeper session only",
+    "cut-controller-zookeeper": "cut the active controller's ZooKeeper session only",
+    "isolate-broker": "cut a broker (and its controller candidate) off from the brokers and ZooKeeper",
+    "split-brokers": "split the brokers into two halves",
+    "bridge-brokers": "two halves, and one broker between them that reaches both",
+    "slow-replication": "slow a broker's links to every other broker",
+}
+
+
+def _link_fault(c, args) -> str:
+    """A link fault: held for --seconds then healed, or (without) left until `kray chaos heal`."""
+    from pydantic import ValidationError
+
+    from actors.links.faults import LinkFault
+    from actors.links.shapes import healed
+    from jobs.rundir import FaultKind
+
+    kind = FaultKind(args.fault)
+    slow = None
+    if kind is FaultKind.SLOW_REPLICATION:
+        try:
+            slow = LinkFault(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
+                             rate_bytes_per_s=args.rate)
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise KrayError(f"slow-replication: {first['loc'][0]}: {first['msg']}") from None
+    target, settings, _ = c.link_fault(kind, getattr(args, "broker_id", None), slow)
+    what = f"{args.fault}" + (f" {target}" if target is not None else "") + f": {len(settings)} links"
+    if not args.seconds:
+        return f"{what}; `kray chaos heal` heals them"
+    time.sleep(args.seconds)
+    c.apply_links(healed(settings))
+    return f"{what}, healed after {args.seconds:g} s"
+
 
 def chaos(args) -> None:
     """One fault against the cluster `kray cluster up` started."""
@@ -469,7 +504,7 @@ def chaos(args) -> None:
         return
     _ray_connect()
     with config.zk_client().start() as zk:
-        c = Chaos(LocalCluster.attach(config, zk), zk)
+        c = Chaos(LocalCluster.attach(config), zk)
         match args.fault:
             case "kill-broker":
                 c.kill_broker(args.broker_id, restart=args.restart)
@@ -486,6 +521,11 @@ def chaos(args) -> None:
             case "kill-request-sender":
                 done = f"Killed controller {c.kill_request_sender(args.broker_id)}'s RequestSender to broker " \
                        f"{args.broker_id}"
+            case "heal":
+                c.heal_links()
+                done = "Healed every link"
+            case _:  # a link fault
+                done = _link_fault(c, args)
     ray.shutdown()
     print(done)
 
@@ -545,6 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--session-timeout-ms", type=int, default=18_000)
     s.add_argument("--base-port", type=int, default=9092,
                    help="broker N listens on base-port + N (0: free ports, named in /brokers/ids/N)")
+    s.add_argument("--link-faults", action="store_true",
+                   help="route ZooKeeper sessions and replication through links `kray chaos` can cut or slow")
     s.set_defaults(func=cluster_up)
     cl.add_parser("down").set_defaults(func=cluster_down)
     cl.add_parser("status", parents=[zkp]).set_defaults(func=cluster_status)
@@ -641,6 +683,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = ch.add_parser("zk-restart", help="SIGKILL the ZooKeeper server, start it again after --seconds")
     s.add_argument("--seconds", type=float, default=1.0)
     s.set_defaults(func=chaos)
+    for name, text in LINK_FAULT_HELP.items():  # on a cluster started with --link-faults
+        s = ch.add_parser(name, help=text)
+        if name in ("cut-replication", "cut-broker-zookeeper", "isolate-broker", "slow-replication"):
+            s.add_argument("broker_id", type=int)
+        s.add_argument("--seconds", type=float, default=0.0, help="heal after this long (0: leave it)")
+        if name == "slow-replication":
+            s.add_argument("--delay-ms", type=float, default=200.0)
+            s.add_argument("--jitter-ms", type=float, default=50.0)
+            s.add_argument("--loss", type=float, default=0.0, help="share of chunks lost once (0-1)")
+            s.add_argument("--rate", type=float, default=None, help="bytes/s")
+        s.set_defaults(func=chaos)
+    ch.add_parser("heal", help="heal every link").set_defaults(func=chaos)
 
     ex = sub.add_parser("experiment", help="chaos experiments").add_subparsers(dest="action", required=True)
     s = ex.add_parser("run", help="run an experiment file (YAML)")

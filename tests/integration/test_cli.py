@@ -41,7 +41,7 @@ def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
     """`cluster up` joins the Ray that is running (here: the test session's) and leaves it running on down."""
     namespace = f"cli-{uuid.uuid4().hex[:6]}"
     up = kray("cluster", "up", "--brokers", "2", "--namespace", namespace, "--session-timeout-ms", "6000",
-              home=tmp_path, zk=chroot_connect)
+              "--link-faults", home=tmp_path, zk=chroot_connect)
     assert up.returncode == 0, up.stderr
     assert "2 brokers up" in up.stdout
     status = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
@@ -249,8 +249,15 @@ def _chaos_commands(ok, fails):
     from tests.integration.conftest import wait_until
 
     def recovered():
-        wait_until(lambda: "Brokers registered: 1, 2\n" in ok("cluster", "status")
-                   and "active: True" in ok("controller", "status"), timeout=60, what="the cluster back")
+        seen = []
+
+        def back() -> bool:
+            seen[:] = [ok("cluster", "status"), ok("controller", "status")]
+            return "Brokers registered: 1, 2\n" in seen[0] and "active: True" in seen[1]
+        try:
+            wait_until(back, timeout=60, what="the cluster back")
+        except Exception as e:
+            raise AssertionError(f"{e}: {seen}") from None
     assert ok("chaos", "pause", "1", "--seconds", "0.5") == "Paused broker 1 for 0.5 s\n"
     assert "Expired the ZooKeeper session of broker 1" in ok("chaos", "expire-session", "1")
     recovered()
@@ -261,6 +268,17 @@ def _chaos_commands(ok, fails):
     recovered()
     assert "name a broker id, or --controller" in fails("chaos", "pause")
     assert "broker 9 is not running" in fails("chaos", "kill-broker", "9")
+    # link faults (the cluster is up with --link-faults)
+    assert ok("chaos", "split-brokers", "--seconds", "0.5") == "split-brokers: 2 links, healed after 0.5 s\n"
+    assert ok("chaos", "cut-broker-zookeeper", "2") == \
+        "cut-broker-zookeeper 2: 1 links; `kray chaos heal` heals them\n"
+    wait_until(lambda: "Brokers registered: 1\n" in ok("cluster", "status"), timeout=60,
+               what="broker 2's session expired while it lives, cut off")
+    assert ok("chaos", "heal") == "Healed every link\n"
+    recovered()
+    assert "slow-replication: loss: Input should be less than or equal to 1" in fails(
+        "chaos", "slow-replication", "1", "--loss", "2")
+    assert "needs one of the brokers [1, 2] as its target, not 9" in fails("chaos", "cut-replication", "9")
 
 
 
