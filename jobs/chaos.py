@@ -24,6 +24,7 @@ import signal
 import time
 
 import ray
+from ray.exceptions import RayActorError
 
 from actors.cluster import LocalCluster, send_signal
 from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, LinkFault, broker_link
@@ -103,13 +104,24 @@ class Chaos:
 
     def apply_links(self, settings: list[LinkSetting]) -> float:
         """Set each link fault, both directions, on its broker or controller candidate; when they were
-        all set. Needs a cluster started with link_faults_enable."""
-        calls = []
+        all set. A process that is not running is passed over: it has no links now, and a new one
+        starts with healthy links (so healing after a kill heals the others). Needs a cluster started
+        with link_faults_enable."""
+        calls = {}
         for setting in settings:
-            actor = self.cluster.controller_actor(setting.broker_id) if setting.role is Role.CANDIDATE \
-                else self.cluster.broker_actor(setting.broker_id)
-            calls += [actor.set_link_fault.remote(setting.link, d, setting.fault) for d in Direction]
-        ray.get(calls, timeout=30)
+            try:
+                actor = self.cluster.controller_actor(setting.broker_id) if setting.role is Role.CANDIDATE \
+                    else self.cluster.broker_actor(setting.broker_id)
+            except (KrayError, ValueError):
+                log.info("No %s %d running: its links are left as they are", setting.role.value, setting.broker_id)
+                continue
+            for d in Direction:
+                calls[actor.set_link_fault.remote(setting.link, d, setting.fault)] = setting
+        for ref, setting in calls.items():
+            try:
+                ray.get(ref, timeout=30)
+            except RayActorError:  # it died meanwhile
+                log.info("%s %d died while its link %s was set", setting.role.value, setting.broker_id, setting.link)
         return time.time() * 1000
 
     def link_fault(self, kind: FaultKind, target: int | None = None, slow: LinkFault | None = None

@@ -3,15 +3,17 @@ invariant checked on the run directory. The short one runs by default; the long 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from jobs import rundir
 from jobs.check import main as check_main
-from jobs.experiment import Experiment, FaultSpec, RandomFaults
+from jobs.experiment import Experiment, FaultSpec, RandomFaults, load_experiment
 from jobs.rundir import FaultKind
 from jobs.runner import report, run_experiment
 
+REPO = Path(__file__).resolve().parents[2]
 FAST_BROKERS = {"min_insync_replicas": 2, "replica_lag_time_max_ms": 2000, "replica_fetch_wait_max_ms": 200,
                 "isr_change_propagation_interval_ms": 500, "replica_fetch_backoff_ms": 200}
 
@@ -85,6 +87,34 @@ def test_link_faults_in_a_short_experiment_keep_every_invariant(environment, tmp
                  for line in (run_dir / rundir.FAILOVERS).read_text().splitlines()]
     assert {FaultKind.CUT_CONTROLLER_ZOOKEEPER, FaultKind.ISOLATE_BROKER} <= {f.fault_kind for f in failovers}
     assert summary.acked > 1000
+    assert check_main([str(run_dir)]) == 0
+
+
+@pytest.mark.slow  # about 100 s
+def test_jepsens_kafka_loss_is_reproduced_with_unclean_election_and_caught_by_the_checker(environment, tmp_path,
+                                                                                       capsys):
+    """experiments/jepsen-unclean.yaml: acknowledged records lost, and `kray check` says so with examples."""
+    run_dir, summary = run(load_experiment(REPO / "experiments" / "jepsen-unclean.yaml"), tmp_path)
+    lost = summary.check.invariants["lost"]
+    assert lost > 0 and summary.check.invariants["multiple_leaders"] == 0
+    capsys.readouterr()
+    assert check_main([str(run_dir)]) == 1
+    table = capsys.readouterr().out
+    line = next(line for line in table.splitlines() if line.startswith("lost "))
+    assert line.split()[1] == str(lost) and "orders-0" in line  # the count, and an example record
+
+
+@pytest.mark.slow  # about 200 s: the load's producer does not resume after the leader returns (see below)
+def test_jepsens_schedule_with_kafkas_safe_settings_loses_nothing(environment, tmp_path):
+    """Known, not yet explained: after the sole ISR member is killed and returns, the idempotent
+    producer's remaining records time out (120 s) instead of going to it; nothing acknowledged is lost."""
+    unclean = load_experiment(REPO / "experiments" / "jepsen-unclean.yaml")
+    safe = load_experiment(REPO / "experiments" / "jepsen-safe.yaml")
+    assert safe.schedule == unclean.schedule and safe.load == unclean.load
+    assert not safe.controller.unclean_leader_election_enable and safe.broker.min_insync_replicas == 2
+    run_dir, summary = run(safe, tmp_path)
+    invariants = summary.check.invariants
+    assert invariants == {name: 0 for name in invariants} and summary.acked > 500
     assert check_main([str(run_dir)]) == 0
 
 
