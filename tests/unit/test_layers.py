@@ -13,7 +13,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("actors", "coordination", "jobs")
 PURE = [
-    "actors.protocol", "actors.records", "actors.names",
+    "actors.protocol", "actors.records", "actors.names", "actors.links.faults", "actors.links.shapes",
     *(f"actors.controller.{m}" for m in (
         "context", "state_machines", "election", "changes", "decisions", "timeline", "events", "request_batch")),
     *(f"actors.broker.{m}" for m in (
