@@ -10,10 +10,12 @@ work (`_on_loop`) and wait for the answer. ISR writes to ZooKeeper go on the Isr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Callable, TypeVar
 
 import ray
@@ -61,6 +63,7 @@ from coordination.zkdata import TopicPartition
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
 T = TypeVar("T")
+LISTENER_PORT_FILE = "listener.port"  # kray only: the port this broker listened on, for its next incarnation
 
 
 @ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={"control": 8}, runtime_env=MANY_THREADS_ENV)
@@ -94,7 +97,7 @@ class BrokerActor:
                               self.producer_ids.generate_producer_id)
         self.server = SocketServer(self.apis.handle, config.bind_host, config.listener_port(broker_id),
                                    max_request_bytes=config.broker.socket_request_max_bytes)
-        self.port = self._on_loop_await(self.server.start())
+        self.port = self._listen(log_dir / LISTENER_PORT_FILE)
         self.fetchers = ReplicaFetcherManager(
             broker_id, config.broker,
             route=None if self.links is None else lambda leader, address: self.links.route(broker_link(leader), address))
@@ -161,6 +164,24 @@ class BrokerActor:
 
     def _on_loop_await(self, coroutine) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def _listen(self, remembered: Path) -> int:
+        """Listen on the configured port, or without one (base_port 0) on the port this broker's earlier
+        incarnation had, kept in its log dir: a Kafka broker comes back where it was, and clients find
+        it there (an idempotent librdkafka producer whose leader came back on a new port stalled until
+        its records timed out). A free port the first time, or when the old one is taken."""
+        if not self.server.port and remembered.is_file():
+            with contextlib.suppress(ValueError, OSError):
+                self.server.port = int(remembered.read_text())
+                return self._remember(remembered, self._on_loop_await(self.server.start()))
+            self.server.port = 0
+        return self._remember(remembered, self._on_loop_await(self.server.start()))
+
+    @staticmethod
+    def _remember(remembered: Path, port: int) -> int:
+        remembered.parent.mkdir(parents=True, exist_ok=True)
+        remembered.write_text(str(port))
+        return port
 
     def _log_config(self, topic: str) -> LogConfig:
         """The topic's LogConfig: as last announced, or read from /config/topics/T when its first replica

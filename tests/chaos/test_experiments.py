@@ -104,17 +104,18 @@ def test_jepsens_kafka_loss_is_reproduced_with_unclean_election_and_caught_by_th
     assert line.split()[1] == str(lost) and "orders-0" in line  # the count, and an example record
 
 
-@pytest.mark.slow  # about 200 s: the load's producer does not resume after the leader returns (see below)
+@pytest.mark.slow  # about 80 s
 def test_jepsens_schedule_with_kafkas_safe_settings_loses_nothing(environment, tmp_path):
-    """Known, not yet explained: after the sole ISR member is killed and returns, the idempotent
-    producer's remaining records time out (120 s) instead of going to it; nothing acknowledged is lost."""
+    """Writes are refused while the leader is alone in its ISR and the partition is offline while it is
+    dead; it returns where it was (its listener port) and the load goes on."""
     unclean = load_experiment(REPO / "experiments" / "jepsen-unclean.yaml")
     safe = load_experiment(REPO / "experiments" / "jepsen-safe.yaml")
     assert safe.schedule == unclean.schedule and safe.load == unclean.load
     assert not safe.controller.unclean_leader_election_enable and safe.broker.min_insync_replicas == 2
     run_dir, summary = run(safe, tmp_path)
     invariants = summary.check.invariants
-    assert invariants == {name: 0 for name in invariants} and summary.acked > 500
+    assert invariants == {name: 0 for name in invariants}
+    assert summary.acked > 1500  # 200/s over 20 s, less the refused and offline seconds
     assert check_main([str(run_dir)]) == 0
 
 
