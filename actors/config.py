@@ -84,9 +84,10 @@ class ClusterConfig(BaseModel):
                                                      "broker N listens on PLAINTEXT://host:(base_port + N)); None "
                                                      "binds every interface and advertises the Ray node's address "
                                                      "(multi-node clusters)")
-    base_port: int = Field(0, ge=0, description="broker N listens on base_port + N (`kray cluster start` uses 9092); "
-                                                "0 picks a free port at each start, which the registration in "
-                                                "/brokers/ids/N carries to clients and followers")
+    base_port: int = Field(0, ge=0, description="broker N listens on base_port + N (`kray cluster up` uses 9092); "
+                                                "0 picks a free port at a broker's first start and keeps it for "
+                                                "its later incarnations (in its log dir); the registration in "
+                                                "/brokers/ids/N carries it to clients and followers")
     controller_socket_timeout_ms: int = Field(30_000, ge=100, description="controller.socket.timeout.ms")
     request_retry_backoff_ms: int = Field(100, ge=1, description="RequestSendThread's backoff")
     broker_max_restarts: int = Field(-1, description="Ray restarts of a broker actor (-1: forever)")
