@@ -223,11 +223,11 @@ class ExperimentRun:
         if spec.target == "controller":
             return self.chaos.controller_id()
         if spec.target == "leader":
-            topic = self.exp.topics[0].name
-            leadership = self._zk_leaderships().get(tp_key(topic, 0))
-            if leadership is None or leadership.leader < 0:
-                raise RuntimeError(f"{tp_key(topic, 0)} has no leader to pick")
-            return leadership.leader
+            first = TopicPartition(self.exp.topics[0].name, 0)
+            state = self.zk.get_partition_states([first]).get(first)  # that one state, not every partition's
+            if state is None or state.state.leader < 0:
+                raise RuntimeError(f"{first} has no leader to pick")
+            return state.state.leader
         candidates = up if spec.target == "random" else [b for b in up if b != self.zk.get_controller_id()]
         if not candidates:
             raise RuntimeError(f"no broker to pick as {spec.target}")

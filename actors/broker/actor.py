@@ -324,8 +324,7 @@ class BrokerActor:
     def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
         """Fault one direction of one of this broker's links (`zookeeper`, `broker-M`: its fetches from M);
         every link's faults."""
-        LinkTable.of(self.links).set_fault(link, direction, fault)
-        return self.links.faults()
+        return LinkTable.of(self.links).set_fault(link, direction, fault)
 
     @ray.method(concurrency_group="control")
     def info(self) -> dict:

@@ -147,8 +147,7 @@ class ControllerActor:
     @ray.method(concurrency_group="process")
     def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
         """Fault one direction of this candidate's link (`zookeeper`), at once; every link's faults."""
-        LinkTable.of(self.links).set_fault(link, direction, fault)
-        return self.links.faults()
+        return LinkTable.of(self.links).set_fault(link, direction, fault)
 
     @ray.method(concurrency_group="process")
     def process(self) -> dict:

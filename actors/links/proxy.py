@@ -28,11 +28,10 @@ QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops re
 class LinkProxy:
     """One link: connections accepted on `host`:port are forwarded to `target`."""
 
-    def __init__(self, name: str, target: tuple[str, int], host: str = "127.0.0.1",
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, name: str, target: tuple[str, int], host: str = "127.0.0.1") -> None:
         self.name, self.target, self.host = name, target, host
         self.port = 0
-        self.rng = rng or random.Random()
+        self.rng = random.Random()
         self.faults = {d: HEALTHY for d in Direction}
         self._healed = {d: asyncio.Event() for d in Direction}  # set: not cut
         for event in self._healed.values():
@@ -81,6 +80,14 @@ class LinkProxy:
                 self._writers.discard(w)
                 w.close()
 
+    async def _held(self, direction: Direction) -> bool:
+        """Wait while `direction` is cut; whether it was."""
+        held = False
+        while self.faults[direction].cut:
+            held = True
+            await self._healed[direction].wait()
+        return held
+
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: Direction) -> None:
         """Read chunks as they come (stamped with when they were sent) and write each when the link
         delivers it; the end of the stream passes on once everything before it has."""
@@ -99,16 +106,14 @@ class LinkProxy:
         try:
             while True:
                 sent_at, data = await queue.get()
-                while self.faults[direction].cut:
-                    await self._healed[direction].wait()
+                if await self._held(direction):
                     sent_at = max(sent_at, loop.time())  # held by the cut: it leaves when the link heals
                 if writer.is_closing():
                     return
                 wait = shaper.deliver_at(sent_at, len(data), self.faults[direction]) - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                while self.faults[direction].cut:  # cut while on its way
-                    await self._healed[direction].wait()
+                await self._held(direction)  # cut while on its way
                 if not data:
                     if writer.can_write_eof():
                         writer.write_eof()
@@ -128,15 +133,14 @@ def _describe(fault: LinkFault) -> str:
 
 
 class LinkTable:
-    """A process's faultable links, by name (`zookeeper`, `broker-N`), on one event loop: its own
-    thread's unless given one (never one whose code waits on a link it carries). A fault set on a link
-    holds for every proxy it has or opens later, so a link can be cut before it is first used."""
+    """A process's faultable links, by name (`zookeeper`, `broker-N`), on an event loop of their own
+    thread (never one whose code waits on a link it carries: a broker's data-plane loop makes ZooKeeper
+    calls). A fault set on a link holds for every proxy it has or opens later, so a link can be cut
+    before it is first used."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, name: str = "kray-links") -> None:
-        if loop is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
-        self.loop = loop
+    def __init__(self, name: str = "kray-links") -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name=name, daemon=True).start()
         self._lock = threading.Lock()  # the table changes from the process's threads; the loop never takes it
         self._proxies: dict[str, list[LinkProxy]] = {}  # a link to an ensemble is one proxy per server
         self._faults: dict[str, dict[Direction, LinkFault]] = {}
@@ -174,7 +178,8 @@ class LinkTable:
             self._proxies[name] = []
             return self._open(name, target)
 
-    def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> None:
+    def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> dict[str, dict[str, LinkFault]]:
+        """Every link's faults, this one set."""
         if not LINK_NAME.fullmatch(name):
             raise KrayError(f"no link {name!r}: a process's links are 'zookeeper' and 'broker-N'")
         with self._lock:
@@ -185,6 +190,7 @@ class LinkTable:
                 for proxy in proxies:
                     proxy.set_fault(direction, fault)
             self._run(apply())
+        return self.faults()
 
     @staticmethod
     def of(links: LinkTable | None) -> LinkTable:
