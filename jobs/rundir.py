@@ -47,6 +47,11 @@ class FaultKind(str, Enum):
     KILL_REQUEST_SENDER = "kill-request-sender"
     ZK_RESTART = "zk-restart"  # one server of an ensemble
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
+    # disk faults: SIGKILL broker N for good, damage its logs with its process gone, start it again
+    # after the fault's seconds (jobs/disk_faults.py)
+    CORRUPT_LOG_TAIL = "corrupt-log-tail"  # a byte of each log's last batch flipped
+    TRUNCATE_LOG_TAIL = "truncate-log-tail"  # each log's last batch cut in half
+    LOSE_UNFLUSHED_TAIL = "lose-unflushed-tail"  # a power loss: every log cut back to its recovery point
     # link faults (link_faults_enable), healed after the fault's seconds: actors/links/shapes.py
     CUT_REPLICATION = "cut-replication"  # broker N from every other broker; ZooKeeper kept
     CUT_BROKER_ZOOKEEPER = "cut-broker-zookeeper"  # broker N's ZooKeeper session only
