@@ -6,12 +6,18 @@ sparse offset index.
                                  /00000000000000000000.index   Kafka's .index: (relative offset, position)
                                  /00000000000000001234.log     the next segment, from 1234 ...
                                  /leader-epoch-checkpoint
+                                 /recovery-point-checkpoint    the offset up to which the log was flushed
 
 How it fails: opening recovers the log by reading every segment a chunk at a time and checking
 every batch (length, magic, CRC-32C, offsets following on); it truncates at the first batch that is
 cut short or bad, drops later segments, says what it cut in `recovery`, and rewrites the indexes.
-Writes reach the operating system at once (no fsync: Kafka's default leaves durability to
-replication), so a killed broker loses nothing acknowledged by its followers.
+Writes reach the operating system at once, so a killed process loses nothing. They are fsync'ed
+only when a segment rolls (Kafka's default: log.flush.interval.messages and .ms never flush,
+durability is left to replication): a power loss may take everything past the recovery point, the
+offset below which the log was flushed. Kafka's LogManager checkpoints every log's recovery point
+in one file per log directory every minute; here the log writes its own, in its directory, each
+time it flushes (not fsync'ed: a lost one only says less was flushed). Nothing here reads it but
+the disk-fault injector (jobs/disk_faults.py): recovery checks every segment anyway.
 
 A segment is rolled when the next batch would not fit in `segment_bytes`. An index entry is added
 each time `index_interval_bytes` were appended since the last one (Kafka's index.interval.bytes),
@@ -33,13 +39,15 @@ from typing import Iterator, NamedTuple
 
 from actors.broker import batches
 from actors.broker.batches import BATCH_OVERHEAD, BatchHeader
-from actors.broker.errors import OffsetOutOfRangeException
+from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.errors import KafkaStorageException, OffsetOutOfRangeException
 from actors.broker.leader_epochs import LeaderEpochCache
 from coordination.errors import KrayError
 
 log = logging.getLogger(__name__)
 
 SEGMENT_SUFFIX, INDEX_SUFFIX = ".log", ".index"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-checkpoint"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
 READ_CHUNK_BYTES = 1 << 20  # reading a log through: recovery, producer state, timestamps
@@ -55,6 +63,17 @@ class LogAppendInfo(NamedTuple):
 
 def segment_name(base_offset: int, suffix: str = SEGMENT_SUFFIX) -> str:
     return f"{base_offset:020d}{suffix}"
+
+
+def read_recovery_point(directory: Path) -> int:
+    """The offset a log's directory says it was flushed up to; 0 (nothing flushed, as Kafka takes a log
+    missing from its checkpoint) when the file is absent or unreadable."""
+    try:
+        entries = read_checkpoint(Path(directory) / RECOVERY_POINT_CHECKPOINT, (int,))
+    except KafkaStorageException as e:
+        log.warning("%s: %s; taking nothing as flushed", directory, e)
+        return 0
+    return entries[0][0] if entries else 0
 
 
 class Segment:
@@ -135,6 +154,17 @@ class Segment:
                 return pos, header
         return None
 
+    def flush(self) -> None:
+        """fsync the file (Kafka's FileRecords.flush), with the descriptor held or one opened for it."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         self._active = False
         if self._fd is not None:
@@ -167,6 +197,8 @@ class Log:
             self.leader_epochs.assign(epoch, offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
+        # Kafka after an unclean start: the checkpointed recovery point, never past the log end
+        self.recovery_point = max(self.log_start_offset, min(read_recovery_point(self.dir), self.log_end_offset))
         self._open_active()
 
     # -- offsets -------------------------------------------------------------
@@ -219,6 +251,7 @@ class Log:
         segment.write(data, b"".join(entries))
 
     def _roll(self) -> Segment:
+        self.flush()  # Kafka flushes a segment when it rolls (in the background) and checkpoints past it
         self._close_active()
         self.segments.append(Segment(self.dir, self.log_end_offset))
         self._open_active()
@@ -246,6 +279,8 @@ class Log:
             self._rewrite_index(fresh, kept)
         self._open_active()
         self.leader_epochs.truncate_from_end(self.log_end_offset)
+        if self.recovery_point > self.log_end_offset:
+            self._checkpoint_recovery_point(self.log_end_offset)
         log.info("Truncated log %s to offset %d", self.dir.name, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -257,6 +292,7 @@ class Log:
         self.segments = [Segment(self.dir, offset)]
         self.segments[0].path.touch()
         self.leader_epochs.entries, self.leader_epochs.dirty = [], True
+        self._checkpoint_recovery_point(offset)  # nothing below it is left to flush
         self._open_active()
 
     # -- retention -----------------------------------------------------------
@@ -346,6 +382,21 @@ class Log:
         return None
 
     # -- life cycle ----------------------------------------------------------
+
+    def flush(self) -> None:
+        """Kafka's flush: fsync the segments holding offsets from the recovery point on, which then
+        moves to the log end and is checkpointed. (Kafka also flushes every log at a clean shutdown;
+        closing here does not: a broker's shutdown does not close its logs.)"""
+        if self.recovery_point >= self.log_end_offset:
+            return
+        for segment in self.segments:
+            if segment.next_offset > self.recovery_point and segment.size:
+                segment.flush()
+        self._checkpoint_recovery_point(self.log_end_offset)
+
+    def _checkpoint_recovery_point(self, offset: int) -> None:
+        self.recovery_point = offset
+        write_checkpoint(self.dir / RECOVERY_POINT_CHECKPOINT, [(offset,)], fsync=False)
 
     def close(self) -> None:
         self._close_active()

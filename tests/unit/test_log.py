@@ -11,7 +11,7 @@ from actors.broker.batches import build, decode_records, read_header
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.errors import KafkaStorageException, OffsetOutOfRangeException
 from actors.broker.leader_epochs import LeaderEpochCache
-from actors.broker.log import Log
+from actors.broker.log import RECOVERY_POINT_CHECKPOINT, Log, read_recovery_point
 from coordination.errors import KrayError
 
 
@@ -304,3 +304,37 @@ def test_an_idle_log_holds_no_file_descriptor_and_a_written_one_holds_one(tmp_pa
     for log in logs:
         log.close()
     assert descriptors() == before
+
+
+def test_the_recovery_point_moves_when_a_segment_rolls_and_is_checkpointed_beside_the_log(tmp_path):
+    log = Log(tmp_path / "t-0", segment_bytes=300)
+    assert log.recovery_point == 0 and read_recovery_point(tmp_path / "t-0") == 0  # nothing flushed yet
+    fill(log, 1)
+    assert log.recovery_point == 0  # appends are not flushed (log.flush.interval.* never)
+    fill(log, 6)
+    assert len(log.segments) > 1
+    assert log.recovery_point == log.segments[-1].base_offset == read_recovery_point(tmp_path / "t-0")
+    assert log.recovery_point < log.log_end_offset  # the active segment's batches are not flushed
+    log.flush()
+    assert log.recovery_point == log.log_end_offset == read_recovery_point(tmp_path / "t-0")
+    log.close()
+    assert Log(tmp_path / "t-0", segment_bytes=300).recovery_point == log.log_end_offset
+
+
+def test_the_recovery_point_follows_truncation_and_never_passes_the_log_end(tmp_path):
+    log = Log(tmp_path / "t-0")
+    fill(log, 5)
+    log.flush()
+    log.truncate_to(6)  # below the recovery point: it comes down with the log
+    assert log.recovery_point == 6 == read_recovery_point(tmp_path / "t-0")
+    fill(log, 2)
+    log.truncate_to(9)  # above it: it stays
+    assert log.recovery_point == 6
+    log.truncate_fully_and_start_at(40)
+    assert log.recovery_point == 40 == read_recovery_point(tmp_path / "t-0")
+    log.close()
+    write_checkpoint(tmp_path / "t-0" / RECOVERY_POINT_CHECKPOINT, [(90,)])  # says more than the log holds
+    assert Log(tmp_path / "t-0").recovery_point == 40
+    (tmp_path / "t-0" / RECOVERY_POINT_CHECKPOINT).write_text("0\n1\nx\n")
+    assert read_recovery_point(tmp_path / "t-0") == 0  # unreadable: nothing taken as flushed
+    assert Log(tmp_path / "t-0").recovery_point == 40  # not below the log start
