@@ -309,6 +309,13 @@ class KrayZkClient:
         except NodeExistsError:  # another broker was first
             return self.get_znode(zkdata.ClusterIdZNode, zkdata.CLUSTER_ID).id
 
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        """Kafka's propagateLogDirEvent (KIP-112): a sequential /log_dir_event_notification/log_dir_event_N
+        saying this broker lost a log directory; the controller's watch picks it up. Its path."""
+        return self.kazoo.create(f"{zkdata.LOG_DIR_EVENT_NOTIFICATION}/{zkdata.LOG_DIR_EVENT_PREFIX}",
+                                 zkdata.LogDirEventNotificationZNode(broker=broker_id).encode(), sequence=True,
+                                 makepath=True)
+
     def bootstrap_servers(self) -> str:
         """"host:port,..." of every registered broker's listener: a Kafka client's bootstrap.servers."""
         brokers = self.get_brokers(self.get_all_broker_ids())

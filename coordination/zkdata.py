@@ -13,7 +13,7 @@ import base64
 import re
 import time
 import uuid
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -45,6 +45,8 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 CONFIG_CHANGE_PREFIX = "config_change_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
@@ -58,7 +60,7 @@ PERSISTENT_PATHS = (
     BROKER_SEQUENCE_ID,
     ISR_CHANGE_NOTIFICATION,
     "/latest_producer_id_block",
-    "/log_dir_event_notification",
+    LOG_DIR_EVENT_NOTIFICATION,
     CONFIG_TOPICS,
     "/config/clients",
     "/config/users",
@@ -234,6 +236,17 @@ class PreferredReplicaElectionZNode(PartitionListZNode):
 class IsrChangeNotificationZNode(PartitionListZNode):
     version: int = 1
     partitions: list[PartitionRef]
+
+
+class LogDirEventNotificationZNode(ZNodeModel):
+    """`/log_dir_event_notification/log_dir_event_N` (KIP-112): a broker found a log directory failed
+    (event 1, Kafka's LogDirFailureEvent, the only one). The controller reads, acts and deletes it."""
+
+    LOG_DIR_FAILURE_EVENT: ClassVar[int] = 1
+
+    version: int = 1
+    broker: int
+    event: int = LOG_DIR_FAILURE_EVENT
 
 
 class ConfigChangeNotificationZNode(ZNodeModel):

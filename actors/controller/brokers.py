@@ -75,6 +75,8 @@ def on_broker_failure(s: FlowScope, dead: set[int]) -> None:
     new leader as soon as it is known, rather than waiting on the dead one until its next periodic
     refresh (librdkafka's comes once a second)."""
     s.ctx.shutting_down_broker_ids -= dead
+    for b in dead:  # KIP-112: a dead broker's replicas are all offline; its next incarnation answers afresh
+        s.ctx.replicas_on_offline_dirs.pop(b, None)
     if any(l.leader_and_isr.leader in dead for l in s.ctx.partition_leadership.values()):
         s.batch.add_update_metadata(s.ctx.live_or_shutting_down_broker_ids, [])
         s.send_now()
@@ -103,6 +105,8 @@ def on_broker_startup(s: FlowScope, new: set[int]) -> None:
     """UpdateMetadata to all (every partition to the new brokers), the new brokers' replicas Online, New/Offline partitions elected,
     and reassignments and deletions that were waiting for these brokers resumed."""
     ctx = s.ctx
+    for b in new:  # KIP-112: its LeaderAndIsr answers tell which of its replicas are on failed directories
+        ctx.replicas_on_offline_dirs.pop(b, None)
     s.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids - new, [])
     s.batch.add_update_metadata(new, ctx.partitions_with_leaders())
     s.send_now()  # in a request of their own, before the LeaderAndIsr that follow (Kafka's order)

@@ -87,7 +87,7 @@ def elect_leader(ctx: ControllerContext, tp: TopicPartition, strategy: ElectionS
     lai = leadership.leader_and_isr
     assignment = ctx.partition_full_assignment(tp)
     replicas = assignment.replicas
-    live = [r for r in replicas if ctx.is_replica_online(r)]
+    live = [r for r in replicas if ctx.is_replica_online(r, tp)]
     match strategy:
         case OfflineElection():
             leader = offline_partition_leader_election(replicas, lai.isr, live, strategy.unclean(tp.topic))
@@ -282,4 +282,4 @@ def auto_rebalance_candidates(ctx: ControllerContext, imbalance_percentage: int)
     leaders = {tp: ctx.partition_leadership[tp].leader_and_isr.leader for tp in preferred
                if tp in ctx.partition_leadership}
     return [tp for broker, tps in imbalanced_leaderships(preferred, leaders, imbalance_percentage).items()
-            for tp in tps if ctx.is_replica_online(broker) and broker in ctx.partition_leadership[tp].leader_and_isr.isr]
+            for tp in tps if ctx.is_replica_online(broker, tp) and broker in ctx.partition_leadership[tp].leader_and_isr.isr]

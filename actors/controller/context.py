@@ -91,6 +91,9 @@ class ControllerContext:
     # event (cleared per event): for them the context's ISR is ZooKeeper's, leaders may have changed others
     leaderships_synced: set[TopicPartition] = field(default_factory=set)
     leaderships_written: set[TopicPartition] = field(default_factory=set)  # the same, written only
+    # KIP-112: per live broker, its replicas on a failed log directory (its LeaderAndIsr answers said
+    # KAFKA_STORAGE_ERROR); offline though the broker lives. Forgotten when the broker dies or starts again
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
 
     # -- brokers -------------------------------------------------------------
 
@@ -103,8 +106,11 @@ class ControllerContext:
     def live_or_shutting_down_broker_ids(self) -> set[int]:
         return set(self.live_brokers) | self.shutting_down_broker_ids
 
-    def is_replica_online(self, broker_id: int) -> bool:
-        return broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
+    def is_replica_online(self, broker_id: int, tp: TopicPartition | None = None) -> bool:
+        """Kafka's isReplicaOnline: the broker is live and not shutting down, and (given a partition) its
+        replica of it is not on a failed log directory."""
+        return (broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
+                and (tp is None or tp not in self.replicas_on_offline_dirs.get(broker_id, ())))
 
     def add_live_brokers(self, brokers: dict[int, tuple[LiveBroker, int]]) -> None:
         for broker_id, (broker, epoch) in brokers.items():
@@ -181,7 +187,7 @@ class ControllerContext:
     def partitions_with_offline_leader(self) -> list[TopicPartition]:
         """Partitions whose leader is not a live broker (topics being deleted excluded)."""
         return [tp for tp, l in self.partition_leadership.items()
-                if not self.is_replica_online(l.leader_and_isr.leader)
+                if not self.is_replica_online(l.leader_and_isr.leader, tp)
                 and not self.is_topic_queued_for_deletion(tp.topic)]
 
     def remove_topic(self, topic: str) -> None:

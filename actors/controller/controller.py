@@ -4,7 +4,8 @@ Everything here runs on the inbox thread. The election events (events.ELECTION_E
 here; every other event goes to the flow registered for its type (flow.py), with the term's
 FlowScope: `brokers.py` (broker startup, failure, controlled shutdown), `topics.py` (creation,
 expansion, deletion), `leadership.py` (preferred and auto rebalance elections, ISR change
-notifications), `reassignment.py`, `admin_requests.py`. Decisions are pure (`decisions.py`,
+notifications), `log_dirs.py` (KIP-112: failed log directories), `reassignment.py`,
+`admin_requests.py`. Decisions are pure (`decisions.py`,
 `changes.py`); the state machines (`zk_state_machines.py`) persist and apply them; the batch is sent
 once per broker at the end of each event.
 """
@@ -18,7 +19,7 @@ from kazoo.client import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from actors.config import ControllerConfig
-from actors.controller import admin_requests, brokers, leadership, reassignment, topics
+from actors.controller import admin_requests, brokers, leadership, log_dirs, reassignment, topics
 from actors.controller.context import ControllerContext
 from actors.controller.controller_zk import FencedZkClient
 from actors.controller.events import (
@@ -33,6 +34,7 @@ from actors.controller.events import (
     DescribeController,
     Expire,
     IsrChangeNotification,
+    LogDirEventNotification,
     PartitionReassignment,
     PreferredReplicaElection,
     Reelect,
@@ -56,7 +58,7 @@ from coordination.zkclient import KrayZkClient
 
 log = logging.getLogger(__name__)
 
-FLOW_MODULES = (admin_requests, brokers, leadership, reassignment, topics)  # importing them registers their flows
+FLOW_MODULES = (admin_requests, brokers, leadership, log_dirs, reassignment, topics)  # importing them registers their flows
 TIMELINES_KEPT = 1000
 AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after failover (sooner if the interval is)
 
@@ -341,6 +343,7 @@ class KafkaController:
         self.watch_children(zkdata.TOPICS, TopicChange)
         self.watch_children(zkdata.DELETE_TOPICS, TopicDeletion)
         self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
+        self.watch_children(zkdata.LOG_DIR_EVENT_NOTIFICATION, LogDirEventNotification)
         self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, creation_only=True)
         self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, creation_only=True)
         laps.lap("watches")
@@ -370,6 +373,8 @@ class KafkaController:
             self.on_timeline(timeline)
         if response.api == "StopReplica" and request is not None:
             self.scope.deletion.on_stop_replica_response(response, request)
+        elif response.api == "LeaderAndIsr":
+            log_dirs.on_leader_and_isr_response(self.scope, response)
         # expected per partition: STALE_CONTROLLER_EPOCH for a re-sent LeaderAndIsr whose leader epoch the
         # broker already has (Kafka's convention, after a failover); FENCED_LEADER_EPOCH for a StopReplica
         # at the epoch the replica already has (a shutting-down broker's followers, a cancelled adding

@@ -5,9 +5,12 @@ here reads ZooKeeper or changes the context; the state machines' own plans are i
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from actors.controller.context import ControllerContext, ReplicaAssignment
+from coordination import zkdata
+from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 
@@ -119,3 +122,30 @@ def partitions_still_led(ctx: ControllerContext, broker_id: int) -> list[TopicPa
 def _replicated_and_kept(ctx: ControllerContext, tp: TopicPartition) -> bool:
     return (len(ctx.partition_replicas(tp)) > 1 and tp in ctx.partition_leadership
             and not ctx.is_topic_queued_for_deletion(tp.topic))
+
+
+@dataclass(frozen=True)
+class OfflineDirReplicas:
+    """What a broker's LeaderAndIsr answer says of its log directories (Kafka's
+    processLeaderAndIsrResponseReceived): its replicas on failed directories now, and those of them
+    that were not offline before (they go OfflineReplica)."""
+
+    current: frozenset[TopicPartition]
+    newly_offline: frozenset[TopicPartition]
+
+
+def replicas_on_offline_dirs(previous: set[TopicPartition] | frozenset[TopicPartition],
+                             answers: Iterable[tuple[TopicPartition, Errors]]) -> OfflineDirReplicas:
+    """A partition answered KAFKA_STORAGE_ERROR is on a failed directory; one answered NONE is not (a
+    new incarnation's, or a log created again on a live directory); any other answer changes nothing."""
+    offline = {tp for tp, error in answers if error == Errors.KAFKA_STORAGE_ERROR}
+    online = {tp for tp, error in answers if error == Errors.NONE}
+    current = frozenset((set(previous) - online) | offline)
+    return OfflineDirReplicas(current, current - frozenset(previous))
+
+
+def log_dir_event_brokers(notifications: Iterable[zkdata.LogDirEventNotificationZNode]) -> list[int]:
+    """The brokers the log directory event notifications name, each once (Kafka's getBrokerIdsFromLogDirEvents,
+    the failure event being the only one)."""
+    return sorted({n.broker for n in notifications
+                   if n.event == zkdata.LogDirEventNotificationZNode.LOG_DIR_FAILURE_EVENT})

@@ -46,7 +46,7 @@ class TopicDeletionManager:
             return
         ctx.topics_to_be_deleted |= queued
         with_offline = {t for t in queued
-                        if any(not ctx.is_replica_online(r) for _, r in ctx.replicas_for_topic(t))}
+                        if any(not ctx.is_replica_online(r, tp) for tp, r in ctx.replicas_for_topic(t))}
         reassigning = {tp.topic for tp in ctx.partitions_being_reassigned}
         ctx.topics_ineligible_for_deletion |= (with_offline | reassigning) & queued
 
@@ -147,9 +147,9 @@ class TopicDeletionManager:
         for topic in sorted(topics):
             replicas = ctx.replicas_for_topic(topic)
             done = set(ctx.replicas_in_state(topic, R.ReplicaDeletionSuccessful))
-            topic_dead = [k for k in replicas if not ctx.is_replica_online(k[1])]
+            topic_dead = [k for k in replicas if not ctx.is_replica_online(k[1], k[0])]
             dead += topic_dead
-            retry += [k for k in replicas if ctx.is_replica_online(k[1]) and k not in done]
+            retry += [k for k in replicas if ctx.is_replica_online(k[1], k[0]) and k not in done]
             if topic_dead:
                 ineligible.add(topic)
         s.rsm.handle_state_changes(dead, R.ReplicaDeletionIneligible)

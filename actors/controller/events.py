@@ -102,6 +102,11 @@ class IsrChangeNotification(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class LogDirEventNotification(ControllerEvent):
+    """A broker wrote /log_dir_event_notification/log_dir_event_N: one of its log directories failed (KIP-112)."""
+
+
+@dataclass(frozen=True)
 class PreferredReplicaElection(ControllerEvent):
     """/admin/preferred_replica_election was created."""
 
@@ -196,7 +201,8 @@ _STATE_OF = {  # each event's ControllerState, as Kafka's event of that kind dec
     "PartitionReassignmentIsrChange": "AlterPartitionReassignment",
     "AutoPreferredReplicaLeaderElection": "AutoLeaderBalance", "PreferredReplicaElection": "ManualLeaderBalance",
     "ReplicaLeaderElection": "ManualLeaderBalance", "ControlledShutdown": "ControlledShutdown",
-    "IsrChangeNotification": "IsrChange", "TopicUncleanLeaderElectionEnable": "TopicUncleanLeaderElectionEnable",
+    "IsrChangeNotification": "IsrChange", "LogDirEventNotification": "LogDirChange",
+    "TopicUncleanLeaderElectionEnable": "TopicUncleanLeaderElectionEnable",
     "ShutdownEventThread": "ControllerShutdown",
 }
 _RESPONSE_STATES = {"LeaderAndIsr": "LeaderAndIsrResponseReceived",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from actors.controller import leadership, reassignment
+from actors.controller import leadership, log_dirs, reassignment
 from actors.controller.flow import FlowScope
 from actors.controller.timeline import Laps
 
@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 def on_controller_failover(s: FlowScope, laps: Laps) -> None:
     """`laps`: the steps since the election, each step's time in the closing log line."""
     leadership.delete_isr_change_notifications(s)
-    laps.lap("isr notifications")
+    log_dirs.delete_log_dir_event_notifications(s)
+    laps.lap("isr and log dir notifications")
     s.initialize_context()
     s.deletion.init()
     laps.lap("context")

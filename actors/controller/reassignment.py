@@ -109,7 +109,7 @@ def _bump_leader_epoch_and_send(s: FlowScope, tp: TopicPartition, recipients) ->
 
 def _move_leader_if_required(s: FlowScope, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
     leader = s.ctx.partition_leadership[tp].leader_and_isr.leader
-    if leader in assignment.replicas and s.ctx.is_replica_online(leader):
+    if leader in assignment.replicas and s.ctx.is_replica_online(leader, tp):
         _bump_leader_epoch_and_send(s, tp, assignment.replicas)
     else:
         s.psm.handle_state_changes([tp], P.OnlinePartition, ReassignElection())

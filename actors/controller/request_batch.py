@@ -43,7 +43,7 @@ def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: Lead
     return PartitionState(
         tp.topic, tp.partition, leadership.controller_epoch, leader, leader_epoch, lai.isr, zk_version,
         assignment.replicas, assignment.adding, assignment.removing,
-        tuple([r for r in assignment.replicas if not ctx.is_replica_online(r)]), is_new,
+        tuple([r for r in assignment.replicas if not ctx.is_replica_online(r, tp)]), is_new,
     )
 
 

@@ -153,7 +153,7 @@ class ZkPartitionStateMachine(_Machine):
         """Kafka's collectUncleanLeaderElectionState: the topic configs are read only for partitions with
         no live ISR member, the only ones an unclean election could concern."""
         leaderless = {tp.topic for tp in partitions if (l := self.ctx.partition_leadership.get(tp)) is not None
-                      and not any(self.ctx.is_replica_online(r) for r in l.leader_and_isr.isr)}
+                      and not any(self.ctx.is_replica_online(r, tp) for r in l.leader_and_isr.isr)}
         return OfflineElection(self.unclean_leader_election_enabled,
                                topic_unclean_overrides(self.zk, leaderless) if leaderless else {})
 
@@ -171,7 +171,7 @@ class ZkPartitionStateMachine(_Machine):
             leadership = self.ctx.partition_leadership.get(tp)
             if leadership is None:
                 self.ctx.partition_states[tp] = P.NewPartition
-            elif self.ctx.is_replica_online(leadership.leader_and_isr.leader):
+            elif self.ctx.is_replica_online(leadership.leader_and_isr.leader, tp):
                 self.ctx.partition_states[tp] = P.OnlinePartition
             else:
                 self.ctx.partition_states[tp] = P.OfflinePartition
@@ -277,7 +277,7 @@ class ZkPartitionStateMachine(_Machine):
                 lai = created.get(tp) or elected[tp]
                 self.ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(lai, self.ctx.epoch)
                 if tp in created:
-                    recipients = [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r)]
+                    recipients = [r for r in self.ctx.partition_replicas(tp) if self.ctx.is_replica_online(r, tp)]
                 else:
                     recipients = plan.elected[tp].recipients
                     self.elections += 1
@@ -309,7 +309,7 @@ class ZkReplicaStateMachine(_Machine):
         online, offline = [], []
         for tp in self.ctx.all_partitions():
             for r in self.ctx.partition_replicas(tp):
-                is_online = self.ctx.is_replica_online(r)
+                is_online = self.ctx.is_replica_online(r, tp)
                 (online if is_online else offline).append((tp, r))
                 self.ctx.replica_states[(tp, r)] = R.OnlineReplica if is_online else R.ReplicaDeletionIneligible
         self.handle_state_changes(online, R.OnlineReplica)

@@ -9,13 +9,17 @@ from actors.controller.context import ControllerContext, LeaderAndIsr, LeaderIsr
 from actors.controller.decisions import (
     broker_changes,
     controlled_shutdown_plan,
+    log_dir_event_brokers,
     partition_modification,
     partitions_still_led,
     reassignment_complete,
     reassignment_error,
+    replicas_on_offline_dirs,
     topic_changes,
 )
 from actors.protocol import LiveBroker
+from coordination import zkdata
+from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
@@ -116,3 +120,31 @@ def test_controlled_shutdown_acts_on_replicated_partitions_of_topics_kept():
     assert partitions_still_led(ctx, 1) == [T0]
     ctx.partition_leadership[T0] = LeaderIsrAndControllerEpoch(LeaderAndIsr(2, 1, (2,), 1), 1)
     assert partitions_still_led(ctx, 1) == []  # the single-replica partition it leads does not hold it
+
+
+# -- KIP-112: failed log directories ---------------------------------------------------------------
+
+@pytest.mark.parametrize("previous, answers, current, new", [
+    (set(), [(T0, Errors.NONE), (T1, Errors.NONE)], set(), set()),
+    (set(), [(T0, Errors.KAFKA_STORAGE_ERROR), (T1, Errors.NONE)], {T0}, {T0}),
+    ({T0}, [(T0, Errors.KAFKA_STORAGE_ERROR), (T1, Errors.KAFKA_STORAGE_ERROR)], {T0, T1}, {T1}),
+    ({T0}, [(T0, Errors.NONE)], set(), set()),  # answered again from a live directory
+    ({T0}, [(T1, Errors.STALE_CONTROLLER_EPOCH)], {T0}, set()),  # other answers change nothing
+    ({T0, T1}, [(T0, Errors.KAFKA_STORAGE_ERROR)], {T0, T1}, set()),
+])
+def test_replicas_on_offline_dirs_follow_the_storage_errors_a_broker_answers(previous, answers, current, new):
+    found = replicas_on_offline_dirs(previous, answers)
+    assert (found.current, found.newly_offline) == (current, new)
+
+
+def test_log_dir_events_name_each_failed_broker_once():
+    events = [zkdata.LogDirEventNotificationZNode(broker=b) for b in (3, 1, 3)]
+    events.append(zkdata.LogDirEventNotificationZNode(broker=2, event=7))  # not a failure: no event of Kafka's
+    assert log_dir_event_brokers(events) == [1, 3]
+
+
+def test_a_replica_on_a_failed_dir_is_offline_and_its_leadership_is_offline_but_its_brokers_others_are_not():
+    ctx = context({T0: (1, 2, 3), T1: (1, 2, 3)})
+    ctx.replicas_on_offline_dirs[1] = {T0}
+    assert not ctx.is_replica_online(1, T0) and ctx.is_replica_online(1, T1) and ctx.is_replica_online(1)
+    assert ctx.partitions_with_offline_leader() == [T0]
