@@ -13,6 +13,8 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | zk-restart                 | SIGKILL of one ZooKeeper server (the leader of an ensemble), restarted |
 |                            | after S seconds (needs the server handle: embedded runs, `kray zk`)    |
 | controlled-shutdown N      | broker N moves its leaderships away and stops for good                 |
+| corrupt-log-tail N, truncate-log-tail N, lose-unflushed-tail N: broker N killed for good, its logs |
+| damaged once its process is gone (jobs/disk_faults.py); the caller starts it again after S seconds  |
 | cut-replication N, cut-broker-zookeeper N, cut-controller-zookeeper, isolate-broker N, split-brokers, |
 | bridge-brokers, slow-replication N: link faults for S seconds, then healed (actors/links/shapes.py)  |
 """
@@ -22,9 +24,11 @@ import contextlib
 import logging
 import signal
 import time
+from pathlib import Path
 
 import ray
 from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import LocalCluster, send_signal
 from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, LinkFault, broker_link
@@ -32,6 +36,8 @@ from actors.links.shapes import LinkSetting, Role, Shape, plan
 from actors.names import is_request_sender_to
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
+from jobs import disk_faults
+from jobs.disk_faults import DISK_FAULTS, Damage
 from jobs.rundir import FaultKind
 
 log = logging.getLogger(__name__)
@@ -39,7 +45,7 @@ log = logging.getLogger(__name__)
 BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN,
                  FaultKind.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER, FaultKind.ISOLATE_BROKER,
-                 FaultKind.SLOW_REPLICATION}
+                 FaultKind.SLOW_REPLICATION, *DISK_FAULTS}
 LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER: Shape.CUT_ZOOKEEPER,
                FaultKind.CUT_CONTROLLER_ZOOKEEPER: Shape.CUT_ZOOKEEPER, FaultKind.ISOLATE_BROKER: Shape.ISOLATE_BROKER,
                FaultKind.SPLIT_BROKERS: Shape.SPLIT_BROKERS, FaultKind.BRIDGE_BROKERS: Shape.BRIDGE_BROKERS,
@@ -76,6 +82,17 @@ class Chaos:
         """SIGKILL broker N's actor and its controller candidate (Ray restarts it if asked); when the
         fault took effect."""
         return self.cluster.kill_broker(broker_id, restart)
+
+    def disk_fault(self, kind: FaultKind, broker_id: int) -> tuple[float, list[Damage]]:
+        """SIGKILL broker N for good (as kill-broker), then, once its process is gone, damage its logs as
+        `kind` says, on its node; (when it was killed, what was damaged). Start it again with
+        LocalCluster.start_broker: its next incarnation recovers the logs and fetches the rest."""
+        info = ray.get(self.cluster.broker_actor(broker_id).info.remote(), timeout=30)
+        killed = self.cluster.kill_broker(broker_id)
+        if info["node_id"] == ray.get_runtime_context().get_node_id():
+            return killed, damage_logs(kind, info["pid"], info["log_dir"])
+        task = _damage_logs.options(scheduling_strategy=NodeAffinitySchedulingStrategy(info["node_id"], soft=False))
+        return killed, ray.get(task.remote(kind, info["pid"], info["log_dir"]), timeout=60)
 
     def kill_controller(self) -> tuple[int, float]:
         """SIGKILL the active controller's actor (its broker starts another); (its broker id, when)."""
@@ -171,3 +188,29 @@ class Chaos:
     def controlled_shutdown(self, broker_id: int) -> dict:
         self.cluster.broker_actor(broker_id)
         return self.cluster.controlled_shutdown(broker_id)
+
+
+def process_gone(pid: int) -> bool:
+    """No process `pid` runs here any more (gone, or a zombie not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def damage_logs(kind: FaultKind, pid: int, log_dir: str, timeout_s: float = 30.0) -> list[Damage]:
+    """Once the process `pid` is gone (it held the logs), damage the logs under `log_dir` as `kind` says."""
+    deadline = time.monotonic() + timeout_s
+    while not process_gone(pid):
+        if time.monotonic() > deadline:
+            raise KrayError(f"process {pid} still runs {timeout_s:g} s after its SIGKILL: its logs are left alone")
+        time.sleep(0.02)
+    damages = disk_faults.plan(kind, Path(log_dir))
+    disk_faults.apply(damages)
+    return damages
+
+
+@ray.remote(num_cpus=0)
+def _damage_logs(kind: FaultKind, pid: int, log_dir: str) -> list[Damage]:
+    return damage_logs(kind, pid, log_dir)

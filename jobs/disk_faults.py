@@ -145,7 +145,7 @@ def describe(damages: list[Damage], examples: int = 3) -> str:
     logs = sorted({d.partition for d in damages})
     lost = sum(d.lost_bytes for d in damages)
     offsets = sum(d.offsets[1] - d.offsets[0] for d in damages)
-    shown = "; ".join(f"{d.partition} {d.segment.name[-12:]} {'flipped byte' if d.flip else 'cut at byte'} "
+    shown = "; ".join(f"{d.partition} segment {int(d.segment.stem)} {'flipped byte' if d.flip else 'cut at byte'} "
                       f"{d.at} of {d.file_bytes} (offsets {d.offsets[0]}-{d.offsets[1] - 1})"
                       for d in damages[:examples])
     return f"{len(logs)} logs, {lost} bytes, {offsets} offsets" + (f": {shown}" if shown else "") + \

@@ -22,7 +22,8 @@ from actors.records import Ack, TimelineRecord, tp_key
 from jobs.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample, StateSample
 
 LEADER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
-                 FaultKind.EXPIRE_BROKER_SESSION, FaultKind.CONTROLLED_SHUTDOWN}
+                 FaultKind.EXPIRE_BROKER_SESSION, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.CORRUPT_LOG_TAIL,
+                 FaultKind.TRUNCATE_LOG_TAIL, FaultKind.LOSE_UNFLUSHED_TAIL}
 PAUSES = {FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER}
 
 

@@ -41,6 +41,7 @@ from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs import failovers, rundir
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, Chaos
+from jobs.disk_faults import DISK_FAULTS, describe
 from jobs.check import check_run
 from jobs.experiment import Experiment, FaultSpec
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
@@ -258,7 +259,7 @@ class ExperimentRun:
                     self.progress(f"Fault {fault_id}: the cluster has not recovered; injecting anyway")
             target = self._target(spec)
             record.target = target
-            if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER):
+            if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, *DISK_FAULTS):
                 self._awaited = {key: s.leader_epoch for key, s in states.items() if target in s.isr}
             self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
                           + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else ""))
@@ -294,12 +295,15 @@ class ExperimentRun:
 
     def _act(self, spec: FaultSpec, target: int | None, record: FaultRecord) -> None:
         chaos, kind = self.chaos, spec.fault
-        if kind in (FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN):
+        if kind in (FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, *DISK_FAULTS):
             with self._lock:
                 self._down.add(target)
             try:
                 if kind is FaultKind.KILL_BROKER:
                     record.injected_ms = chaos.kill_broker(target)
+                elif kind in DISK_FAULTS:  # killed, its logs damaged with its process gone
+                    record.injected_ms, damages = chaos.disk_fault(kind, target)
+                    record.detail = describe(damages)
                 else:
                     record.detail = str(chaos.controlled_shutdown(target))
                 time.sleep(spec.seconds)
@@ -456,7 +460,7 @@ class ExperimentRun:
 
 
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
-          FaultKind.ZK_RESTART, *LINK_FAULTS}
+          FaultKind.ZK_RESTART, *LINK_FAULTS, *DISK_FAULTS}
 
 
 def percentile(values: list[float], p: float) -> float | None:
