@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh Debian machine:
 #   make demo   - set up, then run the main job on an embedded ZooKeeper + local Ray
 #   make test   - set up, then run the test suite (real ZooKeeper, real Ray)
-# Set-up: a virtualenv in .venv with the project, Debian's zookeeper package, a Java check.
+# Set-up: a virtualenv in .venv with the project, Debian's zookeeper package, a Java check, Debian's chromium.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -28,6 +28,8 @@ system-packages:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq zookeeper; }
 	@command -v kcat >/dev/null || { echo "Installing Debian's kcat (a Kafka client the tests drive)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq kcat; }
+	@command -v chromium >/dev/null || { echo "Installing Debian's chromium (the run timeline page's browser tests)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

@@ -34,10 +34,10 @@ from actors.config import ControllerConfig
 from actors.records import PRODUCED, Ack, JsonlReader, tp_key
 from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec
-from jobs.failovers import unavailability_ms
+from jobs.failovers import percentile, unavailability_ms
 from jobs.local import embedded_zookeeper_and_ray
 from jobs.rundir import FaultKind
-from jobs.runner import percentile, run_experiment
+from jobs.runner import run_experiment
 
 
 def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool, rate: float = 0,

@@ -15,6 +15,7 @@ the paused process runs again.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import defaultdict
 from typing import Collection, Iterable, NamedTuple
 
@@ -149,7 +150,29 @@ def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], acks: Ac
     return sorted(out, key=lambda r: r.detected_ms)
 
 
+class UnavailableWindow(NamedTuple):
+    partition: str  # topic-partition
+    fault_id: int | None
+    start_ms: float  # the fault
+    end_ms: float  # the partition's first acknowledgement after it
+
+
+def unavailable_windows(failovers: list[FailoverRecord]) -> list[UnavailableWindow]:
+    """Client-visible unavailability of every affected partition, as a window: from the fault to its
+    first acknowledgement after (the summary's percentiles take their lengths, the timeline page
+    draws them)."""
+    return [UnavailableWindow(tp, f.fault_id, f.fault_injected_ms, ok) for f in failovers
+            if f.fault_injected_ms is not None for tp, ok in f.first_produce_ok_ms.items()]
+
+
 def unavailability_ms(failovers: list[FailoverRecord]) -> list[float]:
     """Client-visible unavailability of every affected partition: first acknowledgement after - fault."""
-    return [ok - f.fault_injected_ms for f in failovers if f.fault_injected_ms is not None
-            for ok in f.first_produce_ok_ms.values()]
+    return [w.end_ms - w.start_ms for w in unavailable_windows(failovers)]
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile of sorted values, p in 0-100 (every p50/p99 of a run: its summary, its
+    timeline page, the unavailability benchmark)."""
+    if not values:
+        return None
+    return values[max(0, math.ceil(p / 100 * len(values)) - 1)]

@@ -13,6 +13,7 @@ model per line, and a summary.
                  /partition_states.jsonl   periodic ZooKeeper snapshots: live brokers, leader/epoch/ISR (StateSample)
                  /final_state.json         ZooKeeper and every broker's cache after the faults stopped (FinalState)
                  /summary.json             what happened, and the invariant checks (Summary)
+                 /timeline.html            the run on one page, for people (jobs/timeline_page.py)
 
 The records the actors write (timelines, produced, consumed, controller events and requests), the
 record base and the JSON Lines reader and writer are in actors/records.py, beside the actors; this
@@ -33,6 +34,7 @@ LOAD = "load.jsonl"
 PARTITION_STATES = "partition_states.jsonl"
 FINAL_STATE = "final_state.json"
 SUMMARY = "summary.json"
+TIMELINE = "timeline.html"
 EXPERIMENT = "experiment.json"
 
 
@@ -69,6 +71,11 @@ class FaultRecord(Record):
     injected_ms: float
     ended_ms: float | None = None  # a pause's SIGCONT, a broker's return
     detail: str = ""
+
+    @property
+    def label(self) -> str:
+        """How reports and the timeline page name it: "kill-broker 2", "split-brokers"."""
+        return self.kind.value + (f" {self.target}" if self.target is not None else "")
 
 
 class LoadAtFault(Record):

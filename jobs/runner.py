@@ -9,7 +9,6 @@ every few seconds.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
@@ -44,8 +43,10 @@ from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, Chaos
 from jobs.disk_faults import DISK_FAULTS, describe
 from jobs.check import check_run
 from jobs.experiment import Experiment, FaultSpec
+from jobs.failovers import percentile
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
 from jobs.rundir import FaultKind, FaultRecord
+from jobs.timeline_page import write_timeline
 
 log = logging.getLogger(__name__)
 
@@ -456,19 +457,12 @@ class ExperimentRun:
             malformed_lines={**reader.malformed, **check.malformed_lines}, check=check)
         self.writer.document(rundir.SUMMARY, summary)
         self.writer.close()
+        write_timeline(self.run_dir)
         return summary
 
 
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
           FaultKind.ZK_RESTART, *LINK_FAULTS, *DISK_FAULTS}
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    """Nearest-rank percentile of sorted values."""
-    if not values:
-        return None
-    return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
-
 
 def report(run_dir: Path) -> str:
     """What a run did, for people: its failovers, phase by phase, and its summary with the invariant checks
@@ -483,7 +477,7 @@ def report(run_dir: Path) -> str:
         return f"{a - b:.0f}" if a is not None and b is not None else "-"
     for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord):
         fault = faults.get(f.fault_id)
-        what = f"{fault.kind.value} {fault.target if fault.target is not None else ''}" if fault else "(none)"
+        what = fault.label if fault else "(none)"
         down = sorted(ok - f.fault_injected_ms for ok in f.first_produce_ok_ms.values()) \
             if f.fault_injected_ms is not None else []
         lines.append(f"{f.kind + ' ' + ','.join(map(str, f.brokers)):<24}{what:<28}"
@@ -501,6 +495,8 @@ def report(run_dir: Path) -> str:
     else:
         lines.append(f"\nNo readable {rundir.SUMMARY}: `kray check {run_dir}` checks the invariants")
     lines.append(f"Run directory: {run_dir}")
+    if (run_dir / rundir.TIMELINE).exists():
+        lines.append(f"Timeline: {run_dir / rundir.TIMELINE} (open it in a browser)")
     return "\n".join(lines)
 
 

@@ -10,8 +10,9 @@ import pytest
 from jobs import rundir
 from jobs.check import main as check_main
 from jobs.experiment import Experiment, FaultSpec, RandomFaults, load_experiment
-from jobs.rundir import FaultKind
+from jobs.rundir import FaultKind, FaultRecord
 from jobs.runner import report, run_experiment
+from tests.chromium import open_in_chromium
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_BROKERS = {"min_insync_replicas": 2, "replica_lag_time_max_ms": 2000, "replica_fetch_wait_max_ms": 200,
@@ -88,6 +89,12 @@ def test_link_faults_in_a_short_experiment_keep_every_invariant(environment, tmp
     assert {FaultKind.CUT_CONTROLLER_ZOOKEEPER, FaultKind.ISOLATE_BROKER} <= {f.fault_kind for f in failovers}
     assert summary.acked > 1000
     assert check_main([str(run_dir)]) == 0
+    page = run_dir / rundir.TIMELINE  # its timeline page, which the report points to, shows every fault
+    assert f"Timeline: {page}" in report(run_dir)
+    shown = open_in_chromium(page)
+    assert shown.console == [] and shown.script_errors == ""
+    labels = [f"{f['fault_id']}: {FaultRecord.model_validate(f).label}" for f in faults]
+    assert [label for label in labels if f">{label}</text>" not in shown.dom] == []
 
 
 @pytest.mark.slow  # about 100 s
