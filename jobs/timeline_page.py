@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from html import escape
 from pathlib import Path
 from typing import Iterable, NamedTuple
@@ -77,16 +77,28 @@ def produce_series(acks: Iterable[Ack], origin_ms: float, bucket_ms: float) -> P
         Series("p99", "#e76f51", [(t, percentile(v, 99)) for t, v in zip(middle, ranked)]))
 
 
-def isr_series(states: list[StateSample]) -> list[Series]:
-    """Partitions per ISR size at each ZooKeeper sample, largest ISR first, and the offline ones
-    (no leader: Kafka's OfflinePartitionsCount)."""
-    sizes = sorted({len(p.isr) for s in states for p in s.partitions.values()}, reverse=True)
-    out = [Series(f"ISR {size}", COLORS[i % len(COLORS)],
-                  [(s.ts_ms, sum(len(p.isr) == size for p in s.partitions.values())) for s in states])
+class IsrCount(NamedTuple):
+    """A ZooKeeper sample as the page draws it: counts, not its partitions (a long run of 1,000
+    partitions has millions of partition states)."""
+
+    ts_ms: float
+    isr_sizes: Counter  # ISR size -> partitions
+    offline: int  # partitions without a leader: Kafka's OfflinePartitionsCount
+    partitions: int
+
+    @classmethod
+    def of(cls, sample: StateSample) -> IsrCount:
+        states = sample.partitions.values()
+        return cls(sample.ts_ms, Counter(len(p.isr) for p in states), sum(p.leader < 0 for p in states), len(states))
+
+
+def isr_series(counts: list[IsrCount]) -> list[Series]:
+    """Partitions per ISR size at each ZooKeeper sample, largest ISR first, and the offline ones."""
+    sizes = sorted({size for c in counts for size in c.isr_sizes}, reverse=True)
+    out = [Series(f"ISR {size}", COLORS[i % len(COLORS)], [(c.ts_ms, c.isr_sizes[size]) for c in counts])
            for i, size in enumerate(sizes)]
-    if states:
-        out.append(Series("offline", OFFLINE,
-                          [(s.ts_ms, sum(p.leader < 0 for p in s.partitions.values())) for s in states]))
+    if counts:
+        out.append(Series("offline", OFFLINE, [(c.ts_ms, c.offline) for c in counts]))
     return out
 
 
@@ -107,21 +119,22 @@ def unavailable_partitions(windows: list[UnavailableWindow]) -> list[tuple[str, 
     return sorted(by_partition.items(), key=lambda item: (-sum(w.end_ms - w.start_ms for w in item[1]), item[0]))
 
 
-def _axis(faults: list[FaultRecord], load: list[LoadSample], states: list[StateSample],
+def _axis(faults: list[FaultRecord], load: list[LoadSample], isr: list[IsrCount],
           windows: list[UnavailableWindow]) -> Axis | None:
     times = [t for f in faults for t in (f.injected_ms, f.ended_ms) if t is not None]
-    times += [s.ts_ms for s in load] + [s.ts_ms for s in states] + [t for w in windows for t in (w.start_ms, w.end_ms)]
+    times += [s.ts_ms for s in load] + [c.ts_ms for c in isr] + [t for w in windows for t in (w.start_ms, w.end_ms)]
     return Axis(min(times), max(times)) if times else None
 
 
-def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample], states: list[StateSample],
+def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample], states: Iterable[StateSample],
                   failovers: list[FailoverRecord], acks: Iterable[Ack], summary: Summary | None = None) -> str:
-    """The page. `acks` is read once, as it streams (produced.jsonl holds every acknowledged record)."""
+    """The page. `states` and `acks` are read once, as they stream (partition_states.jsonl and
+    produced.jsonl are a run's largest files)."""
     faults = sorted(faults, key=lambda f: (f.injected_ms, f.fault_id))
     load = sorted(load, key=lambda s: s.ts_ms)
-    states = sorted(states, key=lambda s: s.ts_ms)
+    counts = sorted(map(IsrCount.of, states), key=lambda c: c.ts_ms)
     windows = unavailable_windows(failovers)
-    provisional = _axis(faults, load, states, windows)
+    provisional = _axis(faults, load, counts, windows)
     origin = provisional.start_ms if provisional else 0.0
     span = provisional.end_ms - origin if provisional else 0.0
     produce = produce_series(acks, origin, max(1000.0, math.ceil(span / MAX_BUCKETS / 1000) * 1000))
@@ -129,7 +142,7 @@ def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample],
     start, end = (min(times), max(times)) if times else (0.0, 1000.0)
     axis = Axis(start, max(end, start + 1000))
     bucket_s = f"{produce.bucket_ms / 1000:g} s"
-    isr = isr_series(states)
+    isr = isr_series(counts)
     sections = [
         _section("Faults", "each fault from its injection to its end; a thin line: no end recorded",
                  _fault_lane(faults, axis)),
@@ -141,7 +154,7 @@ def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample],
         _section("ISR sizes", "partitions per ISR size and offline partitions, at each ZooKeeper sample",
                  _chart(isr, faults, axis, "no ZooKeeper samples"), isr),
         _section("Controller", "the first load sample of each controller epoch", _controller_lane(load, faults, axis)),
-        _unavailable_section(windows, faults, axis, len(states[-1].partitions) if states else None),
+        _unavailable_section(windows, faults, axis, counts[-1].partitions if counts else None),
     ]
     return PAGE.format(
         title=escape(title), header=_header(title, summary, axis, len(faults)), sections="\n".join(sections),
@@ -155,7 +168,7 @@ def write_timeline(run_dir: Path) -> Path:
     reader = JsonlReader(run_dir)
     page = timeline_html(
         run_dir.name, list(reader.lines(rundir.FAULTS, FaultRecord)), list(reader.lines(rundir.LOAD, LoadSample)),
-        list(reader.lines(rundir.PARTITION_STATES, StateSample)),
+        reader.lines(rundir.PARTITION_STATES, StateSample),
         list(reader.lines(rundir.FAILOVERS, FailoverRecord)), reader.lines(PRODUCED, Ack),
         reader.document(rundir.SUMMARY, Summary))
     path = run_dir / rundir.TIMELINE
