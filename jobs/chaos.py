@@ -31,9 +31,9 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import LocalCluster, send_signal
-from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, LinkFault, broker_link
-from actors.links.shapes import LinkSetting, Role, Shape, plan
-from actors.names import is_request_sender_to
+from actors.links.faults import Direction, LinkFault
+from actors.links.shapes import LinkSetting, Role, Shape, every_link, plan
+from actors.names import is_request_sender_to, request_sender_name
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
 from jobs import disk_faults
@@ -49,7 +49,8 @@ BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUS
 LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER: Shape.CUT_ZOOKEEPER,
                FaultKind.CUT_CONTROLLER_ZOOKEEPER: Shape.CUT_ZOOKEEPER, FaultKind.ISOLATE_BROKER: Shape.ISOLATE_BROKER,
                FaultKind.SPLIT_BROKERS: Shape.SPLIT_BROKERS, FaultKind.BRIDGE_BROKERS: Shape.BRIDGE_BROKERS,
-               FaultKind.SLOW_REPLICATION: Shape.SLOW_REPLICATION}
+               FaultKind.SLOW_REPLICATION: Shape.SLOW_REPLICATION,
+               FaultKind.CUT_CONTROLLER_BROKER: Shape.CUT_CONTROLLER_BROKER}
 
 
 class Chaos:
@@ -120,15 +121,14 @@ class Chaos:
         return broker_id, expired
 
     def apply_links(self, settings: list[LinkSetting]) -> float:
-        """Set each link fault, both directions, on its broker or controller candidate; when they were
-        all set. A process that is not running is passed over: it has no links now, and a new one
+        """Set each link fault, both directions, on its broker, controller candidate or RequestSender;
+        when they were all set. A process that is not running is passed over: it has no links now, and a new one
         starts with healthy links (so healing after a kill heals the others). Needs a cluster started
         with link_faults_enable."""
         calls = {}
         for setting in settings:
             try:
-                actor = self.cluster.controller_actor(setting.broker_id) if setting.role is Role.CANDIDATE \
-                    else self.cluster.broker_actor(setting.broker_id)
+                actor = self._process(setting)
             except (KrayError, ValueError):
                 log.info("No %s %d running: its links are left as they are", setting.role.value, setting.broker_id)
                 continue
@@ -141,26 +141,32 @@ class Chaos:
                 log.info("%s %d died while its link %s was set", setting.role.value, setting.broker_id, setting.link)
         return time.time() * 1000
 
+    def _process(self, setting: LinkSetting):
+        if setting.role is Role.CANDIDATE:
+            return self.cluster.controller_actor(setting.broker_id)
+        if setting.role is Role.SENDER:
+            return ray.get_actor(request_sender_name(setting.broker_id), namespace=self.namespace)
+        return self.cluster.broker_actor(setting.broker_id)
+
     def link_fault(self, kind: FaultKind, target: int | None = None, slow: LinkFault | None = None
                    ) -> tuple[int | None, list[LinkSetting], float]:
-        """Make the link fault `kind` (cut-controller-zookeeper: the active controller's); (its target,
-        the settings that `apply_links(healed(settings))` undoes, when)."""
+        """Make the link fault `kind` (cut-controller-zookeeper: the active controller's; cut-controller-broker:
+        the active controller's link to broker `target`); (its target, the settings that
+        `apply_links(healed(settings))` undoes, when)."""
+        controller = self.controller_id() if kind in (FaultKind.CUT_CONTROLLER_ZOOKEEPER,
+                                                      FaultKind.CUT_CONTROLLER_BROKER) else None
         if kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER:
-            target = self.controller_id()
+            target = controller
         try:
             settings = plan(LINK_FAULTS[kind], list(self.cluster.brokers), target,
-                            candidate=kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER, slow=slow)
+                            candidate=kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER, slow=slow, controller=controller)
         except ValueError as e:
             raise KrayError(str(e)) from None
         return target, settings, self.apply_links(settings)
 
     def heal_links(self) -> float:
-        """Every link of every broker and candidate healthy again (`kray chaos heal`); when."""
-        brokers = list(self.cluster.brokers)
-        settings = [LinkSetting(Role.CANDIDATE, b, ZOOKEEPER_LINK, HEALTHY) for b in brokers] + \
-                   [LinkSetting(Role.BROKER, b, link, HEALTHY) for b in brokers
-                    for link in [ZOOKEEPER_LINK] + [broker_link(m) for m in brokers if m != b]]
-        return self.apply_links(settings)
+        """Every link of every broker, candidate and RequestSender healthy again (`kray chaos heal`); when."""
+        return self.apply_links(every_link(list(self.cluster.brokers)))
 
     def kill_request_sender(self, broker_id: int) -> int:
         """SIGKILL the RequestSenders to broker N (the broker's own, and any a controller started in place

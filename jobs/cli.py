@@ -457,6 +457,7 @@ LINK_FAULT_HELP = {
     "split-brokers": "split the brokers into two halves",
     "bridge-brokers": "two halves, and one broker between them that reaches both",
     "slow-replication": "slow a broker's links to every other broker",
+    "cut-controller-broker": "cut the active controller's requests to a broker (ZooKeeper and replication kept)",
 }
 
 
@@ -685,7 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=chaos)
     for name, text in LINK_FAULT_HELP.items():  # on a cluster started with --link-faults
         s = ch.add_parser(name, help=text)
-        if name in ("cut-replication", "cut-broker-zookeeper", "isolate-broker", "slow-replication"):
+        if name in ("cut-replication", "cut-broker-zookeeper", "isolate-broker", "slow-replication",
+                    "cut-controller-broker"):
             s.add_argument("broker_id", type=int)
         s.add_argument("--seconds", type=float, default=0.0, help="heal after this long (0: leave it)")
         if name == "slow-replication":

@@ -62,6 +62,7 @@ class FaultKind(str, Enum):
     SPLIT_BROKERS = "split-brokers"  # two halves of the brokers
     BRIDGE_BROKERS = "bridge-brokers"  # two halves and a broker between them that reaches both
     SLOW_REPLICATION = "slow-replication"  # broker N's links to every other broker slowed (FaultSpec.link)
+    CUT_CONTROLLER_BROKER = "cut-controller-broker"  # the active controller's requests to broker N (RequestSender)
 
 
 class FaultRecord(Record):

@@ -4,7 +4,8 @@ ControllerChannelManager over them.
 `RequestSender` is Kafka's RequestSendThread as a Ray actor: a FIFO queue for one broker, one call in
 flight (carrying every request queued so far, applied in order), retried with backoff until it is
 answered, the responses handed back to the inbox of the controller it works for; it outlives
-controller epochs (each broker starts its own). What it sends is built by the pure request batch
+controller epochs (each broker starts its own). With link faults on, its calls cross the link
+between the controller's broker and the target (`actors/links/calls.py`). What it sends is built by the pure request batch
 (actors/controller/request_batch.py), which also has the rules it takes batches in by (`InOrder`,
 `takeover`).
 """
@@ -23,6 +24,9 @@ import ray
 
 from actors.config import ClusterConfig
 from actors.controller.request_batch import InOrder, Owner, takeover
+from actors.links.calls import CallLinks
+from actors.links.faults import Direction, LinkFault, broker_link
+from actors.links.proxy import LinkTable
 from actors.names import broker_actor_name, replacement_sender_name, request_sender_name
 from actors.protocol import ControllerRequestT, ControllerResponse
 from actors.runtime import BROKER_ACTOR_MODULE, beside_this_actor, configure_actor_process, control_plane_env, preload
@@ -49,11 +53,17 @@ class RequestSender:
         self._owner: Owner = (-1, -1)
         self._controller_id, self._controller = -1, None
         self._in_order = InOrder()
+        self.links = CallLinks() if config.link_faults_enable else None
         threading.Thread(target=self._run, name=request_sender_name(broker_id), daemon=True).start()
 
     def process(self) -> dict:
         """This sender's process (pid, node), as a candidate's `process`."""
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+
+    def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
+        """Fault one direction of the link `broker-C` between a controller on broker C and this sender's
+        broker (forward: the requests, backward: the answers); every link's faults."""
+        return LinkTable.of(self.links).set_fault(link, direction, fault)
 
     def wait_stopped(self, owner: Owner) -> str:
         """Answered when a newer owner takes the sender over, never while `owner` has it: the
@@ -84,16 +94,26 @@ class RequestSender:
     def _send(self, owner: Owner, requests: list[ControllerRequestT]) -> list[ControllerResponse] | None:
         """The broker's answers; None once another owner took over (its requests are no longer wanted)."""
         backoff = self.config.request_retry_backoff_ms / 1000
-        while self._owner == owner:
+        link, wanted = broker_link(self._controller_id), lambda: self._owner == owner
+        while wanted():
             try:
+                if not self._cross(link, Direction.FORWARD, requests, wanted):
+                    return None
                 broker = ray.get_actor(broker_actor_name(self.broker_id), namespace=self.config.namespace)
-                return ray.get(broker.handle.remote(requests), timeout=self.config.controller_socket_timeout_ms / 1000)
+                responses = ray.get(broker.handle.remote(requests),
+                                    timeout=self.config.controller_socket_timeout_ms / 1000)
+                return responses if self._cross(link, Direction.BACKWARD, responses, wanted) else None
             except Exception as e:  # actor gone, restarting, or timed out: Kafka retries until removed
                 log.warning("[Controller id=%d, targetBrokerId=%d] Controller's connection to broker was "
                             "unsuccessful (%s); retrying %s", self._controller_id, self.broker_id,
                             type(e).__name__, ", ".join(r.api for r in requests))
                 time.sleep(backoff)
         return None
+
+    def _cross(self, link: str, direction: Direction, messages: list, wanted) -> bool:
+        """Whether `messages` crossed the link (at once when link faults are off), or stopped being wanted."""
+        return self.links is None or self.links.pass_call(
+            link, direction, lambda: sum(len(m.model_dump_json()) for m in messages), wanted)
 
     def _run(self) -> None:
         """One call in flight: whatever is queued for the broker goes in it, in FIFO order, and the

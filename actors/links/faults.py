@@ -18,6 +18,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coordination.errors import KrayError
+
 ZOOKEEPER_LINK = "zookeeper"  # a process's ZooKeeper session (to every server of the ensemble)
 LINK_NAME = re.compile(r"zookeeper|broker-\d+")
 RETRANSMIT_S = 0.2  # Linux's TCP_RTO_MIN
@@ -80,3 +82,26 @@ class Shaper:
         at = max(done + latency + losses * RETRANSMIT_S, self._last)
         self._last = at
         return at
+
+
+class FaultTable:
+    """A process's faults by link name and direction, set before or after the link is first used; a
+    link never faulted is healthy."""
+
+    def __init__(self) -> None:
+        self._faults: dict[str, dict[Direction, LinkFault]] = {}
+
+    def set(self, name: str, direction: Direction, fault: LinkFault) -> None:
+        if not LINK_NAME.fullmatch(name):
+            raise KrayError(f"no link {name!r}: a process's links are 'zookeeper' and 'broker-N'")
+        self._faults.setdefault(name, {})[direction] = fault
+
+    def get(self, name: str, direction: Direction) -> LinkFault:
+        return self._faults.get(name, {}).get(direction, HEALTHY)
+
+    def of(self, name: str) -> dict[Direction, LinkFault]:
+        return dict(self._faults.get(name, {}))
+
+    def report(self, opened=()) -> dict[str, dict[str, LinkFault]]:
+        """Each link faulted or in `opened`: each direction's fault (an actor's `set_link_fault` answer)."""
+        return {name: {d.value: self.get(name, d) for d in Direction} for name in sorted(set(opened) | set(self._faults))}

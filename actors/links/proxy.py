@@ -15,11 +15,13 @@ import contextlib
 import logging
 import random
 import threading
+from typing import TypeVar
 
-from actors.links.faults import HEALTHY, LINK_NAME, ZOOKEEPER_LINK, Direction, LinkFault, Shaper
+from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, FaultTable, LinkFault, Shaper
 from coordination.errors import KrayError
 
 log = logging.getLogger(__name__)
+L = TypeVar("L")
 
 CHUNK_BYTES = 65_536
 QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops reading (backpressure)
@@ -143,14 +145,14 @@ class LinkTable:
         threading.Thread(target=self.loop.run_forever, name=name, daemon=True).start()
         self._lock = threading.Lock()  # the table changes from the process's threads; the loop never takes it
         self._proxies: dict[str, list[LinkProxy]] = {}  # a link to an ensemble is one proxy per server
-        self._faults: dict[str, dict[Direction, LinkFault]] = {}
+        self._faults = FaultTable()
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def _open(self, name: str, target: tuple[str, int]) -> tuple[str, int]:
         proxy = LinkProxy(name, target)
-        for direction, fault in self._faults.get(name, {}).items():
+        for direction, fault in self._faults.of(name).items():
             proxy.set_fault(direction, fault)
         self._run(proxy.start())
         self._proxies.setdefault(name, []).append(proxy)
@@ -180,10 +182,8 @@ class LinkTable:
 
     def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> dict[str, dict[str, LinkFault]]:
         """Every link's faults, this one set."""
-        if not LINK_NAME.fullmatch(name):
-            raise KrayError(f"no link {name!r}: a process's links are 'zookeeper' and 'broker-N'")
         with self._lock:
-            self._faults.setdefault(name, {})[direction] = fault
+            self._faults.set(name, direction, fault)
             proxies = list(self._proxies.get(name, []))
 
             async def apply() -> None:
@@ -193,8 +193,9 @@ class LinkTable:
         return self.faults()
 
     @staticmethod
-    def of(links: LinkTable | None) -> LinkTable:
-        """The table of a process whose links may be off (an actor's `set_link_fault`)."""
+    def of(links: L | None) -> L:
+        """The links (a LinkTable, or a RequestSender's CallLinks) of a process whose links may be off
+        (an actor's `set_link_fault`)."""
         if links is None:
             raise KrayError("this cluster's links cannot be faulted: start it with link_faults_enable")
         return links
@@ -202,8 +203,7 @@ class LinkTable:
     def faults(self) -> dict[str, dict[str, LinkFault]]:
         """Every link opened or faulted, each direction's fault."""
         with self._lock:
-            return {name: {d.value: self._faults.get(name, {}).get(d, HEALTHY) for d in Direction}
-                    for name in sorted(set(self._proxies) | set(self._faults))}
+            return self._faults.report(self._proxies)
 
     def close(self) -> None:
         with self._lock:

@@ -1,9 +1,11 @@
 """Jepsen's network faults as link settings (pure): which process's link to what gets which fault.
 
-A process is a broker or a controller candidate (both named by broker id, the candidate living beside
-its broker as Kafka's controller lives in the broker's JVM). Broker links are set on both ends, so
-that fetches stall whichever of the two brokers is the follower; ZooKeeper links are the process's
-session. Healing a shape is the same settings with HEALTHY.
+A process is a broker, a controller candidate or a broker's RequestSender (all named by broker id,
+the candidate living beside its broker as Kafka's controller lives in the broker's JVM). Broker
+links are set on both ends, so that fetches stall whichever of the two brokers is the follower; the
+controller's link to broker N is set in N's RequestSender, named after the broker the controller
+runs on (`broker-C`), so that cutting brokers apart also cuts a controller among them off from the
+others; ZooKeeper links are the process's session. Healing a shape is the same settings with HEALTHY.
 
 | shape             | what is cut (both directions unless said)                                      |
 |-------------------|---------------------------------------------------------------------------------|
@@ -13,6 +15,7 @@ session. Healing a shape is the same settings with HEALTHY.
 | split-brokers     | the lower half of the broker ids from the upper half; ZooKeeper kept by all     |
 | bridge-brokers    | two halves, and one broker in the middle that reaches both                      |
 | slow-replication N| N's links to every other broker slowed by the given fault (not cut)             |
+| cut-controller-broker N | the controller's requests to N and their answers; all else kept           |
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, LinkFault, broker_link
 class Role(str, Enum):
     BROKER = "broker"
     CANDIDATE = "candidate"
+    SENDER = "request-sender"  # broker N's RequestSender: its link `broker-C` is the controller's on C
 
 
 class LinkSetting(NamedTuple):
@@ -41,23 +45,28 @@ class Shape(str, Enum):
     SPLIT_BROKERS = "split-brokers"
     BRIDGE_BROKERS = "bridge-brokers"
     SLOW_REPLICATION = "slow-replication"
+    CUT_CONTROLLER_BROKER = "cut-controller-broker"
 
 
-TARGETED = {Shape.CUT_REPLICATION, Shape.CUT_ZOOKEEPER, Shape.ISOLATE_BROKER, Shape.SLOW_REPLICATION}
+TARGETED = {Shape.CUT_REPLICATION, Shape.CUT_ZOOKEEPER, Shape.ISOLATE_BROKER, Shape.SLOW_REPLICATION,
+            Shape.CUT_CONTROLLER_BROKER}
 CUT = LinkFault(cut=True)
 
 
 def _between(side_a: list[int], side_b: list[int], fault: LinkFault) -> list[LinkSetting]:
-    """Every broker of one side's link to every broker of the other, on both ends."""
-    return [LinkSetting(Role.BROKER, a, broker_link(b), fault) for a in side_a for b in side_b] + \
-           [LinkSetting(Role.BROKER, b, broker_link(a), fault) for a in side_a for b in side_b]
+    """Every broker of one side's link to every broker of the other, on both ends, and the link of a
+    controller on either side to the brokers of the other."""
+    pairs = [(a, b) for a in side_a for b in side_b] + [(b, a) for a in side_a for b in side_b]
+    return [LinkSetting(Role.BROKER, a, broker_link(b), fault) for a, b in pairs] + \
+           [LinkSetting(Role.SENDER, b, broker_link(a), fault) for a, b in pairs]
 
 
 def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate: bool = False,
-         slow: LinkFault | None = None) -> list[LinkSetting]:
+         slow: LinkFault | None = None, controller: int | None = None) -> list[LinkSetting]:
     """The settings that make `shape` among `brokers` (`target` for the shapes that take one;
     `candidate`: cut-zookeeper of N's controller candidate rather than the broker; `slow`: the fault
-    of slow-replication). ValueError for a shape that cannot be made."""
+    of slow-replication; `controller`: the broker the active controller runs on, for
+    cut-controller-broker). ValueError for a shape that cannot be made."""
     brokers = sorted(set(brokers))
     if shape in TARGETED and target not in brokers:
         raise ValueError(f"{shape.value} needs one of the brokers {brokers} as its target, not {target}")
@@ -69,6 +78,11 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
     if shape is Shape.ISOLATE_BROKER:
         return _between([target], others, CUT) + [LinkSetting(Role.BROKER, target, ZOOKEEPER_LINK, CUT),
                                                   LinkSetting(Role.CANDIDATE, target, ZOOKEEPER_LINK, CUT)]
+    if shape is Shape.CUT_CONTROLLER_BROKER:
+        if controller not in others:
+            raise ValueError(f"cut-controller-broker needs a controller on another broker than {target}, "
+                             f"not {controller}")
+        return [LinkSetting(Role.SENDER, target, broker_link(controller), CUT)]
     if shape is Shape.SLOW_REPLICATION:
         if slow is None or slow.cut or slow.healthy:
             raise ValueError("slow-replication needs a fault that slows the link (delay, jitter, loss or rate)")
@@ -82,6 +96,13 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
         raise ValueError("bridge-brokers needs at least 3 brokers")
     middle = len(brokers) // 2
     return _between(brokers[:middle], brokers[middle + 1:], CUT)
+
+
+def every_link(brokers: list[int]) -> list[LinkSetting]:
+    """Every link of every process among `brokers`, healthy (`kray chaos heal`)."""
+    return [LinkSetting(role, b, ZOOKEEPER_LINK, HEALTHY) for b in brokers for role in (Role.BROKER, Role.CANDIDATE)] + \
+        [LinkSetting(role, a, broker_link(b), HEALTHY) for a in brokers for b in brokers if a != b
+         for role in (Role.BROKER, Role.SENDER)]
 
 
 def healed(settings: list[LinkSetting]) -> list[LinkSetting]:

@@ -106,3 +106,30 @@ def test_faulting_a_link_of_a_cluster_without_link_faults_is_refused(new_cluster
         assert "link_faults_enable" in str(e)
     else:
         raise AssertionError("a fault was set on a cluster without links")
+
+
+def test_a_broker_the_controller_cannot_reach_hears_of_no_change_until_healed(new_cluster):
+    """Only the controller's requests to broker N are cut (the RequestSender path): N keeps its
+    session and its replication, but a topic created meanwhile reaches every other broker and not N;
+    healed, the held requests arrive (Kafka's RequestSendThread retries until answered) and N serves it."""
+    cluster, zk = new_cluster(link_faults=True)
+    chaos = Chaos(cluster, zk)
+    controller, _ = cluster.wait_for_controller(zk)
+    victim = next(b for b in cluster.brokers if b != controller)
+
+    def knows(broker_id: int) -> bool:
+        cache = ray.get(cluster.brokers[broker_id].metadata.remote(), timeout=30)
+        return sum(tp.topic == "during-cut" for tp in cache["partitions"]) == 3
+
+    target, settings, _ = chaos.link_fault(FaultKind.CUT_CONTROLLER_BROKER, victim)
+    assert target == victim and [s.link for s in settings] == [f"broker-{controller}"]
+    admin.create_topic(zk, "during-cut", 3, 3)
+    poll(lambda: all(knows(b) for b in cluster.brokers if b != victim), timeout=60, what="the others to know the topic")
+    poll(lambda: all(s.leader != -1 for s in zk_states(zk, "during-cut").values()), timeout=30, what="leaders")
+    assert not knows(victim)
+    assert victim in zk.get_all_broker_ids()  # not a failed broker: only out of the controller's reach
+
+    chaos.apply_links(healed(settings))
+    poll(lambda: knows(victim), timeout=60, what="the held requests to reach the broker")
+    producer = Producer(cluster.bootstrap_servers(), acks=-1)  # and it serves as what the controller made it
+    assert all(producer.send("during-cut", [f"r{p}".encode()], partition=p)[0].offset == 0 for p in range(3))
