@@ -7,8 +7,8 @@ unavailability (failovers.jsonl, as the summary's percentiles count it), and eve
 The page is one file opened from disk: SVG drawn here, inline CSS, and a few lines of script (a
 cursor that reads out the time across the charts; window.onerror, which shows script errors on the
 page). Nothing is fetched. `timeline_html` builds it from the records (pure); `write_timeline` reads
-them from a run directory and writes the page beside them. A run cut short still gets one: a missing
-file draws an empty chart, malformed lines are skipped.
+them from a run directory and writes the page beside them (the runner, after summary.json). What a run
+cut short left is enough: a missing file draws an empty chart, malformed lines are skipped.
 
 Sized for runs of 1,000 partitions: partition state is drawn as counts (partitions per ISR size),
 and only the partitions that were unavailable get a bar, longest first, at most
