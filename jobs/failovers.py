@@ -170,6 +170,18 @@ def unavailability_ms(failovers: list[FailoverRecord]) -> list[float]:
     return [w.end_ms - w.start_ms for w in unavailable_windows(failovers)]
 
 
+def first_write_after(at_ms: float, acks: AckIndex, partitions: Collection[str]) -> dict[str, float]:
+    """When each partition first acknowledged a record sent at or after `at_ms` (partition -> ms): the
+    moment it took new writes again, whatever the fault (one that kills no process, such as a cut
+    link, has no failover to measure from)."""
+    out = {}
+    for tp in partitions:
+        after = acks.first_after(tp, at_ms, lambda p: p.sent_ms < at_ms) if tp in acks.points else None
+        if after is not None:
+            out[tp] = after.acked_ms
+    return out
+
+
 def percentile(values: list[float], p: float) -> float | None:
     """Nearest-rank percentile of sorted values, p in 0-100 (every p50/p99 of a run: its summary, its
     timeline page, the unavailability benchmark)."""

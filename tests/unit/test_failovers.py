@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from actors.records import Ack, TimelineRecord
-from jobs.failovers import AckIndex, AckPoint, compose, recovery, unavailability_ms
+from jobs.failovers import AckIndex, AckPoint, compose, first_write_after, recovery, unavailability_ms
 from jobs.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample
 
 _seq = iter(range(1_000_000))
@@ -55,6 +55,15 @@ def test_ack_index_sorts_and_looks_up_strictly_around_a_moment():
     assert index.first_after("t-0", 150, lambda p: p.broker_id == 1) == AckPoint(300, 2, 1, 295)
     assert index.first_after("t-0", 300, never) is None
     assert index.first_after("t-0", 0, lambda p: True) is None
+
+
+def test_a_partition_takes_new_writes_again_at_the_first_ack_of_a_record_sent_after_the_fault():
+    def sent(tp: str, sent_ms: float, acked_ms: float) -> Ack:
+        return ack(tp, -1, -1, acked_ms).model_copy(update={"sent_ms": sent_ms})
+    index = AckIndex([sent("t-0", 90, 105), sent("t-0", 95, 400), sent("t-0", 120, 410),  # held, then sent after
+                      sent("t-1", 130, 140), sent("u-0", 10, 20)])
+    assert first_write_after(100, index, ["t-0", "t-1", "u-0", "never-0"]) == {"t-0": 410, "t-1": 140}
+    assert first_write_after(500, index, ["t-0"]) == {}
 
 
 # -- recovery: faults that take leaders down ---------------------------------------------------------
