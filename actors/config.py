@@ -51,6 +51,12 @@ class BrokerConfig(BaseModel):
 
     log_dirs: str | None = Field(None, description="log.dirs; broker N keeps its replicas under <log_dirs>/broker-N "
                                                    "(default: <temp dir>/kray-logs/<namespace>)")
+    log_dirs_per_broker: int = Field(1, ge=1, description="how many log directories each broker has (Kafka's "
+                                                          "log.dirs lists them): 1 keeps its replicas in "
+                                                          "<log_dirs>/broker-N itself; more in "
+                                                          "<log_dirs>/broker-N/log-dir-I, a new replica in the one "
+                                                          "with the fewest. One may fail while the broker serves "
+                                                          "from the others (KIP-112); the last one failing stops it")
     log_segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="log.segment.bytes")
     log_retention_ms: int = Field(7 * 24 * 3600 * 1000, ge=-1, description="log.retention.ms (-1: forever)")
     log_retention_bytes: int = Field(-1, ge=-1, description="log.retention.bytes per partition (-1: no limit)")
@@ -126,6 +132,13 @@ class ClusterConfig(BaseModel):
         return ray.util.get_node_ip_address()
 
     def log_dir(self, broker_id: int) -> Path:
+        """Broker N's own directory: its only log dir, or the home of its log dirs (log_dirs_of)."""
         base = Path(self.broker.log_dirs) if self.broker.log_dirs else \
             Path(tempfile.gettempdir()) / "kray-logs" / self.namespace
         return base / f"broker-{broker_id}"
+
+    def log_dirs_of(self, broker_id: int) -> list[Path]:
+        """Broker N's log directories, in order (Kafka's log.dirs)."""
+        home = self.log_dir(broker_id)
+        count = self.broker.log_dirs_per_broker
+        return [home] if count == 1 else [home / f"log-dir-{i}" for i in range(count)]

@@ -22,14 +22,14 @@ import ray
 import uvloop
 
 from actors import records
-from actors.broker.checkpoints import write_checkpoint
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
 from actors.broker.log_config import LogConfig
+from actors.broker.log_dirs import parse_log_dir_name
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.kafka_apis import KafkaApis
 from actors.broker.network import SocketServer
-from actors.broker.replica_manager import HW_CHECKPOINT, ReplicaManager, role
+from actors.broker.replica_manager import ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
@@ -78,7 +78,7 @@ class BrokerActor:
         self.loop = uvloop.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name=f"kafka-network-thread-{broker_id}", daemon=True).start()
         log_dir = config.log_dir(broker_id)
-        self.recovered = sum(d.is_dir() for d in log_dir.iterdir()) if log_dir.is_dir() else 0  # replicas on disk
+        self.recovered = _replicas_on_disk(config.log_dirs_of(broker_id))
         # on a loop of its own: the data plane's loop makes ZooKeeper calls that wait on this link
         self.links = LinkTable(name=f"broker-links-{broker_id}") if config.link_faults_enable else None
         self.zk = config.zk_client(links=self.links).start()
@@ -87,9 +87,12 @@ class BrokerActor:
         self.topic_configs: dict[str, LogConfig] = {}
         self.controller = None  # the controller candidate beside this broker, started last
         self.metadata_cache = MetadataCache()
-        self.replica_manager = ReplicaManager(broker_id, log_dir, self._log_config,
+        self.replica_manager = ReplicaManager(broker_id, config.log_dirs_of(broker_id), self._log_config,
                                               in_metadata=lambda tp: tp in self.metadata_cache.partitions,
                                               expand_isr=lambda replica, tps: self.isr.expand(tps, replica))
+        # Kafka's LogDirFailureHandler: a failed directory is handled on the data plane's loop
+        self.replica_manager.failure_channel.on_offline = \
+            lambda d: self.loop.call_soon_threadsafe(self._handle_log_dir_failure, d)
         self.isr = IsrManager(broker_id, self.zk, self.replica_manager, self._on_loop,
                               is_alive=lambda b: b in self.metadata_cache.alive_brokers)
         self.producer_ids = ProducerIdManager(self.zk, broker_id)
@@ -100,7 +103,9 @@ class BrokerActor:
         self.port = self._listen(log_dir / LISTENER_PORT_FILE)
         self.fetchers = ReplicaFetcherManager(
             broker_id, config.broker,
-            route=None if self.links is None else lambda leader, address: self.links.route(broker_link(leader), address))
+            route=None if self.links is None else lambda leader, address: self.links.route(broker_link(leader), address),
+            on_storage_error=lambda tp, partition, e: self.replica_manager.io_failed(
+                partition.log.dir.parent, f"processing fetched data for partition {tp}", e))
         self.config_changes = ConfigChangeListener(self.zk, self._topic_config_changed)
         self.request_sender = poll(lambda: start_request_sender(broker_id, config), timeout=60,
                                    what=f"{request_sender_name(broker_id)}'s name to be free (a killed "
@@ -228,8 +233,31 @@ class BrokerActor:
         """Leader epochs written on the loop a few files at a time; the HW checkpoint fsync'ed here,
         off the loop."""
         rm = self.replica_manager
-        entries = self._on_loop(lambda: rm.checkpoint_leader_epochs() or rm.high_watermarks())
-        write_checkpoint(rm.log_dir / HW_CHECKPOINT, entries)
+        by_dir = self._on_loop(lambda: rm.checkpoint_leader_epochs() or rm.high_watermarks_by_dir())
+        rm.write_high_watermark_checkpoints(by_dir)
+
+    def _handle_log_dir_failure(self, log_dir: Path) -> None:
+        """On the loop (Kafka's LogDirFailureHandler): the directory's replicas stop being served and
+        fetched; the controller hears of it through /log_dir_event_notification. With no directory left
+        the broker halts, as Kafka's does (Exit.halt(1)): to Ray and ZooKeeper, a broker that died."""
+        offline = self.replica_manager.handle_log_dir_failure(log_dir)
+        for tp in offline:
+            self.fetchers.unfollow(tp)
+        if not self.replica_manager.log_dirs.live:
+            log.critical("[Broker id=%d] Halting: all log dirs have failed", self.broker_id)
+            logging.shutdown()
+            os._exit(1)
+        threading.Thread(target=self._propagate_log_dir_event, args=(log_dir,), daemon=True,
+                         name=f"log-dir-failure-handler-{self.broker_id}").start()
+
+    def _propagate_log_dir_event(self, log_dir: Path) -> None:
+        try:
+            path = self.zk.kazoo.retry(self.zk.propagate_log_dir_event, self.broker_id)
+            log.warning("[Broker id=%d] Stopped serving replicas in dir %s (told the controller: %s)",
+                        self.broker_id, log_dir, path)
+        except Exception:  # the controller learns it at the next LeaderAndIsr it sends us anyway
+            log.exception("[Broker id=%d] Could not write the log dir event notification for %s", self.broker_id,
+                          log_dir)
 
     @property
     def broker_epoch(self) -> int:
@@ -327,11 +355,27 @@ class BrokerActor:
         return LinkTable.of(self.links).set_fault(link, direction, fault)
 
     @ray.method(concurrency_group="control")
+    def fail_log_dir(self, index: int) -> str:
+        """For chaos and tests: log dir `index` fails under this running broker, as a disk does: it is
+        renamed aside and a file takes its place, so that the next I/O in it fails (open files keep
+        working). The broker finds out by itself, at that I/O (a checkpoint within
+        replica.high.watermark.checkpoint.interval.ms at the latest). Where the directory went."""
+        log_dir = self.config.log_dirs_of(self.broker_id)[index]
+        aside = log_dir.with_name(f"{log_dir.name}.failed-{now_ms()}")
+        os.rename(log_dir, aside)
+        log_dir.write_text("a failed log directory (kray chaos: fail-log-dir)\n")
+        log.warning("[Broker id=%d] Log dir %s failed (chaos): its contents are in %s", self.broker_id, log_dir,
+                    aside)
+        return str(aside)
+
+    @ray.method(concurrency_group="control")
     def info(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), "listener": self.listener(),
                 "controller_epoch": self.replica_manager.controller_epoch, "session_id": self.zk.session_id,
                 "log_dir": str(self.replica_manager.log_dir), "recovered_partitions": self.recovered,
+                "log_dirs": [str(d) for d in self.replica_manager.log_dirs.dirs],
+                "offline_log_dirs": sorted(str(d) for d in self.replica_manager.log_dirs.offline),
                 "rss_mb": rss_mb(), "requests": self._count()}
 
     def _count(self, *apis: str) -> dict[str, int]:
@@ -384,6 +428,15 @@ class BrokerActor:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _replicas_on_disk(log_dirs: list[Path]) -> int:
+    """How many replicas' logs the log dirs hold at start (an unreadable dir counts none)."""
+    count = 0
+    for d in log_dirs:
+        with contextlib.suppress(OSError):
+            count += sum(e.is_dir() and parse_log_dir_name(e.name) is not None for e in d.iterdir())
+    return count
 
 
 def _answer(request, response: ControllerResponse) -> ControllerResponse:

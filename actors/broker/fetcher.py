@@ -68,8 +68,9 @@ class ReplicaFetcher:
     """Fetches the partitions led by one source broker."""
 
     def __init__(self, broker_id: int, source_id: int, address: Callable[[], tuple[str, int] | None],
-                 config: BrokerConfig):
+                 config: BrokerConfig, on_storage_error: Callable[[TopicPartition, Partition, OSError], None] | None = None):
         self.broker_id, self.source_id, self.address, self.config = broker_id, source_id, address, config
+        self.on_storage_error = on_storage_error  # this broker's disk failed a partition (KIP-112)
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._wanted: dict[TopicPartition, FetchPartition] = {}  # what the next fetch asks, of ready partitions
         self._changed: set[TopicPartition] = set()  # partitions whose entry may have changed since the last fetch
@@ -197,6 +198,16 @@ class ReplicaFetcher:
         log.warning("[ReplicaFetcher replicaId=%d, leaderId=%d] Error fetching: %s: %s", self.broker_id,
                     self.source_id, type(error).__name__, error)
 
+    def _storage_error(self, tp: TopicPartition, state: FetchState, error: OSError) -> None:
+        """An I/O error on this broker's own log of tp (not the leader's connection): the partition leaves
+        this fetcher (Kafka's markPartitionFailed) and the error goes to the log dir failure channel."""
+        log.error("[ReplicaFetcher replicaId=%d, leaderId=%d] Error while processing data for partition %s: "
+                  "%s: %s", self.broker_id, self.source_id, tp, type(error).__name__, error)
+        self.remove(tp)
+        if self.on_storage_error is None:
+            raise error
+        self.on_storage_error(tp, state.partition, error)
+
     def _delay(self, tp: TopicPartition, state: FetchState) -> None:
         """Back off this partition alone; it leaves the session meanwhile, as in Kafka."""
         state.failures += 1
@@ -221,11 +232,15 @@ class ReplicaFetcher:
                 state = pending.get(tp)
                 if state is None or self.partitions.get(tp) is not state:
                     continue
-                if answer.error_code != Errors.NONE:
-                    self._delay(tp, state)  # not the leader (yet): asked again after the backoff
-                elif _truncate_where_agreed(state.partition, state.epoch, (answer.leader_epoch, answer.end_offset)):
-                    state.truncated, state.failures = True, 0
-                    self._refresh(tp)
+                try:
+                    if answer.error_code != Errors.NONE:
+                        self._delay(tp, state)  # not the leader (yet): asked again after the backoff
+                    elif _truncate_where_agreed(state.partition, state.epoch,
+                                                (answer.leader_epoch, answer.end_offset)):
+                        state.truncated, state.failures = True, 0
+                        self._refresh(tp)
+                except OSError as e:
+                    self._storage_error(tp, state, e)
 
     async def _fetch(self, long_poll: bool) -> None:
         sent_after = self._adds  # a partition added since is not the one asked for (a count, not a copy per fetch)
@@ -253,16 +268,22 @@ class ReplicaFetcher:
                 if state is None or state.added > sent_after or state.partition.state.leader_epoch != state.epoch:
                     continue  # the leadership moved while the fetch was in flight
                 diverging = f.diverging_epoch
-                if f.error_code == Errors.NONE and diverging is not None and diverging.end_offset >= 0:
-                    _truncate_where_agreed(state.partition, state.epoch, (diverging.epoch, diverging.end_offset))
-                    self._refresh(tp)
-                elif f.error_code == Errors.NONE:
-                    state.partition.append_as_follower(f.records or b"", f.high_watermark, f.log_start_offset,
-                                                       state.epoch)
-                    state.failures = 0
-                    if f.records:
+                try:
+                    if f.error_code == Errors.NONE and diverging is not None and diverging.end_offset >= 0:
+                        _truncate_where_agreed(state.partition, state.epoch, (diverging.epoch, diverging.end_offset))
                         self._refresh(tp)
-                elif f.error_code == Errors.OFFSET_OUT_OF_RANGE:
+                        continue
+                    if f.error_code == Errors.NONE:
+                        state.partition.append_as_follower(f.records or b"", f.high_watermark, f.log_start_offset,
+                                                           state.epoch)
+                        state.failures = 0
+                        if f.records:
+                            self._refresh(tp)
+                        continue
+                except OSError as e:  # this broker's disk, not the connection
+                    self._storage_error(tp, state, e)
+                    continue
+                if f.error_code == Errors.OFFSET_OUT_OF_RANGE:
                     out_of_range.append((tp, state))
                 else:
                     self._delay(tp, state)
@@ -291,10 +312,14 @@ class ReplicaFetcher:
                 if answer.error_code != Errors.NONE:
                     self._delay(tp, state)
                     continue
-                if answer.offset > state.partition.log.log_end_offset:
-                    state.partition.truncate_fully_and_start_at(answer.offset, state.epoch)
-                else:
-                    state.truncated = False
+                try:
+                    if answer.offset > state.partition.log.log_end_offset:
+                        state.partition.truncate_fully_and_start_at(answer.offset, state.epoch)
+                    else:
+                        state.truncated = False
+                except OSError as e:
+                    self._storage_error(tp, state, e)
+                    continue
                 self._refresh(tp)
 
 
@@ -311,10 +336,13 @@ class ReplicaFetcherManager:
     """Fetchers by source broker, created when a partition first follows there; runs on the loop."""
 
     def __init__(self, broker_id: int, config: BrokerConfig,
-                 route: Callable[[int, tuple[str, int]], tuple[str, int]] | None = None):
+                 route: Callable[[int, tuple[str, int]], tuple[str, int]] | None = None,
+                 on_storage_error: Callable[[TopicPartition, Partition, OSError], None] | None = None):
         """`route(leader, listener)`: the address to connect to instead (the link to that leader, when
-        links can be faulted)."""
+        links can be faulted); `on_storage_error(tp, partition, error)`: an I/O error on this broker's log
+        of tp (the log dir failure channel's)."""
         self.broker_id, self.config, self.route = broker_id, config, route
+        self.on_storage_error = on_storage_error
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.assigned: dict[TopicPartition, int] = {}  # partition -> the broker it fetches from
         self.addresses: dict[int, tuple[str, int]] = {}  # leader -> its listener, from LeaderAndIsr's live leaders
@@ -327,7 +355,7 @@ class ReplicaFetcherManager:
         self.unfollow(tp)
         if leader_id not in self.fetchers:
             self.fetchers[leader_id] = ReplicaFetcher(self.broker_id, leader_id, lambda: self._address(leader_id),
-                                                      self.config)
+                                                      self.config, self.on_storage_error)
         self.fetchers[leader_id].add(tp, partition)
         self.assigned[tp] = leader_id
 

@@ -3,8 +3,13 @@ served from them (Kafka's ReplicaManager with its produce and fetch purgatories)
 
 Controller requests (becomeLeaderOrFollower / stopReplicas): a request from a stale controller
 epoch, or meant for an earlier incarnation of this broker, is refused whole; a partition state is
-applied only when its leader epoch is newer than the one held. Each replica's log lives under the
-broker's log directory, next to the high-watermark checkpoint.
+applied only when its leader epoch is newer than the one held. Each replica's log lives in one of the
+broker's log directories (log_dirs.py), next to that directory's high-watermark checkpoint.
+
+A failed log directory (KIP-112): an I/O error on a replica's log or a directory's checkpoint goes to
+the LogDirFailureChannel; `handle_log_dir_failure` then stops serving every replica in that directory
+(Kafka's HostedPartition.Offline): produce, fetch and the controller's requests get KAFKA_STORAGE_ERROR
+for them. The shell stops their fetchers and tells the controller.
 
 Waiting costs no thread: everything here runs on the broker's event loop. An acks=all produce
 awaits a `DelayedProduce` that the partitions complete as their high watermarks pass its batches;
@@ -23,12 +28,14 @@ from typing import Callable, Iterable
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.errors import (
     FencedLeaderEpochException,
+    KafkaStorageException,
     NotLeaderOrFollowerException,
     UnknownLeaderEpochException,
 )
 from actors.broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from actors.broker.log import Log
 from actors.broker.log_config import LogConfig
+from actors.broker.log_dirs import LogDirFailureChannel, LogDirs, log_dir_name
 from actors.broker.partition import LeaderAndIsrState, Partition
 from actors.data_protocol import (
     EpochEndOffset,
@@ -58,6 +65,11 @@ EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1  # ListOffsets' special timestamps
 
 def role(state: LeaderAndIsrState, broker_id: int) -> str:
     return "Leader" if state.leader == broker_id else "Follower"
+
+
+def role_name(state, broker_id: int) -> str:
+    """"leader" or "follower", as Kafka's state change log says of a LeaderAndIsr partition state."""
+    return "leader" if state.leader == broker_id else "follower"
 
 
 def now_ms() -> int:
@@ -119,7 +131,7 @@ class DelayedFetch:
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_dir: Path, config_for: Callable[[str], LogConfig],
+    def __init__(self, broker_id: int, log_dir: Path | list[Path], config_for: Callable[[str], LogConfig],
                  in_metadata: Callable[[TopicPartition], bool] = lambda tp: True,
                  expand_isr: Callable[[int, list[TopicPartition]], object] = lambda replica, tps: None):
         self.broker_id = broker_id
@@ -128,11 +140,22 @@ class ReplicaManager:
         self.in_metadata = in_metadata  # whether the metadata cache knows a partition (Kafka tells apart
         # UNKNOWN_TOPIC_OR_PARTITION and NOT_LEADER_OR_FOLLOWER by it)
         self.controller_epoch = 0
-        self.log_dir = Path(log_dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dirs = LogDirs([Path(log_dir)] if isinstance(log_dir, (str, Path)) else [Path(d) for d in log_dir])
+        self.log_dir = self.log_dirs.dirs[0]
+        self.failure_channel = LogDirFailureChannel()  # its on_offline: the shell's, to the event loop
         self.partitions: dict[TopicPartition, Partition] = {}
-        self._checkpointed = {TopicPartition(t, p): hw for t, p, hw in
-                              read_checkpoint(self.log_dir / HW_CHECKPOINT, (str, int, int))}
+        self.offline_partitions: set[TopicPartition] = set()  # in a failed log dir (Kafka's HostedPartition.Offline)
+        self._checkpointed: dict[TopicPartition, int] = {}
+        for d in self.log_dirs.live:
+            try:
+                self._checkpointed.update((TopicPartition(t, p), hw) for t, p, hw in
+                                          read_checkpoint(d / HW_CHECKPOINT, (str, int, int)))
+            except OSError as e:  # offline from the start, as a directory Kafka cannot read at start
+                state_change_log.error("[Broker id=%d] Error while reading the high watermark checkpoint in dir %s: "
+                                       "%s", broker_id, d, e)
+                self.log_dirs.mark_offline(d)
+        if not self.log_dirs.live:
+            raise KafkaStorageException(f"all log dirs of broker {broker_id} have failed")
         self.fetch_sessions = FetchSessionCache()
         self._waiting: list[DelayedFetch] = []
         self.generation = 0  # counts role changes here: a fetch waiting across one answers at once
@@ -149,6 +172,8 @@ class ReplicaManager:
         """Kafka's getPartitionOrException: no replica here is NOT_LEADER_OR_FOLLOWER for a partition
         the cluster has, UNKNOWN_TOPIC_OR_PARTITION otherwise; with `leader`, only the leader's replica."""
         partition = self.partitions.get(tp)
+        if partition is None and tp in self.offline_partitions:
+            raise KafkaStorageException(f"Partition {tp} is in an offline log directory")
         if partition is None and not self.in_metadata(tp):
             raise UnknownTopicOrPartitionException(f"This server does not host this topic-partition: {tp}")
         if partition is None or leader and not partition.is_leader:
@@ -159,15 +184,76 @@ class ReplicaManager:
         """Kafka's replication-offset-checkpoint entries: where each replica's HW is, for the next start."""
         return [(tp.topic, tp.partition, p.high_watermark) for tp, p in sorted(self.partitions.items())]
 
+    def high_watermarks_by_dir(self) -> dict[Path, list[tuple[str, int, int]]]:
+        """The checkpoint entries of each live log directory (every one gets its file, empty or not)."""
+        out: dict[Path, list[tuple[str, int, int]]] = {d: [] for d in self.log_dirs.live}
+        for tp, p in sorted(self.partitions.items()):
+            d = self.log_dirs.dir_of(tp)
+            if d in out:
+                out[d].append((tp.topic, tp.partition, p.high_watermark))
+        return out
+
+    def write_high_watermark_checkpoints(self, by_dir: dict[Path, list[tuple[str, int, int]]]) -> None:
+        """Write each directory's checkpoint (any thread); a directory that fails goes to the failure
+        channel, the others are written all the same (Kafka's checkpointHighWatermarks)."""
+        for d, entries in by_dir.items():
+            try:
+                write_checkpoint(d / HW_CHECKPOINT, entries)
+            except OSError as e:
+                self.failure_channel.maybe_add_offline_log_dir(
+                    d, f"Error while writing to checkpoint file {d / HW_CHECKPOINT}", e)
+
+    # -- failed log directories (KIP-112) --------------------------------------
+
+    def io_failed(self, log_dir: Path, what: str, error: OSError) -> KafkaStorageException:
+        """Kafka's maybeHandleIOException: report the directory to the failure channel; the exception to
+        raise in place of the I/O error."""
+        msg = f"Error while {what} in dir {log_dir}"
+        self.failure_channel.maybe_add_offline_log_dir(log_dir, msg, error)
+        return KafkaStorageException(f"{msg}: {error}")
+
+    def _dir_of(self, partition: Partition) -> Path:
+        return partition.log.dir.parent
+
+    def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
+        """Kafka's ReplicaManager.handleLogDirFailure with LogManager's: every replica in the directory goes
+        offline (its waiting produces and fetches answer, its log's files are closed); the replicas that
+        did, for the shell to stop their fetchers. Nothing the second time."""
+        if log_dir in self.log_dirs.offline:
+            return []
+        state_change_log.warning("[Broker id=%d] Stopping serving replicas in dir %s", self.broker_id, log_dir)
+        offline = self.log_dirs.mark_offline(log_dir)
+        for tp in offline:
+            partition = self.partitions.pop(tp, None)
+            self.offline_partitions.add(tp)
+            if partition is not None:
+                partition.stop()
+                try:
+                    partition.log.close()
+                except OSError:
+                    pass  # its files are on the failed disk: closed as far as they can be
+        self.wake_fetches()
+        state_change_log.warning("[Broker id=%d] Broker %d stopped fetcher for partitions %s because they are in "
+                                 "the failed log directory %s.", self.broker_id, self.broker_id,
+                                 ",".join(map(str, offline)), log_dir)
+        if not self.log_dirs.live:
+            state_change_log.error("[Broker id=%d] Shutdown broker because all log dirs in %s have failed",
+                                   self.broker_id, ", ".join(map(str, self.log_dirs.dirs)))
+        return offline
+
     def checkpoint_leader_epochs(self, files_per_turn: int = 50) -> None:
         """Write the leader-epoch checkpoints that changed, a few files per turn of the event loop: on
         the loop, since a thread doing it made the loop yield the GIL at each of its file calls
         (after an election of 1,000 partitions, produce latency went from 10 ms to a second)."""
-        caches = [p.log.leader_epochs for p in self.partitions.values() if p.log.leader_epochs.dirty]
+        caches = [(p, p.log.leader_epochs) for p in self.partitions.values() if p.log.leader_epochs.dirty]
 
         def write(start: int) -> None:
-            for cache in caches[start:start + files_per_turn]:
-                cache.flush()  # a log deleted meanwhile flushed when it closed: nothing to do
+            for partition, cache in caches[start:start + files_per_turn]:
+                try:
+                    cache.flush()  # a log deleted meanwhile flushed when it closed: nothing to do
+                except OSError as e:
+                    self.io_failed(self._dir_of(partition), f"writing the leader epoch checkpoint of "
+                                                            f"{partition.topic}-{partition.partition}", e)
             if start + files_per_turn < len(caches):
                 asyncio.get_running_loop().call_soon(write, start + files_per_turn)
         write(0)
@@ -175,13 +261,23 @@ class ReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         """Every checkpoint at once (at shutdown)."""
         for partition in self.partitions.values():
-            partition.log.leader_epochs.flush()
-        write_checkpoint(self.log_dir / HW_CHECKPOINT, self.high_watermarks())
+            try:
+                partition.log.leader_epochs.flush()
+            except OSError as e:
+                self.io_failed(self._dir_of(partition), "writing a leader epoch checkpoint", e)
+        self.write_high_watermark_checkpoints(self.high_watermarks_by_dir())
 
-    def _get_or_create(self, tp: TopicPartition) -> Partition:
+    def _get_or_create(self, tp: TopicPartition, is_new: bool = False) -> Partition:
+        """KafkaStorageException when its log is, or may be, in an offline directory, or cannot be opened."""
         if tp not in self.partitions:
+            if tp in self.offline_partitions:
+                raise KafkaStorageException(f"Partition {tp} is in an offline log directory")
             config = self.config_for(tp.topic)
-            log = Log(self.log_dir / f"{tp.topic}-{tp.partition}", config.segment_bytes)
+            log_dir = self.log_dirs.assign(tp, is_new)
+            try:
+                log = Log(log_dir / log_dir_name(tp), config.segment_bytes)
+            except OSError as e:
+                raise self.io_failed(log_dir, f"creating log for {tp}", e) from None
             if log.recovery:
                 state_change_log.warning("[Broker id=%d] Log of %s recovered: %s", self.broker_id, tp, log.recovery)
             self.partitions[tp] = Partition(tp.topic, tp.partition, self.broker_id, log, config,
@@ -240,7 +336,13 @@ class ReplicaManager:
             tp = TopicPartition(st.topic, st.partition)
             current = self.partitions.get(tp)
             current_epoch = current.state.leader_epoch if current else -1
-            if st.leader_epoch > current_epoch:
+            if tp in self.offline_partitions:
+                state_change_log.warning("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch %d "
+                                         "for partition %s as the local replica for the partition is in an offline "
+                                         "log directory", self.broker_id, request.controller_id,
+                                         request.controller_epoch, tp)
+                code = Errors.KAFKA_STORAGE_ERROR
+            elif st.leader_epoch > current_epoch:
                 if self.broker_id not in st.replicas:
                     state_change_log.warning("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d "
                                              "epoch %d for partition %s as itself is not in assigned replica "
@@ -250,11 +352,25 @@ class ReplicaManager:
                 else:
                     state = LeaderAndIsrState(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
                                               st.zk_version, st.controller_epoch)
-                    partition = self._get_or_create(tp)
-                    if st.leader == self.broker_id:
-                        partition.make_leader(state, now)
-                    else:
-                        partition.make_follower(state)
+                    try:
+                        partition = self._get_or_create(tp, st.is_new)
+                        try:
+                            if st.leader == self.broker_id:
+                                partition.make_leader(state, now)
+                            else:
+                                partition.make_follower(state)
+                        except OSError as e:
+                            raise self.io_failed(self._dir_of(partition), f"changing the role of {tp}", e) from None
+                    except KafkaStorageException as e:
+                        state_change_log.error("[Broker id=%d] Skipped the become-%s state change for %s with "
+                                               "leader epoch %d since the replica for the partition is offline due "
+                                               "to storage error %s", self.broker_id, role_name(st, self.broker_id),
+                                               tp, st.leader_epoch, e)
+                        self.offline_partitions.add(tp)  # Kafka's markPartitionOffline
+                        if (dropped := self.partitions.pop(tp, None)) is not None:
+                            dropped.stop()
+                        results.append(PartitionError(tp.topic, tp.partition, int(Errors.KAFKA_STORAGE_ERROR)))
+                        continue
                     if debug:
                         state_change_log.debug("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
                                                "(controller %d epoch %d)", self.broker_id,
@@ -271,14 +387,15 @@ class ReplicaManager:
                                            current_epoch)
                 code = Errors.STALE_CONTROLLER_EPOCH
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
-        counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION)}
+        counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                       Errors.KAFKA_STORAGE_ERROR)}
         for r in results:
             counts[r.error_code] += 1
         self.wake_fetches()
         state_change_log.info("[Broker id=%d] Handled LeaderAndIsr request from controller %d epoch %d for %d "
-                              "partitions: %d applied, %d with a stale leader epoch, %d not assigned here",
-                              self.broker_id, request.controller_id, request.controller_epoch, len(results),
-                              *counts.values())
+                              "partitions: %d applied, %d with a stale leader epoch, %d not assigned here, %d in an "
+                              "offline log directory", self.broker_id, request.controller_id,
+                              request.controller_epoch, len(results), *counts.values())
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
 
     def stop_replicas(self, request: StopReplicaRequest, broker_epoch: int) -> ControllerResponse:
@@ -289,17 +406,26 @@ class ReplicaManager:
         for p in request.partitions:
             tp = TopicPartition(p.topic, p.partition)
             current = self.partitions.get(tp)
-            if current is not None and 0 <= p.leader_epoch <= current.state.leader_epoch:
+            if tp in self.offline_partitions:
+                code = Errors.KAFKA_STORAGE_ERROR  # in a failed log dir: cannot be deleted (Kafka's)
+            elif current is not None and 0 <= p.leader_epoch <= current.state.leader_epoch:
                 code = Errors.FENCED_LEADER_EPOCH  # -1 (no epoch) and -2 (deleting) always stop
             else:
                 stopped = self.partitions.pop(tp, None)
+                code = Errors.NONE
                 if stopped is not None:
                     stopped.stop()  # waiting produces give up; fetchers leave it alone
-                    if p.delete_partition:
-                        stopped.log.delete()
-                    else:
-                        stopped.log.close()
-                code = Errors.NONE
+                    try:
+                        if p.delete_partition:
+                            stopped.log.delete()
+                        else:
+                            stopped.log.close()
+                    except OSError as e:
+                        self.io_failed(self._dir_of(stopped), f"stopping the replica of {tp}", e)
+                        self.offline_partitions.add(tp)
+                        code = Errors.KAFKA_STORAGE_ERROR
+                if p.delete_partition and code == Errors.NONE:
+                    self.log_dirs.forget(tp)
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
         self.wake_fetches()
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
@@ -315,7 +441,10 @@ class ReplicaManager:
         for tp, records in entries:
             try:
                 partition = self.partition_or_error(tp)
-                appended = partition.append_as_leader(records, acks)
+                try:
+                    appended = partition.append_as_leader(records, acks)
+                except OSError as e:
+                    raise self.io_failed(self._dir_of(partition), f"appending to {tp}", e) from None
                 results[tp] = ProduceResult(tp.topic, tp.partition, int(Errors.NONE), appended.first_offset,
                                             appended.log_start_offset)
                 if acks == -1:
@@ -378,9 +507,12 @@ class ReplicaManager:
                 partition = self.partition_or_error(tp)
                 _check_leader_epoch(partition, p.current_leader_epoch)
                 max_bytes = min(p.partition_max_bytes, budget) if budget > 0 or not out else 0
-                got = partition.fetch_for_follower(params.replica_id, p.fetch_offset, max_bytes, now,
-                                                   p.last_fetched_epoch) \
-                    if params.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, max_bytes)
+                try:
+                    got = partition.fetch_for_follower(params.replica_id, p.fetch_offset, max_bytes, now,
+                                                       p.last_fetched_epoch) \
+                        if params.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, max_bytes)
+                except OSError as e:
+                    raise self.io_failed(self._dir_of(partition), f"reading from {tp}", e) from None
                 budget -= len(got.records)
                 out[tp] = FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
                                            got.log_start_offset, got.records, got.diverging_epoch, got.log_end_offset)
@@ -446,8 +578,13 @@ class ReplicaManager:
 
     def delete_old_segments(self) -> int:
         """Kafka's log retention task: whole segments past retention.ms or retention.bytes go."""
-        now = now_ms()
-        return sum(partition.delete_old_segments(now) for partition in self.partitions.values())
+        now, deleted = now_ms(), 0
+        for tp, partition in list(self.partitions.items()):
+            try:
+                deleted += partition.delete_old_segments(now)
+            except OSError as e:
+                self.io_failed(self._dir_of(partition), f"deleting old segments of {tp}", e)
+        return deleted
 
 
 def _check_leader_epoch(partition: Partition, requested: int) -> None:
