@@ -15,6 +15,8 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | controlled-shutdown N      | broker N moves its leaderships away and stops for good                 |
 | corrupt-log-tail N, truncate-log-tail N, lose-unflushed-tail N: broker N killed for good, its logs |
 | damaged once its process is gone (jobs/disk_faults.py); the caller starts it again after S seconds  |
+| fail-log-dir N             | broker N's last log dir fails under it (KIP-112: a file in its place);  |
+|                            | the caller repairs it after S seconds (repair_log_dir, then start it)  |
 | cut-replication N, cut-broker-zookeeper N, cut-controller-zookeeper, isolate-broker N, split-brokers, |
 | bridge-brokers, slow-replication N: link faults for S seconds, then healed (actors/links/shapes.py)  |
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -45,7 +49,7 @@ log = logging.getLogger(__name__)
 BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN,
                  FaultKind.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER, FaultKind.ISOLATE_BROKER,
-                 FaultKind.SLOW_REPLICATION, *DISK_FAULTS}
+                 FaultKind.SLOW_REPLICATION, FaultKind.FAIL_LOG_DIR, *DISK_FAULTS}
 LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER: Shape.CUT_ZOOKEEPER,
                FaultKind.CUT_CONTROLLER_ZOOKEEPER: Shape.CUT_ZOOKEEPER, FaultKind.ISOLATE_BROKER: Shape.ISOLATE_BROKER,
                FaultKind.SPLIT_BROKERS: Shape.SPLIT_BROKERS, FaultKind.BRIDGE_BROKERS: Shape.BRIDGE_BROKERS,
@@ -94,6 +98,35 @@ class Chaos:
             return killed, damage_logs(kind, info["pid"], info["log_dir"])
         task = _damage_logs.options(scheduling_strategy=NodeAffinitySchedulingStrategy(info["node_id"], soft=False))
         return killed, ray.get(task.remote(kind, info["pid"], info["log_dir"]), timeout=60)
+
+    def fail_log_dir(self, broker_id: int) -> tuple[float, dict]:
+        """Broker N's last log dir fails under the running broker (KIP-112): put aside, a file in its place,
+        so that the broker's next I/O there fails and it stops serving that dir's replicas (all of them,
+        halting, when it has one dir); (when, what repair_log_dir needs)."""
+        handle = self.cluster.broker_actor(broker_id)
+        info = ray.get(handle.info.remote(), timeout=30)
+        injected = time.time() * 1000
+        aside = ray.get(handle.fail_log_dir.remote(len(info["log_dirs"]) - 1), timeout=30)
+        return injected, {"log_dir": info["log_dirs"][-1], "aside": aside, "node_id": info["node_id"],
+                          "pid": info["pid"]}
+
+    def repair_log_dir(self, broker_id: int, failed: dict) -> None:
+        """The failed disk replaced with its data: broker N killed for good (it may have halted already),
+        then the dir put back on its node. Start it again with LocalCluster.start_broker: its new
+        incarnation serves the dir's replicas again, catching up from their leaders."""
+        try:
+            self.cluster.kill_broker(broker_id)
+        except Exception:  # halted (its last dir), or Ray's restart of it failing on the failed dir
+            with contextlib.suppress(Exception):
+                ray.kill(self.cluster.broker_actor(broker_id), no_restart=True)
+            self.cluster.brokers.pop(broker_id, None)
+        args = (failed["pid"], failed["log_dir"], failed["aside"])
+        if failed["node_id"] == ray.get_runtime_context().get_node_id():
+            restore_log_dir(*args)
+        else:
+            task = _restore_log_dir.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(failed["node_id"], soft=False))
+            ray.get(task.remote(*args), timeout=60)
 
     def kill_controller(self) -> tuple[int, float]:
         """SIGKILL the active controller's actor (its broker starts another); (its broker id, when)."""
@@ -220,3 +253,21 @@ def damage_logs(kind: FaultKind, pid: int, log_dir: str, timeout_s: float = 30.0
 @ray.remote(num_cpus=0)
 def _damage_logs(kind: FaultKind, pid: int, log_dir: str) -> list[Damage]:
     return damage_logs(kind, pid, log_dir)
+
+
+def restore_log_dir(pid: int, log_dir: str, aside: str, timeout_s: float = 30.0) -> None:
+    """Once the broker process `pid` is gone, the failed log dir's stand-in goes and its contents come back."""
+    deadline = time.monotonic() + timeout_s
+    while not process_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    failed = Path(log_dir)
+    if failed.is_dir():
+        shutil.rmtree(failed)
+    else:
+        failed.unlink(missing_ok=True)
+    os.rename(aside, failed)
+
+
+@ray.remote(num_cpus=0)
+def _restore_log_dir(pid: int, log_dir: str, aside: str) -> None:
+    restore_log_dir(pid, log_dir, aside)

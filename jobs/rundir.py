@@ -54,6 +54,11 @@ class FaultKind(str, Enum):
     CORRUPT_LOG_TAIL = "corrupt-log-tail"  # a byte of each log's last batch flipped
     TRUNCATE_LOG_TAIL = "truncate-log-tail"  # each log's last batch cut in half
     LOSE_UNFLUSHED_TAIL = "lose-unflushed-tail"  # a power loss: every log cut back to its recovery point
+    # KIP-112: broker N's last log dir fails under the running broker (replaced by a file, found by its next
+    # I/O): its replicas there go offline and their leaderships move while the broker serves from its other
+    # dirs (BrokerConfig.log_dirs_per_broker; with one dir it halts). After the fault's seconds the disk is
+    # replaced with its data: the broker is killed, the dir put back, and it starts again
+    FAIL_LOG_DIR = "fail-log-dir"
     # link faults (link_faults_enable), healed after the fault's seconds: actors/links/shapes.py
     CUT_REPLICATION = "cut-replication"  # broker N from every other broker; ZooKeeper kept
     CUT_BROKER_ZOOKEEPER = "cut-broker-zookeeper"  # broker N's ZooKeeper session only

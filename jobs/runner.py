@@ -315,6 +315,20 @@ class ExperimentRun:
             record.ended_ms = now_ms()
         elif kind is FaultKind.RESTART_BROKER:
             record.injected_ms = chaos.kill_broker(target, restart=True)
+        elif kind is FaultKind.FAIL_LOG_DIR:  # KIP-112: the broker runs on without the dir, then gets it back
+            record.injected_ms, failed = chaos.fail_log_dir(target)
+            record.detail = f"log dir {failed['log_dir']}"
+            try:
+                time.sleep(spec.seconds)
+            finally:  # whatever happened, the disk is replaced with its data and the broker restarted on it
+                with self._lock:
+                    self._down.add(target)
+                    try:
+                        chaos.repair_log_dir(target, failed)
+                        self.cluster.start_broker(target)
+                    finally:
+                        self._down.discard(target)
+            record.ended_ms = now_ms()
         elif kind is FaultKind.KILL_CONTROLLER:
             record.target, record.injected_ms = chaos.kill_controller()
         elif kind in (FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER):
@@ -462,7 +476,7 @@ class ExperimentRun:
 
 
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
-          FaultKind.ZK_RESTART, *LINK_FAULTS, *DISK_FAULTS}
+          FaultKind.ZK_RESTART, FaultKind.FAIL_LOG_DIR, *LINK_FAULTS, *DISK_FAULTS}
 
 def report(run_dir: Path) -> str:
     """What a run did, for people: its failovers, phase by phase, and its summary with the invariant checks

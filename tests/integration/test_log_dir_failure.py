@@ -96,3 +96,23 @@ def test_the_last_log_dir_failing_stops_the_broker_as_kafka_halts(new_cluster):
     except Exception:
         alive = None  # dead, or its restart failing on the failed dir
     assert alive != pid
+
+
+def test_chaos_fails_a_log_dir_then_replaces_the_disk_and_the_broker_comes_back_whole(new_cluster):
+    """kray chaos's fail-log-dir and its repair (the runner's order): the broker's replicas on the failed
+    dir go offline, then with the dir back and the broker started again they rejoin every ISR."""
+    from jobs.chaos import Chaos
+
+    cluster, zk = new_cluster(broker=BrokerConfig(log_dirs_per_broker=2,
+                                                  replica_high_watermark_checkpoint_interval_ms=200))
+    create_topic_and_wait(cluster, zk, TOPIC, 4, 3)
+    chaos, victim = Chaos(cluster, zk), 2
+    _, failed = chaos.fail_log_dir(victim)
+    wait_until(lambda: sum(victim not in s.isr for s in zk_states(zk, TOPIC).values()) == 2,
+               what="the failed dir's two replicas out of their ISRs")
+    chaos.repair_log_dir(victim, failed)
+    cluster.start_broker(victim)
+    wait_until(lambda: all(victim in s.isr for s in zk_states(zk, TOPIC).values()), timeout=60,
+               what="the broker back in every ISR")
+    info = ray.get(cluster.brokers[victim].info.remote())
+    assert info["offline_log_dirs"] == [] and Path(failed["log_dir"]).is_dir()
