@@ -48,3 +48,41 @@ def test_a_partition_given_to_a_long_polling_fetcher_is_fetched_at_once(tmp_path
             await server.stop()
 
     assert asyncio.run(scenario()) < 5
+
+
+def test_an_io_error_on_the_followers_own_log_fails_that_partition_only_not_the_connection(tmp_path):
+    """KIP-112: a follower's append that fails on its own disk goes to the log dir failure channel and
+    the partition leaves the fetcher (Kafka's markPartitionFailed); the fetcher goes on with the others."""
+    async def scenario():
+        leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
+        follower = ReplicaManager(FOLLOWER, tmp_path / "follower", CONFIG_FOR)
+        both = dict(isr=(LEADER, FOLLOWER), replicas=(LEADER, FOLLOWER))
+        for rm in (leader, follower):
+            rm.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both),
+                                             ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+        broken = follower.partition(T0)
+
+        def disk_error(*args):
+            raise OSError(5, "Input/output error")
+        broken.log.append_as_follower = disk_error
+        failed = []
+        server = SocketServer(KafkaApis(LEADER, leader, MetadataCache(), lambda: "c", lambda: 0).handle,
+                              "127.0.0.1", 0)
+        port = await server.start()
+        fetcher = ReplicaFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", port), BrokerConfig(),
+                                 on_storage_error=lambda tp, partition, e: failed.append((tp, partition)))
+        try:
+            fetcher.add(T0, broken)
+            fetcher.add(T1, follower.partition(T1))
+            await leader.append_records(1, 1000, [(T0, batch(2)), (T1, batch(3))])
+            for _ in range(100):
+                if failed and follower.partition(T1).log.log_end_offset == 3:
+                    break
+                await asyncio.sleep(0.05)
+            assert failed == [(T0, broken)] and T0 not in fetcher.partitions
+            assert follower.partition(T1).log.log_end_offset == 3
+        finally:
+            await fetcher.stop()
+            await server.stop()
+
+    asyncio.run(scenario())
