@@ -3,6 +3,7 @@ invariant checked on the run directory. The short one runs by default; the long 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,41 @@ def test_long_chaos_experiment_with_random_faults(environment, tmp_path):
     run_dir, summary = run(experiment, tmp_path)
     assert summary.check.invariants == {name: 0 for name in summary.check.invariants}
     assert summary.faults >= 20 and summary.failovers >= 10
+
+
+def test_disk_faults_lose_no_acknowledged_record(environment, tmp_path):
+    """A follower's log tail corrupted, torn, and cut back to its recovery point (a power loss), each
+    while the broker is down: it recovers by truncating and fetches the rest again from the leaders."""
+    segments_roll = {**FAST_BROKERS, "log_segment_bytes": 32 * 1024}  # a roll every few seconds: a recovery point
+    experiment = Experiment(
+        name="disk-faults", brokers=3, session_timeout_ms=3000, broker=segments_roll,
+        topics=[{"name": "orders", "partitions": 12, "replication_factor": 3}],
+        load={"producers": 1, "rate": 600, "acks": "all"},
+        schedule=[FaultSpec(at_s=3, fault=FaultKind.CORRUPT_LOG_TAIL, target="non-controller", seconds=2),
+                  FaultSpec(at_s=9, fault=FaultKind.TRUNCATE_LOG_TAIL, target="non-controller", seconds=2),
+                  FaultSpec(at_s=15, fault=FaultKind.LOSE_UNFLUSHED_TAIL, target="non-controller", seconds=2)],
+        duration_s=28, settle_s=30, seed=4)  # the last broker back ~7 s before the end
+    run_dir, summary = run(experiment, tmp_path)
+    invariants = summary.check.invariants
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == 7
+    faults = sorted((rundir.FaultRecord.model_validate_json(line)
+                     for line in (run_dir / rundir.FAULTS).read_text().splitlines()), key=lambda f: f.fault_id)
+    assert [f.kind for f in faults] == [s.fault for s in experiment.schedule]
+    for fault in faults:  # each really damaged the logs of its broker, down for its seconds
+        print(fault.kind.value, fault.target, fault.detail)
+        logs, lost_bytes, offsets = map(int, re.match(r"(\d+) logs, (\d+) bytes, (\d+) offsets", fault.detail).groups())
+        assert logs == 12 and lost_bytes > 0 and offsets >= logs, fault.detail
+        assert fault.ended_ms - fault.injected_ms >= 2000
+    assert "flipped byte" in faults[0].detail and "cut at byte" in faults[1].detail
+    cuts = re.findall(r"segment (\d+) cut at byte (\d+) of (\d+)", faults[2].detail)
+    assert cuts and any(int(base) > 0 for base, _, _ in cuts)  # the flushed segments were kept
+    failovers = [rundir.FailoverRecord.model_validate_json(line)
+                 for line in (run_dir / rundir.FAILOVERS).read_text().splitlines()]
+    assert {f.kind for f in faults} <= {f.fault_kind for f in failovers}  # each kill handled as a failover
+    samples = [rundir.StateSample.model_validate_json(line)
+               for line in (run_dir / rundir.PARTITION_STATES).read_text().splitlines()]
+    for fault in faults:  # back, recovered and caught up: in every ISR again
+        assert any(s.ts_ms > fault.ended_ms and all(fault.target in p.isr for p in s.partitions.values())
+                   for s in samples), f"broker {fault.target} did not rejoin every ISR after {fault.kind.value}"
+    assert summary.acked > 5000
+    assert check_main([str(run_dir)]) == 0
