@@ -424,8 +424,8 @@ class ReplicaManager:
                         self.io_failed(self._dir_of(stopped), f"stopping the replica of {tp}", e)
                         self.offline_partitions.add(tp)
                         code = Errors.KAFKA_STORAGE_ERROR
-                if p.delete_partition and code == Errors.NONE:
-                    self.log_dirs.forget(tp)
+                if stopped is not None and p.delete_partition and code == Errors.NONE:
+                    self.log_dirs.forget(tp)  # its log is gone (one not opened here is left where it is)
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
         self.wake_fetches()
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
