@@ -44,6 +44,9 @@ class TopicSpec(Spec):
     name: str = "load"
     partitions: int = Field(12, ge=1, le=100_000)
     replication_factor: int = Field(3, ge=1)
+    after_fault: int = Field(0, ge=0, description="0: created before the load. N: created during the run, once "
+                             "the schedule's first N faults are done and the cluster has recovered, with load of "
+                             "its own; fault N + 1 (which must wait for recovery) comes after it")
 
     @field_validator("name")
     @classmethod
@@ -152,6 +155,18 @@ class Experiment(Spec):
                              f"({self.broker.message_max_bytes}): every produce would fail with MESSAGE_TOO_LARGE")
         if len({t.name for t in self.topics}) != len(self.topics):
             raise ValueError("topic names must be unique")
+        if self.topics[0].after_fault:
+            raise ValueError(f"topic {self.topics[0].name}: the first topic is created before the load")
+        ordered = sorted(self.schedule, key=lambda f: f.at_s)
+        for t in self.topics:
+            if not t.after_fault:
+                continue
+            if self.random_faults is not None:
+                raise ValueError(f"topic {t.name}: after_fault counts the schedule's faults, which random_faults "
+                                 f"would interleave")
+            if t.after_fault >= len(ordered) or not ordered[t.after_fault].after_recovery:
+                raise ValueError(f"topic {t.name}: after_fault={t.after_fault} needs a fault {t.after_fault + 1} "
+                                 f"in the schedule that waits for recovery (after_recovery: true)")
         for f in self.schedule:
             if f.at_s >= self.duration_s:
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s is not within duration_s={self.duration_s}")

@@ -74,13 +74,15 @@ def recovered(assignment: dict[TopicPartition, list[int]], states: dict[str, run
             {tp: replicas[0] for tp, replicas in assignment.items()}, leaders, imbalance_percentage))
 
 
-def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs",
-                   progress: Callable[[str], None] = print) -> tuple[Path, rundir.Summary]:
-    """Run it on the environment found (see the module docstring); (its run directory, its summary)."""
+def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs", progress: Callable[[str], None] = print,
+                   load_stopped: Callable[[], None] | None = None) -> tuple[Path, rundir.Summary]:
+    """Run it on the environment found (see the module docstring); (its run directory, its summary).
+    `load_stopped` is called once the faults and the load are over, before the cluster is left to
+    converge and is read back (a sweep starts Spark then)."""
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{experiment.name}-{uuid.uuid4().hex[:4]}"
     run_dir = Path(runs_dir) / run_id
     with embedded_zookeeper_and_ray(progress) as env:
-        return run_dir, ExperimentRun(experiment, run_dir, env.connect, env.zk_server, progress).run()
+        return run_dir, ExperimentRun(experiment, run_dir, env.connect, env.zk_server, progress, load_stopped).run()
 
 
 def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
@@ -98,8 +100,9 @@ def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
 
 
 class ExperimentRun:
-    def __init__(self, experiment: Experiment, run_dir: Path, connect: str, zk_server, progress):
-        self.exp, self.run_dir, self.progress = experiment, run_dir, progress
+    def __init__(self, experiment: Experiment, run_dir: Path, connect: str, zk_server, progress,
+                 load_stopped: Callable[[], None] | None = None):
+        self.exp, self.run_dir, self.progress, self.load_stopped = experiment, run_dir, progress, load_stopped
         self.rng = random.Random(experiment.seed)
         namespace = f"run-{uuid.uuid4().hex[:8]}"
         self.config = ClusterConfig(
@@ -148,9 +151,11 @@ class ExperimentRun:
                       f"Ray failure detector {'on' if exp.detector else 'off'})")
         self.cluster.start()
         controller, epoch = self.cluster.wait_until_ready(self.zk)
-        for t in exp.topics:
+        first = [t for t in exp.topics if not t.after_fault]  # the others are created during the run (_grow)
+        for t in first:
             admin.create_topic(self.zk, t.name, t.partitions, t.replication_factor)
-        self.partitions = [TopicPartition(t.name, p) for t in exp.topics for p in range(t.partitions)]
+        self.partitions = [TopicPartition(t.name, p) for t in first for p in range(t.partitions)]
+        self._first_partitions = len(self.partitions)
         self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= len(self.partitions), timeout=120)
         self.progress(f"Controller is broker {controller} (epoch {epoch}); {len(self.partitions)} partitions online")
         load = exp.load
@@ -163,6 +168,35 @@ class ExperimentRun:
         ray.get([a.start.remote() for a in self.generators + self.consumers], timeout=60)
         self.chaos = Chaos(self.cluster, self.zk, self.zk_server)
         threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
+
+    def _grow(self, done: int, timeout_s: float) -> None:
+        """Create the topics due once `done` faults are done (after_fault), when the cluster has recovered
+        from them, and hand their partitions to the running producers (the same rate per partition) and
+        to consumers of their own; return once every partition has an acknowledged record, so that the
+        next fault's unavailability covers them all."""
+        topics = [t for t in self.exp.topics if done and t.after_fault == done]
+        if not topics:
+            return
+        names = ", ".join(t.name for t in topics)
+        if self._wait_for_recovery(timeout_s) is None:
+            self.progress(f"The cluster has not recovered after {timeout_s:g} s; creating {names} anyway")
+        for t in topics:
+            admin.create_topic(self.zk, t.name, t.partitions, t.replication_factor)
+        new = [TopicPartition(t.name, p) for t in topics for p in range(t.partitions)]
+        total = len(self.partitions) + len(new)
+        self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= total, timeout=120)
+        self.partitions = self.partitions + new  # sampled, awaited and read back from now on
+        load, n, c = self.exp.load, len(self.generators), self.exp.load.consumers
+        rate = load.rate * total / self._first_partitions / n if n else 0
+        ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators)], timeout=60)
+        consumers = [ConsumerWorker.remote(self.config, new[i::c], len(self.consumers) + i) for i in range(c)]
+        ray.get([w.start.remote() for w in consumers], timeout=60)
+        self.consumers = self.consumers + consumers
+        deadline = time.monotonic() + timeout_s
+        while n and time.monotonic() < deadline and sum(
+                s["partitions_acked"] for s in ray.get([g.stats.remote() for g in self.generators], timeout=10)) < total:
+            time.sleep(0.2)
+        self.progress(f"Topic {names} created after fault {done}: {len(new):,} partitions more, {total:,} under load")
 
     def _drive(self) -> None:
         """Load for duration_s, each fault in its own thread at its time; progress meanwhile."""
@@ -191,6 +225,8 @@ class ExperimentRun:
         self.progress("Load stopped; waiting for the cluster to converge")
         ray.get([g.stop.remote() for g in self.generators], timeout=300)
         ray.get([c.stop.remote() for c in self.consumers], timeout=60)
+        if self.load_stopped is not None:
+            self.load_stopped()
         deadline, state, agreed = time.monotonic() + exp.settle_s, None, False
         while True:
             try:
@@ -242,6 +278,10 @@ class ExperimentRun:
         with self._recovery_turn:  # one at a time, in schedule order: each waits for the one before
             self._recovery_turn.wait_for(lambda: self._recovery_queue[0] == fault_id)
         try:
+            try:
+                self._grow(fault_id - 1, spec.recovery_timeout_s)
+            except Exception as e:  # reported; the fault goes on
+                self.progress(f"Creating the topics due after fault {fault_id - 1} failed: {type(e).__name__}: {e}")
             self._inject_now(fault_id, spec)
         finally:
             with self._recovery_turn:

@@ -1,7 +1,12 @@
 """A sweep: a grid of chaos experiments varying the load, each with repeated broker kills, then the
 Spark analysis over all of them.
 
-    python -m jobs.sweep [SWEEP.yaml] [--runs-dir DIR]     (no file: the small default sweep)
+    python -m jobs.sweep [SWEEP.yaml | --full] [--runs-dir DIR]
+
+Without a file it runs the quick sweep (QUICK, what `make demo` runs, under 5 minutes on a 2-core
+machine): one experiment per detector setting whose load grows from 60 to 300 to 1,000 partitions,
+a broker kill at each. `--full` runs the full grid (`Sweep()`: an experiment per partition count and
+detector setting, six kills each; about 10 minutes there).
 
 A sweep file is YAML; unknown fields and impossible values are errors that name the field:
 
@@ -15,6 +20,9 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
     down_s: 2
     spacing_s: 6                     # seconds between kills (more is added with the detector off);
                                      # a kill also waits until the cluster has recovered from the last
+    grow_partitions: false           # true: one experiment per (brokers, rate, detector) whose load
+                                     # grows through the partition counts (a topic added for each next
+                                     # count, once the cluster has recovered), `kills` at each count
 
 Every experiment of the grid runs on one ZooKeeper and one Ray (the embedded local default, or the
 cluster found: see jobs/runner.py), one after the other, into RUNS_DIR/<sweep run id>/; the
@@ -23,9 +31,12 @@ analysis then reads them all and writes RUNS_DIR/<sweep run id>/analysis/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
@@ -53,6 +64,11 @@ class Sweep(BaseModel):
     spacing_s: float = Field(6.0, gt=0)
     settle_s: float = Field(30.0, ge=0)
     seed: int = 1
+    grow_partitions: bool = Field(False, description="one experiment per (brokers, rate, detector) instead of one "
+                                  "per partition count: it starts with the smallest count's topic and adds a topic "
+                                  "before each next count's kills, so that the partitions under load (and those a "
+                                  "kill affects) reach it; `kills` at each count. One cluster start and one "
+                                  "read-back for all the counts")
 
     @model_validator(mode="after")
     def _possible(self) -> "Sweep":
@@ -72,22 +88,36 @@ class Sweep(BaseModel):
 
     def experiments(self) -> list[Experiment]:
         """The grid, smallest load first."""
+        counts = sorted(set(self.partitions))
+        stages = [counts] if self.grow_partitions else [[p] for p in counts]
         out = []
-        for brokers, partitions, rate, detector in itertools.product(sorted(self.brokers), sorted(self.partitions),
-                                                                     sorted(self.rates), self.detector):
+        for brokers, stage, rate, detector in itertools.product(sorted(self.brokers), stages, sorted(self.rates),
+                                                                self.detector):
             # without the detector a dead broker is found when its session expires: leave time for that
             spacing = self.spacing_s + (0 if detector else self.session_timeout_ms / 1000)
+            kills = self.kills * len(stage)
             out.append(Experiment(
-                name=f"{self.name}-b{brokers}-p{partitions}-r{round(rate)}-{'ray' if detector else 'zk'}",
+                name=f"{self.name}-b{brokers}-p{'.'.join(map(str, stage))}-r{round(rate)}-"
+                     f"{'ray' if detector else 'zk'}",
                 brokers=brokers, session_timeout_ms=self.session_timeout_ms, detector=detector,
                 broker={"min_insync_replicas": min(2, self.replication_factor)},
                 controller={"leader_imbalance_check_interval_seconds": max(1, int(spacing / 2))},
-                topics=[{"name": "load", "partitions": partitions, "replication_factor": self.replication_factor}],
+                topics=self._topics(stage),
                 load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
                 schedule=[FaultSpec(at_s=3 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller",
-                                    seconds=self.down_s, after_recovery=True) for i in range(self.kills)],
-                duration_s=3 + self.kills * spacing, settle_s=self.settle_s, seed=self.seed))
+                                    seconds=self.down_s, after_recovery=True) for i in range(kills)],
+                duration_s=3 + kills * spacing, settle_s=self.settle_s, seed=self.seed))
         return out
+
+    def _topics(self, stage: list[int]) -> list[dict]:
+        """Topic `load` of the first count's partitions; with more counts (grow_partitions), a topic
+        `load<i>` per next count, created after the kills of the counts before, making up the difference."""
+        return [{"name": "load" if i == 0 else f"load{i + 1}", "partitions": count - (stage[i - 1] if i else 0),
+                 "replication_factor": self.replication_factor, "after_fault": i * self.kills}
+                for i, count in enumerate(stage)]
+
+
+QUICK = Sweep(grow_partitions=True, kills=1)  # make demo's: the detector on and off, 60 to 1,000 partitions
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -123,31 +153,66 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
     def step(line: str) -> None:
         progress(f"[{time.monotonic() - started:5.0f}s] {line}")
 
-    with embedded_zookeeper_and_ray(step):  # every experiment joins this ZooKeeper and this Ray
-        for i, experiment in enumerate(experiments, 1):
-            step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of load, "
-                 f"{len(experiment.schedule)} broker kills)")
-            run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line))
-            broken = {k: v for k, v in summary.check.invariants.items() if v}
-            step(f"  {run_dir.name}: {summary.failovers} failovers" +
-                 (f"; INVARIANTS BROKEN: {broken}" if broken else "; every invariant holds"))
-        step("Starting Spark on Ray (RayDP)")
-        with spark_on_ray(spark) as session:
-            step("Spark is up; analysing")
-            result = analyse(session, [sweep_dir], sweep_dir / "analysis", progress=step)
+    # every experiment joins this ZooKeeper and this Ray; Spark starts once the last one's load has stopped
+    with embedded_zookeeper_and_ray(step), contextlib.ExitStack() as stack:
+        spark_session: Future = Future()
+        starting: list[threading.Thread] = []
+
+        def start_spark() -> None:  # in the background: the last run converges, is read back and checked meanwhile
+            if not starting:
+                step("  Starting Spark on Ray (RayDP) in the background")
+                starting.append(threading.Thread(target=_enter, args=(stack, spark_on_ray(spark), spark_session),
+                                                 name="spark-start", daemon=True))
+                starting[0].start()
+        try:
+            for i, experiment in enumerate(experiments, 1):
+                counts = list(itertools.accumulate(t.partitions for t in experiment.topics))
+                step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of "
+                     f"load, {len(experiment.schedule)} broker kills" +
+                     (f"; partitions {' -> '.join(f'{c:,}' for c in counts)})" if len(counts) > 1 else ")"))
+                run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line),
+                                                  load_stopped=start_spark if i == len(experiments) else None)
+                broken = {k: v for k, v in summary.check.invariants.items() if v}
+                step(f"  {run_dir.name}: {summary.failovers} failovers" +
+                     (f"; INVARIANTS BROKEN: {broken}" if broken else "; every invariant holds"))
+            start_spark()  # unless the last run did
+            session = spark_session.result()
+        finally:
+            for thread in starting:  # Spark is stopped (the stack closes) only once its start has ended
+                thread.join()
+        step("Spark is up; analysing")
+        result = analyse(session, [sweep_dir], sweep_dir / "analysis", progress=step)
     return sweep_dir, result
+
+
+def _enter(stack: contextlib.ExitStack, context, future: Future) -> None:
+    """Enter `context` on `stack` (left when the stack closes), its value or its error into `future`."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(stack.enter_context(context))
+    except BaseException as e:
+        future.set_exception(e)
+
+
+def sweep_of(file: str | None, full: bool) -> Sweep:
+    """The sweep a command line asks for: its file's, the full grid, else the quick one."""
+    return load_sweep(file) if file else Sweep() if full else QUICK
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kray sweep", description=__doc__.splitlines()[0])
-    parser.add_argument("file", nargs="?", help="a sweep YAML file (default: the small default sweep)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("file", nargs="?", help="a sweep YAML file (default: the quick sweep)")
+    which.add_argument("--full", action="store_true", help="the full grid: a cluster per partition count and "
+                       "detector setting, 6 kills each (about 10 minutes on 2 cores)")
     parser.add_argument("--runs-dir", default="runs")
     add_spark_arguments(parser)
     args = parser.parse_args(argv)
     from jobs.report import summary_table
 
     try:
-        sweep = load_sweep(args.file) if args.file else Sweep()
+        sweep = sweep_of(args.file, args.full)
         sweep_dir, result = run_sweep(sweep, args.runs_dir, settings_from(args))
     except KrayError as e:
         print(f"Error: {e}", file=sys.stderr)

@@ -74,19 +74,31 @@ class LoadGenerator:
         self.sink = RecordSink(config.recorder, config.namespace)
         self.sequence = self.acked = 0
         self.errors: list[str] = []
+        self._acked_partitions: set[tuple[str, int]] = set()  # those with an acknowledged record
+        self._pace = (rate, time.monotonic(), 0)  # records/s, since when, the sequence then
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"load-{self.name}", daemon=True)
 
     def start(self) -> None:
+        self._pace = (self.rate, time.monotonic(), self.sequence)
         self._thread.start()
 
+    def add_partitions(self, partitions: list[TopicPartition], rate: float) -> None:
+        """Load these partitions too from now on (a topic created during a run), at `rate` records/s in
+        all (0: streaming, the window grows with the partitions)."""
+        self.window = max(1, len(self.partitions) + len(partitions)) * WINDOW_PER_PARTITION * self.per_partition
+        self.partitions = self.partitions + list(partitions)
+        self.rate, self._pace = rate, (rate, time.monotonic(), self.sequence)
+
     def _run(self) -> None:
-        started, turn = time.monotonic(), 0
+        turn = 0
         while not self._stopped.is_set():
-            allowed = int(self.rate * (time.monotonic() - started)) - self.sequence if self.rate > 0 \
+            rate, since, base = self._pace
+            partitions = self.partitions
+            allowed = int(rate * (time.monotonic() - since)) - (self.sequence - base) if rate > 0 \
                 else self.window - (self.sequence - self.acked - len(self.errors))
             for _ in range(max(0, allowed) // self.per_partition):
-                tp = self.partitions[turn % len(self.partitions)]
+                tp = partitions[turn % len(partitions)]
                 turn += 1
                 for _ in range(self.per_partition):
                     self._produce(tp)
@@ -105,6 +117,7 @@ class LoadGenerator:
             log.warning("Load generator %s: %s", self.name, self.errors[-1])
             return
         self.acked += 1
+        self._acked_partitions.add((msg.topic(), msg.partition()))
         self.sink.emit(records.PRODUCED, records.Ack(
             topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), record_id=msg.key().decode(),
             broker_id=-1, leader_epoch=-1, sent_ms=sent_ms, acked_ms=now_ms()))
@@ -118,7 +131,7 @@ class LoadGenerator:
 
     def stats(self) -> dict:
         return {"name": self.name, "acked": self.acked, "sent": self.sequence, "errors": len(self.errors), "last_error": self.errors[-1] if self.errors else None,
-                "rss_mb": rss_mb()}
+                "partitions_acked": len(self._acked_partitions), "rss_mb": rss_mb()}
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)

@@ -1,10 +1,14 @@
 """The main job's path end to end, small: a sweep of two experiments with broker kills (detector on
-and off) on this test run's ZooKeeper and Ray, then the Spark analysis of their run directories."""
+and off) on this test run's ZooKeeper and Ray, then the Spark analysis of their run directories; and
+an experiment of the quick sweep's shape, whose partitions grow between kills."""
 from __future__ import annotations
+
+import json
 
 import pyarrow.parquet as pq
 
 from jobs.report import summary_table
+from jobs.runner import run_experiment
 from jobs.sweep import Sweep, run_sweep
 
 
@@ -27,3 +31,22 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, ray_sess
     assert min(off) > max(on)  # ZooKeeper's session timeout against Ray's report
     assert all(row["unavailability_ms"] is not None for row in table), ([(r["detector"], r["partitions_affected"], r["unavailability_ms"]) for r in table], sweep_dir)
     assert "report.md" in summary_table(result) and (result.out / "report.md").exists()
+
+
+def test_a_growing_experiment_adds_a_topic_under_load_between_its_kills(zk_connect, ray_session, monkeypatch,
+                                                                          tmp_path):
+    monkeypatch.setenv("KRAY_ZK_CONNECT", zk_connect)
+    [experiment] = Sweep(name="grow", partitions=[6, 18], detector=[True], kills=1, spacing_s=5, down_s=2,
+                         settle_s=20, grow_partitions=True).experiments()
+    lines = []
+    run_dir, summary = run_experiment(experiment, tmp_path, progress=lines.append)
+    assert not {k: v for k, v in summary.check.invariants.items() if v}, summary.check.render()
+    assert any("Topic load2 created after fault 1: 12 partitions more, 18 under load" in line for line in lines), lines
+    failovers = [json.loads(line) for line in (run_dir / "failovers.jsonl").read_text().splitlines()]
+    kills = [f for f in failovers if f["fault_id"] is not None]
+    assert [f["load"]["partitions_total"] for f in kills] == [6, 18]
+    assert kills[1]["load"]["partitions_affected"] > 6
+    # the new topic was under load before the second kill: its unavailability is measured too
+    assert any(tp.startswith("load2-") for tp in kills[1]["first_produce_ok_ms"])
+    final = json.loads((run_dir / "final_state.json").read_text())
+    assert len(final["zookeeper"]) == 18

@@ -196,6 +196,20 @@ BAD = [
      ["schedule.0", "cut-replication needs a target"]),
     ("impossible-slow-link", "name: x\nschedule: [{at_s: 1, fault: slow-replication, target: 1, link: {loss: 2}}]\n",
      ["schedule.0.link.loss: Input should be less than or equal to 1"]),
+    ("first-topic-created-later", "name: x\ntopics: [{name: a, after_fault: 1}]\n"
+     "schedule: [{at_s: 1, fault: kill-controller}, {at_s: 2, fault: kill-controller, after_recovery: true}]\n"
+     "controller: {leader_imbalance_check_interval_seconds: 5}\n",
+     ["topic a: the first topic is created before the load"]),
+    ("topic-after-the-last-fault", "name: x\ntopics: [{name: a}, {name: b, after_fault: 1}]\n"
+     "schedule: [{at_s: 1, fault: kill-controller}]\n",
+     ["topic b: after_fault=1 needs a fault 2 in the schedule that waits for recovery"]),
+    ("topic-before-a-fault-that-does-not-wait", "name: x\ntopics: [{name: a}, {name: b, after_fault: 1}]\n"
+     "schedule: [{at_s: 1, fault: kill-controller}, {at_s: 2, fault: kill-controller}]\n",
+     ["topic b: after_fault=1 needs a fault 2 in the schedule that waits for recovery"]),
+    ("topic-after-random-faults", "name: x\ntopics: [{name: a}, {name: b, after_fault: 1}]\nrandom_faults: {}\n"
+     "schedule: [{at_s: 1, fault: kill-controller}, {at_s: 2, fault: kill-controller, after_recovery: true}]\n"
+     "controller: {leader_imbalance_check_interval_seconds: 5}\n",
+     ["topic b: after_fault counts the schedule's faults, which random_faults would interleave"]),
 ]
 
 
@@ -389,6 +403,14 @@ def test_a_fault_cannot_wait_for_a_rebalance_slower_than_its_recovery_timeout():
         Experiment(name="x", schedule=[fault])  # the default check runs every 300 s
     Experiment(name="x", schedule=[fault], controller={"leader_imbalance_check_interval_seconds": 5})
     Experiment(name="x", schedule=[fault], controller={"auto_leader_rebalance_enable": False})
+
+
+def test_a_topic_may_be_created_during_the_run_before_a_fault_that_waits_for_recovery():
+    kill = {"fault": "kill-broker", "target": "non-controller", "after_recovery": True}
+    exp = Experiment(name="x", topics=[{"name": "a"}, {"name": "b", "partitions": 30, "after_fault": 2}],
+                     schedule=[{"at_s": at, **kill} for at in (9, 3, 6)],  # counted in time order
+                     controller={"leader_imbalance_check_interval_seconds": 5})
+    assert [t.after_fault for t in exp.topics] == [0, 2]
 
 
 def test_link_faults_turn_the_proxies_on_and_slow_replication_has_a_default_slowness(tmp_path):

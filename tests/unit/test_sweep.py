@@ -5,7 +5,7 @@ import pytest
 
 from coordination.errors import KrayError
 from jobs.rundir import FaultKind
-from jobs.sweep import Sweep, load_sweep
+from jobs.sweep import QUICK, Sweep, load_sweep, main, sweep_of
 
 
 def test_the_grid_has_one_experiment_per_combination_smallest_load_first():
@@ -22,8 +22,44 @@ def test_the_grid_has_one_experiment_per_combination_smallest_load_first():
         assert e.schedule[-1].at_s < e.duration_s
 
 
-def test_the_default_sweep_gives_the_analysis_at_least_30_faults():
+def test_the_full_sweep_gives_the_analysis_at_least_30_faults():
     assert sum(len(e.schedule) for e in Sweep().experiments()) >= 30
+
+
+def test_the_quick_sweep_is_one_cluster_per_detector_setting_growing_from_60_to_1000_partitions():
+    experiments = QUICK.experiments()
+    assert [(e.detector, e.name) for e in experiments] == [(True, "sweep-b3-p60.300.1000-r0-ray"),
+                                                           (False, "sweep-b3-p60.300.1000-r0-zk")]
+    for e in experiments:
+        assert [(t.name, t.partitions, t.after_fault) for t in e.topics] == [("load", 60, 0), ("load2", 240, 1),
+                                                                           ("load3", 700, 2)]
+        assert [f.fault for f in e.schedule] == [FaultKind.KILL_BROKER] * 3  # one at each of 60, 300, 1,000
+        assert all(f.target == "non-controller" and f.after_recovery for f in e.schedule)
+
+
+def test_growing_partitions_tops_each_count_up_with_a_topic_and_keeps_the_other_dimensions():
+    sweep = Sweep(partitions=[500, 100, 2000], rates=[0, 2000], brokers=[3, 4], detector=[True, False], kills=3,
+                  grow_partitions=True)
+    experiments = sweep.experiments()
+    assert len(experiments) == 2 * 2 * 2  # one per (brokers, rate, detector)
+    for e in experiments:
+        assert [t.partitions for t in e.topics] == [100, 400, 1500]
+        assert [t.after_fault for t in e.topics] == [0, 3, 6] and len(e.schedule) == 9
+        assert e.schedule[-1].at_s < e.duration_s
+
+
+def test_no_file_runs_the_quick_sweep_and_full_the_old_grid(tmp_path, capsys):
+    assert sweep_of(None, full=False) is QUICK
+    full = sweep_of(None, full=True)
+    assert full == Sweep() and not full.grow_partitions
+    assert [(e.topics[0].partitions, e.detector, len(e.schedule), len(e.topics)) for e in full.experiments()] == [
+        (p, d, 6, 1) for p in (60, 300, 1000) for d in (True, False)]
+    path = tmp_path / "sweep.yaml"
+    path.write_text("partitions: [10]\n")
+    assert sweep_of(str(path), full=False).partitions == [10]
+    with pytest.raises(SystemExit):
+        main(["--full", str(path)])  # a file or the full grid, not both
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("fields,message", [
