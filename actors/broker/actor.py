@@ -178,9 +178,19 @@ class BrokerActor:
         if not self.server.port and remembered.is_file():
             with contextlib.suppress(ValueError, OSError):
                 self.server.port = int(remembered.read_text())
-                return self._remember(remembered, self._on_loop_await(self.server.start()))
+                return self._remember(remembered, self._on_loop_await(self.server.start(serving=False)))
             self.server.port = 0
-        return self._remember(remembered, self._on_loop_await(self.server.start()))
+        return self._remember(remembered, self._on_loop_await(self.server.start(serving=False)))
+
+    def _start_serving(self) -> None:
+        """Answer the listener's requests from the first UpdateMetadata on, as a KRaft broker starts
+        request processing once it has caught up with the metadata: before it, Metadata would answer
+        no brokers, and a librdkafka client given that drops every broker it knows and never
+        reconnects (confluentinc/librdkafka#5301; an idempotent producer whose leader came back
+        stalled until its records timed out). Clients' connections wait in the backlog meanwhile."""
+        self._on_loop_await(self.server.start_serving())
+        log.info("[KafkaServer id=%d] Serving requests on port %d: metadata received from the controller",
+                 self.broker_id, self.port)
 
     @staticmethod
     def _remember(remembered: Path, port: int) -> int:
@@ -306,6 +316,8 @@ class BrokerActor:
             if error == 0:
                 alive_before = set(self.metadata_cache.alive_brokers)
                 self.metadata_cache.update(request)
+                if not self.server.serving:
+                    self._start_serving()
                 back = set(self.metadata_cache.alive_brokers) - alive_before
                 if back:  # followers refused while we had them dead: ask again (caught_up_outside_isr says why)
                     self._on_loop(lambda: [self.isr.expand(tps, b) for b, tps in

@@ -18,6 +18,7 @@ waits (acks=all, a long-polling fetch) costs no thread.
 from __future__ import annotations
 
 import asyncio
+import socket
 import itertools
 import logging
 import struct
@@ -70,11 +71,22 @@ class SocketServer:
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.StreamWriter] = set()
 
-    async def start(self) -> int:
-        """Listen; the port bound (a free one when `port` is 0)."""
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+    async def start(self, serving: bool = True) -> int:
+        """Listen; the port bound (a free one when `port` is 0). Not `serving`: connections wait in the
+        backlog, accepted by the kernel and unanswered, until `start_serving`, as Kafka's acceptor
+        listens at startup and accepts from startProcessingRequests on."""
+        sock = socket.create_server((self.host, self.port), reuse_port=False)
+        sock.setblocking(False)
+        self._server = await asyncio.start_server(self._serve, sock=sock, start_serving=serving)
+        self.port = sock.getsockname()[1]
         return self.port
+
+    async def start_serving(self) -> None:
+        await self._server.start_serving()
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
 
     async def stop(self) -> None:
         if self._server is not None:

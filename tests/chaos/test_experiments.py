@@ -112,10 +112,11 @@ def test_jepsens_kafka_loss_is_reproduced_with_unclean_election_and_caught_by_th
     assert line.split()[1] == str(lost) and "orders-0" in line  # the count, and an example record
 
 
-@pytest.mark.slow  # 40-200 s: the load's producer sometimes does not resume after its leader returns (open)
+@pytest.mark.slow  # about 45-80 s, beside the unclean run
 def test_jepsens_schedule_with_kafkas_safe_settings_loses_nothing(environment, tmp_path):
     """Writes are refused while the leader is alone in its ISR and the partition is offline while it is
-    dead; it returns where it was (its listener port) and the load goes on."""
+    dead; it returns where it was (its listener port), answers clients only once the controller has
+    told it the metadata (else librdkafka, given no brokers, drops them all), and the load goes on."""
     unclean = load_experiment(REPO / "experiments" / "jepsen-unclean.yaml")
     safe = load_experiment(REPO / "experiments" / "jepsen-safe.yaml")
     assert safe.schedule == unclean.schedule and safe.load == unclean.load

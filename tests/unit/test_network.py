@@ -249,3 +249,25 @@ def test_the_server_binds_a_free_port_when_asked_for_port_0():
             return server.port
 
     assert run(scenario) > 0
+
+
+def test_a_server_not_yet_serving_holds_connections_unanswered_until_it_starts():
+    """A broker binds its port at once and answers only from its first UpdateMetadata on."""
+    async def main():
+        handler = Handler()
+        server = SocketServer(handler, "127.0.0.1", 0)
+        await server.start(serving=False)
+        try:
+            assert not server.serving
+            c = NetworkClient()
+            await c.connect("127.0.0.1", server.port, "test")  # the kernel accepts it into the backlog
+            pending = asyncio.ensure_future(c.send(MetadataRequest(topics=None), 9))
+            await asyncio.sleep(0.5)
+            assert not pending.done() and handler.seen == []
+            await server.start_serving()
+            assert server.serving
+            response = await asyncio.wait_for(pending, 5)
+            assert [b.node_id for b in response.brokers] == [1] and handler.seen == [(MetadataRequest.API_KEY, 9)]
+        finally:
+            await server.stop()
+    asyncio.run(main())
