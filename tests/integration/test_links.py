@@ -6,7 +6,8 @@ import ray
 
 from actors.clients.producer import Producer
 from actors.config import BrokerConfig
-from actors.links.shapes import healed
+from actors.links.faults import HEALTHY, Direction
+from actors.links.shapes import CUT, healed
 from actors.runtime import poll
 from coordination import admin
 from coordination.zkdata import TopicPartition
@@ -23,6 +24,16 @@ def active_candidates(cluster) -> dict[int, int]:
         if status["active"]:
             out[b] = status["epoch"]
     return out
+
+
+def one_partition_of_three_replicas(new_cluster):
+    """A cluster with links, topic `t` of one partition on all three brokers, a lagging follower shrunk
+    out after 1.5 s and min.insync.replicas 2: (cluster, zk, chaos, the partition)."""
+    cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
+                                                                      min_insync_replicas=2))
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    return cluster, zk, Chaos(cluster, zk), TopicPartition("t", 0)
 
 
 def test_a_controller_cut_off_from_zookeeper_is_replaced_and_fenced_and_steps_down_when_healed(new_cluster):
@@ -77,12 +88,7 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_heal
     """Replication only: broker F is cut off from the other brokers (its fetches from the leader L
     stall) while it keeps its ZooKeeper session. L shrinks F out of the ISR after replica.lag.time.max.ms; with
     min.insync.replicas 2 of RF 3 acks=all writes go on; healed, F catches up and is taken back."""
-    cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
-                                                                      min_insync_replicas=2))
-    chaos = Chaos(cluster, zk)
-    admin.create_topic(zk, "t", 1, 3)
-    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
-    tp = TopicPartition("t", 0)
+    cluster, zk, chaos, tp = one_partition_of_three_replicas(new_cluster)
     leader = zk_states(zk, "t")[tp].leader
     follower = next(b for b in cluster.brokers if b != leader)
     producer = Producer(cluster.bootstrap_servers(), acks=-1)
@@ -133,3 +139,31 @@ def test_a_broker_the_controller_cannot_reach_hears_of_no_change_until_healed(ne
     poll(lambda: knows(victim), timeout=60, what="the held requests to reach the broker")
     producer = Producer(cluster.bootstrap_servers(), acks=-1)  # and it serves as what the controller made it
     assert all(producer.send("during-cut", [f"r{p}".encode()], partition=p)[0].offset == 0 for p in range(3))
+
+
+def test_a_broker_killed_while_cut_off_comes_back_with_healthy_links_and_the_others_keep_theirs(new_cluster):
+    """A link fault lives in the processes that carry it: broker F's new incarnation starts with
+    healthy links and fetches again, while the other brokers' links to F stay cut until healed
+    (so F, leading nothing, rejoins the ISR; no other broker can fetch from it)."""
+    cluster, zk, chaos, tp = one_partition_of_three_replicas(new_cluster)
+    controller, _ = cluster.wait_for_controller(zk)
+    leader = zk_states(zk, "t")[tp].leader
+    follower = next(b for b in cluster.brokers if b not in (leader, controller))
+    producer = Producer(cluster.bootstrap_servers(), acks=-1)
+
+    _, settings, _ = chaos.link_fault(FaultKind.CUT_REPLICATION, follower)
+    producer.send("t", [b"during"] * 5)
+    poll(lambda: follower not in zk_states(zk, "t")[tp].isr, timeout=60, what="the cut follower out of the ISR")
+    cluster.kill_broker(follower)
+    cluster.start_broker(follower)
+
+    def links(broker_id: int) -> dict:  # set_link_fault answers every link's faults; a healthy link set healthy
+        return ray.get(cluster.brokers[broker_id].set_link_fault.remote(
+            "zookeeper", Direction.FORWARD, HEALTHY), timeout=30)
+    assert all(fault == HEALTHY for faults in links(follower).values() for fault in faults.values())
+    assert links(leader)[f"broker-{follower}"] == {"forward": CUT, "backward": CUT}
+    producer.send("t", [b"back"] * 5)
+    poll(lambda: follower in zk_states(zk, "t")[tp].isr, timeout=60, what="the new incarnation back in the ISR")
+
+    chaos.apply_links(healed(settings))
+    assert links(leader)[f"broker-{follower}"] == {"forward": HEALTHY, "backward": HEALTHY}
