@@ -449,6 +449,11 @@ def controller_status(args) -> None:
 
 # -- kray chaos / experiment / check ----------------------------------------
 
+DISK_FAULT_HELP = {
+    "corrupt-log-tail": "kill a broker, flip a byte of each of its logs' last batch, start it again",
+    "truncate-log-tail": "kill a broker, cut each of its logs' last batch in half, start it again",
+    "lose-unflushed-tail": "kill a broker, cut its logs back to their recovery points (a power loss), start it again",
+}
 LINK_FAULT_HELP = {
     "cut-replication": "cut a broker off from every other broker (ZooKeeper kept)",
     "cut-broker-zookeeper": "cut a broker's ZooKeeper session only",
@@ -525,6 +530,15 @@ def chaos(args) -> None:
             case "heal":
                 c.heal_links()
                 done = "Healed every link"
+            case fault if fault in DISK_FAULT_HELP:
+                from jobs.disk_faults import describe
+                from jobs.rundir import FaultKind
+
+                _, damages = c.disk_fault(FaultKind(fault), args.broker_id)
+                time.sleep(args.seconds)
+                c.cluster.detached = True  # outlives this command, as `kray cluster up`'s brokers
+                c.cluster.start_broker(args.broker_id)
+                done = f"{fault} {args.broker_id}: {describe(damages)}; started again after {args.seconds:g} s"
             case _:  # a link fault
                 done = _link_fault(c, args)
     ray.shutdown()
@@ -697,6 +711,11 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--rate", type=float, default=None, help="bytes/s")
         s.set_defaults(func=chaos)
     ch.add_parser("heal", help="heal every link").set_defaults(func=chaos)
+    for name, text in DISK_FAULT_HELP.items():
+        s = ch.add_parser(name, help=text)
+        s.add_argument("broker_id", type=int)
+        s.add_argument("--seconds", type=float, default=3.0, help="how long it stays down")
+        s.set_defaults(func=chaos)
 
     ex = sub.add_parser("experiment", help="chaos experiments").add_subparsers(dest="action", required=True)
     s = ex.add_parser("run", help="run an experiment file (YAML)")

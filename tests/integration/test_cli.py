@@ -266,6 +266,9 @@ def _chaos_commands(ok, fails):
     recovered()
     assert "Killed broker 1's actor (Ray restarts it)" in ok("chaos", "kill-broker", "1", "--restart")
     recovered()
+    torn = ok("chaos", "truncate-log-tail", "2", "--seconds", "0.5")  # killed, its logs torn, started again
+    assert torn.startswith("truncate-log-tail 2: ") and torn.endswith("; started again after 0.5 s\n")
+    recovered()
     assert "name a broker id, or --controller" in fails("chaos", "pause")
     assert "broker 9 is not running" in fails("chaos", "kill-broker", "9")
     # link faults (the cluster is up with --link-faults)
