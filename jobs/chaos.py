@@ -93,11 +93,12 @@ class Chaos:
         `kind` says, on its node; (when it was killed, what was damaged). Start it again with
         LocalCluster.start_broker: its next incarnation recovers the logs and fetches the rest."""
         info = ray.get(self.cluster.broker_actor(broker_id).info.remote(), timeout=30)
+        log_dirs = info.get("log_dirs") or [info["log_dir"]]  # every one of its log.dirs (KIP-112)
         killed = self.cluster.kill_broker(broker_id)
         if info["node_id"] == ray.get_runtime_context().get_node_id():
-            return killed, damage_logs(kind, info["pid"], info["log_dir"])
+            return killed, damage_logs(kind, info["pid"], log_dirs)
         task = _damage_logs.options(scheduling_strategy=NodeAffinitySchedulingStrategy(info["node_id"], soft=False))
-        return killed, ray.get(task.remote(kind, info["pid"], info["log_dir"]), timeout=60)
+        return killed, ray.get(task.remote(kind, info["pid"], log_dirs), timeout=60)
 
     def fail_log_dir(self, broker_id: int) -> tuple[float, dict]:
         """Broker N's last log dir fails under the running broker (KIP-112): put aside, a file in its place,
@@ -238,21 +239,21 @@ def process_gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def damage_logs(kind: FaultKind, pid: int, log_dir: str, timeout_s: float = 30.0) -> list[Damage]:
-    """Once the process `pid` is gone (it held the logs), damage the logs under `log_dir` as `kind` says."""
+def damage_logs(kind: FaultKind, pid: int, log_dirs: list[str], timeout_s: float = 30.0) -> list[Damage]:
+    """Once the process `pid` is gone (it held the logs), damage the logs in `log_dirs` as `kind` says."""
     deadline = time.monotonic() + timeout_s
     while not process_gone(pid):
         if time.monotonic() > deadline:
             raise KrayError(f"process {pid} still runs {timeout_s:g} s after its SIGKILL: its logs are left alone")
         time.sleep(0.02)
-    damages = disk_faults.plan(kind, Path(log_dir))
+    damages = [d for log_dir in log_dirs for d in disk_faults.plan(kind, Path(log_dir))]
     disk_faults.apply(damages)
     return damages
 
 
 @ray.remote(num_cpus=0)
-def _damage_logs(kind: FaultKind, pid: int, log_dir: str) -> list[Damage]:
-    return damage_logs(kind, pid, log_dir)
+def _damage_logs(kind: FaultKind, pid: int, log_dirs: list[str]) -> list[Damage]:
+    return damage_logs(kind, pid, log_dirs)
 
 
 def restore_log_dir(pid: int, log_dir: str, aside: str, timeout_s: float = 30.0) -> None:

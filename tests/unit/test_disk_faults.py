@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
+import time
+
+import pytest
 
 from actors.broker.batches import build
 from actors.broker.checkpoints import write_checkpoint
 from actors.broker.log import RECOVERY_POINT_CHECKPOINT, Log
+from coordination.errors import KrayError
 from jobs import disk_faults
 from jobs.disk_faults import Damage, apply, corrupt_tail, describe, plan, truncate_tail, unflushed_tail, whole_batches
 from jobs.rundir import FaultKind
@@ -160,3 +165,29 @@ def test_a_plan_covers_every_replica_of_a_broker_and_reads_only(tmp_path):
     lost = sum(d.lost_bytes for d in damages[FaultKind.CORRUPT_LOG_TAIL])
     assert text.startswith(f"2 logs, {lost} bytes, 4 offsets: orders-0 ") and "flipped byte" in text
     assert describe([]) == "0 logs, 0 bytes, 0 offsets"
+
+
+def test_the_logs_are_damaged_only_once_their_process_is_gone_in_every_log_dir(tmp_path):
+    from jobs.chaos import damage_logs, process_gone
+
+    dirs = [tmp_path / "log-dir-0", tmp_path / "log-dir-1"]
+    for i, d in enumerate(dirs):
+        log = Log(d / f"t-{i}")
+        fill(log, 3)
+        log.close()
+    before = {p: p.read_bytes() for d in dirs for p in d.rglob("*.log")}
+    holder = subprocess.Popen(["sleep", "60"])  # the broker still running
+    try:
+        assert not process_gone(holder.pid)
+        with pytest.raises(KrayError, match="still runs"):
+            damage_logs(FaultKind.TRUNCATE_LOG_TAIL, holder.pid, [str(d) for d in dirs], timeout_s=0.2)
+        assert {p: p.read_bytes() for p in before} == before  # left alone
+        holder.kill()
+        while not process_gone(holder.pid):  # a zombie until reaped: gone all the same
+            time.sleep(0.01)
+        damages = damage_logs(FaultKind.TRUNCATE_LOG_TAIL, holder.pid, [str(d) for d in dirs])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(d.partition for d in damages) == ["t-0", "t-1"]
+    assert all(p.stat().st_size < len(data) for p, data in before.items())
