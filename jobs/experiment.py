@@ -45,8 +45,8 @@ class TopicSpec(Spec):
     partitions: int = Field(12, ge=1, le=100_000)
     replication_factor: int = Field(3, ge=1)
     after_fault: int = Field(0, ge=0, description="0: created before the load. N: created during the run, once "
-                             "the schedule's first N faults are done and the cluster has recovered, with load of "
-                             "its own; fault N + 1 (which must wait for recovery) comes after it")
+                             "the schedule's first N faults are done and every broker is back, and put under the "
+                             "same load per partition; fault N + 1 (which must wait for recovery) comes after it")
 
     @field_validator("name")
     @classmethod

@@ -22,7 +22,7 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
                                      # a kill also waits until the cluster has recovered from the last
     grow_partitions: false           # true: one experiment per (brokers, rate, detector) whose load
                                      # grows through the partition counts (a topic added for each next
-                                     # count, once the cluster has recovered), `kills` at each count
+                                     # count, once every broker is back), `kills` at each count
 
 Every experiment of the grid runs on one ZooKeeper and one Ray (the embedded local default, or the
 cluster found: see jobs/runner.py), one after the other, into RUNS_DIR/<sweep run id>/; the
