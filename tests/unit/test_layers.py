@@ -20,6 +20,7 @@ PURE = [
         "batches", "replication", "fetch_session", "producer_state", "leader_epochs", "checkpoints", "log_config",
         "api_versions", "wire", "errors")),
     *(f"coordination.{m}" for m in ("zkdata", "errors", "topic_config")),
+    "jobs.failovers", "jobs.timeline_page", "jobs.disk_faults",
 ]
 RUNTIMES = ("ray", "kazoo")
 
