@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 from actors.records import PRODUCED, Ack, JsonlWriter
 from jobs import rundir
