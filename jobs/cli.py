@@ -484,7 +484,8 @@ def _link_fault(c, args) -> str:
             first = e.errors()[0]
             raise KrayError(f"slow-replication: {first['loc'][0]}: {first['msg']}") from None
     target, settings, _ = c.link_fault(kind, getattr(args, "broker_id", None), slow)
-    what = f"{args.fault}" + (f" {target}" if target is not None else "") + f": {len(settings)} links"
+    what = f"{args.fault}" + (f" {target}" if target is not None else "") + \
+        f": {len(settings)} link{'' if len(settings) == 1 else 's'}"
     if not args.seconds:
         return f"{what}; `kray chaos heal` heals them"
     time.sleep(args.seconds)
