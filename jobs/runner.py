@@ -521,6 +521,7 @@ class ExperimentRun:
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
           FaultKind.ZK_RESTART, FaultKind.FAIL_LOG_DIR, *LINK_FAULTS, *DISK_FAULTS}
 
+
 def report(run_dir: Path) -> str:
     """What a run did, for people: its failovers, phase by phase, and its summary with the invariant checks
     made when it ended (not made again: they read every record)."""
