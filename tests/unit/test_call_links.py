@@ -59,20 +59,16 @@ def test_a_call_held_by_a_cut_is_given_up_once_no_longer_wanted():
     assert answer["passed"] is False
 
 
-def test_a_delay_holds_each_call_for_it():
+@pytest.mark.parametrize("fault, nbytes, at_least_s", [
+    (LinkFault(delay_ms=150), 100, 0.14),  # a delay holds every call
+    (LinkFault(rate_bytes_per_s=10_000), 2_000, 0.19),  # a throttle holds a call for its size
+])
+def test_a_slow_link_holds_a_call_until_its_bytes_arrive(fault, nbytes, at_least_s):
     links = CallLinks()
-    links.set_fault("broker-1", Direction.FORWARD, LinkFault(delay_ms=150))
+    links.set_fault("broker-1", Direction.FORWARD, fault)
     started = time.monotonic()
-    assert links.pass_call("broker-1", Direction.FORWARD, lambda: 100)
-    assert time.monotonic() - started >= 0.14
-
-
-def test_a_throttle_holds_a_call_for_its_size():
-    links = CallLinks()
-    links.set_fault("broker-1", Direction.FORWARD, LinkFault(rate_bytes_per_s=10_000))
-    started = time.monotonic()
-    assert links.pass_call("broker-1", Direction.FORWARD, lambda: 2_000)
-    assert time.monotonic() - started >= 0.19
+    assert links.pass_call("broker-1", Direction.FORWARD, lambda: nbytes)
+    assert time.monotonic() - started >= at_least_s
 
 
 def test_faults_are_reported_per_link_and_a_link_that_does_not_exist_is_refused():
