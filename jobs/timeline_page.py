@@ -234,13 +234,22 @@ def _path(series: Series, axis: Axis, y) -> str:
     return f'<path d="{" ".join(d)}" stroke="{series.color}" fill="none" stroke-width="1.5"/>'
 
 
+def _lane(faults: list[FaultRecord], axis: Axis, top: float, height: float) -> list[str]:
+    """What every lane of the page starts with: the faults shaded across it and the time ticks."""
+    return _fault_shading(faults, axis, top, height) + _time_ticks(axis, top, height)
+
+
+def _empty_note(y: float, text: str) -> str:
+    """A lane's note, centred, when it has nothing to draw."""
+    return f'<text class="empty" x="{LEFT + WIDTH / 2}" y="{y}" text-anchor="middle">{escape(text)}</text>'
+
+
 def _chart(series: list[Series], faults: list[FaultRecord], axis: Axis, empty: str) -> str:
     top, height = 8, PLOT_HEIGHT
-    body = _fault_shading(faults, axis, top, height) + _time_ticks(axis, top, height)
+    body = _lane(faults, axis, top, height)
     values = [v for s in series for _, v in s.points if v is not None]
     if not values:
-        body.append(f'<text class="empty" x="{LEFT + WIDTH / 2}" y="{top + height / 2}" '
-                    f'text-anchor="middle">{escape(empty)}</text>')
+        body.append(_empty_note(top + height / 2, empty))
         return _svg(top + height + 20, body)
     step = _nice_step(max(values), 4)
     high = step * math.ceil(max(values) / step) or step
@@ -271,7 +280,7 @@ def _fault_lane(faults: list[FaultRecord], axis: Axis) -> str:
         row_ends[row:row + 1] = [max(end, x + 4 + (0 if before else text_width)) + 8]
         placed.append((f, row, x, end, label, before))
     top, height = 8, max(1, len(row_ends)) * ROW
-    body = _fault_shading(faults, axis, top, height) + _time_ticks(axis, top, height)
+    body = _lane(faults, axis, top, height)
     for f, row, x, end, label, before in placed:
         y = top + row * ROW
         tip = escape(f"{f.label}: {_seconds(axis, f.injected_ms)}"
@@ -282,14 +291,13 @@ def _fault_lane(faults: list[FaultRecord], axis: Axis) -> str:
                     f'fill="{FAULT_FILL}"/><text x="{x - 4 if before else x + 4:.1f}" y="{y + ROW - 4}" '
                     f'text-anchor="{"end" if before else "start"}">{escape(label)}</text></g>')
     if not faults:
-        body.append(f'<text class="empty" x="{LEFT + WIDTH / 2}" y="{top + height - 3}" '
-                    'text-anchor="middle">no faults</text>')
+        body.append(_empty_note(top + height - 3, "no faults"))
     return _svg(top + height + 20, body)
 
 
 def _controller_lane(load: list[LoadSample], faults: list[FaultRecord], axis: Axis) -> str:
     top, height = 8, 2 * ROW
-    body = _fault_shading(faults, axis, top, height) + _time_ticks(axis, top, height)
+    body = _lane(faults, axis, top, height)
     changes = controller_changes(load)
     for i, s in enumerate(changes):
         x, y = axis.x(s.ts_ms), top + (i % 2) * ROW + ROW / 2
@@ -297,8 +305,7 @@ def _controller_lane(load: list[LoadSample], faults: list[FaultRecord], axis: Ax
                     f'broker {s.controller_id}</title><path d="M{x:.1f},{y - 5} l5,5 l-5,5 l-5,-5 z" fill="#6a4c93"/>'
                     f'<text x="{x + 7:.1f}" y="{y + 4}">epoch {s.controller_epoch} (broker {s.controller_id})</text></g>')
     if not changes:
-        body.append(f'<text class="empty" x="{LEFT + WIDTH / 2}" y="{top + ROW + 4}" '
-                    'text-anchor="middle">no load samples</text>')
+        body.append(_empty_note(top + ROW + 4, "no load samples"))
     return _svg(top + height + 20, body)
 
 
@@ -307,7 +314,7 @@ def _unavailable_section(windows: list[UnavailableWindow], faults: list[FaultRec
     rows = unavailable_partitions(windows)
     shown = rows[:MAX_UNAVAILABLE_ROWS]
     top, height = 8, max(1, len(shown)) * ROW
-    body = _fault_shading(faults, axis, top, height) + _time_ticks(axis, top, height)
+    body = _lane(faults, axis, top, height)
     labels = {f.fault_id: f.label for f in faults}
     for i, (tp, ws) in enumerate(shown):
         y = top + i * ROW
@@ -320,9 +327,8 @@ def _unavailable_section(windows: list[UnavailableWindow], faults: list[FaultRec
                         f'width="{max(1.5, axis.x(w.end_ms) - axis.x(w.start_ms)):.1f}" height="{ROW - 4}">'
                         f'<title>{tip}</title></rect>')
     if not rows:
-        body.append(f'<text class="empty" x="{LEFT + WIDTH / 2}" y="{top + ROW - 4}" '
-                    'text-anchor="middle">no recoveries recorded: failovers.jsonl measures those of faults '
-                    'that take a leader down</text>')
+        body.append(_empty_note(top + ROW - 4, "no recoveries recorded: failovers.jsonl measures those of "
+                                               "faults that take a leader down"))
     of = f" of {partitions:,}" if partitions is not None else ""
     note = f"{len(rows):,}{of} partitions, from a fault to their first acknowledged produce after it"
     if len(rows) > len(shown):
