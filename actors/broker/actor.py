@@ -34,7 +34,7 @@ from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
 from actors.names import controller_actor_name, request_sender_name
-from actors.links.faults import Direction, LinkFault, broker_link
+from actors.links.faults import Direction, LinkFault, broker_link, faultable
 from actors.links.proxy import LinkTable
 from actors.recording import RecordSink
 from actors.runtime import (
@@ -364,7 +364,7 @@ class BrokerActor:
     def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
         """Fault one direction of one of this broker's links (`zookeeper`, `broker-M`: its fetches from M);
         every link's faults."""
-        return LinkTable.of(self.links).set_fault(link, direction, fault)
+        return faultable(self.links).set_fault(link, direction, fault)
 
     @ray.method(concurrency_group="control")
     def fail_log_dir(self, index: int) -> str:

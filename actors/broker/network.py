@@ -18,9 +18,9 @@ waits (acks=all, a long-polling fetch) costs no thread.
 from __future__ import annotations
 
 import asyncio
-import socket
 import itertools
 import logging
+import socket
 import struct
 from collections import Counter, deque
 from typing import Awaitable, Callable, NamedTuple

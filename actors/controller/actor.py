@@ -33,7 +33,7 @@ from actors.controller.events import (
     TopicUncleanLeaderElectionEnable,
     controller_state,
 )
-from actors.links.faults import Direction, LinkFault
+from actors.links.faults import Direction, LinkFault, faultable
 from actors.links.proxy import LinkTable
 from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
@@ -147,7 +147,7 @@ class ControllerActor:
     @ray.method(concurrency_group="process")
     def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
         """Fault one direction of this candidate's link (`zookeeper`), at once; every link's faults."""
-        return LinkTable.of(self.links).set_fault(link, direction, fault)
+        return faultable(self.links).set_fault(link, direction, fault)
 
     @ray.method(concurrency_group="process")
     def process(self) -> dict:

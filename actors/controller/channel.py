@@ -25,8 +25,7 @@ import ray
 from actors.config import ClusterConfig
 from actors.controller.request_batch import InOrder, Owner, takeover
 from actors.links.calls import CallLinks
-from actors.links.faults import Direction, LinkFault, broker_link
-from actors.links.proxy import LinkTable
+from actors.links.faults import Direction, LinkFault, broker_link, faultable
 from actors.names import broker_actor_name, replacement_sender_name, request_sender_name
 from actors.protocol import ControllerRequestT, ControllerResponse
 from actors.runtime import BROKER_ACTOR_MODULE, beside_this_actor, configure_actor_process, control_plane_env, preload
@@ -63,7 +62,7 @@ class RequestSender:
     def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
         """Fault one direction of the link `broker-C` between a controller on broker C and this sender's
         broker (forward: the requests, backward: the answers); every link's faults."""
-        return LinkTable.of(self.links).set_fault(link, direction, fault)
+        return faultable(self.links).set_fault(link, direction, fault)
 
     def wait_stopped(self, owner: Owner) -> str:
         """Answered when a newer owner takes the sender over, never while `owner` has it: the

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable
 
-from actors.links.faults import Direction, FaultTable, LinkFault, Shaper
+from actors.links.faults import Direction, FaultTable, LinkFault, Shaper, describe
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ class CallLinks:
         """Every link's faults, this one set; calls held by a cut go on when it heals."""
         with self._changed:
             if self._faults.get(name, direction) != fault:
-                log.info("Call link %s %s: %s", name, direction.value,
-                         "healed" if fault.healthy else fault.model_dump(exclude_defaults=True))
+                log.info("Call link %s %s: %s", name, direction.value, describe(fault))
             self._faults.set(name, direction, fault)
             self._changed.notify_all()
             return self._faults.report()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import re
 from enum import Enum
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +23,7 @@ from coordination.errors import KrayError
 
 ZOOKEEPER_LINK = "zookeeper"  # a process's ZooKeeper session (to every server of the ensemble)
 LINK_NAME = re.compile(r"zookeeper|broker-\d+")
+Links = TypeVar("Links")
 RETRANSMIT_S = 0.2  # Linux's TCP_RTO_MIN
 MAX_RETRANSMITS = 6  # a segment lost this many times in a row is sent once more and arrives
 
@@ -105,3 +107,18 @@ class FaultTable:
     def report(self, opened=()) -> dict[str, dict[str, LinkFault]]:
         """Each link faulted or in `opened`: each direction's fault (an actor's `set_link_fault` answer)."""
         return {name: {d.value: self.get(name, d) for d in Direction} for name in sorted(set(opened) | set(self._faults))}
+
+
+def describe(fault: LinkFault) -> str:
+    """A fault as the links' log lines give it."""
+    if fault.healthy:
+        return "healed"
+    return ", ".join(f"{k}={v}" for k, v in fault.model_dump(exclude_defaults=True).items())
+
+
+def faultable(links: Links | None) -> Links:
+    """The links (a LinkTable, a RequestSender's CallLinks) of a process whose links may be off: an
+    actor's `set_link_fault` on a cluster started without them is refused."""
+    if links is None:
+        raise KrayError("this cluster's links cannot be faulted: start it with link_faults_enable")
+    return links

@@ -15,13 +15,10 @@ import contextlib
 import logging
 import random
 import threading
-from typing import TypeVar
 
-from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, FaultTable, LinkFault, Shaper
-from coordination.errors import KrayError
+from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, FaultTable, LinkFault, Shaper, describe
 
 log = logging.getLogger(__name__)
-L = TypeVar("L")
 
 CHUNK_BYTES = 65_536
 QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops reading (backpressure)
@@ -63,7 +60,7 @@ class LinkProxy:
         else:
             self._healed[direction].set()
         if previous != fault:
-            log.info("Link %s %s: %s", self.name, direction.value, _describe(fault))
+            log.info("Link %s %s: %s", self.name, direction.value, describe(fault))
 
     async def _serve(self, down_reader: asyncio.StreamReader, down_writer: asyncio.StreamWriter) -> None:
         try:
@@ -128,12 +125,6 @@ class LinkProxy:
                 await reading
 
 
-def _describe(fault: LinkFault) -> str:
-    if fault.healthy:
-        return "healed"
-    return ", ".join(f"{k}={v}" for k, v in fault.model_dump(exclude_defaults=True).items())
-
-
 class LinkTable:
     """A process's faultable links, by name (`zookeeper`, `broker-N`), on an event loop of their own
     thread (never one whose code waits on a link it carries: a broker's data-plane loop makes ZooKeeper
@@ -191,14 +182,6 @@ class LinkTable:
                     proxy.set_fault(direction, fault)
             self._run(apply())
         return self.faults()
-
-    @staticmethod
-    def of(links: L | None) -> L:
-        """The links (a LinkTable, or a RequestSender's CallLinks) of a process whose links may be off
-        (an actor's `set_link_fault`)."""
-        if links is None:
-            raise KrayError("this cluster's links cannot be faulted: start it with link_faults_enable")
-        return links
 
     def faults(self) -> dict[str, dict[str, LinkFault]]:
         """Every link opened or faulted, each direction's fault."""
