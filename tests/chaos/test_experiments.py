@@ -112,7 +112,6 @@ def test_jepsens_kafka_loss_is_reproduced_with_unclean_election_and_caught_by_th
     assert line.split()[1] == str(lost) and "orders-0" in line  # the count, and an example record
 
 
-@pytest.mark.slow  # about 45-80 s, beside the unclean run
 def test_jepsens_schedule_with_kafkas_safe_settings_loses_nothing(environment, tmp_path):
     """Writes are refused while the leader is alone in its ISR and the partition is offline while it is
     dead; it returns where it was (its listener port), answers clients only once the controller has
