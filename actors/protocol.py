@@ -89,11 +89,38 @@ class PartitionStates(Rows):
 LEADER_DURING_DELETE = -2  # UpdateMetadata's leader for the partitions of a topic being deleted
 
 
-class LiveBroker(Message):
+CLIENT_LISTENER = "PLAINTEXT"  # every broker's listeners: clients' (through link `clients` with links on)
+INTER_BROKER_LISTENER = "REPLICATION"  # and inter.broker.listener.name, what followers fetch from
+
+
+class EndPoint(NamedTuple):
+    """One advertised listener of a broker."""
+    listener: str
+    host: str
+    port: int
+
+
+class Node(Message):
+    """A broker as reached on one listener (Kafka's Node): a LeaderAndIsr's live leaders, on the
+    inter-broker listener."""
     id: int
     host: str
     port: int
     rack: str | None = None
+
+
+class LiveBroker(Message):
+    """A live broker as UpdateMetadata names it: every listener it advertises."""
+    id: int
+    endpoints: list[EndPoint]
+    rack: str | None = None
+
+    def node(self, listener: str) -> Node | None:
+        """The broker on `listener` (Kafka's Broker.node); None when it has no such listener."""
+        for e in self.endpoints:
+            if e.listener == listener:
+                return Node(id=self.id, host=e.host, port=e.port, rack=self.rack)
+        return None
 
 
 class ControllerRequest(Message):
@@ -106,7 +133,7 @@ class ControllerRequest(Message):
 class LeaderAndIsrRequest(ControllerRequest):
     api: str = "LeaderAndIsr"
     partition_states: PartitionStates
-    live_leaders: list[LiveBroker]
+    live_leaders: list[Node]
 
 
 class UpdateMetadataRequest(ControllerRequest):

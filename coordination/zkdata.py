@@ -122,6 +122,9 @@ class ClusterIdZNode(ZNodeModel):
     id: str
 
 
+ENDPOINT = re.compile(r"(?P<listener>[A-Za-z0-9_-]+)://\[?(?P<host>[0-9A-Za-z%._:-]*)\]?:(?P<port>-?\d+)")
+
+
 class BrokerIdZNode(ZNodeModel):
     """Version 5 registration (Kafka >= 2.7): endpoints, protocol map and features."""
 
@@ -137,9 +140,29 @@ class BrokerIdZNode(ZNodeModel):
     )
     features: dict[str, dict[str, int]] = Field(default_factory=dict)
 
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints_parse(cls, value: list[str]) -> list[str]:
+        for endpoint in value:
+            if not ENDPOINT.fullmatch(endpoint):
+                raise ValueError(f"endpoint {endpoint!r} is not LISTENER://host:port")
+        return value
+
+    @classmethod
+    def of_listeners(cls, endpoints: dict[str, tuple[str, int]], rack: str | None = None) -> BrokerIdZNode:
+        """The registration of a broker's advertised.listeners, every one PLAINTEXT: `host` and `port`
+        are the first one's, as Kafka writes the first PLAINTEXT endpoint there for old clients."""
+        (host, port), *_ = endpoints.values()
+        return cls(host=host, port=port, endpoints=[f"{name}://{h}:{p}" for name, (h, p) in endpoints.items()],
+                   listener_security_protocol_map={name: "PLAINTEXT" for name in endpoints}, rack=rack)
+
     @classmethod
     def plaintext(cls, host: str, port: int, rack: str | None = None) -> BrokerIdZNode:
-        return cls(host=host, port=port, endpoints=[f"PLAINTEXT://{host}:{port}"], rack=rack)
+        return cls.of_listeners({"PLAINTEXT": (host, port)}, rack)
+
+    def listeners(self) -> dict[str, tuple[str, int]]:
+        """(host, port) by listener name."""
+        return {m["listener"]: (m["host"], int(m["port"])) for m in map(ENDPOINT.fullmatch, self.endpoints)}
 
 
 class PartitionReassignment(NamedTuple):

@@ -463,6 +463,7 @@ LINK_FAULT_HELP = {
     "bridge-brokers": "two halves, and one broker between them that reaches both",
     "slow-replication": "slow a broker's links to every other broker",
     "cut-controller-broker": "cut the active controller's requests to a broker (ZooKeeper and replication kept)",
+    "cut-clients": "cut every client's connections to a broker (replication and ZooKeeper kept)",
 }
 
 
@@ -702,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in LINK_FAULT_HELP.items():  # on a cluster started with --link-faults
         s = ch.add_parser(name, help=text)
         if name in ("cut-replication", "cut-broker-zookeeper", "isolate-broker", "slow-replication",
-                    "cut-controller-broker"):
+                    "cut-controller-broker", "cut-clients"):
             s.add_argument("broker_id", type=int)
         s.add_argument("--seconds", type=float, default=0.0, help="heal after this long (0: leave it)")
         if name == "slow-replication":

@@ -68,6 +68,7 @@ class FaultKind(str, Enum):
     BRIDGE_BROKERS = "bridge-brokers"  # two halves and a broker between them that reaches both
     SLOW_REPLICATION = "slow-replication"  # broker N's links to every other broker slowed (FaultSpec.link)
     CUT_CONTROLLER_BROKER = "cut-controller-broker"  # the active controller's requests to broker N (RequestSender)
+    CUT_CLIENTS = "cut-clients"  # every client's connections to broker N; replication and ZooKeeper kept
 
 
 class FaultRecord(Record):

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable, TypeVar
 
 import ray
 import uvloop
+from pydantic import TypeAdapter, ValidationError
 
 from actors import records
 from actors.broker.fetcher import ReplicaFetcherManager
@@ -34,7 +37,7 @@ from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
 from actors.names import controller_actor_name, request_sender_name
-from actors.links.faults import Direction, LinkFault, broker_link, faultable
+from actors.links.faults import CLIENTS_LINK, Direction, LinkFault, broker_link, faultable
 from actors.links.proxy import LinkTable
 from actors.recording import RecordSink
 from actors.runtime import (
@@ -47,6 +50,8 @@ from actors.runtime import (
     rss_mb,
 )
 from actors.protocol import (
+    CLIENT_LISTENER,
+    INTER_BROKER_LISTENER,
     ControllerRequestT,
     ControllerResponse,
     LeaderAndIsrRequest,
@@ -63,7 +68,7 @@ from coordination.zkdata import TopicPartition
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
 T = TypeVar("T")
-LISTENER_PORT_FILE = "listener.port"  # kray only: the port this broker listened on, for its next incarnation
+LISTENERS_FILE = "listeners.json"  # kray only: the ports this broker advertised, for its next incarnation
 
 
 @ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={"control": 8}, runtime_env=MANY_THREADS_ENV)
@@ -98,9 +103,11 @@ class BrokerActor:
         self.producer_ids = ProducerIdManager(self.zk, broker_id)
         self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
                               self.producer_ids.generate_producer_id)
-        self.server = SocketServer(self.apis.handle, config.bind_host, config.listener_port(broker_id),
-                                   max_request_bytes=config.broker.socket_request_max_bytes)
-        self.port = self._listen(log_dir / LISTENER_PORT_FILE)
+        self.requests: Counter[str] = Counter()  # served, per API: the listeners' and the controller's
+        self.servers = {name: SocketServer(self.apis.handle, config.bind_host, 0, listener=name, requests=self.requests,
+                                           max_request_bytes=config.broker.socket_request_max_bytes)
+                        for name in (CLIENT_LISTENER, INTER_BROKER_LISTENER)}
+        self.endpoints = self._listen(log_dir / LISTENERS_FILE)
         self.fetchers = ReplicaFetcherManager(
             broker_id, config.broker,
             route=None if self.links is None else lambda leader, address: self.links.route(broker_link(leader), address),
@@ -112,7 +119,7 @@ class BrokerActor:
                                         "incarnation's sender is still being stopped)", tolerate=(ValueError,),
                                    interval=0.1)  # started before the controller can hear of us
         self.registration = BrokerRegistration(
-            self.zk, broker_id, lambda: zkdata.BrokerIdZNode.plaintext(config.advertised_host(), self.port),
+            self.zk, broker_id, lambda: zkdata.BrokerIdZNode.of_listeners(self.endpoints),
             may_register_again=ray_says_this_actor_lives)
         self.registration.register()
         self.registration.keep_registered()
@@ -170,17 +177,31 @@ class BrokerActor:
     def _on_loop_await(self, coroutine) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def _listen(self, remembered: Path) -> int:
-        """Listen on the configured port, or without one (base_port 0) on the port this broker's earlier
-        incarnation had, kept in its log dir: a Kafka broker comes back where it was, and clients find
-        it there (an idempotent librdkafka producer whose leader came back on a new port stalled until
-        its records timed out). A free port the first time, or when the old one is taken."""
-        if not self.server.port and remembered.is_file():
-            with contextlib.suppress(ValueError, OSError):
-                self.server.port = int(remembered.read_text())
-                return self._remember(remembered, self._on_loop_await(self.server.start(serving=False)))
-            self.server.port = 0
-        return self._remember(remembered, self._on_loop_await(self.server.start(serving=False)))
+    def _listen(self, remembered: Path) -> dict[str, tuple[str, int]]:
+        """Listen on both listeners; the (host, port) each is advertised on. Clients' port is the
+        configured one (base_port + N), or without one the port this broker's earlier incarnation
+        advertised, kept in its log dir, as replication's is: a Kafka broker comes back where it was,
+        and clients find it there (an idempotent librdkafka producer whose leader came back on a new
+        port stalled until its records timed out); a free port the first time, or when the kept one is
+        taken. With links on, clients reach their listener through link `clients`, which takes the
+        advertised port."""
+        kept = _kept_ports(remembered)
+        configured = self.config.listener_port(self.broker_id)
+        advertised = {}
+        for name, server in self.servers.items():
+            fixed = configured if name == CLIENT_LISTENER else 0
+            wanted = fixed or kept.get(name, 0)
+            if name == CLIENT_LISTENER and self.links is not None:
+                bound = self._on_loop_await(server.start(serving=False))
+                target = (self.config.host or "127.0.0.1", bound)
+                port = _listen_on(lambda p: self.links.expose(CLIENTS_LINK, target, self.config.bind_host, p),
+                                  wanted, fixed)
+            else:
+                port = _listen_on(lambda p: self._on_loop_await(server.start(serving=False, port=p)), wanted, fixed)
+            advertised[name] = (self.config.advertised_host(), port)
+        remembered.parent.mkdir(parents=True, exist_ok=True)
+        remembered.write_text(json.dumps({name: port for name, (_, port) in advertised.items()}))
+        return advertised
 
     def _start_serving(self) -> None:
         """Answer the listener's requests from the first UpdateMetadata on, as a KRaft broker starts
@@ -188,15 +209,10 @@ class BrokerActor:
         no brokers, and a librdkafka client given that drops every broker it knows and never
         reconnects (confluentinc/librdkafka#5301; an idempotent producer whose leader came back
         stalled until its records timed out). Clients' connections wait in the backlog meanwhile."""
-        self._on_loop_await(self.server.start_serving())
-        log.info("[KafkaServer id=%d] Serving requests on port %d: metadata received from the controller",
-                 self.broker_id, self.port)
-
-    @staticmethod
-    def _remember(remembered: Path, port: int) -> int:
-        remembered.parent.mkdir(parents=True, exist_ok=True)
-        remembered.write_text(str(port))
-        return port
+        for server in self.servers.values():
+            self._on_loop_await(server.start_serving())
+        log.info("[KafkaServer id=%d] Serving requests on %s: metadata received from the controller",
+                 self.broker_id, ", ".join(f"{name}://{h}:{p}" for name, (h, p) in self.endpoints.items()))
 
     def _log_config(self, topic: str) -> LogConfig:
         """The topic's LogConfig: as last announced, or read from /config/topics/T when its first replica
@@ -316,7 +332,7 @@ class BrokerActor:
             if error == 0:
                 alive_before = set(self.metadata_cache.alive_brokers)
                 self.metadata_cache.update(request)
-                if not self.server.serving:
+                if not self.servers[CLIENT_LISTENER].serving:
                     self._start_serving()
                 back = set(self.metadata_cache.alive_brokers) - alive_before
                 if back:  # followers refused while we had them dead: ask again (caught_up_outside_isr says why)
@@ -357,13 +373,13 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def listener(self) -> tuple[str, int]:
-        """(host, port) this broker advertises: what clients' bootstrap.servers name."""
-        return self.config.advertised_host(), self.port
+        """(host, port) this broker advertises to clients: what their bootstrap.servers name."""
+        return self.endpoints[CLIENT_LISTENER]
 
     @ray.method(concurrency_group="control")
     def set_link_fault(self, link: str, direction: Direction, fault: LinkFault) -> dict:
-        """Fault one direction of one of this broker's links (`zookeeper`, `broker-M`: its fetches from M);
-        every link's faults."""
+        """Fault one direction of one of this broker's links (`zookeeper`; `broker-M`: its fetches from M;
+        `clients`: its clients' connections, forward being their requests); every link's faults."""
         return faultable(self.links).set_fault(link, direction, fault)
 
     @ray.method(concurrency_group="control")
@@ -391,8 +407,9 @@ class BrokerActor:
                 "rss_mb": rss_mb(), "requests": self._count()}
 
     def _count(self, *apis: str) -> dict[str, int]:
-        """Count requests served, per API (the listener's and the controller's); the counts so far."""
-        return self.server.count(*apis)
+        """Count requests served, per API (the listeners' and the controller's); the counts so far."""
+        self.requests.update(apis)
+        return dict(self.requests)
 
     @ray.method(concurrency_group="control")
     def zk_session(self) -> tuple[int, bytes]:
@@ -424,7 +441,8 @@ class BrokerActor:
         self._stopped.set()
         self.config_changes.stop()
         self._on_loop_await(self.fetchers.shutdown())
-        self._on_loop_await(self.server.stop())
+        for server in self.servers.values():
+            self._on_loop_await(server.stop())
         self._on_loop(self.replica_manager.checkpoint_high_watermarks)
         self.isr.close()
         with self._candidate_lock:  # no candidate is started after this
@@ -440,6 +458,26 @@ class BrokerActor:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _kept_ports(remembered: Path) -> dict[str, int]:
+    """The ports an earlier incarnation advertised, by listener; none when it left none (or garbage)."""
+    try:
+        return TypeAdapter(dict[str, int]).validate_json(remembered.read_bytes())
+    except (OSError, ValidationError):
+        return {}
+
+
+def _listen_on(start: Callable[[int], int], port: int, fixed: int) -> int:
+    """`start(port)`, which returns the port bound; a kept port that is taken gives way to a free one,
+    a configured (`fixed`) one does not, as a Kafka broker whose port is taken fails to start."""
+    try:
+        return start(port)
+    except OSError:
+        if fixed or not port:
+            raise
+        log.info("Port %d is taken: listening on a free one", port)
+        return start(0)
 
 
 def _replicas_on_disk(log_dirs: list[Path]) -> int:

@@ -60,10 +60,14 @@ class KafkaApis:
     # -- Metadata ------------------------------------------------------------
 
     async def metadata(self, ctx: RequestContext, request) -> MetadataResponse:
-        """From the metadata cache, which only UpdateMetadata fills (as Kafka's). A leader the cache does
-        not know alive is answered as none, LEADER_NOT_AVAILABLE (Kafka's getPartitionMetadata), so that
-        a client keeps asking rather than waits on a dead broker."""
+        """From the metadata cache, which only UpdateMetadata fills (as Kafka's), with each broker's
+        endpoint on the listener the request came in on. A leader the cache does not know alive is
+        answered as none, LEADER_NOT_AVAILABLE (Kafka's getPartitionMetadata), so that a client keeps
+        asking rather than waits on a dead broker; one alive without that listener as none,
+        LISTENER_NOT_FOUND (v6 on; before, LEADER_NOT_AVAILABLE), and left out of the brokers."""
         snapshot = self.cache.snapshot
+        nodes = {b.id: node for b in snapshot.alive_brokers.values() if (node := b.node(ctx.listener)) is not None}
+        no_listener = Errors.LISTENER_NOT_FOUND if ctx.api_version >= 6 else Errors.LEADER_NOT_AVAILABLE
         by_topic: dict[str, list] = {}
         for tp, st in snapshot.partitions.items():
             by_topic.setdefault(tp.topic, []).append(st)
@@ -78,15 +82,16 @@ class KafkaApis:
                                                       is_internal=False, partitions=[]))
                 continue
             partitions = [R.MetadataResponseTopic.MetadataResponsePartition(
-                error_code=int(Errors.NONE if st.leader in snapshot.alive_brokers else Errors.LEADER_NOT_AVAILABLE),
+                error_code=int(Errors.NONE if st.leader in nodes else
+                               no_listener if st.leader in snapshot.alive_brokers else Errors.LEADER_NOT_AVAILABLE),
                 partition_index=st.partition,
-                leader_id=st.leader if st.leader in snapshot.alive_brokers else NO_LEADER,
+                leader_id=st.leader if st.leader in nodes else NO_LEADER,
                 leader_epoch=st.leader_epoch, replica_nodes=list(st.replicas), isr_nodes=list(st.isr),
                 offline_replicas=list(st.offline_replicas)) for st in sorted(states, key=lambda s: s.partition)]
             topics.append(R.MetadataResponseTopic(error_code=0, name=name, is_internal=False, partitions=partitions))
         return R(throttle_time_ms=0, brokers=[R.MetadataResponseBroker(node_id=b.id, host=b.host, port=b.port,
                                                                       rack=b.rack)
-                                              for b in sorted(snapshot.alive_brokers.values(), key=lambda b: b.id)],
+                                              for _, b in sorted(nodes.items())],
                  cluster_id=self.cluster_id(), controller_id=snapshot.controller_id
                  if snapshot.controller_id is not None else -1, topics=topics)
 

@@ -31,6 +31,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 
 from actors.broker import wire
 from actors.broker.api_versions import API_VERSIONS, api_versions_response, supported
+from actors.protocol import CLIENT_LISTENER
 from coordination.errors import Errors
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class RequestContext(NamedTuple):
     correlation_id: int
     client_id: str | None
     peer: str
+    listener: str = CLIENT_LISTENER  # the listener's name: Metadata answers with its endpoints
 
 
 class CloseConnection(Exception):
@@ -64,17 +66,24 @@ def request_name(api_key: int, request) -> str:
 
 
 class SocketServer:
-    def __init__(self, handler: Handler, host: str, port: int, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+    """One listener (Kafka's Acceptor and Processors for one endpoint). The listeners of a broker
+    share one count of requests served (`requests`)."""
+
+    def __init__(self, handler: Handler, host: str, port: int, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 listener: str = CLIENT_LISTENER, requests: Counter[str] | None = None):
         self.handler, self.host, self.port, self.max_request_bytes = handler, host, port, max_request_bytes
-        self.requests: Counter[str] = Counter()
+        self.listener = listener
+        self.requests: Counter[str] = Counter() if requests is None else requests
         self.closed_for_errors = 0  # connections closed for bad input
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.StreamWriter] = set()
 
-    async def start(self, serving: bool = True) -> int:
-        """Listen; the port bound (a free one when `port` is 0). Not `serving`: connections wait in the
-        backlog, accepted by the kernel and unanswered, until `start_serving`, as Kafka's acceptor
-        listens at startup and accepts from startProcessingRequests on."""
+    async def start(self, serving: bool = True, port: int | None = None) -> int:
+        """Listen (on `port` if given); the port bound (a free one when it is 0). Not `serving`:
+        connections wait in the backlog, accepted by the kernel and unanswered, until `start_serving`,
+        as Kafka's acceptor listens at startup and accepts from startProcessingRequests on."""
+        if port is not None:
+            self.port = port
         sock = socket.create_server((self.host, self.port), reuse_port=False)
         sock.setblocking(False)
         self._server = await asyncio.start_server(self._serve, sock=sock, start_serving=serving)
@@ -95,11 +104,6 @@ class SocketServer:
             writer.close()
         if self._server is not None:
             await self._server.wait_closed()
-
-    def count(self, *names: str) -> dict[str, int]:
-        """Count requests by name (the controller's, served over Ray, too); the counts so far."""
-        self.requests.update(names)
-        return dict(self.requests)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = "%s:%s" % writer.get_extra_info("peername")[:2]
@@ -160,7 +164,8 @@ class SocketServer:
                     answer.set_result(api_versions_response())
                 else:  # a task's first step runs in creation order (the loop's FIFO): appends stay in order
                     answer = asyncio.ensure_future(self.handler(
-                        RequestContext(api_key, version, header.correlation_id, header.client_id, peer), request))
+                        RequestContext(api_key, version, header.correlation_id, header.client_id, peer, self.listener),
+                        request))
                 in_flight.append((answer, header.correlation_id, version))
                 answer.add_done_callback(answer_in_order)
                 if writer.transport.get_write_buffer_size() > 1 << 20:

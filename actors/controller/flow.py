@@ -22,7 +22,7 @@ from actors.controller.events import ControllerEvent, PartitionModifications, no
 from actors.controller.request_batch import ControllerBrokerRequestBatch
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine
-from actors.protocol import LiveBroker
+from actors.protocol import EndPoint, LiveBroker
 from coordination import zkdata
 from coordination.zkdata import TopicPartition
 
@@ -97,7 +97,8 @@ class FlowScope:
 
     def read_brokers(self, broker_ids: Iterable[int]) -> dict[int, tuple[LiveBroker, int]]:
         """Registrations, with their broker epochs."""
-        return {b: (LiveBroker(id=b, host=info.host, port=info.port, rack=info.rack), epoch)
+        return {b: (LiveBroker(id=b, endpoints=[EndPoint(name, *address) for name, address in info.listeners().items()],
+                               rack=info.rack), epoch)
                 for b, (info, epoch) in self.zk.get_brokers(broker_ids).items()}
 
     def add_topics(self, new_topics: set[str]) -> list[TopicPartition]:

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
 from actors.protocol import (
+    INTER_BROKER_LISTENER,
     LEADER_DURING_DELETE,
     ControllerRequestT,
     LeaderAndIsrRequest,
@@ -117,7 +118,8 @@ class ControllerBrokerRequestBatch:
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
                 correlation_id=next(self._correlation_ids),
                 broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
-                live_leaders=[b for b in live_brokers if b.id in leaders],
+                live_leaders=[node for b in live_brokers if b.id in leaders
+                              if (node := b.node(INTER_BROKER_LISTENER)) is not None],
             ))
         to_all = self._update_metadata.pop(ALL, set())
         recipients = set(self._update_metadata) | (ctx.live_or_shutting_down_broker_ids if to_all else set())

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from coordination.errors import KrayError
 
 ZOOKEEPER_LINK = "zookeeper"  # a process's ZooKeeper session (to every server of the ensemble)
-LINK_NAME = re.compile(r"zookeeper|broker-\d+")
+CLIENTS_LINK = "clients"  # a broker's clients' connections to its PLAINTEXT listener (forward: to the broker)
+LINK_NAME = re.compile(r"zookeeper|clients|broker-\d+")
 Links = TypeVar("Links")
 RETRANSMIT_S = 0.2  # Linux's TCP_RTO_MIN
 MAX_RETRANSMITS = 6  # a segment lost this many times in a row is sent once more and arrives
@@ -95,7 +96,8 @@ class FaultTable:
 
     def set(self, name: str, direction: Direction, fault: LinkFault) -> None:
         if not LINK_NAME.fullmatch(name):
-            raise KrayError(f"no link {name!r}: a process's links are 'zookeeper' and 'broker-N'")
+            raise KrayError(f"no link {name!r}: a process's links are 'zookeeper', 'clients' (a broker's) "
+                            "and 'broker-N'")
         self._faults.setdefault(name, {})[direction] = fault
 
     def get(self, name: str, direction: Direction) -> LinkFault:

@@ -1,5 +1,6 @@
 """A link made faultable: a TCP forwarder on loopback between a process and what it connects to (a
-ZooKeeper server, another broker's listener), each direction shaped by its own `LinkFault`.
+ZooKeeper server, another broker's listener) or between a broker's listener and its clients, each
+direction shaped by its own `LinkFault`.
 
 The process connects to the proxy instead of the target, and nothing else changes for it: a cut link
 stalls its connections (bytes wait, as TCP's retransmissions would, and flow again once healed)
@@ -25,11 +26,10 @@ QUEUED_CHUNKS = 64  # per direction and connection; beyond it the proxy stops re
 
 
 class LinkProxy:
-    """One link: connections accepted on `host`:port are forwarded to `target`."""
+    """One link: connections accepted on `host`:`port` (0: a free port) are forwarded to `target`."""
 
-    def __init__(self, name: str, target: tuple[str, int], host: str = "127.0.0.1") -> None:
-        self.name, self.target, self.host = name, target, host
-        self.port = 0
+    def __init__(self, name: str, target: tuple[str, int], host: str = "127.0.0.1", port: int = 0) -> None:
+        self.name, self.target, self.host, self.port = name, target, host, port
         self.rng = random.Random()
         self.faults = {d: HEALTHY for d in Direction}
         self._healed = {d: asyncio.Event() for d in Direction}  # set: not cut
@@ -39,7 +39,7 @@ class LinkProxy:
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, self.host, 0)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -126,9 +126,9 @@ class LinkProxy:
 
 
 class LinkTable:
-    """A process's faultable links, by name (`zookeeper`, `broker-N`), on an event loop of their own
-    thread (never one whose code waits on a link it carries: a broker's data-plane loop makes ZooKeeper
-    calls). A fault set on a link holds for every proxy it has or opens later, so a link can be cut
+    """A process's faultable links, by name (`zookeeper`, `broker-N`, a broker's `clients`), on an event
+    loop of their own thread (never one whose code waits on a link it carries: a broker's data-plane
+    loop makes ZooKeeper calls). A fault set on a link holds for every proxy it has or opens later, so a link can be cut
     before it is first used."""
 
     def __init__(self, name: str = "kray-links") -> None:
@@ -141,8 +141,8 @@ class LinkTable:
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def _open(self, name: str, target: tuple[str, int]) -> tuple[str, int]:
-        proxy = LinkProxy(name, target)
+    def _open(self, name: str, target: tuple[str, int], host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        proxy = LinkProxy(name, target, host, port)
         for direction, fault in self._faults.of(name).items():
             proxy.set_fault(direction, fault)
         self._run(proxy.start())
@@ -170,6 +170,12 @@ class LinkTable:
                 self._run(proxy.stop())
             self._proxies[name] = []
             return self._open(name, target)
+
+    def expose(self, name: str, target: tuple[str, int], host: str, port: int = 0) -> int:
+        """Link `name` in front of this process's own listener at `target`, accepting on `host`:`port`
+        (0: a free one): the port others reach the listener on. OSError when `port` is taken."""
+        with self._lock:
+            return self._open(name, target, host, port)[1]
 
     def set_fault(self, name: str, direction: Direction, fault: LinkFault) -> dict[str, dict[str, LinkFault]]:
         """Every link's faults, this one set."""

@@ -16,13 +16,14 @@ others; ZooKeeper links are the process's session. Healing a shape is the same s
 | bridge-brokers    | two halves, and one broker in the middle that reaches both                      |
 | slow-replication N| N's links to every other broker slowed by the given fault (not cut)             |
 | cut-controller-broker N | the controller's requests to N and their answers; all else kept           |
+| cut-clients N     | every client's connections to N's listener; replication and ZooKeeper kept      |
 """
 from __future__ import annotations
 
 from enum import Enum
 from typing import NamedTuple
 
-from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, LinkFault, broker_link
+from actors.links.faults import CLIENTS_LINK, HEALTHY, ZOOKEEPER_LINK, LinkFault, broker_link
 
 
 class Role(str, Enum):
@@ -46,10 +47,11 @@ class Shape(str, Enum):
     BRIDGE_BROKERS = "bridge-brokers"
     SLOW_REPLICATION = "slow-replication"
     CUT_CONTROLLER_BROKER = "cut-controller-broker"
+    CUT_CLIENTS = "cut-clients"
 
 
 TARGETED = {Shape.CUT_REPLICATION, Shape.CUT_ZOOKEEPER, Shape.ISOLATE_BROKER, Shape.SLOW_REPLICATION,
-            Shape.CUT_CONTROLLER_BROKER}
+            Shape.CUT_CONTROLLER_BROKER, Shape.CUT_CLIENTS}
 CUT = LinkFault(cut=True)
 
 
@@ -73,6 +75,8 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
     others = [b for b in brokers if b != target]
     if shape is Shape.CUT_REPLICATION:
         return _between([target], others, CUT)
+    if shape is Shape.CUT_CLIENTS:
+        return [LinkSetting(Role.BROKER, target, CLIENTS_LINK, CUT)]
     if shape is Shape.CUT_ZOOKEEPER:
         return [LinkSetting(Role.CANDIDATE if candidate else Role.BROKER, target, ZOOKEEPER_LINK, CUT)]
     if shape is Shape.ISOLATE_BROKER:
@@ -101,6 +105,7 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
 def every_link(brokers: list[int]) -> list[LinkSetting]:
     """Every link of every process among `brokers`, healthy (`kray chaos heal`)."""
     return [LinkSetting(role, b, ZOOKEEPER_LINK, HEALTHY) for b in brokers for role in (Role.BROKER, Role.CANDIDATE)] + \
+        [LinkSetting(Role.BROKER, b, CLIENTS_LINK, HEALTHY) for b in brokers] + \
         [LinkSetting(role, a, broker_link(b), HEALTHY) for a in brokers for b in brokers if a != b
          for role in (Role.BROKER, Role.SENDER)]
 

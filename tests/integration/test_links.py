@@ -2,9 +2,10 @@
 lives, the shape of Jepsen's partitions and of KAFKA-6082's zombie controller."""
 from __future__ import annotations
 
+import confluent_kafka
 import ray
 
-from actors.clients.producer import Producer
+from actors.clients.producer import Producer, producer_config
 from actors.config import BrokerConfig
 from actors.links.faults import HEALTHY, Direction
 from actors.links.shapes import CUT, healed
@@ -167,3 +168,55 @@ def test_a_broker_killed_while_cut_off_comes_back_with_healthy_links_and_the_oth
 
     chaos.apply_links(healed(settings))
     assert links(leader)[f"broker-{follower}"] == {"forward": HEALTHY, "backward": HEALTHY}
+
+
+def test_clients_cut_off_from_a_leader_wait_while_it_leads_and_replicates_and_are_answered_when_healed(new_cluster):
+    """Only the clients' link to broker L is cut (its PLAINTEXT listener, advertised through link
+    `clients`): L keeps its session, its leaderships and its replication, which runs on its
+    REPLICATION listener. A record for L's partition waits unacknowledged and nothing fails over; a
+    record for a partition L follows is acknowledged with min.insync.replicas 3, so L fetched it;
+    healed, the waiting record is acknowledged, once."""
+    cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
+                                                                      min_insync_replicas=3))
+    chaos = Chaos(cluster, zk)
+    admin.create_topic(zk, "t", 3, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 3)
+    states = zk_states(zk, "t")
+    victim = states[TopicPartition("t", 0)].leader
+    led = [tp.partition for tp, s in states.items() if s.leader == victim]
+    followed = [tp.partition for tp, s in states.items() if s.leader != victim]
+    assert led and followed, states
+    registered = zk.get_brokers([victim])[victim][0].listeners()
+    assert registered["PLAINTEXT"] == ray.get(cluster.brokers[victim].listener.remote(), timeout=30)
+    assert registered["REPLICATION"][1] != registered["PLAINTEXT"][1]
+
+    producer = confluent_kafka.Producer(producer_config(cluster.bootstrap_servers(), -1))
+    acked: dict[int, list[int]] = {}
+
+    def send(partition: int) -> None:
+        producer.produce("t", b"x", partition=partition, on_delivery=lambda err, msg: acked.setdefault(
+            msg.partition(), []).append(msg.offset() if err is None else err.str()))
+
+    for p in range(3):  # connected to every leader before the cut
+        send(p)
+    assert producer.flush(60) == 0 and all(acked[p] == [0] for p in range(3)), acked
+
+    target, settings, _ = chaos.link_fault(FaultKind.CUT_CLIENTS, victim)
+    assert target == victim and [(s.broker_id, s.link) for s in settings] == [(victim, "clients")]
+    send(led[0])
+    send(followed[0])
+    def answered(partition: int) -> int:
+        producer.poll(0.1)
+        return len(acked[partition])
+
+    poll(lambda: answered(followed[0]) == 2, timeout=30,
+         what="the record for a partition the cut broker follows acknowledged")
+    assert acked[followed[0]] == [0, 1]
+    producer.flush(3)  # the other waits behind the cut
+    assert acked[led[0]] == [0] and len(producer) == 1
+    cut = zk_states(zk, "t")[TopicPartition("t", led[0])]
+    assert cut.leader == victim and len(cut.isr) == 3 and victim in zk.get_all_broker_ids()
+
+    chaos.apply_links(healed(settings))
+    assert producer.flush(60) == 0
+    assert acked[led[0]] == [0, 1]

@@ -21,6 +21,7 @@ from coordination.registration import BrokerRegistration
 from coordination.server import ZooKeeperEnsemble, ZooKeeperServer, ZooKeeperSettings, server_mode
 from coordination.zkclient import CreateOp, DeleteOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
+from tests.live_brokers import live_broker
 
 
 def tree(client: KrayZkClient, path: str = "/") -> dict[str, bytes]:
@@ -130,7 +131,6 @@ def test_isr_removals_get_through_while_leaders_keep_rewriting_some_states(zk, c
     from actors.controller.state_machines import ReplicaStateName as R
     from actors.controller.controller_zk import FencedZkClient
     from actors.controller.zk_state_machines import ZkReplicaStateMachine
-    from actors.protocol import LiveBroker
 
     epoch, epoch_version = zk.register_controller_and_increment_epoch(1)
     zk.kazoo.create(zkdata.topic_path("busy"), zkdata.TopicZNode.from_assignment({}, None).encode())
@@ -138,7 +138,7 @@ def test_isr_removals_get_through_while_leaders_keep_rewriting_some_states(zk, c
     state = zkdata.PartitionStateZNode(leader=1, leader_epoch=0, controller_epoch=epoch, isr=[1, 2, 3])
     zk.create_partition_states(dict.fromkeys(tps, state), epoch_version)
     ctx = ControllerContext(epoch=epoch, epoch_zk_version=epoch_version)
-    ctx.add_live_brokers({b: (LiveBroker(id=b, host="h", port=9090 + b), 100 + b) for b in (1, 2)})
+    ctx.add_live_brokers({b: (live_broker(b, "h", 9090 + b), 100 + b) for b in (1, 2)})
     for tp in tps:
         ctx.update_partition_replicas(tp, (1, 2, 3))
         ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(LeaderAndIsr(1, 0, (1, 2, 3), 0), epoch)

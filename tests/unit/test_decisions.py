@@ -17,10 +17,10 @@ from actors.controller.decisions import (
     replicas_on_offline_dirs,
     topic_changes,
 )
-from actors.protocol import LiveBroker
 from coordination import zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
+from tests.live_brokers import live_broker
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 
@@ -28,7 +28,7 @@ T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 def context(assignment: dict[TopicPartition, tuple[int, ...]], leaders: dict[TopicPartition, int] | None = None,
             brokers=(1, 2, 3)) -> ControllerContext:
     ctx = ControllerContext(epoch=1)
-    ctx.add_live_brokers({b: (LiveBroker(id=b, host="h", port=b), 10 + b) for b in brokers})
+    ctx.add_live_brokers({b: (live_broker(b, "h", b), 10 + b) for b in brokers})
     for tp, replicas in assignment.items():
         ctx.all_topics.add(tp.topic)
         ctx.update_partition_replicas(tp, replicas)

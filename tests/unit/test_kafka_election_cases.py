@@ -22,9 +22,9 @@ from actors.controller.election import (
     preferred_replica_partition_leader_election,
     reassign_partition_leader_election,
 )
-from actors.protocol import LiveBroker
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
+from tests.live_brokers import live_broker
 
 
 @pytest.mark.parametrize("assignment,isr,live,unclean,expected", [
@@ -76,7 +76,7 @@ T = TopicPartition("t", 0)
 
 def ctx_with(replicas, leader, isr, live, epoch=5, controller_epoch=3, shutting_down=()):
     ctx = ControllerContext(epoch=epoch)
-    ctx.add_live_brokers({b: (LiveBroker(id=b, host="h", port=b), 10 + b) for b in live})
+    ctx.add_live_brokers({b: (live_broker(b, "h", b), 10 + b) for b in live})
     ctx.shutting_down_broker_ids |= set(shutting_down)
     ctx.update_partition_full_assignment(T, replicas if isinstance(replicas, ReplicaAssignment)
                                          else ReplicaAssignment(tuple(replicas)))

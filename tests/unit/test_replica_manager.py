@@ -19,7 +19,6 @@ from actors.config import BrokerConfig
 from actors.data_protocol import FetchParams, FetchPartition
 from actors.protocol import (
     LeaderAndIsrRequest,
-    LiveBroker,
     PartitionState,
     StopReplicaPartition,
     StopReplicaRequest,
@@ -27,6 +26,7 @@ from actors.protocol import (
 )
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
+from tests.live_brokers import live_broker
 
 BROKER = 1
 MAX_BYTES = BrokerConfig().message_max_bytes
@@ -525,7 +525,7 @@ def test_offsets_for_leader_epoch(rm):
 def um(*states, brokers=(1, 2, 3), controller_id=9):
     return UpdateMetadataRequest(
         controller_id=controller_id, controller_epoch=1, broker_epoch=BROKER_EPOCH, partition_states=list(states),
-        live_brokers=[LiveBroker(id=b, host=f"h{b}", port=9090 + b) for b in brokers])
+        live_brokers=[live_broker(b, f"h{b}", 9090 + b) for b in brokers])
 
 
 def test_metadata_cache_initially_empty():
@@ -542,7 +542,7 @@ def test_metadata_cache_stores_states_and_brokers():
     assert deleted == []
     assert cache.controller_id == 2
     assert sorted(cache.alive_brokers) == [1, 2, 3]
-    assert cache.alive_brokers[2] == LiveBroker(id=2, host="h2", port=9092)
+    assert cache.alive_brokers[2] == live_broker(2, "h2", 9092)
     assert cache.partitions[T0] == s0
     assert cache.leader_and_isr() == {T0: (1, 2, [1, 2]), T1: (3, 0, [3])}
 

@@ -12,13 +12,20 @@ from actors.controller.request_batch import (
     stop_replica_epoch,
     takeover,
 )
-from actors.protocol import LeaderAndIsrRequest, LiveBroker, PartitionState, StopReplicaRequest, UpdateMetadataRequest
+from actors.protocol import (
+    INTER_BROKER_LISTENER,
+    LeaderAndIsrRequest,
+    PartitionState,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
 from coordination.zkdata import TopicPartition
+from tests.live_brokers import live_broker
 
 CONTROLLER_ID = 2
 EPOCH = 7
 BROKER_EPOCHS = {1: 101, 2: 202, 3: 303}
-BROKERS = {b: LiveBroker(id=b, host=f"host{b}", port=9090 + b) for b in BROKER_EPOCHS}
+BROKERS = {b: live_broker(b, f"host{b}", 9090 + b) for b in BROKER_EPOCHS}
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
 
@@ -81,7 +88,7 @@ def test_leader_and_isr_then_update_metadata(ctx):
         lai = out[b][0]
         assert uncorrelated(lai) == LeaderAndIsrRequest(controller_id=CONTROLLER_ID, controller_epoch=EPOCH,
                                           broker_epoch=BROKER_EPOCHS[b], partition_states=[expected_t0()],
-                                          live_leaders=[BROKERS[1]])
+                                          live_leaders=[BROKERS[1].node(INTER_BROKER_LISTENER)])
     assert [type(r) for r in out[3]] == [UpdateMetadataRequest]
     for b in (1, 2, 3):
         umr = out[b][-1]
@@ -170,7 +177,8 @@ def test_one_leader_and_isr_per_broker_with_all_its_partitions(ctx):
     lais = [r for r in out[3] if r.api == "LeaderAndIsr"]
     assert len(lais) == 1
     assert sorted(lais[0].partition_states, key=lambda s: s.partition) == [expected_t0(), expected_t1()]
-    assert lais[0].live_leaders == [BROKERS[1], BROKERS[2]]
+    assert lais[0].live_leaders == [BROKERS[b].node(INTER_BROKER_LISTENER) for b in (1, 2)]  # on the replication listener
+    assert [n.port for n in lais[0].live_leaders] == [10091, 10092]
     ums = [r for r in out[3] if r.api == "UpdateMetadata"]
     assert len(ums) == 1
     assert list(ums[0].partition_states) == [expected_t0(), expected_t1()]

@@ -16,8 +16,8 @@ from actors.controller.state_machines import (
     is_valid_partition_transition,
     is_valid_replica_transition,
 )
-from actors.protocol import LiveBroker
 from coordination.zkdata import TopicPartition
+from tests.live_brokers import live_broker
 
 # -- Kafka's tables (PartitionStateMachine.scala / ReplicaStateMachine.scala) ----------------------
 
@@ -97,7 +97,7 @@ U0 = TopicPartition("u", 0)
 
 def make_ctx(live=(1, 2, 3)) -> ControllerContext:
     ctx = ControllerContext(epoch=5, epoch_zk_version=4)
-    ctx.add_live_brokers({b: (LiveBroker(id=b, host=f"h{b}", port=9090 + b), 100 + b) for b in live})
+    ctx.add_live_brokers({b: (live_broker(b, f"h{b}", 9090 + b), 100 + b) for b in live})
     ctx.all_topics = {"t", "u"}
     ctx.update_partition_replicas(T0, (1, 2, 3))
     ctx.update_partition_replicas(T1, (3, 1, 2))
