@@ -189,6 +189,34 @@ def test_a_link_table_runs_proxies_on_its_own_loop_and_takes_faults_from_any_thr
     loop.call_soon_threadsafe(loop.stop)
 
 
+def test_a_link_exposing_a_listener_takes_the_port_asked_and_refuses_one_taken():
+    """A broker's `clients` link listens on the port the broker advertises (kept across incarnations)
+    and forwards to the listener's own port; a port in use is an OSError the broker handles."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    server = Server()
+    target = asyncio.run_coroutine_threadsafe(server.start(), loop).result()
+    table = LinkTable()
+    port = table.expose("clients", target, "127.0.0.1")  # a free one
+    with pytest.raises(OSError):
+        table.expose("clients", target, "127.0.0.1", port)
+    table.close()
+    again = LinkTable()  # the next incarnation asks for the same port and gets it, with healthy links
+    assert again.expose("clients", target, "127.0.0.1", port) == port
+
+    async def hello() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        got = await asyncio.wait_for(reader.readexactly(5), 5)
+        writer.close()
+        return got
+    assert asyncio.run(hello()) == b"hello"
+    again.set_fault("clients", B, LinkFault(cut=True))
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(hello())
+    again.close()
+    loop.call_soon_threadsafe(loop.stop)
+
+
 def test_a_fault_set_before_a_link_is_used_holds_for_it_and_a_moved_peer_keeps_the_link_faults():
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()

@@ -89,6 +89,12 @@ def test_cut_controller_broker_cuts_only_the_controllers_requests_to_the_target(
     assert cut_pairs(settings) == set() and zookeeper_cut(settings) == set()
 
 
+def test_cut_clients_cuts_only_the_targets_clients_link():
+    settings = plan(Shape.CUT_CLIENTS, BROKERS, target=4)
+    assert settings == [LinkSetting(Role.BROKER, 4, "clients", CUT)]
+    assert cut_pairs(settings) == set() and zookeeper_cut(settings) == set()  # replication and sessions kept
+
+
 @pytest.mark.parametrize("shape", list(Shape))
 def test_every_link_of_every_shape_is_among_the_links_kray_chaos_heal_heals(shape):
     heal = {(s.role, s.broker_id, s.link) for s in every_link(BROKERS)}
@@ -113,6 +119,7 @@ def test_healing_undoes_every_setting_of_a_shape():
     (Shape.SLOW_REPLICATION, BROKERS, {"target": 1, "slow": CUT}, "slows the link"),
     (Shape.CUT_CONTROLLER_BROKER, BROKERS, {"target": 2, "controller": 2}, "controller on another broker"),
     (Shape.CUT_CONTROLLER_BROKER, BROKERS, {"target": 2}, "controller on another broker"),
+    (Shape.CUT_CLIENTS, BROKERS, {}, "needs one of the brokers"),
 ])
 def test_a_shape_that_cannot_be_made_is_refused(shape, brokers, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -36,7 +36,7 @@ def test_next_log_dir_is_the_live_one_with_fewest_logs_first_in_order_among_equa
 
 
 @pytest.mark.parametrize("name, tp", [("t-0", TopicPartition("t", 0)), ("my-topic-12", TopicPartition("my-topic", 12)),
-                                      ("listener.port", None), ("t-x", None), ("-3", None)])
+                                      ("listeners.json", None), ("t-x", None), ("-3", None)])
 def test_a_replica_directory_names_its_partition(name, tp):
     assert parse_log_dir_name(name) == tp
 

@@ -608,3 +608,35 @@ def test_followers_caught_up_outside_the_isr_are_asked_for_again_when_their_brok
     assert rm.caught_up_outside_isr({2, 3}) == {}  # no fetch from 2 yet: nothing known of its log
     run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)])))
     assert rm.caught_up_outside_isr({2, 3}) == {2: [T0]}  # T1 has it already; T2 is not led here
+
+
+@pytest.mark.parametrize("version, missing_listener", [(8, Errors.LISTENER_NOT_FOUND), (5, Errors.LEADER_NOT_AVAILABLE)])
+def test_metadata_answers_the_endpoints_of_the_listener_asked(rm, version, missing_listener):
+    """Kafka's getAliveEndpoints: each broker as reached on the listener the request came in on (a
+    client on PLAINTEXT gets PLAINTEXT ports, a fetcher on REPLICATION replication's); a broker
+    without that listener is left out, and a partition it leads is answered leaderless with
+    LISTENER_NOT_FOUND (v6 on; LEADER_NOT_AVAILABLE before)."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    from actors.broker.kafka_apis import KafkaApis
+    from actors.broker.network import RequestContext
+    from actors.protocol import EndPoint, LiveBroker
+
+    cache = MetadataCache()
+    cache.update(UpdateMetadataRequest(
+        controller_id=1, controller_epoch=1, broker_epoch=BROKER_EPOCH,
+        partition_states=[ps(T0, leader=1, leader_epoch=0, isr=(1, 2)), ps(T1, leader=2, leader_epoch=0, isr=(2, 1))],
+        live_brokers=[live_broker(1, "h1", 9091),
+                      LiveBroker(id=2, endpoints=[EndPoint("PLAINTEXT", "h2", 9092)])]))  # no REPLICATION
+    apis = KafkaApis(BROKER, rm, cache, lambda: "cluster", lambda: 0)
+
+    def ask(listener: str):
+        request = MetadataRequest[version](topics=None, allow_auto_topic_creation=False,
+                                           include_cluster_authorized_operations=False,
+                                           include_topic_authorized_operations=False)
+        response = asyncio.run(apis.metadata(RequestContext(3, version, 1, "c", "peer", listener), request))
+        leaders = {p.partition_index: (p.leader_id, Errors(p.error_code)) for p in response.topics[0].partitions}
+        return [(b.node_id, b.host, b.port) for b in response.brokers], leaders
+
+    assert ask("PLAINTEXT") == ([(1, "h1", 9091), (2, "h2", 9092)], {0: (1, Errors.NONE), 1: (2, Errors.NONE)})
+    assert ask("REPLICATION") == ([(1, "h1", 10091)], {0: (1, Errors.NONE), 1: (-1, missing_listener)})

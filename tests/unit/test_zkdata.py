@@ -107,6 +107,29 @@ def test_broker_plaintext_registration_encoding():
     assert json.loads(BrokerIdZNode.plaintext("h", 9093, rack="r1").encode())["rack"] == "r1"
 
 
+def test_broker_registration_of_several_listeners():
+    """Kafka writes every advertised listener in `endpoints`, with the first PLAINTEXT one as the
+    old clients' host and port."""
+    b = BrokerIdZNode.of_listeners({"PLAINTEXT": ("h", 9093), "REPLICATION": ("h", 41000)}, rack="r1")
+    doc = json.loads(b.encode())
+    assert (doc["host"], doc["port"]) == ("h", 9093)
+    assert doc["endpoints"] == ["PLAINTEXT://h:9093", "REPLICATION://h:41000"]
+    assert doc["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT", "REPLICATION": "PLAINTEXT"}
+    assert decode(BrokerIdZNode, "/brokers/ids/1", b.encode()).listeners() == {
+        "PLAINTEXT": ("h", 9093), "REPLICATION": ("h", 41000)}
+    v4 = decode(BrokerIdZNode, "/brokers/ids/1", json.dumps(BROKER_V4).encode())
+    assert v4.listeners() == {"CLIENT": ("host1", 9092), "REPLICATION": ("host1", 9093)}
+    ipv6 = BrokerIdZNode(host="::1", port=9092, endpoints=["PLAINTEXT://[::1]:9092"])
+    assert ipv6.listeners() == {"PLAINTEXT": ("::1", 9092)}
+
+
+@pytest.mark.parametrize("endpoint", ["host1:9092", "PLAINTEXT://host1", "PLAINTEXT://host1:port", "://h:1"])
+def test_broker_endpoint_that_does_not_parse(endpoint):
+    doc = {**BROKER_V5, "endpoints": [endpoint]}
+    err = _malformed(BrokerIdZNode, json.dumps(doc).encode(), "/brokers/ids/1")
+    assert "LISTENER://host:port" in str(err)
+
+
 def test_unknown_keys_from_newer_kafka_are_ignored():
     doc = {**PARTITION_STATE, "leader_recovery_state": 0}
     st = decode(PartitionStateZNode, "/p", json.dumps(doc).encode())
