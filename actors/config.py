@@ -87,13 +87,15 @@ class ClusterConfig(BaseModel):
     namespace: str = Field("kray", description="Ray namespace holding the cluster's named actors")
     zk_session_timeout_ms: int = Field(18_000, ge=1000, description="zookeeper.session.timeout.ms")
     host: str | None = Field("127.0.0.1", description="the listeners' host (Kafka's listeners / advertised.listeners: "
-                                                     "broker N listens on PLAINTEXT://host:(base_port + N)); None "
-                                                     "binds every interface and advertises the Ray node's address "
-                                                     "(multi-node clusters)")
-    base_port: int = Field(0, ge=0, description="broker N listens on base_port + N (`kray cluster up` uses 9092); "
-                                                "0 picks a free port at a broker's first start and keeps it for "
-                                                "its later incarnations (in its log dir); the registration in "
-                                                "/brokers/ids/N carries it to clients and followers")
+                                                     "broker N listens on PLAINTEXT://host:(base_port + N) for "
+                                                     "clients and on REPLICATION://host:(a port of its own) for "
+                                                     "followers); None binds every interface and advertises the "
+                                                     "Ray node's address (multi-node clusters)")
+    base_port: int = Field(0, ge=0, description="broker N's PLAINTEXT listener is on base_port + N (`kray cluster "
+                                                "up` uses 9092); 0 picks a free port at a broker's first start and "
+                                                "keeps it for its later incarnations (in its log dir), as "
+                                                "REPLICATION's always is; the registration in /brokers/ids/N "
+                                                "carries both to clients and followers")
     controller_socket_timeout_ms: int = Field(30_000, ge=100, description="controller.socket.timeout.ms")
     request_retry_backoff_ms: int = Field(100, ge=1, description="RequestSendThread's backoff")
     broker_max_restarts: int = Field(-1, description="Ray restarts of a broker actor (-1: forever)")
@@ -103,9 +105,11 @@ class ClusterConfig(BaseModel):
     recorder: str | None = Field(None, description="the RunRecorder actor (in `namespace`) that experiment "
                                                    "records go to; None records nothing")
     link_faults_enable: bool = Field(False, description="kray only: each broker's and controller candidate's "
-                                                        "ZooKeeper session goes through a link of its own that "
-                                                        "chaos can cut, slow or throttle while the process lives "
-                                                        "(a loopback proxy: one more hop per message)")
+                                                        "ZooKeeper session, each follower's fetches, the clients' "
+                                                        "connections to each broker and the controller's requests "
+                                                        "go through links of their own that chaos can cut, slow or "
+                                                        "throttle while the process lives (a loopback proxy: one "
+                                                        "more hop per message)")
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     broker: BrokerConfig = Field(default_factory=BrokerConfig)
 

@@ -610,7 +610,8 @@ def test_followers_caught_up_outside_the_isr_are_asked_for_again_when_their_brok
     assert rm.caught_up_outside_isr({2, 3}) == {2: [T0]}  # T1 has it already; T2 is not led here
 
 
-@pytest.mark.parametrize("version, missing_listener", [(8, Errors.LISTENER_NOT_FOUND), (5, Errors.LEADER_NOT_AVAILABLE)])
+@pytest.mark.parametrize("version, missing_listener", [(8, Errors.LISTENER_NOT_FOUND),
+                                                       (5, Errors.LEADER_NOT_AVAILABLE)])
 def test_metadata_answers_the_endpoints_of_the_listener_asked(rm, version, missing_listener):
     """Kafka's getAliveEndpoints: each broker as reached on the listener the request came in on (a
     client on PLAINTEXT gets PLAINTEXT ports, a fetcher on REPLICATION replication's); a broker

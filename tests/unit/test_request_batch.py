@@ -177,7 +177,7 @@ def test_one_leader_and_isr_per_broker_with_all_its_partitions(ctx):
     lais = [r for r in out[3] if r.api == "LeaderAndIsr"]
     assert len(lais) == 1
     assert sorted(lais[0].partition_states, key=lambda s: s.partition) == [expected_t0(), expected_t1()]
-    assert lais[0].live_leaders == [BROKERS[b].node(INTER_BROKER_LISTENER) for b in (1, 2)]  # on the replication listener
+    assert lais[0].live_leaders == [BROKERS[b].node(INTER_BROKER_LISTENER) for b in (1, 2)]  # replication's
     assert [n.port for n in lais[0].live_leaders] == [10091, 10092]
     ums = [r for r in out[3] if r.api == "UpdateMetadata"]
     assert len(ums) == 1
