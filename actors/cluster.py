@@ -168,7 +168,7 @@ class LocalCluster:
         return poll(converged, timeout, "broker metadata caches to converge", tolerate=())
 
     def bootstrap_servers(self) -> str:
-        """The brokers' listeners as a Kafka client's bootstrap.servers."""
+        """The brokers' PLAINTEXT (clients') listeners as a Kafka client's bootstrap.servers."""
         return ",".join(f"{host}:{port}" for host, port in ray.get([h.listener.remote() for h in self.brokers.values()]))
 
     def metadata_of(self, tp: TopicPartition) -> tuple[int, int, list[int]]:

@@ -317,7 +317,8 @@ class KrayZkClient:
                                  makepath=True)
 
     def bootstrap_servers(self) -> str:
-        """"host:port,..." of every registered broker's listener: a Kafka client's bootstrap.servers."""
+        """"host:port,..." of every registered broker's PLAINTEXT listener (the registration's host and
+        port): a Kafka client's bootstrap.servers."""
         brokers = self.get_brokers(self.get_all_broker_ids())
         return ",".join(f"{info.host}:{info.port}" for _, (info, _) in sorted(brokers.items()))
 

@@ -18,11 +18,11 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Annotated, Callable, TypeVar
 
 import ray
 import uvloop
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from actors import records
 from actors.broker.fetcher import ReplicaFetcherManager
@@ -184,24 +184,28 @@ class BrokerActor:
         and clients find it there (an idempotent librdkafka producer whose leader came back on a new
         port stalled until its records timed out); a free port the first time, or when the kept one is
         taken. With links on, clients reach their listener through link `clients`, which takes the
-        advertised port."""
+        advertised port; the listener itself then listens on a free port of loopback (or of `host`),
+        so that no client gets around the link. Kept ports are bound first, before any free one."""
         kept = _kept_ports(remembered)
         configured = self.config.listener_port(self.broker_id)
-        advertised = {}
-        for name, server in self.servers.items():
+        ports = {}
+        for name in (INTER_BROKER_LISTENER, CLIENT_LISTENER):
+            server = self.servers[name]
             fixed = configured if name == CLIENT_LISTENER else 0
             wanted = fixed or kept.get(name, 0)
             if name == CLIENT_LISTENER and self.links is not None:
-                bound = self._on_loop_await(server.start(serving=False))
-                target = (self.config.host or "127.0.0.1", bound)
-                port = _listen_on(lambda p: self.links.expose(CLIENTS_LINK, target, self.config.bind_host, p),
-                                  wanted, fixed)
+                server.host = self.config.host or "127.0.0.1"
+                target = (server.host, self._on_loop_await(server.start(serving=False)))
+                ports[name] = _listen_on(lambda p: self.links.expose(CLIENTS_LINK, target, self.config.bind_host, p),
+                                         wanted, fixed)
             else:
-                port = _listen_on(lambda p: self._on_loop_await(server.start(serving=False, port=p)), wanted, fixed)
-            advertised[name] = (self.config.advertised_host(), port)
+                ports[name] = _listen_on(lambda p: self._on_loop_await(server.start(serving=False, port=p)),
+                                         wanted, fixed)
         remembered.parent.mkdir(parents=True, exist_ok=True)
-        remembered.write_text(json.dumps({name: port for name, (_, port) in advertised.items()}))
-        return advertised
+        written = remembered.with_suffix(".tmp")
+        written.write_text(json.dumps(ports))
+        os.replace(written, remembered)
+        return {name: (self.config.advertised_host(), ports[name]) for name in self.servers}
 
     def _start_serving(self) -> None:
         """Answer the listener's requests from the first UpdateMetadata on, as a KRaft broker starts
@@ -453,6 +457,8 @@ class BrokerActor:
             pass  # the candidate may be dead or restarting; its session then times out
         self.registration.stop()
         self.zk.close()
+        if self.links is not None:  # the clients' link last listens on the advertised port
+            self.links.close()
         self.sink.close()
 
 
@@ -463,7 +469,7 @@ def now_ms() -> int:
 def _kept_ports(remembered: Path) -> dict[str, int]:
     """The ports an earlier incarnation advertised, by listener; none when it left none (or garbage)."""
     try:
-        return TypeAdapter(dict[str, int]).validate_json(remembered.read_bytes())
+        return TypeAdapter(dict[str, Annotated[int, Field(ge=1, le=65535)]]).validate_json(remembered.read_bytes())
     except (OSError, ValidationError):
         return {}
 

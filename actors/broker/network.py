@@ -1,4 +1,5 @@
-"""The Kafka wire protocol over TCP: a broker's listener (Kafka's SocketServer) and a connection to
+"""The Kafka wire protocol over TCP: one of a broker's listeners (Kafka's SocketServer: the acceptor
+and processors of one endpoint) and a connection to
 another broker (the NetworkClient its replica fetchers use). Frames are a 4-byte size and a request
 or response; kafka-python's message classes (generated from Kafka's JSON message definitions)
 encode and decode them, headers included.

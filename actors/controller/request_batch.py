@@ -10,6 +10,7 @@ outlives controller epochs and works for one controller at a time (`takeover`).
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import defaultdict
 
 from actors.controller.context import ControllerContext, LeaderIsrAndControllerEpoch
@@ -30,6 +31,8 @@ from coordination.zkdata import TopicPartition
 EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch for a topic being deleted: stops whatever epoch the replica has
 NO_EPOCH = -1  # a partition with no leadership yet
 ALL = -1  # UpdateMetadata's recipients: every live or shutting-down broker when the batch is built
+
+log = logging.getLogger(__name__)
 
 
 def partition_state(ctx: ControllerContext, tp: TopicPartition, leadership: LeaderIsrAndControllerEpoch,
@@ -114,12 +117,15 @@ class ControllerBrokerRequestBatch:
             states = PartitionStates(state(tp, is_new) for tp, is_new in partitions.items()
                                      if tp in ctx.partition_leadership)
             leaders = {s.leader for s in states}
+            nodes = [(b.id, b.node(INTER_BROKER_LISTENER)) for b in live_brokers if b.id in leaders]
+            for leader in (b for b, node in nodes if node is None):  # Kafka's BrokerEndPointNotAvailableException
+                log.warning("Leader %d has no %s listener: broker %d cannot follow it", leader, INTER_BROKER_LISTENER,
+                            broker_id)
             out[broker_id].append(LeaderAndIsrRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
                 correlation_id=next(self._correlation_ids),
                 broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
-                live_leaders=[node for b in live_brokers if b.id in leaders
-                              if (node := b.node(INTER_BROKER_LISTENER)) is not None],
+                live_leaders=[node for _, node in nodes if node is not None],
             ))
         to_all = self._update_metadata.pop(ALL, set())
         recipients = set(self._update_metadata) | (ctx.live_or_shutting_down_broker_ids if to_all else set())

@@ -74,8 +74,10 @@ def test_link_faults_in_a_short_experiment_keep_every_invariant(environment, tmp
                   FaultSpec(at_s=22, fault=FaultKind.SPLIT_BROKERS, seconds=3),
                   FaultSpec(at_s=27, fault=FaultKind.BRIDGE_BROKERS, seconds=3),
                   FaultSpec(at_s=32, fault=FaultKind.SLOW_REPLICATION, target="random", seconds=3),
-                  FaultSpec(at_s=36, fault=FaultKind.CUT_BROKER_ZOOKEEPER, target="non-controller", seconds=4)],
-        duration_s=42, settle_s=40, seed=5)
+                  FaultSpec(at_s=36, fault=FaultKind.CUT_BROKER_ZOOKEEPER, target="non-controller", seconds=4),
+                  FaultSpec(at_s=42, fault=FaultKind.CUT_CLIENTS, target="leader", seconds=3),
+                  FaultSpec(at_s=46, fault=FaultKind.CUT_CONTROLLER_BROKER, target="non-controller", seconds=3)],
+        duration_s=51, settle_s=40, seed=5)
     run_dir, summary = run(experiment, tmp_path)
     invariants = summary.check.invariants
     assert invariants == {name: 0 for name in invariants} and len(invariants) == 7
@@ -114,7 +116,7 @@ def test_jepsens_kafka_loss_is_reproduced_with_unclean_election_and_caught_by_th
 
 def test_jepsens_schedule_with_kafkas_safe_settings_loses_nothing(environment, tmp_path):
     """Writes are refused while the leader is alone in its ISR and the partition is offline while it is
-    dead; it returns where it was (its listener port), answers clients only once the controller has
+    dead; it returns where it was (its listeners' ports), answers clients only once the controller has
     told it the metadata (else librdkafka, given no brokers, drops them all), and the load goes on."""
     unclean = load_experiment(REPO / "experiments" / "jepsen-unclean.yaml")
     safe = load_experiment(REPO / "experiments" / "jepsen-safe.yaml")

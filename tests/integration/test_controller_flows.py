@@ -128,12 +128,14 @@ def test_restarted_broker_gets_its_replicas_back(new_cluster):
     controller_id, _, controller, victim = controller_of(cluster, zk)
     old_epoch = ray.get(cluster.brokers[victim].info.remote())["broker_epoch"]
     listener = ray.get(cluster.brokers[victim].listener.remote())
+    registered = zk.get_brokers([victim])[victim][0].listeners()
     cluster.kill_broker(victim, restart=True)
     wait_until(lambda: ray.get(controller.status.remote())["live_brokers"] == sorted(cluster.brokers)
                and ray.get(cluster.brokers[victim].info.remote(), timeout=30)["broker_epoch"] > old_epoch,
                timeout=60, what="the broker to come back")
     # where it was, as a Kafka broker comes back: clients reconnect to the address they know (base_port 0 here)
-    assert ray.get(cluster.brokers[victim].listener.remote()) == listener
+    assert ray.get(cluster.brokers[victim].listener.remote()) == listener == registered["PLAINTEXT"]
+    assert zk.get_brokers([victim])[victim][0].listeners() == registered  # REPLICATION's port too
     # onBrokerStartup: the new incarnation is sent every partition (UpdateMetadata) and its replicas (LeaderAndIsr)
     wait_until(lambda: len(ray.get(cluster.brokers[victim].replicas.remote())) == 4, what="replicas online")
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
