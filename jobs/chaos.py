@@ -18,8 +18,8 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | fail-log-dir N             | broker N's last log dir fails under it (KIP-112: a file in its place);  |
 |                            | the caller repairs it after S seconds (repair_log_dir, then start it)  |
 | cut-replication N, cut-broker-zookeeper N, cut-controller-zookeeper, isolate-broker N, split-brokers, |
-| bridge-brokers, slow-replication N, cut-controller-broker N, cut-clients N: link faults for S       |
-| seconds, then healed (actors/links/shapes.py)                                                       |
+| bridge-brokers, slow-replication N, cut-controller-broker N, cut-clients N, slow-clients N: link     |
+| faults for S seconds, then healed (actors/links/shapes.py)                                          |
 """
 from __future__ import annotations
 
@@ -51,12 +51,14 @@ BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUS
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN,
                  FaultKind.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER, FaultKind.ISOLATE_BROKER,
                  FaultKind.SLOW_REPLICATION, FaultKind.FAIL_LOG_DIR, FaultKind.CUT_CLIENTS,
-                 FaultKind.CUT_CONTROLLER_BROKER, *DISK_FAULTS}
+                 FaultKind.CUT_CONTROLLER_BROKER, FaultKind.SLOW_CLIENTS, *DISK_FAULTS}
 LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER: Shape.CUT_ZOOKEEPER,
                FaultKind.CUT_CONTROLLER_ZOOKEEPER: Shape.CUT_ZOOKEEPER, FaultKind.ISOLATE_BROKER: Shape.ISOLATE_BROKER,
                FaultKind.SPLIT_BROKERS: Shape.SPLIT_BROKERS, FaultKind.BRIDGE_BROKERS: Shape.BRIDGE_BROKERS,
                FaultKind.SLOW_REPLICATION: Shape.SLOW_REPLICATION,
-               FaultKind.CUT_CONTROLLER_BROKER: Shape.CUT_CONTROLLER_BROKER, FaultKind.CUT_CLIENTS: Shape.CUT_CLIENTS}
+               FaultKind.CUT_CONTROLLER_BROKER: Shape.CUT_CONTROLLER_BROKER, FaultKind.CUT_CLIENTS: Shape.CUT_CLIENTS,
+               FaultKind.SLOW_CLIENTS: Shape.SLOW_CLIENTS}
+SLOW_LINKS = {FaultKind.SLOW_REPLICATION, FaultKind.SLOW_CLIENTS}  # link faults that take a LinkFault
 
 
 class Chaos:

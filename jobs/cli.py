@@ -464,6 +464,7 @@ LINK_FAULT_HELP = {
     "slow-replication": "slow a broker's links to every other broker",
     "cut-controller-broker": "cut the active controller's requests to a broker (ZooKeeper and replication kept)",
     "cut-clients": "cut every client's connections to a broker (replication and ZooKeeper kept)",
+    "slow-clients": "slow every client's connections to a broker",
 }
 
 
@@ -473,17 +474,18 @@ def _link_fault(c, args) -> str:
 
     from actors.links.faults import LinkFault
     from actors.links.shapes import healed
+    from jobs.chaos import SLOW_LINKS
     from jobs.rundir import FaultKind
 
     kind = FaultKind(args.fault)
     slow = None
-    if kind is FaultKind.SLOW_REPLICATION:
+    if kind in SLOW_LINKS:
         try:
             slow = LinkFault(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
                              rate_bytes_per_s=args.rate)
         except ValidationError as e:
             first = e.errors()[0]
-            raise KrayError(f"slow-replication: {first['loc'][0]}: {first['msg']}") from None
+            raise KrayError(f"{args.fault}: {first['loc'][0]}: {first['msg']}") from None
     target, settings, _ = c.link_fault(kind, getattr(args, "broker_id", None), slow)
     what = f"{args.fault}" + (f" {target}" if target is not None else "") + \
         f": {len(settings)} link{'' if len(settings) == 1 else 's'}"
@@ -703,10 +705,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in LINK_FAULT_HELP.items():  # on a cluster started with --link-faults
         s = ch.add_parser(name, help=text)
         if name in ("cut-replication", "cut-broker-zookeeper", "isolate-broker", "slow-replication",
-                    "cut-controller-broker", "cut-clients"):
+                    "cut-controller-broker", "cut-clients", "slow-clients"):
             s.add_argument("broker_id", type=int)
         s.add_argument("--seconds", type=float, default=0.0, help="heal after this long (0: leave it)")
-        if name == "slow-replication":
+        if name in ("slow-replication", "slow-clients"):
             s.add_argument("--delay-ms", type=float, default=200.0)
             s.add_argument("--jitter-ms", type=float, default=50.0)
             s.add_argument("--loss", type=float, default=0.0, help="share of chunks lost once (0-1)")

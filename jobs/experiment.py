@@ -31,7 +31,7 @@ from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
 from jobs.rundir import FaultKind
 from actors.links.faults import LinkFault
-from jobs.chaos import BROKER_FAULTS, LINK_FAULTS
+from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, SLOW_LINKS
 
 Target = int | Literal["random", "controller", "non-controller", "leader"]  # leader: of the first topic's partition 0
 
@@ -83,20 +83,20 @@ class FaultSpec(Spec):
                                                     "over the leader imbalance ratio: a fault on a cluster still "
                                                     "recovering from the last one measures both")
     recovery_timeout_s: float = Field(120.0, gt=0, description="with after_recovery: how long to wait at most")
-    link: LinkFault | None = Field(None, description="slow-replication: how the links are slowed (default "
-                                                     "200 +/- 50 ms each way)")
+    link: LinkFault | None = Field(None, description="slow-replication, slow-clients: how the links are slowed "
+                                                     "(default 200 +/- 50 ms each way)")
 
     @property
     def slow(self) -> LinkFault | None:
-        """What slow-replication does to the links."""
-        if self.fault is not FaultKind.SLOW_REPLICATION:
+        """What slow-replication or slow-clients does to the links."""
+        if self.fault not in SLOW_LINKS:
             return None
         return self.link or LinkFault(delay_ms=200, jitter_ms=50)
 
     @model_validator(mode="after")
     def _target_fits_the_fault(self) -> "FaultSpec":
-        if self.link is not None and self.fault is not FaultKind.SLOW_REPLICATION:
-            raise ValueError(f"{self.fault.value} takes no link fault (only slow-replication does)")
+        if self.link is not None and self.fault not in SLOW_LINKS:
+            raise ValueError(f"{self.fault.value} takes no link fault (only slow-replication and slow-clients do)")
         if self.fault in BROKER_FAULTS and self.target is None:
             raise ValueError(f"{self.fault.value} needs a target (a broker id, random, controller or non-controller)")
         if self.fault not in BROKER_FAULTS and self.target is not None:

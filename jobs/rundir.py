@@ -69,6 +69,7 @@ class FaultKind(str, Enum):
     SLOW_REPLICATION = "slow-replication"  # broker N's links to every other broker slowed (FaultSpec.link)
     CUT_CONTROLLER_BROKER = "cut-controller-broker"  # the active controller's requests to broker N (RequestSender)
     CUT_CLIENTS = "cut-clients"  # every client's connections to broker N; replication and ZooKeeper kept
+    SLOW_CLIENTS = "slow-clients"  # the clients' connections to broker N slowed (FaultSpec.link)
 
 
 class FaultRecord(Record):

@@ -17,6 +17,7 @@ others; ZooKeeper links are the process's session. Healing a shape is the same s
 | slow-replication N| N's links to every other broker slowed by the given fault (not cut)             |
 | cut-controller-broker N | the controller's requests to N and their answers; all else kept           |
 | cut-clients N     | every client's connections to N's listener; replication and ZooKeeper kept      |
+| slow-clients N    | the clients' connections to N slowed by the given fault (not cut)               |
 """
 from __future__ import annotations
 
@@ -48,10 +49,12 @@ class Shape(str, Enum):
     SLOW_REPLICATION = "slow-replication"
     CUT_CONTROLLER_BROKER = "cut-controller-broker"
     CUT_CLIENTS = "cut-clients"
+    SLOW_CLIENTS = "slow-clients"
 
 
 TARGETED = {Shape.CUT_REPLICATION, Shape.CUT_ZOOKEEPER, Shape.ISOLATE_BROKER, Shape.SLOW_REPLICATION,
-            Shape.CUT_CONTROLLER_BROKER, Shape.CUT_CLIENTS}
+            Shape.CUT_CONTROLLER_BROKER, Shape.CUT_CLIENTS, Shape.SLOW_CLIENTS}
+SLOW = {Shape.SLOW_REPLICATION, Shape.SLOW_CLIENTS}  # the shapes that take a fault that slows the link
 CUT = LinkFault(cut=True)
 
 
@@ -67,7 +70,7 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
          slow: LinkFault | None = None, controller: int | None = None) -> list[LinkSetting]:
     """The settings that make `shape` among `brokers` (`target` for the shapes that take one;
     `candidate`: cut-zookeeper of N's controller candidate rather than the broker; `slow`: the fault
-    of slow-replication; `controller`: the broker the active controller runs on, for
+    of slow-replication and slow-clients; `controller`: the broker the active controller runs on, for
     cut-controller-broker). ValueError for a shape that cannot be made."""
     brokers = sorted(set(brokers))
     if shape in TARGETED and target not in brokers:
@@ -75,8 +78,10 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
     others = [b for b in brokers if b != target]
     if shape is Shape.CUT_REPLICATION:
         return _between([target], others, CUT)
-    if shape is Shape.CUT_CLIENTS:
-        return [LinkSetting(Role.BROKER, target, CLIENTS_LINK, CUT)]
+    if shape in SLOW and (slow is None or slow.cut or slow.healthy):
+        raise ValueError(f"{shape.value} needs a fault that slows the link (delay, jitter, loss or rate)")
+    if shape in (Shape.CUT_CLIENTS, Shape.SLOW_CLIENTS):
+        return [LinkSetting(Role.BROKER, target, CLIENTS_LINK, CUT if shape is Shape.CUT_CLIENTS else slow)]
     if shape is Shape.CUT_ZOOKEEPER:
         return [LinkSetting(Role.CANDIDATE if candidate else Role.BROKER, target, ZOOKEEPER_LINK, CUT)]
     if shape is Shape.ISOLATE_BROKER:
@@ -88,8 +93,6 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
                              f"not {controller}")
         return [LinkSetting(Role.SENDER, target, broker_link(controller), CUT)]
     if shape is Shape.SLOW_REPLICATION:
-        if slow is None or slow.cut or slow.healthy:
-            raise ValueError("slow-replication needs a fault that slows the link (delay, jitter, loss or rate)")
         return _between([target], others, slow)
     if shape is Shape.SPLIT_BROKERS:
         if len(brokers) < 2:

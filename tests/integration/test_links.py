@@ -2,12 +2,14 @@
 lives, the shape of Jepsen's partitions and of KAFKA-6082's zombie controller."""
 from __future__ import annotations
 
+import time
+
 import confluent_kafka
 import ray
 
 from actors.clients.producer import Producer, producer_config
 from actors.config import BrokerConfig
-from actors.links.faults import HEALTHY, Direction
+from actors.links.faults import HEALTHY, Direction, LinkFault
 from actors.links.shapes import CUT, healed
 from actors.runtime import poll
 from coordination import admin
@@ -175,7 +177,7 @@ def test_clients_cut_off_from_a_leader_wait_while_it_leads_and_replicates_and_ar
     `clients`): L keeps its session, its leaderships and its replication, which runs on its
     REPLICATION listener. A record for L's partition waits unacknowledged and nothing fails over; a
     record for a partition L follows is acknowledged with min.insync.replicas 3, so L fetched it;
-    healed, the waiting record is acknowledged, once."""
+    healed, the waiting record is acknowledged, once. Then slowed, not cut, L's clients wait the delay."""
     cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
                                                                       min_insync_replicas=3))
     chaos = Chaos(cluster, zk)
@@ -220,3 +222,11 @@ def test_clients_cut_off_from_a_leader_wait_while_it_leads_and_replicates_and_ar
     chaos.apply_links(healed(settings))
     assert producer.flush(60) == 0
     assert acked[led[0]] == [0, 1]
+
+    # slow-clients: each direction 400 ms late, so a produce's round trip takes at least 800 ms
+    _, settings, _ = chaos.link_fault(FaultKind.SLOW_CLIENTS, victim, LinkFault(delay_ms=400))
+    started = time.monotonic()
+    send(led[0])
+    assert producer.flush(60) == 0 and acked[led[0]] == [0, 1, 2]
+    assert time.monotonic() - started >= 0.8
+    chaos.apply_links(healed(settings))

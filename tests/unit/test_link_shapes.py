@@ -95,6 +95,11 @@ def test_cut_clients_cuts_only_the_targets_clients_link():
     assert cut_pairs(settings) == set() and zookeeper_cut(settings) == set()  # replication and sessions kept
 
 
+def test_slow_clients_slows_only_the_targets_clients_link():
+    slow = LinkFault(delay_ms=300, rate_bytes_per_s=10_000)
+    assert plan(Shape.SLOW_CLIENTS, BROKERS, target=2, slow=slow) == [LinkSetting(Role.BROKER, 2, "clients", slow)]
+
+
 @pytest.mark.parametrize("shape", list(Shape))
 def test_every_link_of_every_shape_is_among_the_links_kray_chaos_heal_heals(shape):
     heal = {(s.role, s.broker_id, s.link) for s in every_link(BROKERS)}
@@ -120,6 +125,8 @@ def test_healing_undoes_every_setting_of_a_shape():
     (Shape.CUT_CONTROLLER_BROKER, BROKERS, {"target": 2, "controller": 2}, "controller on another broker"),
     (Shape.CUT_CONTROLLER_BROKER, BROKERS, {"target": 2}, "controller on another broker"),
     (Shape.CUT_CLIENTS, BROKERS, {}, "needs one of the brokers"),
+    (Shape.SLOW_CLIENTS, BROKERS, {"target": 1}, "slows the link"),
+    (Shape.SLOW_CLIENTS, BROKERS, {"target": 1, "slow": CUT}, "slows the link"),
 ])
 def test_a_shape_that_cannot_be_made_is_refused(shape, brokers, kwargs, message):
     with pytest.raises(ValueError, match=message):
