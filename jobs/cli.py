@@ -603,9 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--namespace", default="kray")
     s.add_argument("--session-timeout-ms", type=int, default=18_000)
     s.add_argument("--base-port", type=int, default=9092,
-                   help="broker N listens on base-port + N (0: free ports, named in /brokers/ids/N)")
+                   help="broker N's PLAINTEXT listener is on base-port + N (0: free ports, named in /brokers/ids/N)")
     s.add_argument("--link-faults", action="store_true",
-                   help="route ZooKeeper sessions and replication through links `kray chaos` can cut or slow")
+                   help="route ZooKeeper sessions, replication, clients' connections and the controller's "
+                        "requests through links `kray chaos` can cut or slow")
     s.set_defaults(func=cluster_up)
     cl.add_parser("down").set_defaults(func=cluster_down)
     cl.add_parser("status", parents=[zkp]).set_defaults(func=cluster_status)

@@ -283,7 +283,9 @@ def _chaos_commands(ok, fails):
     assert "slow-replication: loss: Input should be less than or equal to 1" in fails(
         "chaos", "slow-replication", "1", "--loss", "2")
     assert "needs one of the brokers [1, 2] as its target, not 9" in fails("chaos", "cut-replication", "9")
-
+    assert ok("chaos", "cut-clients", "1", "--seconds", "0.5") == "cut-clients 1: 1 link, healed after 0.5 s\n"
+    assert "slow-clients: delay_ms: Input should be greater than or equal to 0" in fails(
+        "chaos", "slow-clients", "2", "--delay-ms", "-5")
 
 
 def test_sigterm_stops_the_embedded_zookeeper_it_started(ray_session):
