@@ -11,13 +11,13 @@ sparse offset index.
 How it fails: opening recovers the log by reading every segment a chunk at a time and checking
 every batch (length, magic, CRC-32C, offsets following on); it truncates at the first batch that is
 cut short or bad, drops later segments, says what it cut in `recovery`, and rewrites the indexes.
-Writes reach the operating system at once, so a killed process loses nothing. They are fsync'ed
-only when a segment rolls (Kafka's default: log.flush.interval.messages and .ms never flush,
-durability is left to replication): a power loss may take everything past the recovery point, the
-offset below which the log was flushed. Kafka's LogManager checkpoints every log's recovery point
-in one file per log directory every minute; here the log writes its own, in its directory, each
-time it flushes (not fsync'ed: a lost one only says less was flushed). Nothing here reads it but
-the disk-fault injector (jobs/disk_faults.py): recovery checks every segment anyway.
+Writes reach the operating system at once, so a killed process loses nothing. They are fsync'ed only
+when a segment rolls and at a clean shutdown (Kafka's default: log.flush.interval.messages and .ms
+never flush, durability is left to replication): a power loss may take everything past the recovery
+point, the offset below which the log was flushed. Kafka's LogManager checkpoints every log's
+recovery point in one file per log directory every minute; here the log writes its own, in its
+directory, each time it flushes (not fsync'ed: a lost one only says less was flushed). Nothing here
+reads it but the disk-fault injector (jobs/disk_faults.py): recovery checks every segment anyway.
 
 A segment is rolled when the next batch would not fit in `segment_bytes`. An index entry is added
 each time `index_interval_bytes` were appended since the last one (Kafka's index.interval.bytes),

@@ -10,8 +10,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from actors.broker.batches import decode_records
 from actors.broker.errors import FencedLeaderEpochException, NotLeaderOrFollowerException
+from actors.broker.log import read_recovery_point
 from actors.broker.log_config import LogConfig
-
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from actors.broker.partition import LeaderAndIsrState
 from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, ReplicaManager, now_ms, role
@@ -285,7 +285,9 @@ def test_high_watermarks_are_checkpointed_and_read_back(rm, tmp_path):
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,))), BROKER_EPOCH)
     rm.partition(T0).append_as_leader(batch(3), 1)
     assert rm.partition(T0).high_watermark == 3  # alone in the ISR
+    assert read_recovery_point(tmp_path / "t-0") == 0  # nothing flushed yet: the segment has not rolled
     rm.checkpoint_high_watermarks()
+    assert read_recovery_point(tmp_path / "t-0") == 3  # flushed at shutdown, as Kafka's LogManager does
     assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
     again = ReplicaManager(BROKER, tmp_path, CONFIG_FOR)
     again.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1)), BROKER_EPOCH)
