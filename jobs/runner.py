@@ -93,7 +93,8 @@ def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
         at = rng.uniform(*spec.every_s)
         while at < experiment.duration_s:
             kind = rng.choice(spec.kinds)
-            target = "random" if kind in BROKER_FAULTS else None
+            target = None if kind not in BROKER_FAULTS else \
+                "non-controller" if kind is FaultKind.CUT_CONTROLLER_BROKER else "random"  # its controller elsewhere
             faults.append(FaultSpec(at_s=at, fault=kind, target=target, seconds=spec.seconds))
             at += rng.uniform(*spec.every_s)
     return sorted(faults, key=lambda f: f.at_s)

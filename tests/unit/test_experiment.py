@@ -327,7 +327,8 @@ def test_broker_kinds_get_target_random_others_none(seed):
     kinds = {f.fault for f in faults}
     assert kinds & set(BROKER_KINDS) and kinds & set(OTHER_KINDS)  # both sorts drawn with these seeds
     for f in faults:
-        assert f.target == ("random" if f.fault in BROKER_FAULTS else None)
+        assert f.target == (None if f.fault not in BROKER_FAULTS else
+                            "non-controller" if f.fault is FaultKind.CUT_CONTROLLER_BROKER else "random")
 
 
 def test_declared_and_random_faults_come_out_sorted():
