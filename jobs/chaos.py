@@ -111,9 +111,13 @@ class Chaos:
         handle = self.cluster.broker_actor(broker_id)
         info = ray.get(handle.info.remote(), timeout=30)
         injected = time.time() * 1000
-        aside = ray.get(handle.fail_log_dir.remote(len(info["log_dirs"]) - 1), timeout=30)
-        return injected, {"log_dir": info["log_dirs"][-1], "aside": aside, "node_id": info["node_id"],
-                          "pid": info["pid"]}
+        log_dir = Path(info["log_dirs"][-1])
+        aside = str(log_dir.with_name(f"{log_dir.name}.failed-{int(injected)}"))
+        try:
+            ray.get(handle.fail_log_dir.remote(len(info["log_dirs"]) - 1, aside), timeout=30)
+        except RayActorError:  # halted by the failure before it answered: its only dir, as the fault meant
+            log.info("Broker %d halted as its log dir %s failed", broker_id, log_dir)
+        return injected, {"log_dir": str(log_dir), "aside": aside, "node_id": info["node_id"], "pid": info["pid"]}
 
     def repair_log_dir(self, broker_id: int, failed: dict) -> None:
         """The failed disk replaced with its data: broker N killed for good (it may have halted already),

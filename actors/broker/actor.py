@@ -387,18 +387,17 @@ class BrokerActor:
         return faultable(self.links).set_fault(link, direction, fault)
 
     @ray.method(concurrency_group="control")
-    def fail_log_dir(self, index: int) -> str:
-        """For chaos and tests: log dir `index` fails under this running broker, as a disk does: it is
-        renamed aside and a file takes its place, so that the next I/O in it fails (open files keep
-        working). The broker finds out by itself, at that I/O (a checkpoint within
-        replica.high.watermark.checkpoint.interval.ms at the latest). Where the directory went."""
+    def fail_log_dir(self, index: int, aside: str) -> None:
+        """For chaos: log dir `index` fails under this running broker, as a disk does: it is renamed to
+        `aside` and a file takes its place, so that the next I/O in it fails (open files keep working).
+        The broker finds out by itself, at that I/O (a checkpoint within
+        replica.high.watermark.checkpoint.interval.ms at the latest), which may halt it before this
+        call is answered: the caller names `aside` so that it knows where the directory went."""
         log_dir = self.config.log_dirs_of(self.broker_id)[index]
-        aside = log_dir.with_name(f"{log_dir.name}.failed-{now_ms()}")
         os.rename(log_dir, aside)
         log_dir.write_text("a failed log directory (kray chaos: fail-log-dir)\n")
         log.warning("[Broker id=%d] Log dir %s failed (chaos): its contents are in %s", self.broker_id, log_dir,
                     aside)
-        return str(aside)
 
     @ray.method(concurrency_group="control")
     def info(self) -> dict:

@@ -13,6 +13,7 @@ from actors.config import BrokerConfig
 from coordination import zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
+from jobs.chaos import Chaos
 from tests.integration.conftest import (
     AckedLoad,
     caches_match_zookeeper,
@@ -46,7 +47,7 @@ def test_a_failed_log_dir_moves_its_leaderships_only_and_the_broker_serves_from_
     load = AckedLoad(cluster, TOPIC)
     try:
         wait_until(lambda: len(load.acked) >= 50, what="acks=all load under way")
-        ray.get(cluster.brokers[victim].fail_log_dir.remote(1))
+        Chaos(cluster, zk).fail_log_dir(victim)  # its last dir, `failing`
         failed_at = len(load.acked)
 
         wait_until(lambda: all(victim not in s.isr and s.leader != victim
@@ -87,7 +88,7 @@ def test_the_last_log_dir_failing_stops_the_broker_as_kafka_halts(new_cluster):
     create_topic_and_wait(cluster, zk, TOPIC, 3, 3)
     victim = 1
     pid = ray.get(cluster.brokers[victim].info.remote())["pid"]
-    ray.get(cluster.brokers[victim].fail_log_dir.remote(0))
+    Chaos(cluster, zk).fail_log_dir(victim)  # the broker may halt before it answers: the fault tells it apart
     wait_until(lambda: all(s.leader != victim and victim not in s.isr for s in zk_states(zk, TOPIC).values()),
                what="the halted broker's leaderships moved, it out of the ISRs")
     assert victim not in zk.get_all_broker_ids()
@@ -101,8 +102,6 @@ def test_the_last_log_dir_failing_stops_the_broker_as_kafka_halts(new_cluster):
 def test_chaos_fails_a_log_dir_then_replaces_the_disk_and_the_broker_comes_back_whole(new_cluster):
     """kray chaos's fail-log-dir and its repair (the runner's order): the broker's replicas on the failed
     dir go offline, then with the dir back and the broker started again they rejoin every ISR."""
-    from jobs.chaos import Chaos
-
     cluster, zk = new_cluster(broker=BrokerConfig(log_dirs_per_broker=2,
                                                   replica_high_watermark_checkpoint_interval_ms=200))
     create_topic_and_wait(cluster, zk, TOPIC, 4, 3)
