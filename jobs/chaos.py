@@ -37,7 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import LocalCluster, send_signal
 from actors.links.faults import Direction, LinkFault
-from actors.links.shapes import LinkSetting, Role, Shape, every_link, plan
+from actors.links.shapes import SLOW, LinkSetting, Role, Shape, every_link, plan
 from actors.names import is_request_sender_to, request_sender_name
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
@@ -58,7 +58,7 @@ LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_B
                FaultKind.SLOW_REPLICATION: Shape.SLOW_REPLICATION,
                FaultKind.CUT_CONTROLLER_BROKER: Shape.CUT_CONTROLLER_BROKER, FaultKind.CUT_CLIENTS: Shape.CUT_CLIENTS,
                FaultKind.SLOW_CLIENTS: Shape.SLOW_CLIENTS}
-SLOW_LINKS = {FaultKind.SLOW_REPLICATION, FaultKind.SLOW_CLIENTS}  # link faults that take a LinkFault
+SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # link faults that take a LinkFault
 
 
 class Chaos:

@@ -439,8 +439,8 @@ class BrokerActor:
                 "remaining": remaining if isinstance(remaining, list) else str(remaining)}
 
     def shutdown(self) -> None:
-        """Stop fetching, flush the logs and checkpoint the high watermarks, and close the controller's and our ZooKeeper
-        sessions so ephemerals go at once."""
+        """Stop fetching, flush the logs and checkpoint the high watermarks, and close the controller's and
+        our ZooKeeper sessions so ephemerals go at once."""
         self._stopped.set()
         self.config_changes.stop()
         self._on_loop_await(self.fetchers.shutdown())

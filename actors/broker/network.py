@@ -1,8 +1,7 @@
 """The Kafka wire protocol over TCP: one of a broker's listeners (Kafka's SocketServer: the acceptor
-and processors of one endpoint) and a connection to
-another broker (the NetworkClient its replica fetchers use). Frames are a 4-byte size and a request
-or response; kafka-python's message classes (generated from Kafka's JSON message definitions)
-encode and decode them, headers included.
+and processors of one endpoint) and a connection to another broker (the NetworkClient its replica
+fetchers use). Frames are a 4-byte size and a request or response; kafka-python's message classes
+(generated from Kafka's JSON message definitions) encode and decode them, headers included.
 
 How a connection fails, as Kafka's: a frame larger than socket.request.max.bytes (or of a negative
 size), an unknown API key, a version the broker does not serve (except ApiVersions, answered at v0

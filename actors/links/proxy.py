@@ -128,8 +128,8 @@ class LinkProxy:
 class LinkTable:
     """A process's faultable links, by name (`zookeeper`, `broker-N`, a broker's `clients`), on an event
     loop of their own thread (never one whose code waits on a link it carries: a broker's data-plane
-    loop makes ZooKeeper calls). A fault set on a link holds for every proxy it has or opens later, so a link can be cut
-    before it is first used."""
+    loop makes ZooKeeper calls). A fault set on a link holds for every proxy it has or opens later, so a
+    link can be cut before it is first used."""
 
     def __init__(self, name: str = "kray-links") -> None:
         self.loop = asyncio.new_event_loop()
