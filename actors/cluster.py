@@ -15,6 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker.actor import BrokerActor
 from actors.config import ClusterConfig
+from actors.links.faults import LinkFault
 from actors.names import broker_actor_name, broker_id_of, controller_actor_name
 from actors.placement import NodeInfo, place_brokers
 from actors.runtime import poll
@@ -103,7 +104,7 @@ class LocalCluster:
         ray.get([h.info.remote() for h in self.brokers.values()], timeout=timeout)
         return self
 
-    def _spawn(self, broker_id: int) -> None:
+    def _spawn(self, broker_id: int, links_at_start: dict[str, LinkFault] | None = None) -> None:
         """Start broker N's actor, pinned to its node when the placement names one: Ray then restarts
         it there, where its log directory is."""
         opts = {"namespace": self.config.namespace, "max_restarts": self.config.broker_max_restarts}
@@ -113,11 +114,13 @@ class LocalCluster:
         if self.detached:
             opts["lifetime"] = "detached"
         self.brokers[broker_id] = BrokerActor.options(name=broker_actor_name(broker_id), **opts).remote(
-            broker_id, self.config)
+            broker_id, self.config, links_at_start)
 
-    def start_broker(self, broker_id: int, timeout: float = 60.0) -> None:
-        """Bring a broker that was killed for good back as a new actor (a new incarnation)."""
-        poll(lambda: self._spawn(broker_id) or True, timeout, f"broker-{broker_id}'s name to be free",
+    def start_broker(self, broker_id: int, timeout: float = 60.0,
+                     links_at_start: dict[str, LinkFault] | None = None) -> None:
+        """Bring a broker that was killed for good back as a new actor (a new incarnation); with
+        `links_at_start`, its links so faulted from its first connection on (a cluster with links)."""
+        poll(lambda: self._spawn(broker_id, links_at_start) or True, timeout, f"broker-{broker_id}'s name to be free",
              tolerate=(ValueError,))
         ray.get(self.brokers[broker_id].info.remote(), timeout=timeout)
 

@@ -29,6 +29,7 @@ class FetchParams(NamedTuple):
     session_id: int = 0
     session_epoch: int = -1
     forgotten: list[tuple[str, int]] = []  # partitions the session drops
+    replica_epoch: int = -1  # KIP-903: the follower's broker epoch, which incarnation of it fetches
 
 
 class FetchedPartition(NamedTuple):

@@ -114,6 +114,7 @@ class LiveBroker(Message):
     id: int
     endpoints: list[EndPoint]
     rack: str | None = None
+    epoch: int = -1  # its registration's broker epoch (kray, as KRaft's metadata has it): which incarnation lives
 
     def node(self, listener: str) -> Node | None:
         """The broker on `listener` (Kafka's Broker.node); None when it has no such listener."""

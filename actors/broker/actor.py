@@ -73,7 +73,10 @@ LISTENERS_FILE = "listeners.json"  # kray only: the ports this broker advertised
 
 @ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={"control": 8}, runtime_env=MANY_THREADS_ENV)
 class BrokerActor:
-    def __init__(self, broker_id: int, config: ClusterConfig):
+    def __init__(self, broker_id: int, config: ClusterConfig, links_at_start: dict[str, LinkFault] | None = None):
+        """`links_at_start`: link faults (both directions) this incarnation starts with, before its first
+        connection (chaos: a broker that returns into a network partition; Ray's restart of this actor
+        starts with them again)."""
         configure_actor_process()
         self.broker_id = broker_id
         self.config = config
@@ -86,6 +89,9 @@ class BrokerActor:
         self.recovered = _replicas_on_disk(config.log_dirs_of(broker_id))
         # on a loop of its own: the data plane's loop makes ZooKeeper calls that wait on this link
         self.links = LinkTable(name=f"broker-links-{broker_id}") if config.link_faults_enable else None
+        for link, fault in (links_at_start or {}).items():
+            for direction in Direction:
+                faultable(self.links).set_fault(link, direction, fault)
         self.zk = config.zk_client(links=self.links).start()
         self.zk.ensure_persistent_paths()
         self.cluster_id = self.zk.get_or_create_cluster_id()
@@ -94,12 +100,12 @@ class BrokerActor:
         self.metadata_cache = MetadataCache()
         self.replica_manager = ReplicaManager(broker_id, config.log_dirs_of(broker_id), self._log_config,
                                               in_metadata=lambda tp: tp in self.metadata_cache.partitions,
-                                              expand_isr=lambda replica, tps: self.isr.expand(tps, replica))
+                                              expand_isr=lambda replica, tps: self.isr.expand(tps, replica),
+                                              alive_broker_epoch=self.metadata_cache.alive_broker_epoch)
         # Kafka's LogDirFailureHandler: a failed directory is handled on the data plane's loop
         self.replica_manager.failure_channel.on_offline = \
             lambda d: self.loop.call_soon_threadsafe(self._handle_log_dir_failure, d)
-        self.isr = IsrManager(broker_id, self.zk, self.replica_manager, self._on_loop,
-                              is_alive=lambda b: b in self.metadata_cache.alive_brokers)
+        self.isr = IsrManager(broker_id, self.zk, self.replica_manager, self._on_loop)
         self.producer_ids = ProducerIdManager(self.zk, broker_id)
         self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
                               self.producer_ids.generate_producer_id)
@@ -112,7 +118,8 @@ class BrokerActor:
             broker_id, config.broker,
             route=None if self.links is None else lambda leader, address: self.links.route(broker_link(leader), address),
             on_storage_error=lambda tp, partition, e: self.replica_manager.io_failed(
-                partition.log.dir.parent, f"processing fetched data for partition {tp}", e))
+                partition.log.dir.parent, f"processing fetched data for partition {tp}", e),
+            broker_epoch=lambda: self.broker_epoch)
         self.config_changes = ConfigChangeListener(self.zk, self._topic_config_changed)
         self.request_sender = poll(lambda: start_request_sender(broker_id, config), timeout=60,
                                    what=f"{request_sender_name(broker_id)}'s name to be free (a killed "
@@ -334,14 +341,13 @@ class BrokerActor:
         with self._lock:
             error = self._on_loop(lambda: self.replica_manager.check_request(request, self.broker_epoch))
             if error == 0:
-                alive_before = set(self.metadata_cache.alive_brokers)
+                before = self.metadata_cache.snapshot
                 self.metadata_cache.update(request)
                 if not self.servers[CLIENT_LISTENER].serving:
                     self._start_serving()
-                back = set(self.metadata_cache.alive_brokers) - alive_before
-                if back:  # followers refused while we had them dead: ask again (caught_up_outside_isr says why)
-                    self._on_loop(lambda: [self.isr.expand(tps, b) for b, tps in
-                                           self.replica_manager.caught_up_outside_isr(back).items()])
+                changed = self.metadata_cache.incarnations_since(before)
+                if changed:
+                    self._on_loop(lambda: self.replica_manager.forget_followers(changed))
                 state_change_log.debug("[Broker id=%d] Cached %d partition states and live brokers %s from "
                                        "UpdateMetadata of controller %d epoch %d with correlation id %d",
                                        self.broker_id, len(request.partition_states),

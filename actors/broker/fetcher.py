@@ -68,8 +68,10 @@ class ReplicaFetcher:
     """Fetches the partitions led by one source broker."""
 
     def __init__(self, broker_id: int, source_id: int, address: Callable[[], tuple[str, int] | None],
-                 config: BrokerConfig, on_storage_error: Callable[[TopicPartition, Partition, OSError], None] | None = None):
+                 config: BrokerConfig, on_storage_error: Callable[[TopicPartition, Partition, OSError], None] | None = None,
+                 broker_epoch: Callable[[], int] = lambda: -1):
         self.broker_id, self.source_id, self.address, self.config = broker_id, source_id, address, config
+        self.broker_epoch = broker_epoch  # this broker's registration, which each fetch names (KIP-903)
         self.on_storage_error = on_storage_error  # this broker's disk failed a partition (KIP-112)
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._wanted: dict[TopicPartition, FetchPartition] = {}  # what the next fetch asks, of ready partitions
@@ -249,7 +251,8 @@ class ReplicaFetcher:
         frame = functools.partial(wire.fetch_request, client_id=self._client.client_id, replica_id=self.broker_id,
                                   max_wait_ms=self.config.replica_fetch_wait_max_ms if long_poll else 0,
                                   min_bytes=1, max_bytes=RESPONSE_MAX_BYTES, session_id=session_id,
-                                  session_epoch=session_epoch, partitions=to_send, forgotten=forgotten)
+                                  session_epoch=session_epoch, partitions=to_send, forgotten=forgotten,
+                                  replica_epoch=self.broker_epoch())
         self._polling = long_poll
         try:
             response = await asyncio.wait_for(self._client.send_frame(frame, FetchResponse, wire.FETCH_VERSION),
@@ -337,12 +340,14 @@ class ReplicaFetcherManager:
 
     def __init__(self, broker_id: int, config: BrokerConfig,
                  route: Callable[[int, tuple[str, int]], tuple[str, int]] | None = None,
-                 on_storage_error: Callable[[TopicPartition, Partition, OSError], None] | None = None):
+                 on_storage_error: Callable[[TopicPartition, Partition, OSError], None] | None = None,
+                 broker_epoch: Callable[[], int] = lambda: -1):
         """`route(leader, listener)`: the address to connect to instead (the link to that leader, when
         links can be faulted); `on_storage_error(tp, partition, error)`: an I/O error on this broker's log
-        of tp (the log dir failure channel's)."""
+        of tp (the log dir failure channel's); `broker_epoch()`: this broker's current registration."""
         self.broker_id, self.config, self.route = broker_id, config, route
         self.on_storage_error = on_storage_error
+        self.broker_epoch = broker_epoch
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.assigned: dict[TopicPartition, int] = {}  # partition -> the broker it fetches from
         self.addresses: dict[int, tuple[str, int]] = {}  # leader -> its listener, from LeaderAndIsr's live leaders
@@ -355,7 +360,7 @@ class ReplicaFetcherManager:
         self.unfollow(tp)
         if leader_id not in self.fetchers:
             self.fetchers[leader_id] = ReplicaFetcher(self.broker_id, leader_id, lambda: self._address(leader_id),
-                                                      self.config, self.on_storage_error)
+                                                      self.config, self.on_storage_error, self.broker_epoch)
         self.fetchers[leader_id].add(tp, partition)
         self.assigned[tp] = leader_id
 

@@ -5,10 +5,12 @@ A change is written to the partition state znode conditionally on the zkVersion 
 leader was given: if the controller or another leader wrote since, the write fails
 and this broker stops acting as that partition's leader (no produce, no fetches
 served) until a LeaderAndIsr brings it a new state. An expansion also checks, in the
-same multi, that the joining broker is still registered: the controller reads ISRs only
-after a dead broker's registration is gone, so an expansion that would land after that
-read (and keep a dead broker in the ISR, stalling acks=all) is refused by ZooKeeper
-instead (the ZooKeeper-mode form of KIP-841's refusal of ineligible replicas).
+same multi, that the joining broker's registration is the incarnation whose fetches
+earned it (its czxid is the broker epoch: KIP-903): the controller reads ISRs only after
+a dead broker's registration is gone, so an expansion that would land after that read
+(and keep a dead broker in the ISR, stalling acks=all, or put its next incarnation in
+before it fetched) is refused instead (the ZooKeeper-mode form of KIP-841's and
+KIP-903's refusal of ineligible replicas).
 Changed partitions are announced in batches under /isr_change_notification, where
 the controller picks them up and sends UpdateMetadata.
 """
@@ -35,9 +37,8 @@ class IsrManager:
     is and becomes is read and applied on the broker's event loop, through `on_loop`."""
 
     def __init__(self, broker_id: int, zk: KrayZkClient, replica_manager: ReplicaManager,
-                 on_loop: Callable[[Callable[[], T]], T], is_alive: Callable[[int], bool] = lambda broker_id: True):
+                 on_loop: Callable[[Callable[[], T]], T]):
         self.broker_id, self.zk, self.rm, self.on_loop = broker_id, zk, replica_manager, on_loop
-        self.is_alive = is_alive  # whether the metadata cache has the broker alive
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"isr-writer-{broker_id}")  # one change at a time:
@@ -45,46 +46,59 @@ class IsrManager:
 
     def shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
         """Kafka's isr-expiration task (from the scheduler's thread)."""
-        last_fetch = lambda r: self.rm.last_fetch_ms.get(r, 0)  # noqa: E731
         for tp in self.on_loop(lambda: self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms)):
             self._writer.submit(self._change, tp, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms,
-                                                                            last_fetch), "Shrinking").result()
+                                                                            self.rm.last_session_fetch),
+                                "Shrinking").result()
 
     def expand(self, partitions: list[TopicPartition], replica_id: int) -> list[Future]:
-        """Take a caught-up follower back, if it is alive (a fetch that was long-polling here when its
-        broker died must not bring a dead broker into the ISR: KIP-841's check). Called on the loop:
-        the writes go on the writer's thread (their futures, for whoever wants to wait)."""
-        if not self.is_alive(replica_id):
-            return []
-        return [self._writer.submit(self._change, tp, lambda p: p.isr_to_expand(replica_id), "Expanding", replica_id)
+        """Take back a follower whose fetch found it caught up. Checked again on the writer's thread, on
+        the state the previous change left, with the metadata as it is then: the follower's live
+        incarnation must be the one that fetched (KIP-903), so a fetch that was long-polling here when
+        its broker died brings neither the dead broker nor its next incarnation into the ISR (KIP-841's
+        check). Called on the loop: the writes go on the writer's thread (their futures, for whoever
+        wants to wait)."""
+        return [self._writer.submit(self._change, tp,
+                                    lambda p: p.isr_to_expand(replica_id, self.rm.alive_broker_epoch(replica_id)),
+                                    "Expanding", replica_id)
                 for tp in partitions]
 
     def _change(self, tp: TopicPartition, new_isr, verb: str, joining: int | None = None) -> None:
         """Write `new_isr(partition)` (computed again here, on the state the previous change left); with
-        `joining`, only while that broker is registered."""
+        `joining`, only while the incarnation of that broker which the metadata has alive (the one whose
+        fetches earned it) is registered, and with the high watermark waiting for it meanwhile."""
+        partition = self.on_loop(lambda: self.rm.partition(tp))
+        if partition is None:
+            return
+
+        def decide():
+            isr = new_isr(partition)
+            if joining is None:
+                return isr, partition.state, None
+            return partition.expanding(isr), partition.state, self.rm.alive_broker_epoch(joining)
         try:
-            partition = self.on_loop(lambda: self.rm.partition(tp))
-            if partition is None:
-                return
-            isr, state = self.on_loop(lambda: (new_isr(partition), partition.state))
+            isr, state, epoch = self.on_loop(decide)
             if isr is not None:
-                self._write(tp, partition, state, isr, verb, joining)
+                self._write(tp, partition, state, isr, verb, joining, epoch)
         except Exception:  # a ZooKeeper hiccup: the next fetch or check tries again
             log.exception("[Partition %s broker=%d] %s ISR failed", tp, self.broker_id, verb)
+            self.on_loop(partition.isr_change_failed)
 
     def close(self) -> None:
         self._writer.shutdown(wait=False, cancel_futures=True)
 
     def _write(self, tp: TopicPartition, partition, state, isr: tuple[int, ...], verb: str,
-               joining: int | None) -> None:
+               joining: int | None, broker_epoch: int | None) -> None:
         data = zkdata.PartitionStateZNode.encode_fields(state.leader, state.leader_epoch, state.controller_epoch, isr)
         try:
-            stat = self._set_partition_state(tp, data, state.zk_version, joining)
+            stat = self._set_partition_state(tp, data, state.zk_version, joining, broker_epoch)
         except _NotRegistered:
-            log.info("[Partition %s broker=%d] Not expanding ISR from %s: broker %d is no longer registered",
-                     tp, self.broker_id, ",".join(map(str, state.isr)), joining)
+            self.on_loop(partition.isr_change_failed)
+            log.info("[Partition %s broker=%d] Not expanding ISR from %s: broker %d is no longer registered with "
+                     "broker epoch %s", tp, self.broker_id, ",".join(map(str, state.isr)), joining, broker_epoch)
             return
         except (BadVersionError, NoNodeError):
+            self.on_loop(partition.isr_change_failed)
             if self.on_loop(lambda: partition.stop_leading(state.leader_epoch)):
                 log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
                             "updating the ISR, and no longer acting as leader until a LeaderAndIsr arrives",
@@ -96,13 +110,20 @@ class IsrManager:
         with self._lock:
             self._changed.add(tp)
 
-    def _set_partition_state(self, tp: TopicPartition, data: bytes, version: int, joining: int | None):
-        """The conditional write, in one multi with a check that `joining` is registered; its new stat."""
+    def _set_partition_state(self, tp: TopicPartition, data: bytes, version: int, joining: int | None,
+                             broker_epoch: int | None):
+        """The conditional write; with `joining`, only while that broker's registration is the one of
+        `broker_epoch` (its czxid: a multi cannot check a czxid, so it is read first and its version
+        checked in the multi; a registration deleted and made again in between has version 0 again,
+        which a new broker process takes seconds to do); its new stat."""
         path = zkdata.partition_state_path(tp)
         if joining is None:
             return self.zk.kazoo.set(path, data, version=version)
+        registration = self.zk.kazoo.exists(zkdata.broker_path(joining))
+        if registration is None or registration.czxid != broker_epoch:
+            raise _NotRegistered
         txn = self.zk.kazoo.transaction()
-        txn.check(zkdata.broker_path(joining), -1)  # any version: it exists
+        txn.check(zkdata.broker_path(joining), registration.version)
         txn.set_data(path, data, version=version)
         registered, written = txn.commit()
         if isinstance(registered, NoNodeError):

@@ -124,7 +124,8 @@ class KafkaApis:
             partitions=[FetchPartition(t.topic, p.partition, p.fetch_offset, p.current_leader_epoch,
                                        p.partition_max_bytes, p.last_fetched_epoch, p.log_start_offset)
                         for t in request.topics for p in t.partitions],
-            forgotten=[(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions])
+            forgotten=[(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions],
+            replica_epoch=wire.replica_epoch(request))
         result = await self.rm.fetch(params)
         if ctx.api_version == wire.FETCH_VERSION:
             return wire.fetch_response(ctx.correlation_id, result.error_code, result.session_id, result.partitions)

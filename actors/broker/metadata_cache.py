@@ -38,6 +38,17 @@ class MetadataCache:
     def partitions(self) -> dict[TopicPartition, PartitionState]:
         return self.snapshot.partitions
 
+    def alive_broker_epoch(self, broker_id: int) -> int | None:
+        """The epoch of the live broker's registration (which incarnation of it is alive), None if dead."""
+        broker = self.snapshot.alive_brokers.get(broker_id)
+        return None if broker is None else broker.epoch
+
+    def incarnations_since(self, before: Snapshot) -> dict[int, int]:
+        """Brokers alive in `before` that died since (-1) or registered again (their new epoch)."""
+        alive = self.snapshot.alive_brokers
+        return {b: alive[b].epoch if b in alive else -1 for b, broker in before.alive_brokers.items()
+                if b not in alive or alive[b].epoch != broker.epoch}
+
     def update(self, request: UpdateMetadataRequest) -> list[TopicPartition]:
         """Apply an UpdateMetadata; returns the partitions it deleted."""
         partitions = dict(self.snapshot.partitions)

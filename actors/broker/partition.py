@@ -25,9 +25,11 @@ from actors.broker.log_config import LogConfig
 from actors.broker.producer_state import ProducerStateManager
 from actors.broker.replication import (
     FollowerState,
+    broker_died,
     diverging_epoch,
     high_watermark,
     in_sync_again,
+    new_incarnation,
     out_of_sync_replicas,
     update_fetch_state,
 )
@@ -72,6 +74,7 @@ class Partition:
         self.state = LeaderAndIsrState(-1, -1, (), (), -1)
         self.high_watermark = max(log.log_start_offset, min(high_watermark_, log.log_end_offset))
         self.followers: dict[int, FollowerState] = {}
+        self.joining: tuple[int, ...] = ()  # followers whose ISR expansion is being written (Kafka's PendingExpandIsr)
         self.leader_epoch_start_offset = 0
         self.producers = ProducerStateManager(log)
         self.leader_term = 0  # counts the times this replica started or stopped leading
@@ -94,15 +97,20 @@ class Partition:
 
     def make_leader(self, state: LeaderAndIsrState, now_ms: int) -> None:
         """Kafka's makeLeader: a new epoch starts at the log end; every follower's last caught-up time
-        restarts (now for ISR members); a new leader knows no follower's log end until it fetches."""
+        restarts (now for ISR members); a new leader knows no follower's log end until it fetches, one
+        that stays leader keeps each follower's with the incarnation it belongs to (Kafka 3.5's
+        resetReplicaState)."""
         was_leader = self.is_leader
         self.leader_term += 0 if was_leader else 1
         self.state = state
+        self.joining = ()
         self.leader_epoch_start_offset = self.log.log_end_offset
         self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
+        kept = self.followers if was_leader else {}
         self.followers = {
-            r: FollowerState(log_end_offset=self.followers[r].log_end_offset if was_leader and r in self.followers
-                             else -1, last_caught_up_ms=now_ms if r in state.isr else 0)
+            r: FollowerState(log_end_offset=kept[r].log_end_offset if r in kept else -1,
+                             last_caught_up_ms=now_ms if r in state.isr else 0,
+                             broker_epoch=kept[r].broker_epoch if r in kept else -1)
             for r in state.replicas if r != self.broker_id}
         self._advance_high_watermark()
         self._changed()
@@ -111,7 +119,7 @@ class Partition:
         """Kafka's makeFollower: record the new leader; the fetcher truncates and then fetches."""
         self.leader_term += 1 if self.is_leader else 0
         self.state = state
-        self.followers = {}
+        self.followers, self.joining = {}, ()
         self._changed()  # waiting produces learn they are no longer leader
 
     def stop_leading(self, leader_epoch: int) -> bool:
@@ -122,7 +130,7 @@ class Partition:
             return False
         self.leader_term += 1
         self.state = self.state._replace(leader=-1)
-        self.followers = {}
+        self.followers, self.joining = {}, ()
         self._changed()
         return True
 
@@ -132,15 +140,27 @@ class Partition:
         if leader_epoch is not None and leader_epoch != self.state.leader_epoch:
             return
         self.state = self.state._replace(isr=isr, zk_version=zk_version)
+        self.joining = ()
         self._advance_high_watermark()
         self._changed(hw_only=True)
+
+    def expanding(self, isr: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        """An ISR expansion to `isr` is being written: until it lands or fails, the high watermark waits
+        for the joining follower too (Kafka's maximal ISR), or it could pass what the follower has
+        and the follower join below it."""
+        if isr is not None:
+            self.joining = tuple(r for r in isr if r not in self.state.isr)
+        return isr
+
+    def isr_change_failed(self) -> None:
+        self.joining = ()
 
     def stop(self) -> None:
         """StopReplica: no more leading or following through this object."""
         self.stopped = True
         self.leader_term += 1 if self.is_leader else 0
         self.state = self.state._replace(leader=-1)
-        self.followers = {}
+        self.followers, self.joining = {}, ()
         self._changed()
 
     # -- leader: produce -----------------------------------------------------
@@ -195,11 +215,14 @@ class Partition:
     # -- leader: follower fetches and the ISR --------------------------------
 
     def fetch_for_follower(self, replica_id: int, fetch_offset: int, max_bytes: int, now_ms: int,
-                           last_fetched_epoch: int = -1) -> FetchResult:
+                           last_fetched_epoch: int = -1, broker_epoch: int = -1,
+                           update_follower_state: bool = True) -> FetchResult:
         """A follower fetching from `fetch_offset` has everything below it: update what the leader
-        knows of it, advance the high watermark, and hand it what follows. A fetch that names the
-        epoch of the follower's last batch (KIP-320) is checked against this log first: if they
-        diverged it gets where to truncate instead, and counts for nothing (as in Kafka)."""
+        knows of it (of the incarnation `broker_epoch` of its broker), advance the high watermark, and
+        hand it what follows. A fetch that names the epoch of the follower's last batch (KIP-320) is
+        checked against this log first: if they diverged it gets where to truncate instead, and counts
+        for nothing (as in Kafka). A fetch read again after it waited (`update_follower_state` False)
+        tells nothing new, as in Kafka's DelayedFetch: its sender may have died meanwhile."""
         if not self.is_leader:
             raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
         log = self.log
@@ -212,45 +235,69 @@ class Partition:
             raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: follower {replica_id} fetches "
                                             f"{fetch_offset}, the log is [{log.log_start_offset}, "
                                             f"{log.log_end_offset}]")
-        self.follower_fetched(replica_id, fetch_offset, now_ms)
+        if update_follower_state:
+            self.follower_fetched(replica_id, fetch_offset, now_ms, broker_epoch)
         return FetchResult(log.read(fetch_offset, max_bytes), self.high_watermark, log.log_end_offset,
                            log.log_start_offset)
 
-    def follower_fetched(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def follower_fetched(self, replica_id: int, fetch_offset: int, now_ms: int, broker_epoch: int = -1) -> None:
         """What a follower's fetch from `fetch_offset` tells the leader (Kafka's updateFollowerFetchState)."""
         if replica_id in self.followers:
             self.followers[replica_id] = update_fetch_state(self.followers[replica_id], fetch_offset,
-                                                            self.log.log_end_offset, now_ms)
+                                                            self.log.log_end_offset, now_ms, broker_epoch)
             if self._advance_high_watermark():
                 self._changed(hw_only=True)
 
+    def forget_follower(self, replica_id: int, broker_epoch: int = -1) -> None:
+        """Its broker failed, or registered again as `broker_epoch`: what its earlier incarnation
+        fetched no longer says what its log holds (a power loss takes the unflushed tail). What the new
+        incarnation fetched already stays."""
+        follower = self.followers.get(replica_id)
+        if follower is not None and broker_epoch < 0:
+            self.followers[replica_id] = broker_died(follower)
+        elif follower is not None and follower.broker_epoch < broker_epoch:
+            self.followers[replica_id] = new_incarnation(broker_epoch)
+
     def isr_to_shrink(self, now_ms: int, replica_lag_time_max_ms: int,
-                      last_session_fetch_ms: Callable[[int], int] = lambda r: 0) -> tuple[int, ...] | None:
+                      last_session_fetch: Callable[[int], tuple[int, int]] = lambda r: (-1, 0)
+                      ) -> tuple[int, ...] | None:
         """The ISR without the followers that lag too long, or None when it stays. A follower that has
         this whole log was caught up at its session's latest fetch (its fetches leave such partitions
-        unnamed: KIP-227)."""
+        unnamed: KIP-227), when that fetch was its incarnation's (`last_session_fetch(r)`: its broker
+        epoch and time)."""
         if not self.is_leader:
             return None
         leo = self.log.log_end_offset
-        followers = {r: f._replace(last_caught_up_ms=max(f.last_caught_up_ms, last_session_fetch_ms(r)))
-                     if f.log_end_offset >= leo else f for r, f in self.followers.items()}
+
+        def session_caught_up(r: int, f: FollowerState) -> int:
+            epoch, ms = last_session_fetch(r)
+            return ms if epoch == f.broker_epoch and f.log_end_offset >= leo else 0
+        followers = {r: f._replace(last_caught_up_ms=max(f.last_caught_up_ms, session_caught_up(r, f)))
+                     for r, f in self.followers.items()}
         out = out_of_sync_replicas(self.broker_id, self.state.isr, followers, now_ms, replica_lag_time_max_ms)
         return tuple(r for r in self.state.isr if r not in out) if out else None
 
-    def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
-        """The ISR with this follower added when it has caught up (checked as it fetches, as Kafka's
-        maybeExpandIsr), or None when it stays."""
+    def isr_to_expand(self, replica_id: int, alive_broker_epoch: int | None) -> tuple[int, ...] | None:
+        """The ISR with this follower added when its broker's live incarnation (`alive_broker_epoch`, as
+        the metadata has it) has caught up, or None when it stays. Asked only for a follower's own
+        fetch, as Kafka's maybeExpandIsr is: nothing else adds a replica to an ISR."""
         follower = self.followers.get(replica_id)
         if not self.is_leader or follower is None or replica_id in self.state.isr \
-                or not in_sync_again(follower, self.high_watermark, self.leader_epoch_start_offset):
+                or not in_sync_again(follower, self.high_watermark, self.leader_epoch_start_offset,
+                                     alive_broker_epoch):
             return None
         return self.state.isr + (replica_id,)
+
+    def outside_isr(self) -> tuple[int, ...]:
+        """As leader, the followers not in the ISR: those a fetch may take back in."""
+        return tuple(r for r in self.state.replicas if r != self.broker_id and r not in self.state.isr) \
+            if self.is_leader else ()
 
     def _advance_high_watermark(self) -> bool:
         if not self.is_leader:
             return False
         new = high_watermark(self.high_watermark, self.broker_id, self.log.log_end_offset, self.followers,
-                             self.state.isr)
+                             self.state.isr + self.joining)
         moved, self.high_watermark = new > self.high_watermark, new
         return moved
 

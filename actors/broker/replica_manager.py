@@ -133,9 +133,11 @@ class DelayedFetch:
 class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path | list[Path], config_for: Callable[[str], LogConfig],
                  in_metadata: Callable[[TopicPartition], bool] = lambda tp: True,
-                 expand_isr: Callable[[int, list[TopicPartition]], object] = lambda replica, tps: None):
+                 expand_isr: Callable[[int, list[TopicPartition]], object] = lambda replica, tps: None,
+                 alive_broker_epoch: Callable[[int], int | None] = lambda broker_id: None):
         self.broker_id = broker_id
         self.expand_isr = expand_isr  # (follower, partitions whose ISR it may join): the shell writes them
+        self.alive_broker_epoch = alive_broker_epoch  # a live broker's epoch in the metadata cache, None if dead
         self.config_for = config_for  # a topic's LogConfig (its overrides over the broker's defaults)
         self.in_metadata = in_metadata  # whether the metadata cache knows a partition (Kafka tells apart
         # UNKNOWN_TOPIC_OR_PARTITION and NOT_LEADER_OR_FOLLOWER by it)
@@ -159,7 +161,11 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessionCache()
         self._waiting: list[DelayedFetch] = []
         self.generation = 0  # counts role changes here: a fetch waiting across one answers at once
-        self.last_fetch_ms: dict[int, int] = {}  # follower broker -> its latest fetch (any partition)
+        self._last_fetch: dict[int, tuple[int, int]] = {}  # follower -> (broker epoch, ms) of its latest fetch
+        # follower -> the partitions led here whose ISR it is out of: the ones its fetches may take it back
+        # into, indexed so that a fetch need not look at every partition of its session
+        self._outside_isr: dict[int, set[TopicPartition]] = {}
+        self._outside_isr_of: dict[TopicPartition, tuple[LeaderAndIsrState, tuple[int, ...]]] = {}
 
     @property
     def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
@@ -302,6 +308,18 @@ class ReplicaManager:
         for fetch in self._waiting:
             if tp in fetch.keys and not (hw_only and fetch.follower):
                 fetch.wake()
+        if self._outside_isr_of.get(tp, (None,))[0] is not partition.state:  # its role or ISR changed
+            self._index_outside_isr(tp, partition)
+
+    def _index_outside_isr(self, tp: TopicPartition, partition: Partition) -> None:
+        _, before = self._outside_isr_of.pop(tp, (None, ()))
+        for r in before:
+            self._outside_isr[r].discard(tp)
+        now = partition.outside_isr()
+        for r in now:
+            self._outside_isr.setdefault(r, set()).add(tp)
+        if now or partition.is_leader:
+            self._outside_isr_of[tp] = (partition.state, now)
 
     def wake_fetches(self) -> None:
         """End every waiting fetch now (roles changed here: a follower's fetcher may have new work)."""
@@ -467,18 +485,22 @@ class ReplicaManager:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless
         a partition has an error or a diverging epoch, answered at once (Kafka's fetchMessages) so
         that the fetcher can act on it. A follower that has caught up is taken into the ISR as its
-        fetch arrives (Kafka's maybeExpandIsr), before any wait."""
+        fetch arrives (Kafka's maybeExpandIsr), before any wait; that is the only way into an ISR."""
         error, session, to_read = self.fetch_sessions.open(params)
         if error != Errors.NONE:
             return FetchResult(int(error), INVALID_SESSION_ID, [])
         follower = params.replica_id >= 0
         now = now_ms()
+        outside = self._outside_isr.get(params.replica_id, set()) if follower else set()
         if follower:
-            self.last_fetch_ms[params.replica_id] = now
+            self._last_fetch[params.replica_id] = (params.replica_epoch, now)
+            if session is not None and outside:
+                to_read = to_read + self._unread_in_session(session, to_read, outside)
         out = self._read(params, to_read, now, session)
-        if follower:
-            expand = [tp for tp, f in out.items() if f.error_code == Errors.NONE
-                      and self.partitions[tp].isr_to_expand(params.replica_id) is not None]
+        if outside:
+            alive_epoch = self.alive_broker_epoch(params.replica_id)
+            expand = [tp for tp in outside & out.keys() if out[tp].error_code == Errors.NONE
+                      and self.partitions[tp].isr_to_expand(params.replica_id, alive_epoch) is not None]
             if expand:
                 self.expand_isr(params.replica_id, expand)
         keys = session.partitions if session is not None else {TopicPartition(p.topic, p.partition) for p in to_read}
@@ -493,15 +515,25 @@ class ReplicaManager:
             finally:
                 self._waiting.remove(waiting)
             again = list(FetchSessionCache.take_dirty(session).values()) if session is not None else to_read
-            out.update(self._read(params, again, now_ms(), session))
+            out.update(self._read(params, again, now_ms(), session, arrival=False))
         full = params.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
         answer = self.fetch_sessions.respond(session, full, out.values())
         return FetchResult(int(Errors.NONE), session.id if session is not None else INVALID_SESSION_ID, answer)
 
+    @staticmethod
+    def _unread_in_session(session, to_read: list[FetchPartition],
+                           outside: set[TopicPartition]) -> list[FetchPartition]:
+        """The session's partitions this fetch does not read whose ISR the follower is out of, as its
+        session last named them. Kafka's leader reads every partition of a session at each fetch, so a
+        follower refused while its broker was not yet alive here is taken at its next fetch, though its
+        incremental fetches name nothing new; these are the ones that reading can change."""
+        read = {TopicPartition(p.topic, p.partition) for p in to_read}
+        return [session.partitions[tp] for tp in outside if tp in session.partitions and tp not in read]
+
     def _read(self, params: FetchParams, partitions: list[FetchPartition], now: int,
-              session=None) -> dict[TopicPartition, FetchedPartition]:
+              session=None, arrival: bool = True) -> dict[TopicPartition, FetchedPartition]:
         """Read each partition for the fetch, within the request's max_bytes (the first batch always,
-        KIP-74)."""
+        KIP-74); a follower's fetch updates what the leader knows of it on its arrival only."""
         out: dict[TopicPartition, FetchedPartition] = {}
         budget = params.max_bytes
         for p in partitions:
@@ -512,7 +544,7 @@ class ReplicaManager:
                 max_bytes = min(p.partition_max_bytes, budget) if budget > 0 or not out else 0
                 try:
                     got = partition.fetch_for_follower(params.replica_id, p.fetch_offset, max_bytes, now,
-                                                       p.last_fetched_epoch) \
+                                                       p.last_fetched_epoch, params.replica_epoch, arrival) \
                         if params.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, max_bytes)
                 except OSError as e:
                     raise self.io_failed(self._dir_of(partition), f"reading from {tp}", e) from None
@@ -558,26 +590,26 @@ class ReplicaManager:
             return -1, -1, -1
         return found[1], found[0], epoch
 
-    def caught_up_outside_isr(self, broker_ids: Iterable[int]) -> dict[int, list[TopicPartition]]:
-        """Per follower among `broker_ids`, the partitions led here whose ISR it may join now. Asked when
-        this broker's metadata cache sees them alive again: a follower's fetch is the leader's chance to
-        take it in only for the partitions the fetch names, and a caught-up follower's incremental
-        fetches (KIP-227) name none, so one refused while the cache had it dead would wait for new
-        records (Kafka's leader re-checks every partition of the session at each fetch)."""
-        out: dict[int, list[TopicPartition]] = {}
-        for tp, partition in self.partitions.items():
-            for b in broker_ids:
-                if partition.isr_to_expand(b) is not None:
-                    out.setdefault(b, []).append(tp)
-        return out
+    def forget_followers(self, incarnations: dict[int, int]) -> None:
+        """Brokers that failed (-1) or registered again (their new broker epoch), as an UpdateMetadata
+        shows: what their earlier incarnations fetched from the partitions led here is forgotten
+        (KIP-903), and only their new incarnations' own fetches can take them back into an ISR."""
+        for broker_id, broker_epoch in incarnations.items():
+            self._last_fetch.pop(broker_id, None)
+            for partition in self.partitions.values():
+                if partition.is_leader:
+                    partition.forget_follower(broker_id, broker_epoch)
 
     # -- periodic tasks ------------------------------------------------------
 
     def isr_shrinks(self, now: int, replica_lag_time_max_ms: int) -> list[TopicPartition]:
         """The partitions led here whose ISR holds a follower that lags too long."""
-        last_fetch = lambda r: self.last_fetch_ms.get(r, 0)  # noqa: E731
         return [tp for tp, partition in self.partitions.items()
-                if partition.isr_to_shrink(now, replica_lag_time_max_ms, last_fetch) is not None]
+                if partition.isr_to_shrink(now, replica_lag_time_max_ms, self.last_session_fetch) is not None]
+
+    def last_session_fetch(self, broker_id: int) -> tuple[int, int]:
+        """(broker epoch, ms) of a follower broker's latest fetch, of any partition; (-1, 0) before one."""
+        return self._last_fetch.get(broker_id, (-1, 0))
 
     def delete_old_segments(self) -> int:
         """Kafka's log retention task: whole segments past retention.ms or retention.bytes go."""

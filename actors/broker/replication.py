@@ -10,30 +10,57 @@ from typing import NamedTuple
 
 
 class FollowerState(NamedTuple):
-    """What the leader knows of one follower (Kafka's Replica); its log end is unknown (-1) until it
-    fetches from this leader."""
+    """What the leader knows of one follower (Kafka's Replica), learnt from the fetches of one
+    incarnation of its broker (`broker_epoch`, -1 until one fetches: KIP-903); its log end is unknown
+    (-1) until that incarnation fetches from this leader."""
 
     log_end_offset: int = -1
     last_caught_up_ms: int = 0  # the last time the follower had everything the leader had
     last_fetch_leader_leo: int = 0  # the leader's LEO at the follower's previous fetch
     last_fetch_ms: int = 0
+    broker_epoch: int = -1  # the registration whose fetches these are
 
 
-def update_fetch_state(state: FollowerState, fetch_offset: int, leader_leo: int, now_ms: int) -> FollowerState:
-    """A fetch from `fetch_offset` means the follower has everything below it. It is caught up now
-    if it reached the leader's LEO, or caught up as of its previous fetch if it reached the LEO the
-    leader had then (so a steady stream of produces does not make a keeping-up follower look lagging)."""
+def broker_died(state: FollowerState) -> FollowerState:
+    """What the leader keeps of a follower whose broker died: not where its log ended (a power loss
+    takes the unflushed tail), but whose fetches those were, so that a fetch of that incarnation still
+    on its way counts as its and any later incarnation's starts afresh; and the ISR's lag clock:
+    whether an ISR member lags is the controller's to settle when its broker dies, and a leader
+    shrinking at the same moment would only fence itself on the controller's zkVersion."""
+    return FollowerState(last_caught_up_ms=state.last_caught_up_ms, broker_epoch=state.broker_epoch)
+
+
+def new_incarnation(broker_epoch: int) -> FollowerState:
+    """What the leader knows of a new incarnation of a follower's broker (KIP-903): nothing, not even
+    that it was ever caught up (an ISR member whose broker registered again, which the controller did
+    not take out, lags from now on and leaves the ISR unless its own fetches keep it in)."""
+    return FollowerState(broker_epoch=broker_epoch)
+
+
+def update_fetch_state(state: FollowerState, fetch_offset: int, leader_leo: int, now_ms: int,
+                       broker_epoch: int = -1) -> FollowerState:
+    """A fetch from `fetch_offset`, sent by the incarnation `broker_epoch`, means the follower has
+    everything below it. It is caught up now if it reached the leader's LEO, or caught up as of its
+    previous fetch if it reached the LEO the leader had then (so a steady stream of produces does not
+    make a keeping-up follower look lagging). A fetch of an earlier incarnation than the one already
+    heard from says nothing; the first of a later one starts afresh (the first heard at all keeps the
+    lag clock a new leader gives its ISR)."""
+    if broker_epoch < state.broker_epoch:
+        return state
+    if broker_epoch > state.broker_epoch:
+        state = new_incarnation(broker_epoch) if state.broker_epoch >= 0 else state._replace(broker_epoch=broker_epoch)
     caught_up = state.last_caught_up_ms
     if fetch_offset >= leader_leo:
         caught_up = max(caught_up, now_ms)
     elif fetch_offset >= state.last_fetch_leader_leo:
         caught_up = max(caught_up, state.last_fetch_ms)
-    return FollowerState(fetch_offset, caught_up, leader_leo, now_ms)
+    return FollowerState(fetch_offset, caught_up, leader_leo, now_ms, broker_epoch)
 
 
 def high_watermark(current_hw: int, leader_id: int, leader_leo: int, followers: dict[int, FollowerState],
                    isr: tuple[int, ...]) -> int:
-    """The smallest LEO in the ISR; the leader's high watermark never moves back."""
+    """The smallest LEO in the ISR (the maximal ISR: with a member being added, Kafka's
+    PendingExpandIsr); the leader's high watermark never moves back."""
     leos = [leader_leo if r == leader_id else followers[r].log_end_offset if r in followers else -1 for r in isr]
     return max(current_hw, min(leos, default=leader_leo))
 
@@ -45,10 +72,15 @@ def out_of_sync_replicas(leader_id: int, isr: tuple[int, ...], followers: dict[i
                  and now_ms - followers.get(r, FollowerState()).last_caught_up_ms > replica_lag_time_max_ms)
 
 
-def in_sync_again(follower: FollowerState, high_watermark_: int, leader_epoch_start_offset: int) -> bool:
+def in_sync_again(follower: FollowerState, high_watermark_: int, leader_epoch_start_offset: int,
+                  alive_broker_epoch: int | None) -> bool:
     """A follower outside the ISR rejoins once it has reached the high watermark and has records
-    from the current leader epoch (Kafka's isFollowerInSync)."""
-    return follower.log_end_offset >= high_watermark_ and follower.log_end_offset >= leader_epoch_start_offset
+    from the current leader epoch (Kafka's isFollowerInSync), as the leader knows from fetches of the
+    incarnation of its broker that the metadata has alive (`alive_broker_epoch`, None when dead:
+    KIP-903's isReplicaIsrEligible; kray's followers always send their epoch, so one that did not
+    is not taken)."""
+    return alive_broker_epoch is not None and follower.broker_epoch == alive_broker_epoch >= 0 \
+        and follower.log_end_offset >= high_watermark_ and follower.log_end_offset >= leader_epoch_start_offset
 
 
 def truncation_offset(follower_leo: int, follower_high_watermark: int, leader_answer: tuple[int, int],

@@ -27,6 +27,8 @@ _DIVERGING = struct.Struct(">iqB")  # epoch, end offset, no tagged fields
 _FETCH_REQUEST_HEAD = struct.Struct(">hhi")  # api key, version, correlation id
 _FETCH_REQUEST_BODY = struct.Struct(">iiiibii")  # replica, max wait, min bytes, max bytes, isolation, session, epoch
 _FETCH_REQUEST_PARTITION = struct.Struct(">iiqiqi")  # partition, leader epoch, offset, last epoch, start, max bytes
+_REPLICA_STATE = struct.Struct(">iqB")  # replica id, replica epoch, no tagged fields
+REPLICA_STATE_TAG = 1  # FetchRequest's ReplicaState (KIP-903)
 _NO_TAGS = b"\x00"
 _NULL_PREFERRED_READ_REPLICA = _I32.pack(-1)
 FETCH_API_KEY = 1
@@ -164,8 +166,10 @@ def _forgotten(parts: list[bytes], tp: tuple[str, int]) -> None:
 
 def fetch_request(correlation_id: int, client_id: str, replica_id: int, max_wait_ms: int, min_bytes: int,
                   max_bytes: int, session_id: int, session_epoch: int, partitions: list[FetchPartition],
-                  forgotten: list[tuple[str, int]]) -> bytes:
-    """A follower's FetchRequest v12 (request header v2: its client id is a plain nullable string)."""
+                  forgotten: list[tuple[str, int]], replica_epoch: int = -1) -> bytes:
+    """A follower's FetchRequest v12 (request header v2: its client id is a plain nullable string).
+    With `replica_epoch`, its body's tagged field 1 is the ReplicaState that Fetch v15 defines (KIP-903:
+    which incarnation of the follower fetches); a leader that does not know the tag skips it."""
     client = client_id.encode()
     parts = [_FETCH_REQUEST_HEAD.pack(FETCH_API_KEY, FETCH_VERSION, correlation_id),
              struct.pack(">h", len(client)), client, _NO_TAGS,
@@ -173,6 +177,20 @@ def fetch_request(correlation_id: int, client_id: str, replica_id: int, max_wait
     _topic_array(parts, partitions, _to_fetch)
     _topic_array(parts, forgotten, _forgotten)
     parts.append(_compact_string(""))  # rack id
-    parts.append(_NO_TAGS)
+    if replica_epoch < 0:
+        parts.append(_NO_TAGS)
+    else:
+        parts.append(b"\x01" + _uvarint(REPLICA_STATE_TAG) + _uvarint(_REPLICA_STATE.size)
+                     + _REPLICA_STATE.pack(replica_id, replica_epoch, 0))
     body = b"".join(parts)
     return _I32.pack(len(body)) + body
+
+
+def replica_epoch(request) -> int:
+    """The broker epoch a FetchRequest's ReplicaState carries (v15's tagged field, which kray's followers
+    send at v12 too, where kafka-python keeps it among the unknown tags); -1 without one."""
+    state = getattr(request, "replica_state", None)
+    if state is not None and state.replica_epoch is not None:
+        return state.replica_epoch
+    raw = (getattr(request, "unknown_tags", None) or {}).get(f"_{REPLICA_STATE_TAG}")
+    return _REPLICA_STATE.unpack_from(raw)[1] if raw is not None and len(raw) >= _REPLICA_STATE.size else -1

@@ -25,7 +25,7 @@ def process_broker_change(s: FlowScope, _event: BrokerChange | None = None) -> N
     elected before the new brokers' work."""
     ctx = s.ctx
     registrations = s.read_brokers(s.zk.get_all_broker_ids())
-    changes = broker_changes(dict(ctx.live_broker_epochs), {b: epoch for b, (_, epoch) in registrations.items()})
+    changes = broker_changes(ctx.live_broker_epochs, {b: epoch for b, (_, epoch) in registrations.items()})
     if not changes:
         return
     log.info("%s Newly added brokers: %s, deleted brokers: %s, bounced brokers: %s, all live brokers: %s",

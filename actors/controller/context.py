@@ -75,8 +75,7 @@ class LeaderIsrAndControllerEpoch:
 class ControllerContext:
     epoch: int = 0
     epoch_zk_version: int = -1
-    live_brokers: dict[int, LiveBroker] = field(default_factory=dict)
-    live_broker_epochs: dict[int, int] = field(default_factory=dict)
+    live_brokers: dict[int, LiveBroker] = field(default_factory=dict)  # each with its registration's epoch
     shutting_down_broker_ids: set[int] = field(default_factory=set)
     all_topics: set[str] = field(default_factory=set)
     topic_ids: dict[str, str] = field(default_factory=dict)
@@ -112,15 +111,19 @@ class ControllerContext:
         return (broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
                 and (tp is None or tp not in self.replicas_on_offline_dirs.get(broker_id, ())))
 
+    @property
+    def live_broker_epochs(self) -> dict[int, int]:
+        """Kafka's liveBrokerEpochs: which registration of each live broker the controller knows."""
+        return {b: broker.epoch for b, broker in self.live_brokers.items()}
+
     def add_live_brokers(self, brokers: dict[int, tuple[LiveBroker, int]]) -> None:
+        """Registrations with their broker epochs, which UpdateMetadata then carries to every broker."""
         for broker_id, (broker, epoch) in brokers.items():
-            self.live_brokers[broker_id] = broker
-            self.live_broker_epochs[broker_id] = epoch
+            self.live_brokers[broker_id] = broker.model_copy(update={"epoch": epoch})
 
     def remove_live_brokers(self, broker_ids: set[int]) -> None:
         for broker_id in broker_ids:
             self.live_brokers.pop(broker_id, None)
-            self.live_broker_epochs.pop(broker_id, None)
 
     # -- topics and partitions -----------------------------------------------
 

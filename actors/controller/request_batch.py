@@ -124,7 +124,7 @@ class ControllerBrokerRequestBatch:
             out[broker_id].append(LeaderAndIsrRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
                 correlation_id=next(self._correlation_ids),
-                broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=states,
+                broker_epoch=ctx.live_brokers[broker_id].epoch, partition_states=states,
                 live_leaders=[node for _, node in nodes if node is not None],
             ))
         to_all = self._update_metadata.pop(ALL, set())
@@ -140,7 +140,7 @@ class ControllerBrokerRequestBatch:
             out[broker_id].append(UpdateMetadataRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
                 correlation_id=next(self._correlation_ids),
-                broker_epoch=ctx.live_broker_epochs[broker_id], partition_states=shared[partitions],
+                broker_epoch=ctx.live_brokers[broker_id].epoch, partition_states=shared[partitions],
                 live_brokers=live_brokers,
             ))
         for broker_id, partitions in sorted(self._stop_replica.items()):
@@ -149,7 +149,7 @@ class ControllerBrokerRequestBatch:
             out[broker_id].append(StopReplicaRequest(
                 controller_id=self.controller_id, controller_epoch=ctx.epoch,
                 correlation_id=next(self._correlation_ids),
-                broker_epoch=ctx.live_broker_epochs[broker_id],
+                broker_epoch=ctx.live_brokers[broker_id].epoch,
                 partitions=StopReplicaPartitions(StopReplicaPartition(
                     topic=tp.topic, partition=tp.partition, delete_partition=delete, leader_epoch=epoch)
                     for tp, (delete, epoch) in sorted(partitions.items())),

@@ -378,7 +378,9 @@ def test_zk_restart_fault_brings_the_server_back_and_sessions_survive():
 def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     """A caught-up follower whose broker has lost its registration (dead, its registration removed
     before the controller read the ISRs) is not taken into the ISR: ZooKeeper refuses the multi, the
-    leader keeps its ISR and keeps leading. Once the broker is registered again, it is taken in."""
+    leader keeps its ISR and keeps leading. Nor while another incarnation is registered (KIP-903: the
+    registration's czxid is not the broker epoch that fetched). Once its own fetches are by the
+    registered incarnation, it is taken in."""
     from actors.broker.isr import IsrManager
     from actors.broker.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
@@ -389,14 +391,16 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     zk.ensure_persistent_paths()
     zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1]),
                     makepath=True)
-    rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}))
+    alive = {2: 20}  # the leader's metadata has incarnation 20 of broker 2
+    rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}),
+                        alive_broker_epoch=alive.get)
     rm.become_leader_or_follower(LeaderAndIsrRequest(
         controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
             topic="t", partition=0, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,), zk_version=0,
             replicas=(1, 2))]), -1)
     partition = rm.partition(tp)
-    partition.fetch_for_follower(2, 0, 1024, int(time.time() * 1000))  # follower 2 has the whole log
-    assert partition.isr_to_expand(2) == (1, 2)
+    partition.fetch_for_follower(2, 0, 1024, int(time.time() * 1000), broker_epoch=20)  # 2 has the whole log
+    assert partition.isr_to_expand(2, 20) == (1, 2)
     isr = IsrManager(1, zk, rm, on_loop=lambda fn: fn())  # no event loop here: the test's thread is the loop
 
     def zk_isr() -> list[int]:
@@ -405,7 +409,12 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     for written in isr.expand([tp], 2):  # /brokers/ids/2 does not exist
         written.result()
     assert zk_isr() == [1] and partition.state.isr == (1,) and partition.is_leader
-    zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True)
+    epoch = zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True, include_data=True)[1].czxid
+    for written in isr.expand([tp], 2):  # registered, but not as incarnation 20
+        written.result()
+    assert zk_isr() == [1] and partition.joining == ()
+    alive[2] = epoch
+    partition.fetch_for_follower(2, 0, 1024, int(time.time() * 1000), broker_epoch=epoch)
     for written in isr.expand([tp], 2):
         written.result()
     assert zk_isr() == [1, 2] and partition.state.isr == (1, 2)

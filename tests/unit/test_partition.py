@@ -15,6 +15,7 @@ from actors.broker.errors import (
 from actors.broker.log import Log
 from actors.broker.log_config import LogConfig
 from actors.broker.partition import LeaderAndIsrState, Partition
+from actors.broker.replication import FollowerState
 from actors.config import BrokerConfig
 from coordination.errors import Errors
 
@@ -199,24 +200,88 @@ def test_isr_shrinks_for_a_lagging_follower_and_expands_when_it_catches_up(leade
     assert leader.isr_to_shrink(now_ms=10_001, replica_lag_time_max_ms=10_000) == (1, 2)
     leader.update_isr((1, 2), zk_version=1)
     assert leader.high_watermark == 3  # 3 no longer holds it back
-    assert leader.isr_to_expand(3) is None  # it has not fetched since
-    leader.fetch_for_follower(3, 0, 1 << 20, now_ms=10_100)
-    assert leader.isr_to_expand(3) is None  # below the high watermark
-    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=10_200)
-    assert leader.isr_to_expand(3) == (1, 2, 3)
-    assert leader.isr_to_expand(2) is None  # already in
+    assert leader.isr_to_expand(3, 30) is None  # it has not fetched since
+    leader.fetch_for_follower(3, 0, 1 << 20, now_ms=10_100, broker_epoch=30)
+    assert leader.isr_to_expand(3, 30) is None  # below the high watermark
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=10_200, broker_epoch=30)
+    assert leader.isr_to_expand(3, 30) == (1, 2, 3)
+    assert leader.isr_to_expand(2, 20) is None  # already in
+
+
+def test_only_the_live_incarnation_of_a_follower_is_taken_into_the_isr(leader):
+    """KIP-903 in kray's terms: what the leader knows of a follower belongs to the broker epoch that
+    fetched it; a follower joins only on fetches of the incarnation the metadata has alive."""
+    leader.append_as_leader(batch(3), 1)
+    leader.update_isr((1, 2), zk_version=1)
+    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1, broker_epoch=20)  # the high watermark is 3
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=1, broker_epoch=30)  # caught up, as incarnation 30
+    assert leader.isr_to_expand(3, None) is None  # its broker is not alive in the metadata
+    assert leader.isr_to_expand(3, 31) is None  # another incarnation is
+    assert leader.isr_to_expand(3, 30) == (1, 2, 3)
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=2)  # a fetch that names no incarnation
+    assert leader.isr_to_expand(3, 30) == (1, 2, 3)  # ... says nothing: 30's fetch stands
+    leader.forget_follower(3, 31)  # registered again, as 31: nothing 30 fetched counts now
+    assert leader.isr_to_expand(3, 31) is None
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=3, broker_epoch=30)  # 30's, long-polling as it died
+    assert leader.isr_to_expand(3, 31) is None and leader.followers[3].log_end_offset == -1
+    leader.fetch_for_follower(3, 0, 1 << 20, now_ms=4, broker_epoch=31)  # 31 lost its log
+    assert leader.isr_to_expand(3, 31) is None
+    leader.forget_follower(3, 31)  # the same registration again: 31's own fetch stays
+    assert leader.followers[3].log_end_offset == 0
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=5, broker_epoch=31)
+    assert leader.isr_to_expand(3, 31) == (1, 2, 3)
+
+
+def test_a_leader_that_stays_leader_forgets_a_dead_followers_log_end_and_the_high_watermark_waits(leader):
+    """Issue 28's sequence on one partition: the leader kept its followers' state through the epoch bump
+    that took the dead follower out of the ISR; forgotten when its broker died, it cannot make the
+    follower's return look caught up, and an ISR member forgotten holds the high watermark back."""
+    leader.append_as_leader(batch(3), 1)
+    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1, broker_epoch=20)
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=1, broker_epoch=30)
+    assert leader.high_watermark == 3
+    leader.make_leader(LeaderAndIsrState(1, 1, (1, 2), (1, 2, 3), 1), now_ms=2)  # 3 died: out of the ISR
+    assert leader.followers[3].log_end_offset == 3  # a leader that stays leader keeps what it knew (Kafka)
+    leader.forget_follower(3)
+    leader.forget_follower(2)
+    assert leader.isr_to_expand(3, 31) is None and leader.followers[2].last_caught_up_ms == 2
+    assert leader.followers[3] == FollowerState(broker_epoch=30)  # its LEO unknown, whose fetches known
+    leader.append_as_leader(batch(1, first_sequence=3), 1)
+    assert leader.high_watermark == 3  # 2 is in the ISR, and nothing is known of its log now
+    leader.fetch_for_follower(2, 4, 1 << 20, now_ms=3, broker_epoch=20)
+    assert leader.high_watermark == 4
 
 
 def test_a_caught_up_follower_stays_in_sync_through_its_sessions_fetches(leader):
     """A fetch session leaves a caught-up partition unnamed (KIP-227): the follower's latest fetch of any
     partition keeps it caught up while it has this whole log, and only then."""
     leader.append_as_leader(batch(3), 1)
-    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1_000)
-    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=1_000)
-    session = {2: 20_000, 3: 20_000}.get
+    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1_000, broker_epoch=20)
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=1_000, broker_epoch=30)
+    session = {2: (20, 20_000), 3: (30, 20_000)}.get
     assert leader.isr_to_shrink(25_000, 10_000, session) is None
-    leader.append_as_leader(batch(1, first_sequence=3), 1)  # now 2 and 3 miss the newest batch
+    assert leader.isr_to_shrink(25_000, 10_000, {2: (20, 20_000), 3: (31, 20_000)}.get) == (1, 2)  # 3's next
+    leader.append_as_leader(batch(1, first_sequence=3), 1)  # now 2 and 3 miss the newest batch   # incarnation
     assert leader.isr_to_shrink(25_000, 10_000, session) == (1,)
+
+
+def test_a_joining_followers_log_end_holds_the_high_watermark_while_its_expansion_is_written(leader):
+    """Kafka's maximal ISR: once the leader decides to take a follower in, the high watermark waits for it
+    too, or it could pass what the follower has and the follower join the ISR below it."""
+    leader.append_as_leader(batch(3), 1)
+    leader.update_isr((1, 2), zk_version=1)
+    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1, broker_epoch=20)
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=1, broker_epoch=30)
+    assert leader.expanding(leader.isr_to_expand(3, 30)) == (1, 2, 3)
+    leader.append_as_leader(batch(2, first_sequence=3), 1)
+    leader.fetch_for_follower(2, 5, 1 << 20, now_ms=2, broker_epoch=20)
+    assert leader.high_watermark == 3  # 3, joining, has only 3
+    leader.isr_change_failed()
+    leader.fetch_for_follower(2, 5, 1 << 20, now_ms=3, broker_epoch=20)
+    assert leader.high_watermark == 5
+    leader.expanding(leader.isr_to_expand(3, 30) or (1, 2, 3))
+    leader.update_isr((1, 2, 3), zk_version=2)  # landed: 3 is a member, no longer joining
+    assert leader.joining == () and leader.high_watermark == 5
 
 
 def test_follower_high_watermark_and_truncation(tmp_path, leader):

@@ -62,9 +62,14 @@ def roles(rm):
 CONFIG_FOR = lambda topic: LogConfig.from_overrides(BrokerConfig(), {})  # noqa: E731
 
 
+def follower_epoch(broker_id: int) -> int:
+    """The broker epoch of broker N's live incarnation, in these tests."""
+    return 700 + broker_id
+
+
 @pytest.fixture
 def rm(tmp_path):
-    return ReplicaManager(BROKER, tmp_path, CONFIG_FOR)
+    return ReplicaManager(BROKER, tmp_path, CONFIG_FOR, alive_broker_epoch=follower_epoch)
 
 
 def batch(n: int) -> bytes:
@@ -296,10 +301,13 @@ def test_high_watermarks_are_checkpointed_and_read_back(rm, tmp_path):
 
 # -- produce and fetch, on an event loop as in the broker -------------------------------------------
 
-def fetch(replica_id=2, partitions=(), max_wait_ms=0, session_id=0, session_epoch=-1, forgotten=()):
+def fetch(replica_id=2, partitions=(), max_wait_ms=0, session_id=0, session_epoch=-1, forgotten=(),
+          replica_epoch=None):
+    """A fetch by follower `replica_id`'s live incarnation (or the one `replica_epoch` names), or a consumer's."""
     return FetchParams(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=MAX_BYTES,
                        partitions=list(partitions), session_id=session_id, session_epoch=session_epoch,
-                       forgotten=list(forgotten))
+                       forgotten=list(forgotten), replica_epoch=follower_epoch(replica_id) if replica_epoch is None
+                       and replica_id >= 0 else -1 if replica_epoch is None else replica_epoch)
 
 
 def later(delay_s: float, fn) -> None:
@@ -368,8 +376,8 @@ def test_a_fetch_session_reads_only_named_and_changed_partitions_and_answers_onl
                                      ps(T1, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
     read = []
     original = rm._read
-    rm._read = lambda params, partitions, now, session=None: read.append(sorted(p.partition for p in partitions)) \
-        or original(params, partitions, now, session)
+    rm._read = lambda params, partitions, now, session=None, **kw: read.append(sorted(p.partition for p in partitions)) \
+        or original(params, partitions, now, session, **kw)
 
     async def scenario():
         result = await rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)],
@@ -432,7 +440,8 @@ def test_a_moved_high_watermark_wakes_a_waiting_consumer_but_not_a_waiting_follo
 def test_a_follower_that_stops_fetching_leaves_the_isr_even_with_a_session(rm):
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2))), BROKER_EPOCH)
     run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], session_epoch=0)))
-    last = rm.last_fetch_ms[2]
+    epoch, last = rm.last_session_fetch(2)
+    assert epoch == follower_epoch(2)
     assert rm.isr_shrinks(last + 3_000, 4_000) == []
     assert rm.isr_shrinks(last + 4_001, 4_000) == [T0]
 
@@ -561,6 +570,23 @@ def test_metadata_cache_replaces_live_brokers_and_merges_partitions():
     assert cache.leader_and_isr()[T0] == (3, 1, [3])
 
 
+def test_metadata_cache_knows_which_incarnation_of_each_broker_lives():
+    """UpdateMetadata carries each live broker's registration epoch: the leader learns from it which
+    brokers died or registered again since the last one (their followers' state is then forgotten)."""
+    def update(epochs: dict[int, int]) -> UpdateMetadataRequest:
+        return UpdateMetadataRequest(controller_id=9, controller_epoch=1, broker_epoch=BROKER_EPOCH, partition_states=[],
+                                     live_brokers=[live_broker(b).model_copy(update={"epoch": e}) for b, e in epochs.items()])
+    cache = MetadataCache()
+    cache.update(update({1: 10, 2: 20, 3: 30}))
+    assert (cache.alive_broker_epoch(2), cache.alive_broker_epoch(4)) == (20, None)
+    before = cache.snapshot
+    cache.update(update({1: 10, 2: 21, 4: 40}))
+    assert cache.incarnations_since(before) == {2: 21, 3: -1}  # 2 bounced, 3 died; 4 is new: nothing to forget
+    before = cache.snapshot
+    cache.update(update({1: 10, 2: 21, 4: 40}))
+    assert cache.incarnations_since(before) == {}
+
+
 def test_metadata_cache_leader_during_delete_removes_partition():
     assert LEADER_DURING_DELETE == -2
     cache = MetadataCache()
@@ -601,15 +627,76 @@ def test_metadata_answers_a_leader_not_known_alive_as_none(rm):
     assert [b.node_id for b in response.brokers] == [1]
 
 
-def test_followers_caught_up_outside_the_isr_are_asked_for_again_when_their_broker_comes_back(rm):
-    """A caught-up follower refused while this broker's cache had it dead names no partition in its
-    incremental fetches; when UpdateMetadata brings it back, the leader finds where it may join."""
+def test_a_follower_refused_while_its_broker_was_not_alive_here_joins_at_its_next_fetch_naming_nothing(rm):
+    """The race the detector test showed: a returning broker's first (full) fetch reaches the leader
+    before the leader's metadata has it alive, and its incremental fetches after it name no partition.
+    The leader reads the session's partitions whose ISR the follower is out of at every fetch (Kafka
+    reads them all), so the first fetch after the UpdateMetadata takes it in; nothing else does."""
+    alive: dict[int, int] = {}
+    rm.alive_broker_epoch = alive.get
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,), replicas=(1, 2)),
                                      ps(T1, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2)),
                                      ps(T2, leader=3, leader_epoch=0, isr=(3, 1), replicas=(3, 1, 2))), BROKER_EPOCH)
-    assert rm.caught_up_outside_isr({2, 3}) == {}  # no fetch from 2 yet: nothing known of its log
-    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)])))
-    assert rm.caught_up_outside_isr({2, 3}) == {2: [T0]}  # T1 has it already; T2 is not led here
+    expanded = []
+    rm.expand_isr = lambda replica, tps: expanded.append((replica, tps))
+    first = run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0), FetchPartition("t", 1, 0, 0)],
+                               session_epoch=0)))
+    assert expanded == []  # not alive here yet
+    alive[2] = follower_epoch(2)  # the UpdateMetadata arrives: nothing is expanded by it
+    assert expanded == []
+    run(rm.fetch(fetch(session_id=first.session_id, session_epoch=1)))  # names nothing
+    assert expanded == [(2, [T0])]  # T1 has it already; T2 is not led here
+
+
+def test_a_restarted_follower_is_not_taken_back_on_what_its_earlier_incarnation_fetched(rm):
+    """Issue 28's loss: a follower caught up, its broker lost its unflushed log and registered again. The
+    leader forgets what the dead incarnation fetched (the UpdateMetadata that shows it gone or back), a
+    fetch still long-polling from the dead one counts for nothing, and the new incarnation joins only
+    once its own fetches reach the high watermark."""
+    old, new = follower_epoch(2), follower_epoch(2) + 50
+    alive = {2: old}
+    rm.alive_broker_epoch = alive.get
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2))), BROKER_EPOCH)
+    rm.partition(T0).append_as_leader(batch(3), -1)
+    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 3, 0)])))  # 2 has all 3: HW 3
+    assert rm.partition(T0).high_watermark == 3
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=1, isr=(1,), replicas=(1, 2))), BROKER_EPOCH)
+    expanded = []
+    rm.expand_isr = lambda replica, tps: expanded.append((replica, tps))
+    del alive[2]
+    rm.forget_followers({2: -1})  # broker 2 died (the controller took it out of the ISR: epoch 1)
+    alive[2] = new
+    rm.forget_followers({2: new})  # ... and registered again, its log cut back to nothing
+    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 3, 1)], replica_epoch=old)))  # the dead one's
+    assert expanded == []
+    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 1)], replica_epoch=new)))  # its own: behind
+    assert expanded == [] and rm.partition(T0).followers[2].log_end_offset == 0
+    run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 3, 1)], replica_epoch=new)))  # caught up again
+    assert expanded == [(2, [T0])]
+
+
+def test_only_the_followers_outside_an_isr_are_indexed_and_consumers_read_only_what_they_name(rm):
+    """The partitions a follower's fetch may take it back into follow every role and ISR change, so that
+    a fetch reads only those beyond what it names."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2, 3)),
+                                     ps(T1, leader=2, leader_epoch=0, isr=(2,), replicas=(1, 2, 3))), BROKER_EPOCH)
+    assert rm._outside_isr == {3: {T0}}
+    rm.partition(T0).update_isr((1,), zk_version=1)
+    assert rm._outside_isr == {2: {T0}, 3: {T0}}
+    rm.become_leader_or_follower(lai(ps(T1, leader=1, leader_epoch=1, isr=(1, 2, 3), replicas=(1, 2, 3))),
+                                 BROKER_EPOCH)
+    assert rm._outside_isr == {2: {T0}, 3: {T0}}
+    rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, delete_partition=False, leader_epoch=-1)),
+                     BROKER_EPOCH)
+    assert rm._outside_isr == {2: set(), 3: set()}
+    read = []
+    original = rm._read
+    rm._read = lambda params, partitions, now, session=None, **kw: read.append(sorted(p.partition for p in partitions)) \
+        or original(params, partitions, now, session, **kw)
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=5, isr=(1,), replicas=(1, 2))), BROKER_EPOCH)
+    session = run(rm.fetch(fetch(replica_id=-1, partitions=[FetchPartition("t", 1, 0, -1)], session_epoch=0)))
+    run(rm.fetch(fetch(replica_id=-1, session_id=session.session_id, session_epoch=1)))
+    assert read == [[1], []]
 
 
 @pytest.mark.parametrize("version, missing_listener", [(8, Errors.LISTENER_NOT_FOUND),

@@ -5,7 +5,9 @@ from actors.broker.replication import (
     FollowerState,
     diverging_epoch,
     high_watermark,
+    broker_died,
     in_sync_again,
+    new_incarnation,
     out_of_sync_replicas,
     truncation_offset,
     update_fetch_state,
@@ -44,10 +46,36 @@ def test_out_of_sync_replicas_lag_longer_than_the_limit():
 
 
 def test_a_follower_rejoins_at_the_high_watermark_with_records_of_the_current_epoch():
-    assert not in_sync_again(FollowerState(), high_watermark_=0, leader_epoch_start_offset=0)  # never fetched
-    assert in_sync_again(FollowerState(log_end_offset=10), high_watermark_=10, leader_epoch_start_offset=8)
-    assert not in_sync_again(FollowerState(log_end_offset=9), 10, 8)
-    assert not in_sync_again(FollowerState(log_end_offset=10), 10, 11)  # nothing yet from this leader's epoch
+    at = lambda leo: FollowerState(log_end_offset=leo, broker_epoch=7)  # noqa: E731 (fetched by incarnation 7)
+    assert not in_sync_again(FollowerState(broker_epoch=7), high_watermark_=0, leader_epoch_start_offset=0,
+                             alive_broker_epoch=7)  # never fetched
+    assert in_sync_again(at(10), high_watermark_=10, leader_epoch_start_offset=8, alive_broker_epoch=7)
+    assert not in_sync_again(at(9), 10, 8, 7)
+    assert not in_sync_again(at(10), 10, 11, 7)  # nothing yet from this leader's epoch
+
+
+def test_a_follower_rejoins_only_on_fetches_of_its_live_incarnation():
+    """KIP-903: the fetches must be the live broker epoch's; one that named none, or a dead broker, never."""
+    assert not in_sync_again(FollowerState(log_end_offset=10, broker_epoch=7), 10, 8, alive_broker_epoch=8)
+    assert not in_sync_again(FollowerState(log_end_offset=10, broker_epoch=7), 10, 8, alive_broker_epoch=None)
+    assert not in_sync_again(FollowerState(log_end_offset=10), 10, 8, alive_broker_epoch=-1)
+
+
+def test_a_fetch_of_an_earlier_incarnation_says_nothing_and_a_later_ones_starts_afresh():
+    s = update_fetch_state(FollowerState(), fetch_offset=10, leader_leo=10, now_ms=1_000, broker_epoch=7)
+    assert s == FollowerState(10, 1_000, 10, 1_000, 7)
+    assert update_fetch_state(s, fetch_offset=12, leader_leo=12, now_ms=1_100, broker_epoch=6) is s
+    s = update_fetch_state(s, fetch_offset=2, leader_leo=12, now_ms=1_200, broker_epoch=9)  # lost its log
+    assert s == FollowerState(2, 0, 12, 1_200, 9)  # never caught up as incarnation 9
+    assert new_incarnation(10) == FollowerState(broker_epoch=10)
+    dead = broker_died(s._replace(last_caught_up_ms=1_100))  # its log end unknown; the lag clock kept
+    assert dead == FollowerState(last_caught_up_ms=1_100, broker_epoch=9)
+
+
+def test_the_first_incarnation_heard_under_a_new_leader_keeps_the_lag_clock_it_gave_the_isr():
+    s = update_fetch_state(FollowerState(last_caught_up_ms=5_000), fetch_offset=2, leader_leo=12, now_ms=5_100,
+                           broker_epoch=9)
+    assert s == FollowerState(2, 5_000, 12, 5_100, 9)
 
 
 def test_truncation_by_leader_epoch_and_fallback_to_the_high_watermark():

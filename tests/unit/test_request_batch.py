@@ -53,7 +53,7 @@ def expected_t1(is_new=False) -> PartitionState:
                           zk_version=2, replicas=(2, 3, 4), offline_replicas=(4,), is_new=is_new)
 
 
-ALL_LIVE = [BROKERS[1], BROKERS[2], BROKERS[3]]
+ALL_LIVE = [BROKERS[b].model_copy(update={"epoch": BROKER_EPOCHS[b]}) for b in (1, 2, 3)]  # with their epochs
 
 
 # -- partition_state ------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_build_reflects_context_at_build_time(ctx):
     ctx.remove_live_brokers({3})
     out = batch.build(ctx)
     assert sorted(out) == [1, 2]
-    assert out[1][1].live_brokers == [BROKERS[1], BROKERS[2]]
+    assert out[1][1].live_brokers == ALL_LIVE[:2]
     assert out[1][0].partition_states[0].offline_replicas == (3,)
 
 

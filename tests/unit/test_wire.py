@@ -57,6 +57,20 @@ def test_a_fetch_response_is_kafka_pythons_and_decodes_back(seed):
     assert sorted(got) == sorted((f.topic, f.partition, f.high_watermark, f.records, f.diverging_epoch) for f in parts)
 
 
+@pytest.mark.parametrize("replica_epoch", [-1, 0, 4_294_967_396])
+def test_a_followers_fetch_carries_its_broker_epoch_in_the_replica_state_tag(replica_epoch):
+    """KIP-903's ReplicaState (v15's tagged field 1) sent at v12: kafka-python keeps it among the unknown
+    tags there and decodes it as the field at v15; the leader reads it either way. None sent: -1."""
+    frame = wire.fetch_request(1, "broker-2-fetcher-0", 2, 500, 1, 1 << 20, 0, 0, [], [], replica_epoch=replica_epoch)
+    request = FetchRequest.decode(frame[4:], version=12, header=True)
+    assert request.replica_id == 2 and wire.replica_epoch(request) == replica_epoch
+    assert bool(request.unknown_tags) == (replica_epoch >= 0)
+    v15 = FetchRequest(replica_state=FetchRequest.ReplicaState(replica_id=2, replica_epoch=replica_epoch),
+                       max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                       session_epoch=0, topics=[], forgotten_topics_data=[], rack_id="")
+    assert wire.replica_epoch(FetchRequest.decode(v15.encode(version=15), version=15)) == replica_epoch
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_followers_fetch_request_decodes_as_kafka_pythons(seed):
     rng = random.Random(seed)
