@@ -332,7 +332,9 @@ class ZkReplicaStateMachine(_Machine):
                                           and r not in leaderships[tp].leader_and_isr.isr}))
         for broker_replicas in by_broker.values():  # one broker at a time, as Kafka does
             pending, rounds = broker_replicas, RetryRounds()
-            while rounds.go_on(len(pending)):
+            # leaving the ISRs is retried until done, as Kafka's removeReplicasFromIsr is: a dead or
+            # restarted broker kept in an ISR could be elected without the records it lost
+            while rounds.go_on(len(pending)) or pending and target is R.OfflineReplica:
                 pending = self._apply(plan_replica_state_changes(self.ctx, pending, target), rounds.retrying)
             if pending:
                 state_change_log.error("%s Gave up changing %d replicas to %s: their partition states kept "

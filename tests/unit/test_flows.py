@@ -347,6 +347,28 @@ def test_a_bounced_broker_is_failed_then_started_its_leaderships_moved_and_it_is
     assert T0 in partitions(of(sent, LeaderAndIsrRequest)[1])
 
 
+def test_a_bounced_broker_leaves_the_isr_however_many_times_a_leader_moves_the_state_first():
+    """Kafka's removeReplicasFromIsr retries a version conflict until done: a restarted broker (which may
+    have lost its unflushed log) left in an ISR could be elected before it fetched. A leader writing
+    the state before each of the controller's writes, more rounds than the controller's bound on rounds
+    without progress, does not keep it in."""
+    from actors.controller.zk_state_machines import MAX_ZK_RETRIES
+
+    c = Cluster([1, 2, 3], {"t": {0: [1, 2, 3]}})
+    writes = c.zk.begin_update_partition_states
+    races = iter(range(MAX_ZK_RETRIES + 3))
+
+    def leader_first(updates, one_per_multi=False):
+        if T0 in updates and next(races, None) is not None:
+            c.leader_changes_isr(T0, c.state(T0).isr)  # e.g. the leader's own shrink or expansion of another
+        return writes(updates, one_per_multi)
+    c.zk.begin_update_partition_states = leader_first
+    c.zk.remove(zkdata.broker_path(3))
+    c.register(3)
+    c.run(BrokerChange())
+    assert c.state(T0).isr == [1, 2] and next(races, None) is None
+
+
 def test_a_broker_that_comes_back_elects_the_partitions_it_alone_could_lead():
     c = Cluster([2, 3], {"t": {0: [1]}}, leaders={T0: (1, [1])})
     assert c.ctx.partition_states[T0] is P.OfflinePartition and c.state(T0).leader == -1

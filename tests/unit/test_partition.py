@@ -355,3 +355,17 @@ def test_every_change_is_told_to_the_listener(tmp_path):
     p.fetch_for_follower(3, 1, 1 << 20, now_ms=1)  # the high watermark moves
     p.make_follower(FOLLOWS._replace(leader_epoch=4))
     assert [hw_only for _, hw_only in told] == [False, False, True, False] and all(t is p for t, _ in told)
+
+
+def test_an_isr_member_whose_broker_registered_again_leaves_the_isr_unless_its_own_fetches_keep_it(leader):
+    """The controller takes a bounced broker out of the ISRs before its UpdateMetadata shows the new
+    incarnation; where it did not (a controller gap), the leader does: the new incarnation never was
+    caught up, and only its own fetches can make it so. A death keeps the lag clock: the controller's."""
+    leader.append_as_leader(batch(3), 1)
+    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1_000, broker_epoch=20)
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=1_000, broker_epoch=30)
+    leader.forget_follower(2)  # died: left to the controller
+    leader.forget_follower(3, 31)  # registered again, still in this ISR
+    assert leader.isr_to_shrink(now_ms=2_000, replica_lag_time_max_ms=10_000) == (1, 2)
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=2_000, broker_epoch=31)  # caught up as 31
+    assert leader.isr_to_shrink(now_ms=2_000, replica_lag_time_max_ms=10_000) is None
