@@ -59,6 +59,9 @@ LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_B
                FaultKind.CUT_CONTROLLER_BROKER: Shape.CUT_CONTROLLER_BROKER, FaultKind.CUT_CLIENTS: Shape.CUT_CLIENTS,
                FaultKind.SLOW_CLIENTS: Shape.SLOW_CLIENTS}
 SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # link faults that take a LinkFault
+# faults after which a new incarnation of their broker registers: what a fault `at_return` waits for
+RETURNING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.CONTROLLED_SHUTDOWN,
+                    FaultKind.FAIL_LOG_DIR, *DISK_FAULTS}
 
 
 class Chaos:

@@ -24,6 +24,8 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
     caches_not_converged       After the faults stop every broker's metadata cache agrees with
                                ZooKeeper (leader, leader epoch, ISR) and knows the live brokers;
                                one violation per broker that differs.
+    under_replicated           After the faults stop every partition is fully replicated again: its
+                               whole assignment in its ISR (in the final ZooKeeper state).
 
 Memory is linear in the run: the final read-back is indexed by (topic, partition, offset) and
 produced.jsonl is streamed against it.
@@ -50,7 +52,7 @@ from actors.records import (
 from jobs.rundir import FINAL_STATE, PARTITION_STATES, CheckReport, FinalState, PartitionLeadership, StateSample
 
 INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "multiple_leaders",
-              "leader_not_live_or_in_isr", "caches_not_converged")
+              "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated")
 MAX_EXAMPLES = 5
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -254,6 +256,16 @@ def check_caches(final_state: FinalState) -> Violations:
     return v
 
 
+def check_replication(final_state: FinalState) -> Violations:
+    """After the faults every partition is fully replicated again: its whole assignment in its ISR."""
+    v = Violations()
+    for tp, p in sorted(final_state.zookeeper.items()):
+        replicas = (final_state.assignments or {}).get(tp)
+        if replicas is not None and sorted(p.isr) != sorted(replicas):
+            v.add(f"{tp}: ISR {sorted(p.isr)}, replicas {replicas}")
+    return v
+
+
 def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     reader = JsonlReader(Path(run_dir))
     notes: list[str] = []
@@ -275,6 +287,9 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
         notes.append(f"no readable {FINAL_STATE}: final leaders and cache convergence not checked")
     results["leader_not_live_or_in_isr"], state_samples = check_leaders(reader, final_state, grace_ms)
     results["caches_not_converged"] = check_caches(final_state) if final_state else Violations()
+    results["under_replicated"] = check_replication(final_state) if final_state else Violations()
+    if final_state and final_state.assignments is None:
+        notes.append(f"no assignments in {FINAL_STATE} (an older run): full replication not checked")
     if final_state:
         silent = sorted(set(final_state.live_brokers) - set(final_state.caches))
         if silent:

@@ -31,7 +31,7 @@ from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
 from jobs.rundir import FaultKind
 from actors.links.faults import LinkFault
-from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, SLOW_LINKS
+from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
 
 Target = int | Literal["random", "controller", "non-controller", "leader"]  # leader: of the first topic's partition 0
 
@@ -47,6 +47,15 @@ class TopicSpec(Spec):
     after_fault: int = Field(0, ge=0, description="0: created before the load. N: created during the run, once "
                              "the schedule's first N faults are done and every broker is back, and put under the "
                              "same load per partition; fault N + 1 (which must wait for recovery) comes after it")
+    load: Literal["stream", "once"] = Field("stream", description="stream: under the load all along. once: "
+                                            "records_per_partition records to each partition as the load "
+                                            "starts, then idle (idle partitions among busy ones)")
+
+    @model_validator(mode="after")
+    def _once_from_the_start(self) -> "TopicSpec":
+        if self.load == "once" and self.after_fault:
+            raise ValueError(f"topic {self.name}: a topic loaded once is created before the load (after_fault 0)")
+        return self
 
     @field_validator("name")
     @classmethod
@@ -85,6 +94,11 @@ class FaultSpec(Spec):
     recovery_timeout_s: float = Field(120.0, gt=0, description="with after_recovery: how long to wait at most")
     link: LinkFault | None = Field(None, description="slow-replication, slow-clients: how the links are slowed "
                                                      "(default 200 +/- 50 ms each way)")
+    at_return: bool = Field(False, description="inject the moment the broker that the last fault before this one "
+                                               "took down (kill-broker, restart-broker, controlled-shutdown, a "
+                                               "disk fault, fail-log-dir) registers again, at_s being the earliest "
+                                               "(waits up to recovery_timeout_s): a fault timed at a victim's "
+                                               "return, before it has fetched anything")
 
     @property
     def slow(self) -> LinkFault | None:
@@ -101,6 +115,9 @@ class FaultSpec(Spec):
             raise ValueError(f"{self.fault.value} needs a target (a broker id, random, controller or non-controller)")
         if self.fault not in BROKER_FAULTS and self.target is not None:
             raise ValueError(f"{self.fault.value} takes no target")
+        if self.at_return and self.after_recovery:
+            raise ValueError(f"{self.fault.value}: at_return and after_recovery wait for different things; "
+                             "choose one")
         return self
 
 
@@ -111,6 +128,10 @@ class RandomFaults(Spec):
     kinds: list[FaultKind] = Field(default_factory=lambda: [k for k in FaultKind if k not in LINK_FAULTS],
                                    description="default: every process fault (link faults are named)")
     seconds: float = Field(3.0, ge=0)
+    kill_at_return: float = Field(0.5, ge=0, le=1, description="the chance that a disk fault drawn is followed by "
+                                  "a kill-broker of the leader (of the first topic's partition 0) the moment its "
+                                  "victim registers again: a power loss, then a leader's death before the victim "
+                                  "fetched")
 
     @model_validator(mode="after")
     def _sane(self) -> "RandomFaults":
@@ -157,7 +178,13 @@ class Experiment(Spec):
             raise ValueError("topic names must be unique")
         if self.topics[0].after_fault:
             raise ValueError(f"topic {self.topics[0].name}: the first topic is created before the load")
+        if not any(t.load == "stream" and not t.after_fault for t in self.topics):
+            raise ValueError("topics: the load needs a topic streamed from the start (load: stream, after_fault: 0)")
         ordered = sorted(self.schedule, key=lambda f: f.at_s)
+        for i, f in enumerate(ordered):
+            if f.at_return and not any(g.fault in RETURNING_FAULTS for g in ordered[:i]):
+                raise ValueError(f"fault {f.fault.value} at {f.at_s}s: at_return needs an earlier fault that takes a "
+                                 f"broker down and brings it back ({', '.join(sorted(k.value for k in RETURNING_FAULTS))})")
         for t in self.topics:
             if not t.after_fault:
                 continue

@@ -152,6 +152,7 @@ class FinalState(Record):
     live_brokers: list[int]
     zookeeper: dict[str, PartitionLeadership]
     caches: dict[int, BrokerCache]  # broker id -> its metadata cache; brokers that did not answer are absent
+    assignments: dict[str, list[int]] | None = None  # partition -> its replicas (None: a run before they were kept)
 
 
 class CheckReport(Record):

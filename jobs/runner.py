@@ -36,10 +36,10 @@ from actors.records import (
     TimelineRecord,
     tp_key,
 )
-from coordination import admin
+from coordination import admin, zkdata
 from coordination.zkdata import TopicPartition
 from jobs import failovers, rundir
-from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, Chaos
+from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
 from jobs.disk_faults import DISK_FAULTS, describe
 from jobs.check import check_run
 from jobs.experiment import Experiment, FaultSpec
@@ -86,7 +86,9 @@ def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs", progre
 
 
 def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
-    """The declared faults and the random ones (drawn with the experiment's seed), in time order."""
+    """The declared faults and the random ones (drawn with the experiment's seed), in time order (a
+    fault at the same time as another stays after it). A disk fault drawn is followed, by chance
+    (`kill_at_return`), by the leader's kill the moment its victim registers again."""
     faults = list(experiment.schedule)
     spec = experiment.random_faults
     if spec is not None:
@@ -96,8 +98,23 @@ def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
             target = None if kind not in BROKER_FAULTS else \
                 "non-controller" if kind is FaultKind.CUT_CONTROLLER_BROKER else "random"  # its controller elsewhere
             faults.append(FaultSpec(at_s=at, fault=kind, target=target, seconds=spec.seconds))
+            if kind in DISK_FAULTS and rng.random() < spec.kill_at_return:
+                faults.append(FaultSpec(at_s=at, fault=FaultKind.KILL_BROKER, target="leader", seconds=spec.seconds,
+                                        at_return=True))
             at += rng.uniform(*spec.every_s)
     return sorted(faults, key=lambda f: f.at_s)
+
+
+def returns_awaited(faults: list[FaultSpec]) -> dict[int, int | None]:
+    """For each fault `at_return` (by fault id, from 1), the id of the last fault before it that takes a
+    broker down and brings it back, whose victim's return it waits for (None: there is none)."""
+    out, last = {}, None
+    for fault_id, spec in enumerate(faults, 1):
+        if spec.at_return:
+            out[fault_id] = last
+        if spec.fault in RETURNING_FAULTS:
+            last = fault_id
+    return out
 
 
 class ExperimentRun:
@@ -120,6 +137,9 @@ class ExperimentRun:
         self._awaited: dict[str, int] = {}  # partitions the last such kill must move past these leader epochs
         self._last_injected = time.monotonic()
         self._down: set[int] = set()  # brokers a fault has taken down and will bring back
+        self._taken_down: dict[int, tuple[int, int]] = {}  # fault id -> (its victim, the registration it ended)
+        self._taken_down_changed = threading.Condition()
+        self._returns_of: dict[int, int | None] = {}  # fault at_return -> the fault whose victim it waits for
         self._stop_sampling = threading.Event()
         self.acked = self.consumed = 0
         self.rate = 0.0
@@ -156,14 +176,20 @@ class ExperimentRun:
         for t in first:
             admin.create_topic(self.zk, t.name, t.partitions, t.replication_factor)
         self.partitions = [TopicPartition(t.name, p) for t in first for p in range(t.partitions)]
-        self._first_partitions = len(self.partitions)
         self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= len(self.partitions), timeout=120)
         self.progress(f"Controller is broker {controller} (epoch {epoch}); {len(self.partitions)} partitions online")
         load = exp.load
         n = load.producers
-        self.generators = [LoadGenerator.remote(i, self.config, self.partitions[i::n], load.rate / n if n else 0,
+        once = {t.name for t in first if t.load == "once"}
+        streamed = [tp for tp in self.partitions if tp.topic not in once]
+        self._first_partitions = len(streamed)  # the load's rate is for these
+        self.generators = [LoadGenerator.remote(i, self.config, streamed[i::n], load.rate / n if n else 0,
                                                 load.record_size, load.acks_code, load.records_per_partition)
                            for i in range(n)]
+        if once and n:  # idle partitions among busy ones: their records once, at the start
+            self.generators.append(LoadGenerator.remote(
+                n, self.config, [tp for tp in self.partitions if tp.topic in once], load.rate / n,
+                load.record_size, load.acks_code, load.records_per_partition, once=True))
         self.consumers = [ConsumerWorker.remote(self.config, self.partitions[i::load.consumers], i)
                           for i in range(load.consumers)]
         ray.get([a.start.remote() for a in self.generators + self.consumers], timeout=60)
@@ -190,9 +216,9 @@ class ExperimentRun:
         total = len(self.partitions) + len(new)
         self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= total, timeout=120)
         self.partitions = self.partitions + new  # sampled, awaited and read back from now on
-        load, n, c = self.exp.load, len(self.generators), self.exp.load.consumers
+        load, n, c = self.exp.load, self.exp.load.producers, self.exp.load.consumers
         rate = load.rate * total / self._first_partitions / n if n else 0
-        ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators)], timeout=60)
+        ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators[:n])], timeout=60)
         consumers = [ConsumerWorker.remote(self.config, new[i::c], len(self.consumers) + i) for i in range(c)]
         ray.get([w.start.remote() for w in consumers], timeout=60)
         self.consumers = self.consumers + consumers
@@ -211,6 +237,7 @@ class ExperimentRun:
         threads, next_progress = [], 0.0
         pending = list(enumerate(faults, 1))
         self._recovery_queue = [i for i, spec in pending if spec.after_recovery]
+        self._returns_of = returns_awaited(faults)
         # a fault that waited for recovery keeps the load going as long after it as the schedule planned
         tail = exp.duration_s - faults[-1].at_s if faults else 0.0
         while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or any(t.is_alive() for t in threads) \
@@ -276,6 +303,9 @@ class ExperimentRun:
         return self.rng.choice(candidates)
 
     def _inject(self, fault_id: int, spec: FaultSpec) -> None:
+        if spec.at_return:
+            self._inject_now(fault_id, spec, self._wait_for_return(fault_id, spec.recovery_timeout_s))
+            return
         if not spec.after_recovery:
             self._inject_now(fault_id, spec)
             return
@@ -292,10 +322,29 @@ class ExperimentRun:
                 self._recovery_queue.pop(0)
                 self._recovery_turn.notify_all()
 
-    def _inject_now(self, fault_id: int, spec: FaultSpec) -> None:
+    def _wait_for_return(self, fault_id: int, timeout_s: float) -> str:
+        """Until the broker that the fault this one is timed after took down has registered again (polled
+        every 10 ms); what happened, for the fault's record."""
+        awaited = self._returns_of.get(fault_id)
+        if awaited is None:
+            return "no earlier fault took a broker down: injected at its time; "
+        deadline = time.monotonic() + timeout_s
+        with self._taken_down_changed:
+            if not self._taken_down_changed.wait_for(lambda: awaited in self._taken_down, timeout_s):
+                return f"fault {awaited} took no broker down within {timeout_s:g} s: injected then; "
+        victim, ended = self._taken_down[awaited]
+        path = zkdata.broker_path(victim)
+        while time.monotonic() < deadline:
+            stat = self.zk.kazoo.exists(path)
+            if stat is not None and stat.czxid != ended:
+                return f"at broker {victim}'s return (fault {awaited}), {now_ms() - stat.ctime:.0f} ms after it registered; "
+            time.sleep(0.01)
+        return f"broker {victim} (fault {awaited}) not back within {timeout_s:g} s: injected then; "
+
+    def _inject_now(self, fault_id: int, spec: FaultSpec, note: str = "") -> None:
         record = FaultRecord(fault_id=fault_id, kind=spec.fault, injected_ms=now_ms())
         try:
-            states, note = None, ""
+            states = None
             if spec.after_recovery:
                 states = self._wait_for_recovery(spec.recovery_timeout_s)
                 if states is None:
@@ -306,6 +355,11 @@ class ExperimentRun:
             record.target = target
             if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, *DISK_FAULTS):
                 self._awaited = {key: s.leader_epoch for key, s in states.items() if target in s.isr}
+            if spec.fault in RETURNING_FAULTS:  # what a fault timed at its victim's return waits for
+                stat = self.zk.kazoo.exists(zkdata.broker_path(target))
+                with self._taken_down_changed:
+                    self._taken_down[fault_id] = (target, stat.czxid if stat is not None else -1)
+                    self._taken_down_changed.notify_all()
             self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
                           + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else ""))
             record.injected_ms = now_ms()
@@ -326,9 +380,7 @@ class ExperimentRun:
             else None
         while True:
             try:
-                assignment = {TopicPartition(name, p): replicas for name, topic in
-                              self.zk.get_topic_znodes({tp.topic for tp in self.partitions}).items()
-                              for p, replicas in topic.assignment().items()}
+                assignment = self._assignments()
                 states = self._zk_leaderships()
                 if recovered(assignment, states, set(self.zk.get_all_broker_ids()), imbalance, self._awaited):
                     return states
@@ -445,6 +497,11 @@ class ExperimentRun:
         self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(
             ts_ms=ts, live_brokers=live, partitions=self._zk_leaderships())])
 
+    def _assignments(self) -> dict[TopicPartition, list[int]]:
+        return {TopicPartition(name, p): replicas for name, topic in
+                self.zk.get_topic_znodes({tp.topic for tp in self.partitions}).items()
+                for p, replicas in topic.assignment().items()}
+
     def _zk_leaderships(self) -> dict[str, rundir.PartitionLeadership]:
         return {tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
                     leader=r.state.leader, leader_epoch=r.state.leader_epoch, isr=sorted(r.state.isr))
@@ -467,14 +524,17 @@ class ExperimentRun:
 
     def _reading(self) -> tuple[rundir.FinalState, bool]:
         """ZooKeeper and every broker's cache, and whether they agree at one moment with every broker
-        back: ZooKeeper is read before and after the caches and must not have changed meanwhile
-        (leaders may still be moving: the auto leader rebalance goes on)."""
+        back and every partition fully replicated: ZooKeeper is read before and after the caches and
+        must not have changed meanwhile (leaders may still be moving: the auto leader rebalance goes on)."""
         live, before = self.zk.get_all_broker_ids(), self._zk_leaderships()
         caches = self._caches()
         after = self._zk_leaderships()
+        assignments = {tp_key(tp.topic, tp.partition): replicas for tp, replicas in self._assignments().items()}
         agreed = before == after and live == self.exp.broker_ids and len(caches) == len(live) \
-            and all(c.partitions == after and c.brokers == live for c in caches.values())
-        return rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches), agreed
+            and all(c.partitions == after and c.brokers == live for c in caches.values()) \
+            and all(set(s.isr) == set(assignments.get(key, ())) for key, s in after.items())
+        return rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches,
+                                 assignments=assignments), agreed
 
     def _progress_line(self, elapsed: float, faults: int) -> str:
         controller = getattr(self, "controller", (None, None))

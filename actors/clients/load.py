@@ -61,11 +61,13 @@ def bootstrap_servers(config: ClusterConfig) -> str:
 class LoadGenerator:
     def __init__(self, index: int, config: ClusterConfig, partitions: list[TopicPartition], rate: float,
                  record_size: int, acks: int, records_per_partition: int = 1, retry_backoff_ms: int = 20,
-                 linger_ms: int = 1):
+                 linger_ms: int = 1, once: bool = False):
+        """`once`: each partition gets records_per_partition records, then none (idle partitions)."""
         configure_actor_process()
         self.name = f"p{index}"
         self.partitions = list(partitions)
         self.rate, self.record_size, self.per_partition = rate, record_size, records_per_partition
+        self.once = once
         self.producer = confluent_kafka.Producer(producer_config(
             bootstrap_servers(config), acks, **{"retry.backoff.ms": retry_backoff_ms,
                                                 "retry.backoff.max.ms": 5 * retry_backoff_ms, "linger.ms": linger_ms,
@@ -97,6 +99,8 @@ class LoadGenerator:
             partitions = self.partitions
             allowed = int(rate * (time.monotonic() - since)) - (self.sequence - base) if rate > 0 \
                 else self.window - (self.sequence - self.acked - len(self.errors))
+            if self.once:
+                allowed = min(allowed, len(partitions) * self.per_partition - self.sequence)
             for _ in range(max(0, allowed) // self.per_partition):
                 tp = partitions[turn % len(partitions)]
                 turn += 1

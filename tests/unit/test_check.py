@@ -102,6 +102,7 @@ def clean_run() -> Run:
         run.samples.append(StateSample(ts_ms=t + i * 1000, live_brokers=BROKERS, partitions=partitions))
     run.final_state = FinalState(
         ts_ms=t + 70_000, live_brokers=[2, 0, 1], zookeeper=leadership,
+        assignments={tp_key(*tp): [0, 1, 2] for tp in PARTITIONS},
         caches={b: BrokerCache(controller_epoch=2, brokers=[0, 1, 2],
                                partitions={tp: PartitionLeadership(leader=p.leader, leader_epoch=p.leader_epoch,
                                                                    isr=sorted(p.isr))
@@ -203,10 +204,16 @@ def leader_not_in_isr(run):
 
 def final_leader_not_in_isr(run):
     run.set_leadership(tp_key("orders", 0), PartitionLeadership(leader=1, leader_epoch=2, isr=[0, 2]))
+    run.final_state.assignments[tp_key("orders", 0)] = [0, 2]  # fully replicated: only the leader is wrong
 
 
 def final_leader_not_live(run):
     run.set_leadership(tp_key("orders", 0), PartitionLeadership(leader=7, leader_epoch=3, isr=[7, 0]))
+    run.final_state.assignments[tp_key("orders", 0)] = [7, 0]
+
+
+def final_isr_short_of_the_assignment(run):
+    run.set_leadership(tp_key("my-events", 0), PartitionLeadership(leader=1, leader_epoch=3, isr=[1, 2]))
 
 
 def stale_cache_epoch(run):
@@ -245,6 +252,7 @@ BREAKS = [
     ("caches_not_converged", stale_cache_isr, "broker 0 caches my-events-0 as leader 1 epoch 2 ISR [1, 2], ZooKeeper has leader 1 epoch 2 ISR [0, 1, 2]"),
     ("caches_not_converged", cache_missing_partition, "broker 1 caches orders-0 as absent"),
     ("caches_not_converged", stale_cache_brokers, "broker 1 caches brokers [0, 1], live brokers are [0, 1, 2]"),
+    ("under_replicated", final_isr_short_of_the_assignment, "my-events-0: ISR [1, 2], replicas [0, 1, 2]"),
 ]
 
 

@@ -11,7 +11,7 @@ from coordination.zkdata import TopicPartition
 from jobs.chaos import BROKER_FAULTS
 from jobs.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
 from jobs.rundir import FaultKind
-from jobs.runner import schedule
+from jobs.runner import returns_awaited, schedule
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,6 +172,21 @@ BAD = [
      ["schedule.0.fault: Input should be 'kill-broker'"]),
     ("unknown-random-kind", "name: x\nrandom_faults: {kinds: [kill-broker, melt-broker]}\n",
      ["random_faults.kinds.1: Input should be 'kill-broker'"]),
+    ("at-return-with-nothing-before", "name: x\nschedule: [{at_s: 1, fault: kill-broker, target: leader, "
+     "at_return: true}, {at_s: 2, fault: kill-broker, target: 1}]\n",
+     ["fault kill-broker at 1.0s: at_return needs an earlier fault that takes a broker down"]),
+    ("at-return-after-a-pause", "name: x\nschedule: [{at_s: 1, fault: pause-broker, target: 1}, "
+     "{at_s: 2, fault: kill-broker, target: leader, at_return: true}]\n",
+     ["at_return needs an earlier fault that takes a broker down and brings it back (controlled-shutdown"]),
+    ("at-return-and-after-recovery", "name: x\nschedule: [{at_s: 1, fault: kill-broker, target: 1}, {at_s: 2, "
+     "fault: kill-broker, target: leader, at_return: true, after_recovery: true}]\n",
+     ["schedule.1", "at_return and after_recovery wait for different things"]),
+    ("once-during-the-run", "name: x\ntopics: [{name: a}, {name: b, load: once, after_fault: 1}]\n",
+     ["topics.1", "a topic loaded once is created before the load"]),
+    ("only-idle-topics", "name: x\ntopics: [{name: a, load: once}]\n",
+     ["the load needs a topic streamed from the start"]),
+    ("unknown-topic-load", "name: x\ntopics: [{name: a, load: sometimes}]\n",
+     ["topics.0.load: Input should be 'stream' or 'once'"]),
     ("every-min-over-max", "name: x\nrandom_faults: {every_s: [5, 2]}\n",
      ["random_faults", "every_s must be (min, max) with 0 < min <= max"]),
     ("every-min-zero", "name: x\nrandom_faults: {every_s: [0, 2]}\n",
@@ -424,3 +439,38 @@ def test_link_faults_turn_the_proxies_on_and_slow_replication_has_a_default_slow
     assert linked.link_faults
     assert linked.schedule[0].slow.delay_ms == 200 and linked.schedule[1].slow is None
     assert Experiment(name="x", random_faults=RandomFaults(kinds=["split-brokers"])).link_faults
+
+
+def test_a_disk_fault_drawn_is_followed_by_chance_by_the_leaders_kill_at_its_victims_return():
+    """Issue 28's pair in random schedules: a power loss or torn write, then a leader's death the moment the
+    victim registers again, so that long runs and the soak draw it too."""
+    disk = [FaultKind.LOSE_UNFLUSHED_TAIL, FaultKind.TRUNCATE_LOG_TAIL]
+    always = schedule(random_experiment(random_faults=RandomFaults(every_s=(5, 9), kinds=disk, kill_at_return=1)),
+                      random.Random(3))
+    assert [f.fault for f in always[1::2]] == [FaultKind.KILL_BROKER] * (len(always) // 2)
+    for victim, kill in zip(always[::2], always[1::2]):
+        assert victim.fault in disk and (kill.at_s, kill.target, kill.at_return) == (victim.at_s, "leader", True)
+    assert returns_awaited(always) == {i: i - 1 for i in range(2, len(always) + 1, 2)}
+    never = schedule(random_experiment(random_faults=RandomFaults(every_s=(5, 9), kinds=disk, kill_at_return=0)),
+                     random.Random(3))
+    assert never and all(f.fault in disk for f in never)
+    half = schedule(random_experiment(random_faults=RandomFaults(every_s=(5, 9), kinds=disk)), random.Random(3))
+    assert 0 < sum(f.at_return for f in half) < sum(f.fault in disk for f in half)
+
+
+def test_a_fault_at_return_waits_for_the_last_fault_before_it_that_brought_a_broker_back():
+    kill = FaultSpec(at_s=1, fault=FaultKind.KILL_BROKER, target=1)
+    pause = FaultSpec(at_s=2, fault=FaultKind.PAUSE_BROKER, target=2)
+    disk = FaultSpec(at_s=3, fault=FaultKind.LOSE_UNFLUSHED_TAIL, target=2)
+    at_return = FaultSpec(at_s=3, fault=FaultKind.KILL_BROKER, target="leader", at_return=True)
+    assert returns_awaited([kill, pause, at_return, disk, at_return]) == {3: 1, 5: 4}
+    assert returns_awaited([at_return]) == {1: None}
+
+
+def test_the_power_loss_experiment_pairs_each_disk_fault_with_a_kill_at_its_victims_return():
+    exp = load_experiment(REPO / "experiments" / "power-loss.yaml")
+    faults = schedule(exp, random.Random(exp.seed))
+    assert returns_awaited(faults) == {2: 1, 4: 3, 6: 5, 8: 7}
+    assert {f.fault for f in faults[::2]} == {FaultKind.LOSE_UNFLUSHED_TAIL, FaultKind.TRUNCATE_LOG_TAIL}
+    assert {f.target for f in faults[::2]} == {"leader", "non-controller"}  # leaders and followers
+    assert [t.load for t in exp.topics] == ["stream", "once"] and not exp.controller.unclean_leader_election_enable
