@@ -257,12 +257,17 @@ class Log:
         self._open_active()
         return self.segments[-1]
 
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int) -> bool:
         """Drop every batch whose last offset is at or past `offset` (a follower discarding what its
         leader never had): the log then ends where the first dropped batch started, which is `offset`
-        itself when it falls between batches, as truncation points do."""
+        itself when it falls between batches, as truncation points do. Whether anything was dropped.
+        At or past the log end the epoch cache is truncated all the same, as Kafka's Log.truncateTo
+        does: a replica that became leader, assigned its epoch's start offset and appended nothing
+        before another was elected holds an epoch entry at its log end that the new leader never had,
+        and its fetches naming that epoch would be answered "diverged" for good."""
         if offset >= self.log_end_offset:
-            return
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
+            return False
         offset = max(offset, self.log_start_offset)
         self._close_active()
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
@@ -282,6 +287,7 @@ class Log:
         if self.recovery_point > self.log_end_offset:
             self._checkpoint_recovery_point(self.log_end_offset)
         log.info("Truncated log %s to offset %d", self.dir.name, self.log_end_offset)
+        return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Kafka's truncateFullyAndStartAt: an empty log from `offset` (a follower whose leader's log

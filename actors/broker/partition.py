@@ -325,8 +325,7 @@ class Partition:
     def truncate_to(self, offset: int, leader_epoch: int) -> bool:
         if not self.following(leader_epoch):
             return False
-        if offset < self.log.log_end_offset:
-            self.log.truncate_to(offset)
+        if self.log.truncate_to(offset):
             self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
             self.producers.truncate(self.log, self.log.log_end_offset)
         return True

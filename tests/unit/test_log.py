@@ -123,6 +123,19 @@ def test_truncate_to_drops_batches_segments_and_epochs(tmp_path):
     assert reopened.leader_epochs.entries == [(1, 0), (4, 9)]
 
 
+def test_truncation_at_the_log_end_forgets_an_epoch_that_appended_nothing(tmp_path):
+    """Kafka's Log.truncateTo always truncates the epoch cache: a replica that led epoch 5 without appending,
+    then follows a leader that never had epoch 5, must not name it in its fetches (they would be answered
+    "diverged" for good, and the high watermark stuck until the ISR shrank)."""
+    log = Log(tmp_path / "t-0", segment_bytes=1 << 20)
+    fill(log, 2, per_batch=3, epoch=1)
+    log.leader_epochs.assign(5, log.log_end_offset)  # made leader, nothing appended
+    assert log.leader_epochs.latest_epoch == 5
+    assert log.truncate_to(log.log_end_offset) is False and log.log_end_offset == 6
+    assert log.leader_epochs.entries == [(1, 0)]
+    assert log.truncate_to(3) is True and log.log_end_offset == 3
+
+
 def test_truncation_keeps_the_index_as_recovery_would_build_it(tmp_path):
     log = Log(tmp_path / "t-0", index_interval_bytes=200)
     fill(log, 60, per_batch=2, size=30)
