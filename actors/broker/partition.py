@@ -153,6 +153,7 @@ class Partition:
         return isr
 
     def isr_change_failed(self) -> None:
+        """The expansion being written was refused or failed: the high watermark no longer waits for it."""
         self.joining = ()
 
     def stop(self) -> None:
