@@ -61,7 +61,7 @@ LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_B
 SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # link faults that take a LinkFault
 # faults after which a new incarnation of their broker registers: what a fault `at_return` waits for
 RETURNING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.CONTROLLED_SHUTDOWN,
-                    FaultKind.FAIL_LOG_DIR, *DISK_FAULTS}
+                    FaultKind.FAIL_LOG_DIR, FaultKind.EXPIRE_BROKER_SESSION, *DISK_FAULTS}
 
 
 class Chaos:

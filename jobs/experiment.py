@@ -91,14 +91,16 @@ class FaultSpec(Spec):
                                                     "broker is up, every replica is in its ISR and no broker is "
                                                     "over the leader imbalance ratio: a fault on a cluster still "
                                                     "recovering from the last one measures both")
-    recovery_timeout_s: float = Field(120.0, gt=0, description="with after_recovery: how long to wait at most")
+    recovery_timeout_s: float = Field(120.0, gt=0, description="with after_recovery or at_return: how long to "
+                                                               "wait at most")
     link: LinkFault | None = Field(None, description="slow-replication, slow-clients: how the links are slowed "
                                                      "(default 200 +/- 50 ms each way)")
     at_return: bool = Field(False, description="inject the moment the broker that the last fault before this one "
-                                               "took down (kill-broker, restart-broker, controlled-shutdown, a "
-                                               "disk fault, fail-log-dir) registers again, at_s being the earliest "
-                                               "(waits up to recovery_timeout_s): a fault timed at a victim's "
-                                               "return, before it has fetched anything")
+                                               "in the run (random faults included) took down (kill-broker, "
+                                               "restart-broker, controlled-shutdown, expire-broker-session, a disk "
+                                               "fault, fail-log-dir) registers again, at_s being the earliest "
+                                               "(waits up to recovery_timeout_s once that fault struck): a fault "
+                                               "timed at a victim's return, before it has fetched anything")
 
     @property
     def slow(self) -> LinkFault | None:

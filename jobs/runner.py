@@ -137,7 +137,8 @@ class ExperimentRun:
         self._awaited: dict[str, int] = {}  # partitions the last such kill must move past these leader epochs
         self._last_injected = time.monotonic()
         self._down: set[int] = set()  # brokers a fault has taken down and will bring back
-        self._taken_down: dict[int, tuple[int, int]] = {}  # fault id -> (its victim, the registration it ended)
+        self._taken_down: dict[int, tuple[int, int] | None] = {}  # fault id -> (its victim, the registration it
+        # ended), None if it failed first
         self._taken_down_changed = threading.Condition()
         self._returns_of: dict[int, int | None] = {}  # fault at_return -> the fault whose victim it waits for
         self._stop_sampling = threading.Event()
@@ -217,7 +218,9 @@ class ExperimentRun:
         self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= total, timeout=120)
         self.partitions = self.partitions + new  # sampled, awaited and read back from now on
         load, n, c = self.exp.load, self.exp.load.producers, self.exp.load.consumers
-        rate = load.rate * total / self._first_partitions / n if n else 0
+        streamed = self._first_partitions + len(new) + sum(  # the topics loaded once take none of the rate
+            t.partitions for t in self.exp.topics if 0 < t.after_fault < done)
+        rate = load.rate * streamed / self._first_partitions / n if n else 0
         ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators[:n])], timeout=60)
         consumers = [ConsumerWorker.remote(self.config, new[i::c], len(self.consumers) + i) for i in range(c)]
         ray.get([w.start.remote() for w in consumers], timeout=60)
@@ -328,11 +331,12 @@ class ExperimentRun:
         awaited = self._returns_of.get(fault_id)
         if awaited is None:
             return "no earlier fault took a broker down: injected at its time; "
-        deadline = time.monotonic() + timeout_s
-        with self._taken_down_changed:
-            if not self._taken_down_changed.wait_for(lambda: awaited in self._taken_down, timeout_s):
-                return f"fault {awaited} took no broker down within {timeout_s:g} s: injected then; "
+        with self._taken_down_changed:  # that fault may itself wait for recovery first: no deadline here
+            self._taken_down_changed.wait_for(lambda: awaited in self._taken_down)
+        if self._taken_down[awaited] is None:
+            return f"fault {awaited} failed before it took a broker down: injected at its time; "
         victim, ended = self._taken_down[awaited]
+        deadline = time.monotonic() + timeout_s
         path = zkdata.broker_path(victim)
         while time.monotonic() < deadline:
             stat = self.zk.kazoo.exists(path)
@@ -369,6 +373,9 @@ class ExperimentRun:
         except Exception as e:  # a fault that could not be injected is recorded as such; the run goes on
             record.detail = f"failed: {type(e).__name__}: {e}"[:500]
             self.progress(f"Fault {fault_id} ({spec.fault.value}) failed: {e}")
+            with self._taken_down_changed:  # a fault timed at its victim's return waits no longer
+                self._taken_down.setdefault(fault_id, None)
+                self._taken_down_changed.notify_all()
         self.writer.write(rundir.FAULTS, [record])
         self.faults_done += 1
 

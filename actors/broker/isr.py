@@ -41,6 +41,7 @@ class IsrManager:
         self.broker_id, self.zk, self.rm, self.on_loop = broker_id, zk, replica_manager, on_loop
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
+        self._expanding: set[tuple[TopicPartition, int]] = set()  # queued or being written (Kafka's isInflight)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"isr-writer-{broker_id}")  # one change at a time:
         # two at once would fence each other
 
@@ -58,6 +59,9 @@ class IsrManager:
         its broker died brings neither the dead broker nor its next incarnation into the ISR (KIP-841's
         check). Called on the loop: the writes go on the writer's thread (their futures, for whoever
         wants to wait)."""
+        with self._lock:  # one expansion per partition and follower at a time: each fetch asks again
+            partitions = [tp for tp in partitions if (tp, replica_id) not in self._expanding]
+            self._expanding.update((tp, replica_id) for tp in partitions)
         return [self._writer.submit(self._change, tp,
                                     lambda p: p.isr_to_expand(replica_id, self.rm.alive_broker_epoch(replica_id)),
                                     "Expanding", replica_id)
@@ -67,9 +71,7 @@ class IsrManager:
         """Write `new_isr(partition)` (computed again here, on the state the previous change left); with
         `joining`, only while the incarnation of that broker which the metadata has alive (the one whose
         fetches earned it) is registered, and with the high watermark waiting for it meanwhile."""
-        partition = self.on_loop(lambda: self.rm.partition(tp))
-        if partition is None:
-            return
+        partition = None
 
         def decide():
             isr = new_isr(partition)
@@ -77,12 +79,19 @@ class IsrManager:
                 return isr, partition.state, None
             return partition.expanding(isr), partition.state, self.rm.alive_broker_epoch(joining)
         try:
+            partition = self.on_loop(lambda: self.rm.partition(tp))
+            if partition is None:
+                return
             isr, state, epoch = self.on_loop(decide)
             if isr is not None:
                 self._write(tp, partition, state, isr, verb, joining, epoch)
         except Exception:  # a ZooKeeper hiccup: the next fetch or check tries again
             log.exception("[Partition %s broker=%d] %s ISR failed", tp, self.broker_id, verb)
-            self.on_loop(partition.isr_change_failed)
+            if partition is not None:
+                self.on_loop(partition.isr_change_failed)
+        finally:
+            with self._lock:
+                self._expanding.discard((tp, joining))
 
     def close(self) -> None:
         self._writer.shutdown(wait=False, cancel_futures=True)
@@ -113,9 +122,10 @@ class IsrManager:
     def _set_partition_state(self, tp: TopicPartition, data: bytes, version: int, joining: int | None,
                              broker_epoch: int | None):
         """The conditional write; with `joining`, only while that broker's registration is the one of
-        `broker_epoch` (its czxid: a multi cannot check a czxid, so it is read first and its version
-        checked in the multi; a registration deleted and made again in between has version 0 again,
-        which a new broker process takes seconds to do); its new stat."""
+        `broker_epoch`. A multi cannot check a czxid: the registration is read first and the multi
+        checks that it still exists with the version read (always 0: a registration is never
+        rewritten). One deleted and made again within the milliseconds between the two passes, as a
+        new incarnation would need a new session first; its new stat."""
         path = zkdata.partition_state_path(tp)
         if joining is None:
             return self.zk.kazoo.set(path, data, version=version)

@@ -153,8 +153,11 @@ class Partition:
         return isr
 
     def isr_change_failed(self) -> None:
-        """The expansion being written was refused or failed: the high watermark no longer waits for it."""
+        """The expansion being written was refused or failed: the high watermark no longer waits for it
+        (and may move now, completing produces that waited)."""
         self.joining = ()
+        if self._advance_high_watermark():
+            self._changed(hw_only=True)
 
     def stop(self) -> None:
         """StopReplica: no more leading or following through this object."""

@@ -491,7 +491,7 @@ class ReplicaManager:
             return FetchResult(int(error), INVALID_SESSION_ID, [])
         follower = params.replica_id >= 0
         now = now_ms()
-        outside = self._outside_isr.get(params.replica_id, set()) if follower else set()
+        outside = frozenset(self._outside_isr.get(params.replica_id, ())) if follower else frozenset()
         if follower:
             self._last_fetch[params.replica_id] = (params.replica_epoch, now)
             if session is not None and outside:

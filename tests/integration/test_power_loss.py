@@ -58,9 +58,11 @@ def test_a_follower_that_lost_its_log_is_not_taken_into_an_isr_before_it_fetches
     cluster.start_broker(victim, links_at_start=held)  # registered, and no fetch of it reaches a leader
     wait_until(lambda: victim in ray.get(cluster.brokers[leader].metadata.remote())["brokers"], timeout=30,
                what="the leader to hear that the victim is back")
-    time.sleep(1.0)  # the old code wrote the victim into the ISR within 0.27-0.51 s of this, and the
+    # the old code wrote the victim into the ISR within 0.27-0.51 s of this, and once the controller had
+    # told every broker, elected it: wait as long, and for the controller
+    time.sleep(1.0)
     wait_until(lambda: caches_match_zookeeper(cluster, zk, TOPIC), what="the controller to tell every ISR")
-    isr_at_kill = zk_states(zk, TOPIC)[partitions[0]].isr  # controller then elected it
+    isr_at_kill = zk_states(zk, TOPIC)[partitions[0]].isr
     cluster.kill_broker(leader)
     wait_until(lambda: zk_states(zk, TOPIC)[partitions[0]].leader not in (-1, leader), timeout=30,
                what=f"a new leader of {TOPIC}-0")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -415,7 +416,12 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     assert zk_isr() == [1] and partition.joining == ()
     alive[2] = epoch
     partition.fetch_for_follower(2, 0, 1024, int(time.time() * 1000), broker_epoch=epoch)
-    for written in isr.expand([tp], 2):
+    busy = threading.Event()
+    isr._writer.submit(busy.wait, 10)  # the writer busy with another change: the fetches' asks queue
+    queued = isr.expand([tp], 2)
+    assert len(queued) == 1 and isr.expand([tp], 2) == []  # one expansion per partition and follower at a time
+    busy.set()
+    for written in queued:
         written.result()
     assert zk_isr() == [1, 2] and partition.state.isr == (1, 2)
 

@@ -276,9 +276,10 @@ def test_a_joining_followers_log_end_holds_the_high_watermark_while_its_expansio
     leader.append_as_leader(batch(2, first_sequence=3), 1)
     leader.fetch_for_follower(2, 5, 1 << 20, now_ms=2, broker_epoch=20)
     assert leader.high_watermark == 3  # 3, joining, has only 3
-    leader.isr_change_failed()
-    leader.fetch_for_follower(2, 5, 1 << 20, now_ms=3, broker_epoch=20)
-    assert leader.high_watermark == 5
+    answers = []
+    leader.await_high_watermark(4, leader.leader_term, answers.append)  # an acks=all produce of offset 4
+    leader.isr_change_failed()  # refused: the high watermark moves at once, and the produce is answered
+    assert leader.high_watermark == 5 and answers == [Errors.NONE]
     leader.expanding(leader.isr_to_expand(3, 30) or (1, 2, 3))
     leader.update_isr((1, 2, 3), zk_version=2)  # landed: 3 is a member, no longer joining
     assert leader.joining == () and leader.high_watermark == 5
