@@ -88,6 +88,7 @@ def cluster_up(args) -> None:
     from actors.cluster import LocalCluster
     from actors.config import BrokerConfig, ClusterConfig
 
+    broker, controller = _server_overrides(args.override)
     connect = local.zk_connect(args.zookeeper)
     started_ray = subprocess.run([RAY, "status"], capture_output=True).returncode != 0
     if started_ray:
@@ -96,7 +97,9 @@ def cluster_up(args) -> None:
     _ray_connect()
     config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
                            zk_session_timeout_ms=args.session_timeout_ms, link_faults_enable=args.link_faults,
-                           broker=BrokerConfig(log_dirs=str(local.kray_home() / "logs" / args.namespace)))
+                           broker=BrokerConfig(**{"log_dirs": str(local.kray_home() / "logs" / args.namespace),
+                                                  **broker}),
+                           controller=controller)
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
     with config.zk_client().start() as zk:
         controller, epoch = cluster.wait_for_controller(zk)
@@ -107,6 +110,30 @@ def cluster_up(args) -> None:
     print(f"{args.brokers} brokers up in Ray namespace {config.namespace}; controller is broker {controller} "
           f"(epoch {epoch}); bootstrap.servers={servers}")
     ray.shutdown()
+
+
+def _server_overrides(pairs: list[str]):
+    """kafka-server-start's `--override name=value`, by Kafka's names: (BrokerConfig, ControllerConfig)
+    fields; an unknown name or a bad value is a KrayError naming it, before anything starts."""
+    from pydantic import ValidationError
+
+    from actors.config import BrokerConfig, ControllerConfig
+
+    broker, controller = {}, {}
+    for name, value in _parse_configs(pairs, "--override").items():
+        field = name.replace(".", "_")
+        if field in BrokerConfig.model_fields:
+            broker[field] = value
+        elif field in ControllerConfig.model_fields:
+            controller[field] = value
+        else:
+            raise KrayError(f"--override: unknown server config {name!r}")
+    try:
+        BrokerConfig(**broker)
+        return broker, ControllerConfig(**controller)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise KrayError(f"--override {str(first['loc'][0]).replace('_', '.')}: {first['msg']}") from None
 
 
 def cluster_down(args) -> None:
@@ -144,11 +171,11 @@ def cluster_status(args) -> None:
 
 # -- kray topics -----------------------------------------------------------
 
-def _parse_configs(pairs: list[str]) -> dict[str, str]:
+def _parse_configs(pairs: list[str], option: str = "--config") -> dict[str, str]:
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise KrayError(f"--config expects key=value, got {pair!r}")
+            raise KrayError(f"{option} expects key=value, got {pair!r}")
         k, v = pair.split("=", 1)
         out[k] = v
     return out
@@ -607,6 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--link-faults", action="store_true",
                    help="route ZooKeeper sessions, replication, clients' connections and the controller's "
                         "requests through links `kray chaos` can cut or slow")
+    s.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
+                   help="a broker or controller config by Kafka's name, as kafka-server-start's --override "
+                        "(e.g. auto.leader.rebalance.enable=false); repeatable")
     s.set_defaults(func=cluster_up)
     cl.add_parser("down").set_defaults(func=cluster_down)
     cl.add_parser("status", parents=[zkp]).set_defaults(func=cluster_status)

@@ -40,8 +40,15 @@ def test_zk_start_status_stop(tmp_path):
 def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
     """`cluster up` joins the Ray that is running (here: the test session's) and leaves it running on down."""
     namespace = f"cli-{uuid.uuid4().hex[:6]}"
+    for bad, message in (("no.such.config=1", "--override: unknown server config 'no.such.config'"),
+                         ("min.insync.replicas=zero", "--override min.insync.replicas: Input should be a valid integer"),
+                         ("auto.leader.rebalance.enable", "--override expects key=value")):
+        refused = kray("cluster", "up", "--override", bad, home=tmp_path, zk=chroot_connect)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+    # the auto leader rebalance off (as kafka-server-start --override): the preferred election below is the
+    # test's, not the rebalance's when it happens to come first
     up = kray("cluster", "up", "--brokers", "2", "--namespace", namespace, "--session-timeout-ms", "6000",
-              "--link-faults", home=tmp_path, zk=chroot_connect)
+              "--link-faults", "--override", "auto.leader.rebalance.enable=false", home=tmp_path, zk=chroot_connect)
     assert up.returncode == 0, up.stderr
     assert "2 brokers up" in up.stdout
     status = kray("cluster", "status", home=tmp_path, zk=chroot_connect)
