@@ -86,9 +86,9 @@ def _ray_connect() -> None:
 def cluster_up(args) -> None:
     import ray
     from actors.cluster import LocalCluster
-    from actors.config import BrokerConfig, ClusterConfig
+    from actors.config import ClusterConfig
 
-    broker, controller = _server_overrides(args.override)
+    broker, controller = _server_overrides(args.override, log_dirs=str(local.kray_home() / "logs" / args.namespace))
     connect = local.zk_connect(args.zookeeper)
     started_ray = subprocess.run([RAY, "status"], capture_output=True).returncode != 0
     if started_ray:
@@ -97,9 +97,7 @@ def cluster_up(args) -> None:
     _ray_connect()
     config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
                            zk_session_timeout_ms=args.session_timeout_ms, link_faults_enable=args.link_faults,
-                           broker=BrokerConfig(**{"log_dirs": str(local.kray_home() / "logs" / args.namespace),
-                                                  **broker}),
-                           controller=controller)
+                           broker=broker, controller=controller)
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()
     with config.zk_client().start() as zk:
         controller, epoch = cluster.wait_for_controller(zk)
@@ -112,14 +110,15 @@ def cluster_up(args) -> None:
     ray.shutdown()
 
 
-def _server_overrides(pairs: list[str]):
-    """kafka-server-start's `--override name=value`, by Kafka's names: (BrokerConfig, ControllerConfig)
-    fields; an unknown name or a bad value is a KrayError naming it, before anything starts."""
+def _server_overrides(pairs: list[str], log_dirs: str):
+    """The BrokerConfig (logs in `log_dirs` unless overridden) and ControllerConfig of kafka-server-start's
+    `--override name=value`, by Kafka's names; an unknown name or a bad value is a KrayError naming it,
+    before anything starts."""
     from pydantic import ValidationError
 
     from actors.config import BrokerConfig, ControllerConfig
 
-    broker, controller = {}, {}
+    broker, controller = {"log_dirs": log_dirs}, {}
     for name, value in _parse_configs(pairs, "--override").items():
         field = name.replace(".", "_")
         if field in BrokerConfig.model_fields:
@@ -129,8 +128,7 @@ def _server_overrides(pairs: list[str]):
         else:
             raise KrayError(f"--override: unknown server config {name!r}")
     try:
-        BrokerConfig(**broker)
-        return broker, ControllerConfig(**controller)
+        return BrokerConfig(**broker), ControllerConfig(**controller)
     except ValidationError as e:
         first = e.errors()[0]
         raise KrayError(f"--override {str(first['loc'][0]).replace('_', '.')}: {first['msg']}") from None

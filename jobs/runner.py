@@ -41,7 +41,7 @@ from coordination.zkdata import TopicPartition
 from jobs import failovers, rundir
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
 from jobs.disk_faults import DISK_FAULTS, describe
-from jobs.check import check_run
+from jobs.check import check_replication, check_run
 from jobs.experiment import Experiment, FaultSpec
 from jobs.failovers import percentile
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
@@ -181,16 +181,15 @@ class ExperimentRun:
         self.progress(f"Controller is broker {controller} (epoch {epoch}); {len(self.partitions)} partitions online")
         load = exp.load
         n = load.producers
-        once = {t.name for t in first if t.load == "once"}
-        streamed = [tp for tp in self.partitions if tp.topic not in once]
+        streamed = self._streamed()
         self._first_partitions = len(streamed)  # the load's rate is for these
         self.generators = [LoadGenerator.remote(i, self.config, streamed[i::n], load.rate / n if n else 0,
                                                 load.record_size, load.acks_code, load.records_per_partition)
                            for i in range(n)]
-        if once and n:  # idle partitions among busy ones: their records once, at the start
-            self.generators.append(LoadGenerator.remote(
-                n, self.config, [tp for tp in self.partitions if tp.topic in once], load.rate / n,
-                load.record_size, load.acks_code, load.records_per_partition, once=True))
+        idle = sorted(set(self.partitions) - set(streamed))
+        if idle and n:  # idle partitions among busy ones: their records once, at the start
+            self.generators.append(LoadGenerator.remote(n, self.config, idle, load.rate / n, load.record_size,
+                                                        load.acks_code, load.records_per_partition, once=True))
         self.consumers = [ConsumerWorker.remote(self.config, self.partitions[i::load.consumers], i)
                           for i in range(load.consumers)]
         ray.get([a.start.remote() for a in self.generators + self.consumers], timeout=60)
@@ -218,9 +217,7 @@ class ExperimentRun:
         self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= total, timeout=120)
         self.partitions = self.partitions + new  # sampled, awaited and read back from now on
         load, n, c = self.exp.load, self.exp.load.producers, self.exp.load.consumers
-        streamed = self._first_partitions + len(new) + sum(  # the topics loaded once take none of the rate
-            t.partitions for t in self.exp.topics if 0 < t.after_fault < done)
-        rate = load.rate * streamed / self._first_partitions / n if n else 0
+        rate = load.rate * len(self._streamed()) / self._first_partitions / n if n else 0
         ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators[:n])], timeout=60)
         consumers = [ConsumerWorker.remote(self.config, new[i::c], len(self.consumers) + i) for i in range(c)]
         ray.get([w.start.remote() for w in consumers], timeout=60)
@@ -504,6 +501,11 @@ class ExperimentRun:
         self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(
             ts_ms=ts, live_brokers=live, partitions=self._zk_leaderships())])
 
+    def _streamed(self) -> list[TopicPartition]:
+        """The partitions under the load (not those of topics loaded once)."""
+        idle = {t.name for t in self.exp.topics if t.load == "once"}
+        return [tp for tp in self.partitions if tp.topic not in idle]
+
     def _assignments(self) -> dict[TopicPartition, list[int]]:
         return {TopicPartition(name, p): replicas for name, topic in
                 self.zk.get_topic_znodes({tp.topic for tp in self.partitions}).items()
@@ -536,12 +538,12 @@ class ExperimentRun:
         live, before = self.zk.get_all_broker_ids(), self._zk_leaderships()
         caches = self._caches()
         after = self._zk_leaderships()
-        assignments = {tp_key(tp.topic, tp.partition): replicas for tp, replicas in self._assignments().items()}
+        final = rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches, assignments={
+            tp_key(tp.topic, tp.partition): replicas for tp, replicas in self._assignments().items()})
         agreed = before == after and live == self.exp.broker_ids and len(caches) == len(live) \
             and all(c.partitions == after and c.brokers == live for c in caches.values()) \
-            and all(set(s.isr) == set(assignments.get(key, ())) for key, s in after.items())
-        return rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches,
-                                 assignments=assignments), agreed
+            and check_replication(final).count == 0
+        return final, agreed
 
     def _progress_line(self, elapsed: float, faults: int) -> str:
         controller = getattr(self, "controller", (None, None))
