@@ -21,6 +21,10 @@ PRODUCED = "produced.jsonl"
 CONSUMED = "consumed.jsonl"
 CONTROLLER_EVENTS = "controller_events.jsonl"
 CONTROLLER_REQUESTS = "controller_requests.jsonl"
+PRODUCE_ERRORS = "produce_errors.jsonl"
+CLIENT_STATS = "client_stats.jsonl"
+BROKER_EVENTS = "broker_events.jsonl"
+PROBE_PRODUCER = "probe"  # the probe producer's name: its record ids are "probe-<sequence>"
 
 
 class Record(BaseModel):
@@ -58,10 +62,71 @@ class Ack(Record):
     # DUPLICATE_SEQUENCE_NUMBER: already appended, its offsets no longer kept; librdkafka reports success)
     offset: int | None
     record_id: str  # "<producer>-<sequence>": unique, increasing per producer in send order
-    broker_id: int  # -1 when the load generator did not know (Kafka's produce response does not say)
-    leader_epoch: int  # -1 likewise; both are filled in from the final read-back (failovers.attribute)
+    broker_id: int  # -1 when the producer did not know (Kafka's produce response does not say)
+    leader_epoch: int  # -1 likewise
     sent_ms: float
     acked_ms: float  # when the acknowledgement reached the producer
+
+
+class BrokerEvent(Record):
+    """A step a broker took that a partition's failover waits on (actors/broker/events.py)."""
+
+    broker_id: int
+    ts_ms: float
+    kind: str  # BrokerEvents' kinds: leader_and_isr, update_metadata, isr_change, truncation, follower_fetch,
+    # client_append, hw_moved, produce_error
+    partition: str | None = None
+    leader_epoch: int | None = None
+    replica: int | None = None  # follower_fetch: the follower
+    isr: list[int] | None = None  # isr_change: the ISR written
+    detail: str = ""  # isr_change: Shrinking/Expanding from what; truncation: from and to; produce_error: the error
+    leaders: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions led now -> leader epoch
+    followers: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions followed now -> epoch
+    partitions: int = 0  # update_metadata: partition states in it
+    controller_epoch: int | None = None
+
+
+class ProduceError(Record):
+    """A record the client gave up on (delivery.timeout.ms ran out, or a non-retriable error): what the
+    application saw; librdkafka's own retries show in ClientStats."""
+
+    topic: str
+    partition: int
+    record_id: str
+    sent_ms: float
+    failed_ms: float
+    error: str  # Kafka's error name and librdkafka's text
+
+
+class BrokerClientStats(Record):
+    """librdkafka's view of one broker connection (its statistics: times in ms, counters cumulative)."""
+
+    state: str
+    rtt_ms_avg: float  # request round trip, over the last statistics interval
+    rtt_ms_p99: float
+    int_latency_ms_avg: float  # a record's wait in the client's queue before it is sent
+    int_latency_ms_p99: float
+    outbuf: int  # requests waiting to be sent
+    waitresp: int  # requests sent, waiting for their response
+    txerrs: int
+    txretries: int
+    req_timeouts: int
+
+
+class PartitionClientStats(Record):
+    leader: int  # the leader the client knows (-1: none)
+    queued: int  # records in the partition's queue (msgq_cnt)
+    sending: int  # records in the broker's transmit queue (xmit_msgq_cnt)
+    in_flight: int  # records sent, not yet acknowledged (msgs_inflight)
+
+
+class ClientStats(Record):
+    """A producer's statistics at one moment; partitions only where records wait."""
+
+    producer: str
+    ts_ms: float
+    brokers: dict[int, BrokerClientStats]
+    partitions: dict[str, PartitionClientStats]
 
 
 class Consumed(Record):

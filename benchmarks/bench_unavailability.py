@@ -1,31 +1,29 @@
-"""Client-visible unavailability after SIGKILL of a leader broker, with and without the Ray-based
-failure detector, for ZooKeeper session timeouts of 2 s and 6 s (issue 5).
+"""What a client waits through each kind of broker failure, per partition, with the controller's part and
+each broker-side phase beside it (issues 5 and 29).
 
-    .venv/bin/python -m benchmarks.bench_unavailability [--partitions 1000] [--kills 5] [--detector both|on|off]
-        [--control-niceness -10 0] [--targets non-controller controller]
-        [--faults kill-broker cut-replication] [--cut-s 10]
+    .venv/bin/python -m benchmarks.bench_unavailability [--partitions 1000] [--kills 3] [--detector on|off|both]
+        [--timeouts 2000] [--rate 0] [--kinds kill-broker controller-host restart-broker expire-broker-session
+        pause-broker] [--control-niceness 0]
 
-Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions
-with replication factor 3, acks=all with min.insync.replicas=2, one producer sending a record to
-every partition in each call, back to back; a non-controller broker is SIGKILLed `--kills` times
-(down for 3 s, then started anew), each kill once the cluster has recovered from the one before
-(the controller has handled the kill, every replica is back in its ISR, leadership is rebalanced:
-FaultSpec's after_recovery), so that each measures a failover of a fully replicated cluster. Per affected
-partition (led by the victim, or with the victim in its ISR, which stalls acks=all until the
-controller removes it): fault -> first acknowledged produce; also over
-only the partitions that had a produce in flight at the fault (with a rate-limited load the others
-send again only when the rate lets them, which the first figure counts as unavailability). Per
-failover: fault -> detected (the controller's inbox has it), detected -> requests_acked (election,
-ZooKeeper write, LeaderAndIsr/UpdateMetadata applied by every broker). The baseline, same run: the
-acks=all produce latency of the same load away from the faults (records sent from 2 s before a fault
-to 10 s after its end left out). With `--targets non-controller controller` the kills alternate between
-a broker without the controller and the broker hosting the active controller (whose candidate dies
-with it: a controller failover and a broker failure at once), each target's figures on a row of its
-own. With `--faults kill-broker cut-replication` the faults alternate between a SIGKILL and a cut
-of the same kind of broker off from every other broker for `--cut-s` (ZooKeeper kept; it lives and
-leads on, its followers fall behind), and a row per fault kind compares them by one measure for
-both: per partition, fault -> first acknowledgement of a record sent after the fault ("new write").
-Every run's invariants are checked. Prints a Markdown table for BENCHMARKS.md.
+Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions with
+replication factor 3, acks=all with min.insync.replicas=2, one producer streaming records to every
+partition (`--rate 0`: back to back) and a probe producer beside it (one record in flight on each of 60
+partitions). The fault kinds take turns, `--kills` of each, every fault once the cluster has recovered
+from the one before (FaultSpec's after_recovery), each on a broker without the controller except
+`controller-host`, which kills the broker hosting the active controller (its candidate dies with it: a
+controller failover and a broker failure at once). A kill keeps the broker down 3 s; a pause lasts the
+session timeout and 2 s more, so that the session expires (a SIGSTOP is seen only then).
+
+Per fault kind and source (the load's records, the probes'), over the partitions the fault's broker led
+or followed (jobs/waits.py): the recovery (fault -> first acknowledgement of a record sent at or after
+it) and the worst wait (the longest any record waited among those in flight at the fault or sent within
+the horizon), p50 / p99, censored partitions counted; the worst wait after detection (less the fault ->
+detected time of its failover: a pause is seen only when its session expires) p99 and its ratio to
+kill-broker's in the same run (the target: at most 2); the controller's part per failover (fault ->
+detected, detected -> requests acknowledged); each partition phase's mean (jobs/phases.py:
+PARTITION_PHASES) and the unexplained share of the recovery. The baseline, same run: the acks=all
+produce latency away from the faults (records sent from 2 s before a fault to 10 s after its end left
+out). Every run's invariants are checked. Prints a Markdown table for BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -36,22 +34,31 @@ import tempfile
 from pathlib import Path
 
 from actors.config import ControllerConfig
-from actors.records import PRODUCED, Ack, JsonlReader, tp_key
+from actors.records import PRODUCED, Ack, JsonlReader
 from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec
-from jobs.failovers import AckIndex, first_write_after, percentile, unavailability_ms
 from jobs.local import embedded_zookeeper_and_ray
-from jobs.rundir import FaultKind
+from jobs.phases import PARTITION_PHASES
+from jobs.rundir import FaultKind, PartitionWait, Source
 from jobs.runner import run_experiment
+from jobs.waits import percentile, source_of, touched
+
+KINDS = {  # label -> (fault, target)
+    "kill-broker": (FaultKind.KILL_BROKER, "non-controller"),
+    "controller-host": (FaultKind.KILL_BROKER, "controller"),
+    "restart-broker": (FaultKind.RESTART_BROKER, "non-controller"),
+    "expire-broker-session": (FaultKind.EXPIRE_BROKER_SESSION, "non-controller"),
+    "pause-broker": (FaultKind.PAUSE_BROKER, "non-controller"),
+    "cut-replication": (FaultKind.CUT_REPLICATION, "non-controller"),
+}
+BASELINE = "kill-broker"
 
 
-def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool, rate: float = 0,
-               niceness: int = ControllerConfig().control_plane_niceness,
-               targets: tuple[str, ...] = ("non-controller",),
-               faults: tuple[FaultKind, ...] = (FaultKind.KILL_BROKER,), cut_s: float = 10.0) -> Experiment:
-    spacing = 14.0 + (0 if detector else 2 * session_timeout_ms / 1000)  # down 3 s, back, leaders back
-    if FaultKind.CUT_REPLICATION in faults:
-        spacing += cut_s
+def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: bool, kinds: list[str],
+               rate: float = 0, niceness: int = ControllerConfig().control_plane_niceness) -> Experiment:
+    pause_s = session_timeout_ms / 1000 + 2
+    spacing = 14.0 + (0 if detector else 2 * session_timeout_ms / 1000) + (pause_s if "pause-broker" in kinds else 0)
+    faults = [kinds[i % len(kinds)] for i in range(kills * len(kinds))]
     return Experiment(
         name=f"unavailability-{'ray' if detector else 'zk'}-{session_timeout_ms}", brokers=3,
         session_timeout_ms=session_timeout_ms, detector=detector,
@@ -59,73 +66,74 @@ def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: b
         controller={"leader_imbalance_check_interval_seconds": 3, "control_plane_niceness": niceness},
         topics=[{"name": "load", "partitions": partitions, "replication_factor": 3}],
         load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
-        schedule=[FaultSpec(at_s=5 + i * spacing, fault=faults[i % len(faults)], target=targets[i % len(targets)],
-                            seconds=cut_s if faults[i % len(faults)] is FaultKind.CUT_REPLICATION else 3,
-                            after_recovery=True) for i in range(kills)],
-        duration_s=5 + kills * spacing, settle_s=60, seed=5)
+        schedule=[FaultSpec(at_s=5 + i * spacing, fault=KINDS[k][0], target=KINDS[k][1],
+                            seconds=pause_s if k == "pause-broker" else 10 if k == "cut-replication" else 3,
+                            after_recovery=True) for i, k in enumerate(faults)],
+        duration_s=5 + len(faults) * spacing, settle_s=60, horizon_s=30, seed=5)
 
 
-def measure(run_dir: Path, victims: dict[int, str] | None = None) -> list[dict]:
-    """The run's figures, a row per kind of fault and victim (`victims`: fault id -> the target it was
-    given)."""
+def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
+    """The run's figures, a row per fault kind (`labels`: fault id -> its KINDS label) and source."""
     reader = JsonlReader(run_dir)
-    victims = victims or {}
-    faults = list(reader.lines(rundir.FAULTS, rundir.FaultRecord))
-    kinds = {f.fault_id: f.kind for f in faults}
-    records = [f for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord) if f.fault_kind in kinds.values()]
+    faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, rundir.FaultRecord)
+              if not f.detail.startswith("failed")}
+    failovers = sorted(reader.lines(rundir.FAILOVERS, rundir.FailoverRecord), key=lambda f: f.detected_ms)
+    handled: dict[int, rundir.FailoverRecord] = {}  # fault id -> its failover (its broker failure first)
+    for f in failovers:
+        if f.fault_id in faults and (f.fault_id not in handled or
+                                     (f.kind == "broker_failure" and handled[f.fault_id].kind != "broker_failure")):
+            handled[f.fault_id] = f
+    detection = {i: f.detected_ms - f.fault_injected_ms for i, f in handled.items()}
+    waits = [w for w in reader.lines(rundir.WAITS, PartitionWait) if touched(w) and w.fault_id in faults]
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
-    acks = list(reader.lines(PRODUCED, Ack))
-    index = AckIndex(acks)
-    steady = sorted(a.acked_ms - a.sent_ms for a in acks
-                    if not any(f.injected_ms - 2_000 <= a.sent_ms < (f.ended_ms or f.injected_ms) + 10_000 for f in faults))
+    steady = sorted(a.acked_ms - a.sent_ms for a in reader.lines(PRODUCED, Ack)
+                    if source_of(a.record_id) is Source.LOAD and not any(
+                        f.injected_ms - 2_000 <= a.sent_ms < (f.ended_ms or f.injected_ms) + 10_000
+                        for f in faults.values()))
     rows = []
-    for kind, victim in sorted({(f.kind, victims.get(f.fault_id, "non-controller")) for f in faults}):
-        these = [f for f in faults if f.kind is kind and victims.get(f.fault_id, "non-controller") == victim]
-        new_write = sorted(ok - f.injected_ms for f in these
-                           for ok in first_write_after(f.injected_ms, index, list(index.points)).values())
-        failovers = [f for f in records if f.fault_id in {t.fault_id for t in these}]
-        carriers = [f for f in failovers if f.first_produce_ok_ms]  # one per fault: its recoveries
-        down = sorted(unavailability_ms(carriers))
-        handled = [f for f in failovers if f.kind == "broker_failure"] or failovers
-        detect = sorted(f.detected_ms - f.fault_injected_ms for f in handled)
-        process = sorted(f.requests_acked_ms - f.detected_ms for f in handled if f.requests_acked_ms)
-        rate = [f.load.produce_rate for f in carriers]
-        fault_times = [f.fault_injected_ms for f in carriers]
-        in_flight = [set() for _ in fault_times]  # per fault, the partitions with a produce in flight
-        for ack in acks:
-            for i, t in enumerate(fault_times):
-                if ack.sent_ms < t <= ack.acked_ms:
-                    in_flight[i].add(tp_key(ack.topic, ack.partition))
-        busy = sorted(ok - f.fault_injected_ms for f, names in zip(carriers, in_flight)
-                      for tp, ok in f.first_produce_ok_ms.items() if tp in names)
+    for label, source in itertools.product(dict.fromkeys(labels[i] for i in sorted(faults)), Source):
+        ids = {i for i in faults if labels[i] == label}
+        mine = [w for w in waits if w.fault_id in ids and w.source is source]
+        recovery = sorted(w.recovery_ms for w in mine)
+        worst = sorted(w.worst_wait_ms for w in mine)
+        after = sorted(w.worst_wait_ms - detection.get(w.fault_id, 0.0) for w in mine)
+        these = [handled[i] for i in ids if i in handled]
+        detect = sorted(detection[f.fault_id] for f in these)
+        process = sorted(f.requests_acked_ms - f.detected_ms for f in these if f.requests_acked_ms)
+        total = sum(recovery) or 1.0
         rows.append({
-            "fault": kind.value, "faults": len(these), "new_write_p50": percentile(new_write, 50),
-            "new_write_p99": percentile(new_write, 99), "new_write_partitions": len(new_write),
-            "victim": victim, "steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
-            "in_flight_partitions": len(busy), "in_flight_p50": percentile(busy, 50),
-            "in_flight_p99": percentile(busy, 99), "failovers": len(carriers), "partitions": len(down),
-            "unavailable_p50": percentile(down, 50), "unavailable_p99": percentile(down, 99),
+            "fault": label, "source": source.value, "faults": len(ids), "partitions": len(mine),
+            "censored": sum(w.recovery_censored for w in mine),
+            "recovery_p50": percentile(recovery, 50), "recovery_p99": percentile(recovery, 99),
+            "worst_p50": percentile(worst, 50), "worst_p99": percentile(worst, 99), "worst_max": worst[-1] if worst else None,
+            "worst_after_detection_p99": percentile(after, 99),
             "detect_p50": percentile(detect, 50), "detect_max": detect[-1] if detect else None,
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
-            "produce_rate": sum(rate) / len(rate) if rate else 0,
+            "phases": {p: sum(w.phases.get(p, 0.0) for w in mine) / len(mine) if mine else None
+                       for p in PARTITION_PHASES},
+            "unexplained_share": sum(w.unexplained_ms or 0.0 for w in mine if not w.recovery_censored) / total,
+            "steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
             "violations": sum(summary.check.invariants.values()) if summary else None, "run_dir": str(run_dir)})
+    for r in rows:  # the target: each kind's p99 worst wait after detection at most 2x a plain kill's
+        base = next((b for b in rows if b["fault"] == BASELINE and b["source"] == r["source"]), None)
+        r["ratio_to_kill"] = (r["worst_after_detection_p99"] / base["worst_after_detection_p99"]
+                              if base and base["worst_after_detection_p99"] and r["worst_after_detection_p99"] is not None
+                              else None)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=1000)
-    parser.add_argument("--kills", type=int, default=5)
-    parser.add_argument("--timeouts", type=int, nargs="+", default=[2000, 6000])
+    parser.add_argument("--kills", type=int, default=3, help="faults of each kind")
+    parser.add_argument("--timeouts", type=int, nargs="+", default=[2000])
     parser.add_argument("--rate", type=float, default=0, help="records/s; 0 streams as fast as acknowledged")
-    parser.add_argument("--detector", choices=["both", "on", "off"], default="both")
+    parser.add_argument("--detector", choices=["both", "on", "off"], default="on")
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS),
+                        default=["kill-broker", "controller-host", "restart-broker", "expire-broker-session",
+                                 "pause-broker"])
     parser.add_argument("--control-niceness", type=int, nargs="+", default=[ControllerConfig().control_plane_niceness],
                         help="control_plane_niceness values to compare (below 0 needs root or CAP_SYS_NICE)")
-    parser.add_argument("--targets", nargs="+", default=["non-controller"], choices=["non-controller", "controller"],
-                        help="whom the kills hit, in turn: a broker without the controller, or the controller's")
-    parser.add_argument("--faults", nargs="+", default=["kill-broker"], choices=["kill-broker", "cut-replication"],
-                        help="the faults, in turn: SIGKILL, or a cut from every other broker (ZooKeeper kept)")
-    parser.add_argument("--cut-s", type=float, default=10.0, help="how long a cut-replication lasts")
     parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "kray-bench-runs"))
     args = parser.parse_args()
     rows = []
@@ -133,29 +141,36 @@ def main() -> None:
         for timeout, detector, niceness in itertools.product(
                 args.timeouts, {"both": (True, False), "on": (True,), "off": (False,)}[args.detector],
                 args.control_niceness):
-            exp = experiment(args.partitions, args.kills, timeout, detector, args.rate, niceness, tuple(args.targets),
-                             tuple(FaultKind(f) for f in args.faults), args.cut_s)
+            exp = experiment(args.partitions, args.kills, timeout, detector, args.kinds, args.rate, niceness)
             run_dir, _ = run_experiment(exp, args.runs_dir, progress=lambda line: None)
-            victims = {i: str(f.target) for i, f in enumerate(exp.schedule, 1)}  # fault ids count from 1
-            for measured in measure(run_dir, victims):
+            labels = {i: args.kinds[(i - 1) % len(args.kinds)] for i in range(1, len(exp.schedule) + 1)}
+            for measured in measure(run_dir, labels):
                 row = {"session_timeout_ms": timeout, "detector": detector, "niceness": niceness, **measured}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    print("\n| session timeout | detector | control plane nice | fault | victim | faults | new write after the fault: "
-          "partitions, p50 / p99 ms | failovers | partitions | unavailable p50 / p99 ms"
-          " | detection p50 / max ms | detected -> acked p50 / max ms | produce rate at fault (records/s)"
-          " | with a produce in flight: partitions, p50 / p99 ms | acks=all latency away from faults p50 / p99 ms"
-          " | invariant violations |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print_table(rows)
+
+
+def print_table(rows: list[dict]) -> None:
+    def pair(r: dict, a: str, b: str) -> str:
+        return f"{r[a]:,.0f} / {r[b]:,.0f}" if r[a] is not None else "-"
+
+    short = {p: p[:-3].replace("_", " ") for p in PARTITION_PHASES}
+    print("\n| session timeout | detector | fault | source | faults | partitions (censored) | recovery p50 / p99 ms "
+          "| worst wait p50 / p99 / max ms | worst wait after detection p99 ms (x kill-broker's) | detection p50 / "
+          "max ms | detected -> acked p50 / max ms | mean phases ms: " + ", ".join(short.values()) +
+          " | unexplained | acks=all latency away from faults p50 / p99 ms | invariant violations |")
+    print("|---" * 14 + "|")
     for r in rows:
-        def pair(a: str, b: str) -> str:
-            return f"{r[a]:.0f} / {r[b]:.0f}" if r[a] is not None else "-"
-        print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | "
-              f"{r['niceness']} | {r['fault']} | {r['victim']} | {r['faults']} | "
-              f"{r['new_write_partitions']}, {pair('new_write_p50', 'new_write_p99')} | {r['failovers']} | {r['partitions']} | {pair('unavailable_p50', 'unavailable_p99')} | "
-              f"{pair('detect_p50', 'detect_max')} | {pair('process_p50', 'process_max')} | "
-              f"{r['produce_rate']:,.0f} | {r['in_flight_partitions']}, {pair('in_flight_p50', 'in_flight_p99')} | "
-              f"{pair('steady_p50', 'steady_p99')} | {r['violations']} |")
+        ratio = f" ({r['ratio_to_kill']:.2f}x)" if r["ratio_to_kill"] is not None else ""
+        phases = ", ".join("-" if v is None else f"{v:,.0f}" for v in r["phases"].values())
+        worst = f"{pair(r, 'worst_p50', 'worst_p99')} / {r['worst_max']:,.0f}" if r["worst_max"] is not None else "-"
+        after = f"{r['worst_after_detection_p99']:,.0f}{ratio}" if r["worst_after_detection_p99"] is not None else "-"
+        print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | {r['fault']} | "
+              f"{r['source']} | {r['faults']} | {r['partitions']} ({r['censored']}) | "
+              f"{pair(r, 'recovery_p50', 'recovery_p99')} | {worst} | {after} | {pair(r, 'detect_p50', 'detect_max')} | "
+              f"{pair(r, 'process_p50', 'process_max')} | {phases} | {r['unexplained_share']:.0%} | "
+              f"{pair(r, 'steady_p50', 'steady_p99')} | {r['violations']} |")
 
 
 if __name__ == "__main__":

@@ -3,24 +3,26 @@ directories of chaos experiments.
 
     python -m jobs.analysis RUN_DIR_OR_SWEEP_DIR [...] [--out DIR]
 
-Per failover (failovers.jsonl, the timeline of docs/ARCHITECTURE.md) it computes the phases
+It works per partition. Each row of its table is one partition through one fault, as one producer
+source saw it (waits.jsonl, jobs/waits.py): the client's two measures (MEASURES: the recovery and
+the worst wait), the partition's steps to its recovery (PARTITION_PHASES, the unexplained rest
+beside them), its role (led by the fault's broker, followed by it, or neither) and its load at the
+fault (FEATURES: the fault's, from its first controller failover in failovers.jsonl, and the
+partition's own rate). The controller's phases (CONTROLLER_PHASES: detection, inbox wait, election
+and ZooKeeper, propagation) are also kept one row per failover, as they happen once per failover.
 
-    detection_ms       fault_injected -> detected (the controller's inbox has it)
-    inbox_wait_ms      detected -> processing_started
-    election_zk_ms     processing_started -> zk_written (elections, ISR changes persisted)
-    propagation_ms     zk_written -> requests_acked (LeaderAndIsr/UpdateMetadata applied by every broker)
-    unavailability_ms  fault_injected -> the last affected partition's first acknowledged produce
-
-and the load at the fault (FEATURES). Then: p50/p95/p99 of each phase per load bucket (detector
-on/off x partitions affected); Pearson and Spearman correlations of each phase with each load
-feature (Spark ML's Correlation); a linear regression of each phase on the load features
-(coefficients, intercept, R squared). It writes Parquet tables, PNG charts and report.md into
-`--out`, and prints a summary table.
+Then: p50/p95/p99 (and the mean) of each measure and phase per source, detector and load bucket;
+Pearson and Spearman correlations of each with each load feature, with 95% confidence intervals
+(Fisher's z); a linear regression of each on the features that vary, coefficients with 95%
+confidence intervals. Partitions of one fault are not independent (they share its controller and
+its client), so the intervals are narrower than a sample of faults would give; the report says so.
+The correlations and fits are over the partitions the faults touched (role not "other"). It writes
+Parquet tables, PNG charts and report.md into `--out`, and prints a summary table.
 
 Bad input is counted and reported, never silently dropped: a path that is not a run directory or a
-directory of them is an error; a run without failovers.jsonl is reported as partial; lines that
-are not JSON, or do not fit the record's schema, are counted per run with examples; failovers that
-no injected fault explains (the first election) are counted and left out.
+directory of them is an error; a run without failovers.jsonl or waits.jsonl is reported as partial;
+lines that are not JSON, or do not fit the record's schema, are counted per run with examples;
+failovers that no injected fault explains (the first election) are counted and left out.
 """
 from __future__ import annotations
 
@@ -36,16 +38,21 @@ from typing import Callable, NamedTuple
 
 from coordination.errors import KrayError
 from jobs import rundir
-from jobs.phases import BUCKET_EDGES, FEATURES, PHASE_SPANS, PHASES, Analysis, bucket_label, bucket_order
+from jobs.phases import (BUCKET_EDGES, CONTROLLER_PHASES, FEATURES, MEASURES, PARTITION_PHASES, PHASE_SPANS,
+                         UNEXPLAINED, Analysis, bucket_label, bucket_order)
 from jobs.report import summary_table, write_report
 from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_hosts, spark_on_ray
 
 PERCENTILES = (0.5, 0.95, 0.99)
+Z95 = 1.959964  # the normal quantile of a 95% interval
 CORRUPT = "_corrupt_record"
 # a line without one of these is malformed (counted and reported): the phases and features need them
 REQUIRED = ["detected_ms", "processing_started_ms", "load", *(f"load.{f}" for f in (
     "partitions_total", "partitions_affected", "produce_rate", "inbox_depth", "session_timeout_ms", "detector"))]
-CHART_POINTS = 20_000  # the scatter chart draws a sample of at most this many failovers
+REQUIRED_WAIT = ["fault_id", "fault_kind", "partition", "source", "role", "fault_ms", "recovery_ms",
+                 "recovery_censored", "worst_wait_ms", "rate"]
+PER_PARTITION = [*MEASURES, *PARTITION_PHASES, UNEXPLAINED]  # what the per-partition statistics are of
+CHART_POINTS = 20_000  # the scatter chart draws a sample of at most this many partitions
 
 
 # -- input ---------------------------------------------------------------------
@@ -53,7 +60,10 @@ CHART_POINTS = 20_000  # the scatter chart draws a sample of at most this many f
 class RunInput(NamedTuple):
     run_id: str
     path: Path
-    failovers: Path | None  # None: a partial run (no failovers.jsonl)
+    failovers: Path | None  # None: no failovers.jsonl
+    waits: Path | None  # None: no waits.jsonl (a run cut short, or one from before the client was measured)
+    detector: bool | None  # the experiment's (experiment.json), None when it does not say
+    session_timeout_ms: int | None
 
 
 def find_runs(paths: list[str | Path]) -> list[RunInput]:
@@ -68,8 +78,10 @@ def find_runs(paths: list[str | Path]) -> list[RunInput]:
             raise KrayError(f"{p}: neither a run directory nor a directory of run directories "
                             f"(no {rundir.EXPERIMENT} or {rundir.FAILOVERS} found)")
         for c in candidates:
-            f = c / rundir.FAILOVERS
-            runs.append(RunInput(c.name, c, f if f.is_file() else None))
+            f, w = c / rundir.FAILOVERS, c / rundir.WAITS
+            settings = _settings(c / rundir.EXPERIMENT)
+            runs.append(RunInput(c.name, c, f if f.is_file() else None, w if w.is_file() else None,
+                                 settings.get("detector"), settings.get("session_timeout_ms")))
     if len({r.run_id for r in runs}) != len(runs):
         raise KrayError("two run directories have the same name: " + ", ".join(sorted(
             {r.run_id for r in runs if sum(x.run_id == r.run_id for x in runs) > 1})))
@@ -78,6 +90,17 @@ def find_runs(paths: list[str | Path]) -> list[RunInput]:
 
 def _is_run(p: Path) -> bool:
     return (p / rundir.EXPERIMENT).is_file() or (p / rundir.FAILOVERS).is_file()
+
+
+def _settings(path: Path) -> dict:
+    """The experiment's detector and session timeout, where experiment.json says them with their types."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {k: raw[k] for k, t in (("detector", bool), ("session_timeout_ms", int)) if isinstance(raw.get(k), t)}
 
 
 def failover_schema():
@@ -94,129 +117,247 @@ def failover_schema():
         StructField("controller_id", IntegerType()), StructField("controller_epoch", IntegerType()),
         *(StructField(c, DoubleType()) for c in ("fault_injected_ms", "detected_ms", "processing_started_ms",
                                                  "zk_written_ms", "requests_sent_ms", "requests_acked_ms")),
-        StructField("first_produce_ok_ms", MapType(StringType(), DoubleType())),
         StructField("load", load), StructField(CORRUPT, StringType())])
+
+
+def wait_schema():
+    """waits.jsonl as Spark reads it (rundir.PartitionWait), plus the corrupt-record column."""
+    from pyspark.sql.types import BooleanType, DoubleType, LongType, MapType, StringType, StructField, StructType
+    return StructType([
+        StructField("fault_id", LongType()), StructField("fault_kind", StringType()),
+        StructField("partition", StringType()), StructField("source", StringType()), StructField("role", StringType()),
+        *(StructField(c, DoubleType()) for c in ("fault_ms", "observed_ms", "recovery_ms")),
+        StructField("recovery_censored", BooleanType()), StructField("worst_wait_ms", DoubleType()),
+        StructField("worst_wait_censored", BooleanType()), StructField("records", LongType()),
+        StructField("rate", DoubleType()), StructField("phases", MapType(StringType(), DoubleType())),
+        StructField("unexplained_ms", DoubleType()), StructField(CORRUPT, StringType())])
+
+
+def _read(spark, schema, files: list[str], required: list[str]):
+    """JSON Lines read permissively: a line that is not JSON or lacks a required field keeps its text in
+    CORRUPT; run_id from the file's directory. Cached (read twice: the table and the input report)."""
+    from pyspark.sql import functions as F
+
+    if not files:
+        return spark.createDataFrame([], schema).withColumn("run_id", F.lit(None).cast("string"))
+    return (spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+            .json(files)
+            .withColumn("run_id", F.element_at(F.split(F.input_file_name(), "/"), -2))
+            .withColumn(CORRUPT, F.when(reduce(or_, [F.col(c).isNull() for c in required], F.col(CORRUPT).isNotNull()),
+                                        F.coalesce(F.col(CORRUPT), F.to_json(F.struct("*")))))
+            .cache())
+
+
+def _bucket(column: str):
+    from pyspark.sql import functions as F
+
+    bucket = F.lit(f"{BUCKET_EDGES[-1]}+")
+    for label, high in reversed([(bucket_label(e - 1), e) for e in BUCKET_EDGES]):
+        bucket = F.when(F.col(column) < high, F.lit(label)).otherwise(bucket)
+    return bucket
 
 
 # -- the job -------------------------------------------------------------------
 
 def failover_table(spark, runs: list[RunInput]):
-    """(one row per failover with a fault: run_id, kind, fault_kind, PHASES, FEATURES, bucket; all
-    parsed rows, cached, for the input report)."""
+    """(one row per failover with a fault: run_id, fault_id, detected_ms, kind, fault_kind,
+    CONTROLLER_PHASES, the fault's load, bucket; all parsed rows, for the input report)."""
     from pyspark.sql import functions as F
 
-    files = [str(r.failovers) for r in runs if r.failovers is not None]
-    raw = (spark.read.schema(failover_schema()).option("mode", "PERMISSIVE")
-           .option("columnNameOfCorruptRecord", CORRUPT).json(files)
-           .withColumn("run_id", F.element_at(F.split(F.input_file_name(), "/"), -2))
-           .withColumn(CORRUPT, F.when(reduce(or_, [F.col(c).isNull() for c in REQUIRED], F.col(CORRUPT).isNotNull()),
-                                       F.coalesce(F.col(CORRUPT), F.to_json(F.struct("*")))))
-           .cache())
+    raw = _read(spark, failover_schema(), [str(r.failovers) for r in runs if r.failovers is not None], REQUIRED)
     good = raw.where(F.col(CORRUPT).isNull() & F.col("fault_injected_ms").isNotNull())
-    ok_times = F.map_values("first_produce_ok_ms")
     phases = {name: F.col(end) - F.col(start) for name, (start, end) in PHASE_SPANS.items()}
-    phases["unavailability_ms"] = F.when(F.size(ok_times) > 0, F.array_max(ok_times) - F.col("fault_injected_ms"))
-    depths = F.map_values("load.sender_queue_depths")
     features = {"partitions_affected": F.col("load.partitions_affected"),
                 "partitions_total": F.col("load.partitions_total"),
                 "produce_rate": F.col("load.produce_rate"), "inbox_depth": F.col("load.inbox_depth"),
-                "sender_queue_depth": F.coalesce(F.array_max(depths), F.lit(0)),
+                "sender_queue_depth": F.coalesce(F.array_max(F.map_values("load.sender_queue_depths")), F.lit(0)),
                 "session_timeout_ms": F.col("load.session_timeout_ms"),
                 "detector": F.col("load.detector").cast("int")}
-    bucket = F.lit(f"{BUCKET_EDGES[-1]}+")
-    for label, high in reversed([(bucket_label(e - 1), e) for e in BUCKET_EDGES]):
-        bucket = F.when(F.col("partitions_affected") < high, F.lit(label)).otherwise(bucket)
-    table = good.select("run_id", "kind", "fault_kind", *(c.cast("double").alias(n) for n, c in phases.items()),
+    table = good.select("run_id", "fault_id", "detected_ms", "kind", "fault_kind",
+                        *(c.cast("double").alias(n) for n, c in phases.items()),
                         *(c.cast("double").alias(n) for n, c in features.items()))
-    return table.withColumn("bucket", bucket), raw
+    return table.withColumn("bucket", _bucket("partitions_affected")), raw
 
 
-def input_report(raw, runs: list[RunInput], examples: int = 3) -> list[dict]:
+def wait_table(spark, runs: list[RunInput], failovers):
+    """(one row per partition, fault and source: its measures, phases (0 where a step was not seen: its
+    time is in the next step's), role and FEATURES; all parsed rows, for the input report). A fault's
+    load comes from its first failover; a fault no failover followed (a cut healed in time) affected
+    no partition at the controller; its produce rate is the sum of its partitions' rates."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    counts = {r["run_id"]: r for r in raw.groupBy("run_id").agg(
+    raw = _read(spark, wait_schema(), [str(r.waits) for r in runs if r.waits is not None], REQUIRED_WAIT)
+    good = raw.where(F.col(CORRUPT).isNull())
+    first = (failovers.withColumn("_n", F.row_number().over(
+        Window.partitionBy("run_id", "fault_id").orderBy("detected_ms"))).where("_n = 1")
+        .select("run_id", "fault_id", *(F.col(c).alias(f"_f_{c}") for c in (
+            "partitions_affected", "partitions_total", "inbox_depth", "sender_queue_depth", "session_timeout_ms",
+            "detector"))))
+    per_fault = good.groupBy("run_id", "fault_id").agg(
+        F.sum(F.when(F.col("source") == "load", F.col("rate")).otherwise(0.0)).alias("_rate"),
+        F.countDistinct("partition").alias("_partitions"))
+    settings = spark.createDataFrame(
+        [(r.run_id, None if r.detector is None else int(r.detector), r.session_timeout_ms) for r in runs],
+        "run_id string, _s_detector int, _s_session_timeout_ms long")
+    joined = (good.join(first, ["run_id", "fault_id"], "left").join(per_fault, ["run_id", "fault_id"], "left")
+              .join(settings, "run_id", "left"))
+    phases = {p: F.coalesce(F.col("phases").getItem(p), F.lit(0.0)) for p in PARTITION_PHASES}
+    features = {"partitions_affected": F.coalesce(F.col("_f_partitions_affected"), F.lit(0)),
+                "partitions_total": F.coalesce(F.col("_f_partitions_total"), F.col("_partitions")),
+                "produce_rate": F.col("_rate"), "inbox_depth": F.coalesce(F.col("_f_inbox_depth"), F.lit(0)),
+                "sender_queue_depth": F.coalesce(F.col("_f_sender_queue_depth"), F.lit(0)),
+                "session_timeout_ms": F.coalesce(F.col("_s_session_timeout_ms"), F.col("_f_session_timeout_ms")),
+                "detector": F.coalesce(F.col("_s_detector"), F.col("_f_detector")),
+                "partition_rate": F.col("rate"), "led": (F.col("role") == "leader").cast("int"),
+                "followed": (F.col("role") == "follower").cast("int")}
+    unexplained = F.coalesce(F.col(UNEXPLAINED), F.col("recovery_ms") - reduce(lambda a, b: a + b, phases.values()))
+    table = joined.select(
+        "run_id", "fault_id", "fault_kind", "partition", "source", "role", "recovery_censored", "worst_wait_censored",
+        (F.col("role") != "other").alias("touched"), *(F.col(m).cast("double").alias(m) for m in MEASURES),
+        *(c.cast("double").alias(n) for n, c in phases.items()), unexplained.cast("double").alias(UNEXPLAINED),
+        *(c.cast("double").alias(n) for n, c in features.items()))
+    return table.withColumn("bucket", _bucket("partitions_affected")), raw
+
+
+def input_report(failovers_raw, waits_raw, runs: list[RunInput], examples: int = 3) -> list[dict]:
+    from pyspark.sql import functions as F
+
+    counts = {r["run_id"]: r for r in failovers_raw.groupBy("run_id").agg(
         F.count(F.lit(1)).alias("lines"), F.count(CORRUPT).alias("malformed"),
         F.sum(F.when(F.col(CORRUPT).isNull() & F.col("fault_injected_ms").isNull(), 1).otherwise(0))
         .alias("unexplained")).collect()}
-    bad = {}
-    for row in raw.where(F.col(CORRUPT).isNotNull()).select("run_id", CORRUPT).limit(1000).collect():
-        bad.setdefault(row["run_id"], []).append(row[CORRUPT][:200])
+    wait_counts = {r["run_id"]: r for r in waits_raw.groupBy("run_id").agg(
+        F.count(F.lit(1)).alias("lines"), F.count(CORRUPT).alias("malformed")).collect()}
+    bad: dict[str, list[str]] = {}
+    for raw in (failovers_raw, waits_raw):
+        for row in raw.where(F.col(CORRUPT).isNotNull()).select("run_id", CORRUPT).limit(1000).collect():
+            bad.setdefault(row["run_id"], []).append(row[CORRUPT][:200])
     out = []
     for r in runs:
-        c = counts.get(r.run_id)
+        c, w = counts.get(r.run_id), wait_counts.get(r.run_id)
         lines, malformed, unexplained = (c["lines"], c["malformed"], c["unexplained"]) if c else (0, 0, 0)
+        wait_lines, wait_malformed = (w["lines"], w["malformed"]) if w else (0, 0)
         failovers = lines - malformed - unexplained
-        status = ("partial: no failovers.jsonl" if r.failovers is None else
-                  "no failovers" if failovers == 0 else "ok")
-        out.append({"run_id": r.run_id, "failovers": failovers, "malformed": malformed, "unexplained": unexplained,
-                    "status": status, "examples": bad.get(r.run_id, [])[:examples]})
+        missing = [name for name, path in ((rundir.FAILOVERS, r.failovers), (rundir.WAITS, r.waits)) if path is None]
+        status = (f"partial: no {' or '.join(missing)}" if missing else
+                  "no failovers" if failovers == 0 and wait_lines == wait_malformed else "ok")
+        out.append({"run_id": r.run_id, "failovers": failovers, "waits": wait_lines - wait_malformed,
+                    "malformed": malformed + wait_malformed, "unexplained": unexplained, "status": status,
+                    "examples": bad.get(r.run_id, [])[:examples]})
     return out
 
 
-def percentiles(table) -> list[dict]:
+def percentiles(failovers, waits) -> list[dict]:
+    """The controller's phases per failover (source "controller"), the per-partition measures and phases
+    per source over the partitions the faults touched; each per detector and load bucket."""
     from pyspark.sql import functions as F
 
-    aggs = []
-    for p in PHASES:
-        aggs += [F.count(p).alias(f"{p}__n"), F.percentile(p, list(PERCENTILES)).alias(f"{p}__q")]
-    rows = table.groupBy("detector", "bucket").agg(*aggs).collect()
-    out = []
-    for row in rows:
-        for p in PHASES:
-            q = row[f"{p}__q"] or [None] * len(PERCENTILES)
-            out.append({"detector": bool(row["detector"]), "bucket": row["bucket"], "phase": p, "n": row[f"{p}__n"],
-                        **{f"p{round(x * 100)}": v for x, v in zip(PERCENTILES, q)}})
-    return sorted(out, key=lambda r: (r["detector"], bucket_order(r["bucket"]), PHASES.index(r["phase"])))
+    def rows(table, keys: list[str], columns: list[str], fixed: dict) -> list[dict]:
+        aggs = [F.sum(F.col("recovery_censored").cast("int")).alias("__censored")] if "recovery_censored" in \
+            table.columns else []
+        for c in columns:
+            aggs += [F.count(c).alias(f"{c}__n"), F.percentile(c, list(PERCENTILES)).alias(f"{c}__q"),
+                     F.avg(c).alias(f"{c}__mean")]
+        out = []
+        for row in table.groupBy(*keys).agg(*aggs).collect():
+            for c in columns:
+                q = row[f"{c}__q"] or [None] * len(PERCENTILES)
+                out.append({**fixed, **{k: row[k] for k in keys}, "detector": None if row["detector"] is None else
+                            bool(row["detector"]), "measure": c, "n": row[f"{c}__n"],
+                            "censored": row["__censored"] if "__censored" in row else 0, "mean": row[f"{c}__mean"],
+                            **{f"p{round(x * 100)}": v for x, v in zip(PERCENTILES, q)}})
+        return out
+
+    out = rows(failovers, ["detector", "bucket"], CONTROLLER_PHASES, {"source": "controller"})
+    out += rows(waits.where("touched"), ["source", "detector", "bucket"], PER_PARTITION, {})
+    order = ["controller", "load", "probe"]
+    return sorted(out, key=lambda r: (order.index(r["source"]) if r["source"] in order else 9, r["detector"] or False,
+                                      bucket_order(r["bucket"]), r["measure"]))
 
 
-def correlations(table) -> list[dict]:
-    """Pearson and Spearman between each phase and each feature, over the failovers that have the
-    phase; None where a column is constant there (no correlation is defined)."""
+def fisher_interval(r: float, n: int, method: str) -> tuple[float | None, float | None]:
+    """The 95% interval of a correlation coefficient by Fisher's z (Spearman's with Fieller's 1.06)."""
+    if n <= 3 or r is None:
+        return None, None
+    z = math.atanh(max(-0.999999, min(0.999999, r)))
+    se = math.sqrt((1.06 if method == "spearman" else 1.0) / (n - 3))
+    return math.tanh(z - Z95 * se), math.tanh(z + Z95 * se)
+
+
+def correlations(waits) -> list[dict]:
+    """Pearson and Spearman between each per-partition measure or phase and each feature, per source, over
+    the touched partitions with every feature known; None where a column is constant (no correlation is
+    defined)."""
     from pyspark.ml.feature import VectorAssembler
     from pyspark.ml.stat import Correlation
 
+    columns = [*PER_PARTITION, *FEATURES]
     out = []
-    for phase in PHASES:
-        rows = table.where(table[phase].isNotNull()).select(phase, *FEATURES)
-        if rows.limit(2).count() < 2:
+    for source in [r["source"] for r in waits.select("source").distinct().collect()]:
+        rows = waits.where(waits.touched & (waits.source == source)).dropna(subset=columns).select(*columns)
+        n = rows.count()
+        if n < 2:
             continue
-        vectors = VectorAssembler(inputCols=[phase, *FEATURES], outputCol="v").transform(rows).select("v").cache()
+        vectors = VectorAssembler(inputCols=columns, outputCol="v").transform(rows).select("v").cache()
         for method in ("pearson", "spearman"):
             matrix = Correlation.corr(vectors, "v", method).head()[0].toArray()
-            out += [{"method": method, "phase": phase, "feature": f,
-                     "value": None if math.isnan(matrix[0][i + 1]) else float(matrix[0][i + 1])}
-                    for i, f in enumerate(FEATURES)]
+            for i, measure in enumerate(PER_PARTITION):
+                for j, feature in enumerate(FEATURES):
+                    value = matrix[i][len(PER_PARTITION) + j]
+                    value = None if math.isnan(value) else float(value)
+                    low, high = fisher_interval(value, n, method)
+                    out.append({"source": source, "method": method, "measure": measure, "feature": feature, "n": n,
+                                "value": value, "ci_low": low, "ci_high": high})
         vectors.unpersist()
     return out
 
 
-def regressions(table) -> list[dict]:
-    """Ordinary least squares of each phase on the features that vary among its failovers."""
+def regressions(waits) -> list[dict]:
+    """Ordinary least squares of each per-partition measure and phase on the features that vary among the
+    touched partitions, per source; coefficients with 95% intervals (normal equations' standard errors)."""
     from pyspark.ml.feature import VectorAssembler
     from pyspark.ml.regression import LinearRegression
     from pyspark.sql import functions as F
 
-    def fit(phase: str, rows) -> dict:
-        spread = rows.agg(F.count(F.lit(1)).alias("n"), *(F.countDistinct(f).alias(f) for f in FEATURES)).head()
+    def fit(source: str, measure: str, rows, spread) -> dict:
         varying = [f for f in FEATURES if spread[f] > 1]
+        if spread["_either"] == 1 and {"led", "followed"} <= set(varying):  # every partition led or followed:
+            varying.remove("followed")  # one of the two says it all (both would be the intercept)
         n = spread["n"]
-        if not varying or n < len(varying) + 2:
-            return {"phase": phase, "n": n, "intercept": None, "r2": None, "coefficients": {},
-                    "skipped": f"{n} failovers for {len(varying)} varying features"}
+        base = {"source": source, "measure": measure, "n": n}
+        if not varying or n < len(varying) + 2 or spread[measure] < 2:
+            return {**base, "intercept": None, "r2": None, "coefficients": {},
+                    "skipped": f"{n} partitions, {len(varying)} varying features, "
+                               f"{'a constant' if spread[measure] < 2 else 'a varying'} {measure}"}
         data = VectorAssembler(inputCols=varying, outputCol="x").transform(rows)
-        model = LinearRegression(featuresCol="x", labelCol=phase, regParam=0.0, elasticNetParam=0.0,
-                                 solver="auto").fit(data)
-        return {"phase": phase, "n": n, "intercept": float(model.intercept), "r2": float(model.summary.r2),
-                "coefficients": dict(zip(varying, map(float, model.coefficients))), "skipped": None}
+        model = LinearRegression(featuresCol="x", labelCol=measure, regParam=0.0, elasticNetParam=0.0,
+                                 solver="normal").fit(data)
+        try:
+            errors = list(model.summary.coefficientStandardErrors)
+        except Exception:  # a singular design: no standard errors, the coefficients stand alone
+            errors = [math.nan] * (len(varying) + 1)
+        coefficients = {f: _interval(float(c), e) for f, c, e in zip(varying, model.coefficients, errors)}
+        return {**base, "intercept": float(model.intercept), "r2": float(model.summary.r2),
+                "coefficients": coefficients, "skipped": None}
 
     out = []
-    for phase in PHASES:
-        rows = table.where(table[phase].isNotNull()).select(phase, *FEATURES).cache()
+    for source in [r["source"] for r in waits.select("source").distinct().collect()]:
+        rows = waits.where(waits.touched & (waits.source == source)).dropna(
+            subset=[*PER_PARTITION, *FEATURES]).select(*PER_PARTITION, *FEATURES).cache()
+        spread = rows.agg(F.count(F.lit(1)).alias("n"), F.countDistinct(F.col("led") + F.col("followed")).alias("_either"),
+                          *(F.countDistinct(c).alias(c) for c in [*PER_PARTITION, *FEATURES])).head()
         try:
-            out.append(fit(phase, rows))
+            out += [fit(source, m, rows, spread) for m in PER_PARTITION]
         finally:
             rows.unpersist()
     return out
+
+
+def _interval(value: float, error: float) -> tuple[float, float | None, float | None]:
+    if math.isnan(error):
+        return value, None, None
+    return value, value - Z95 * error, value + Z95 * error
 
 
 def analyse(spark, paths: list[str | Path], out: str | Path,
@@ -232,27 +373,31 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     progress(f"Reading {len(runs)} run directories")
-    table, raw = failover_table(spark, runs)
-    table = table.cache()
-    inputs = input_report(raw, runs)
-    n = table.count()
-    progress(f"{n} failovers; {sum(i['malformed'] for i in inputs)} malformed lines; computing percentiles")
-    pct = percentiles(table)
-    progress("Correlations (Pearson, Spearman)")
-    corr = correlations(table) if n >= 2 else []
+    failovers, failovers_raw = failover_table(spark, runs)
+    failovers = failovers.cache()
+    waits, waits_raw = wait_table(spark, runs, failovers)
+    waits = waits.cache()
+    inputs = input_report(failovers_raw, waits_raw, runs)
+    n, partitions = failovers.count(), waits.count()
+    progress(f"{n} failovers, {partitions} partition-fault rows; {sum(i['malformed'] for i in inputs)} malformed "
+             f"lines; computing percentiles")
+    pct = percentiles(failovers, waits)
+    progress("Correlations (Pearson, Spearman) with confidence intervals")
+    corr = correlations(waits)
     progress("Linear regressions")
-    reg = regressions(table) if n >= 2 else []
+    reg = regressions(waits)
     progress(f"Writing Parquet tables and the report to {out}")
-    table.write.mode("overwrite").parquet(str(out / "failovers.parquet"))
+    failovers.write.mode("overwrite").parquet(str(out / "failovers.parquet"))
+    waits.write.mode("overwrite").parquet(str(out / "waits.parquet"))
     for name, rows in (("percentiles", pct), ("correlations", corr), ("inputs", inputs), ("regressions", reg)):
         _write_rows(rows, out / f"{name}.parquet")
-    points = table.select("partitions_affected", "produce_rate", "unavailability_ms", "detector") \
-        .where("unavailability_ms IS NOT NULL")
-    sample = points.sample(fraction=min(1.0, CHART_POINTS / max(n, 1)), seed=1).collect()
-    result = Analysis(n, inputs, pct, corr, reg, out, runs_on_ray(spark))
+    points = waits.where("touched").select("partitions_affected", "worst_wait_ms", "recovery_ms", "role", "source",
+                                           "detector")
+    sample = points.sample(fraction=min(1.0, CHART_POINTS / max(partitions, 1)), seed=1).collect()
+    result = Analysis(n, partitions, inputs, pct, corr, reg, out, runs_on_ray(spark))
     write_report(result, [r.asDict() for r in sample])
-    raw.unpersist()
-    table.unpersist()
+    for frame in (failovers_raw, waits_raw, failovers, waits):
+        frame.unpersist()
     return result
 
 

@@ -74,6 +74,10 @@ class LoadSpec(Spec):
     acks: Literal["all", 0, 1, -1] = "all"
     records_per_partition: int = Field(1, ge=1, description="records to each partition in each producer call")
     consumers: int = Field(1, ge=0, description="consumer actors reading every partition as it is written")
+    probe_partitions: int = Field(60, ge=0, description="partitions a probe producer writes beside the load, one "
+                                  "record in flight each (spread evenly over the streamed partitions; 0: no probes)")
+    probe_interval_ms: float = Field(100, gt=0, description="a probed partition's next record goes this long after "
+                                     "its last was sent, or at its acknowledgement if later")
 
     @property
     def acks_code(self) -> int:
@@ -159,6 +163,9 @@ class Experiment(Spec):
                              "included (faults that wait for recovery may run later: the load then goes on "
                              "after the last one as long as the schedule planned)")
     settle_s: float = Field(30.0, ge=0, description="after the load: how long the cluster may take to converge")
+    horizon_s: float = Field(30.0, gt=0, description="how long after each fault the client's waits are observed "
+                             "(the load runs at least this long after the last fault); a partition not "
+                             "recovered by then is counted as censored")
     sample_interval_s: float = Field(1.0, gt=0)
     seed: int = 0
 

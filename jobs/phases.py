@@ -1,20 +1,40 @@
-"""What the failover analysis measures and hands on: the phases of a failover, the load features, the
-load buckets, and the Analysis. The Spark job (jobs/analysis.py) computes them and the report
-(jobs/report.py) prints them; both take them from here, so the job calls its report and the report
-needs nothing from the job."""
+"""What the failover analysis measures and hands on: the controller's phases of a failover, each
+partition's steps to its recovery, the client's two measures, the load features, the load buckets,
+and the Analysis. The runner (jobs/runner.py) names the steps, the Spark job (jobs/analysis.py)
+computes over them and the report (jobs/report.py) prints them; all take the names from here."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import NamedTuple
 
-PHASES = ["detection_ms", "inbox_wait_ms", "election_zk_ms", "propagation_ms", "unavailability_ms"]
-# the timestamps each phase runs between (unavailability_ms is computed from first_produce_ok_ms)
+# the controller's part, one value per failover: the timestamps each phase runs between
+CONTROLLER_PHASES = ["detection_ms", "inbox_wait_ms", "election_zk_ms", "propagation_ms"]
 PHASE_SPANS = {"detection_ms": ("fault_injected_ms", "detected_ms"),
                "inbox_wait_ms": ("detected_ms", "processing_started_ms"),
                "election_zk_ms": ("processing_started_ms", "zk_written_ms"),
                "propagation_ms": ("zk_written_ms", "requests_acked_ms")}
+# the client's, one value per partition and fault (jobs/waits.py)
+MEASURES = ["recovery_ms", "worst_wait_ms"]
+# a partition's way from the fault to its recovery: the steps seen, in time order, each phase named by
+# the step that ends it and lasting from the step before (jobs/partition_phases.py)
+PARTITION_PHASES = {
+    "fault_end_ms": "the fault ends (a pause's SIGCONT, a link healed, a broker back)",
+    "detection_ms": "the controller learns of the fault",
+    "controller_queue_ms": "the controller starts handling it",
+    "zk_write_ms": "the partition's new leader and ISR written to ZooKeeper",
+    "send_ms": "the controller's requests sent",
+    "leader_apply_ms": "the partition's leader applies its LeaderAndIsr",
+    "followers_apply_ms": "its last follower applies its LeaderAndIsr",
+    "follower_fetch_ms": "its last follower fetches from the leader",
+    "isr_write_ms": "the leader writes a new ISR",
+    "client_send_ms": "the leader appends the client's first record",
+    "hw_ms": "the leader's high watermark moves past it",
+}
+PHASE_LABELS = dict(zip(PARTITION_PHASES, ["end", "detect", "queue", "zk", "send", "leader", "fllwrs", "fetch",
+                                            "isr", "client", "hw"]))  # column heads in narrow tables
+UNEXPLAINED = "unexplained_ms"  # from the last step seen to the acknowledgement
 FEATURES = ["partitions_affected", "partitions_total", "produce_rate", "inbox_depth", "sender_queue_depth",
-            "session_timeout_ms", "detector"]
+            "session_timeout_ms", "detector", "partition_rate", "led", "followed"]
 BUCKET_EDGES = (1, 100, 500, 1000, 5000)  # partitions affected
 
 
@@ -33,10 +53,11 @@ def bucket_order(label: str) -> int:
 
 
 class Analysis(NamedTuple):
-    failovers: int  # rows analysed
-    inputs: list[dict]  # per run: failovers, malformed, unexplained, status, examples
-    percentiles: list[dict]  # detector, bucket, phase, n, p50, p95, p99
-    correlations: list[dict]  # method, phase, feature, value (None: a constant column)
-    regressions: list[dict]  # phase, n, intercept, r2, coefficients {feature: value}, skipped
+    failovers: int  # controller failovers analysed
+    partitions: int  # partition-fault rows analysed (every source and role)
+    inputs: list[dict]  # per run: failovers, waits, malformed, unexplained, status, examples
+    percentiles: list[dict]  # source, detector, bucket, measure, n, censored, p50, p95, p99
+    correlations: list[dict]  # source, method, measure, feature, n, value, ci_low, ci_high (None: constant)
+    regressions: list[dict]  # source, measure, n, intercept, r2, coefficients {feature: (value, ci_low, ci_high)}, skipped
     out: Path
     on_ray: bool

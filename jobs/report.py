@@ -4,62 +4,101 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.phases import FEATURES, PHASES, Analysis, bucket_order
-
-STACKED = ["detection_ms", "inbox_wait_ms", "election_zk_ms", "propagation_ms"]
+from jobs.phases import (CONTROLLER_PHASES, FEATURES, MEASURES, PARTITION_PHASES, UNEXPLAINED, Analysis,
+                         bucket_order)
 
 
 def _fmt(v, digits: int = 0) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
+def _interval(low, high, digits: int = 2) -> str:
+    return "" if low is None else f" [{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
 def summary_table(a: Analysis) -> str:
-    """Unavailability and the controller's phases, p50 / p99 ms, per detector and load bucket."""
-    by = {(r["detector"], r["bucket"], r["phase"]): r for r in a.percentiles}
-    keys = sorted({(d, b) for d, b, _ in by}, key=lambda k: (k[0], bucket_order(k[1])))
-    head = ["detector", "partitions affected", "failovers", *(f"{p[:-3]} p50/p99" for p in PHASES)]
-    rows = [[("on" if d else "off"), b, str(by[(d, b, PHASES[0])]["n"]),
-             *(f"{_fmt(by[(d, b, p)]['p50'])}/{_fmt(by[(d, b, p)]['p99'])}" for p in PHASES)] for d, b in keys]
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    """Per source, detector and load bucket: partition-faults touched, censored, recovery and worst wait
+    p50/p99 ms; and the controller's phases p50/p99 per failover."""
+    by = {(r["source"], r["detector"], r["bucket"], r["measure"]): r for r in a.percentiles}
+    keys = sorted({k[:3] for k in by if k[0] != "controller"},
+                  key=lambda k: (k[0], bool(k[1]), bucket_order(k[2])))
+    head = ["source", "detector", "partitions affected", "partition-faults", "censored",
+            *(f"{m[:-3].replace('_', ' ')} p50/p99" for m in MEASURES)]
+    rows = [[s, "-" if d is None else ("on" if d else "off"), b, str(by[(s, d, b, MEASURES[0])]["n"]),
+             str(by[(s, d, b, MEASURES[0])]["censored"]),
+             *(f"{_fmt(by[(s, d, b, m)]['p50'])}/{_fmt(by[(s, d, b, m)]['p99'])}" for m in MEASURES)]
+            for s, d, b in keys]
+    lines = _columns(head, rows)
+    controller = sorted({k[1:3] for k in by if k[0] == "controller"}, key=lambda k: (bool(k[0]), bucket_order(k[1])))
+    if controller:
+        lines += [""] + _columns(
+            ["detector", "partitions affected", "failovers", *(f"{p[:-3]} p50/p99" for p in CONTROLLER_PHASES)],
+            [["on" if d else "off", b, str(by[("controller", d, b, CONTROLLER_PHASES[0])]["n"]),
+              *(f"{_fmt(by[('controller', d, b, p)]['p50'])}/{_fmt(by[('controller', d, b, p)]['p99'])}"
+                for p in CONTROLLER_PHASES)] for d, b in controller])
     bad = sum(i["malformed"] for i in a.inputs)
-    lines.append(f"{a.failovers} failovers from {len(a.inputs)} runs; {bad} malformed lines; Spark on Ray: "
-                 f"{'yes' if a.on_ray else 'no'}. Report: {a.out / 'report.md'}")
+    lines.append(f"{a.partitions} partition-fault rows and {a.failovers} failovers from {len(a.inputs)} runs; {bad} "
+                 f"malformed lines; Spark on Ray: {'yes' if a.on_ray else 'no'}. Report: {a.out / 'report.md'}")
     return "\n".join(lines)
+
+
+def _columns(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    return ["  ".join(h.ljust(w) for h, w in zip(head, widths))] + [
+        "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
 
 
 def write_report(a: Analysis, sample: list[dict]) -> Path:
     charts = _charts(a, sample)
     lines = ["# Failover latency against load", "",
-             f"{a.failovers} failovers from {len(a.inputs)} runs, analysed with Spark on Ray (RayDP: "
-             f"{'yes' if a.on_ray else 'no'}). Times in ms; phases as in the failover timeline of "
-             "docs/ARCHITECTURE.md.", ""]
+             f"{a.partitions} partitions through a fault (each source counted apart) and {a.failovers} controller "
+             f"failovers from {len(a.inputs)} runs, analysed with Spark on Ray (RayDP: {'yes' if a.on_ray else 'no'}). "
+             "Times in ms. The *recovery* is a partition's first acknowledgement of a record sent at or after the "
+             "fault; its *worst wait* the longest any record waited among those in flight at the fault or sent "
+             "within the horizon; a *censored* partition had not recovered within the horizon (its value is a "
+             "lower bound). Statistics over the partitions a fault touched (led or followed by its broker, or all "
+             "for a fault with no broker). The *load* source is the load client's records (its queue included), "
+             "the *probe* source one record in flight per partition.", ""]
     lines += [f"![{title}]({name})" for name, title in charts] + [""]
-    lines += ["## Percentiles per load bucket", "", "| detector | partitions affected | phase | n | p50 | p95 | p99 |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {'on' if r['detector'] else 'off'} | {r['bucket']} | {r['phase']} | {r['n']} | {_fmt(r['p50'])} | "
+    lines += ["## Percentiles per load bucket", "",
+              "| source | detector | partitions affected | measure | n | censored | mean | p50 | p95 | p99 |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['source']} | {'-' if r['detector'] is None else 'on' if r['detector'] else 'off'} | "
+              f"{r['bucket']} | {r['measure']} | {r['n']} | {r['censored']} | {_fmt(r['mean'])} | {_fmt(r['p50'])} | "
               f"{_fmt(r['p95'])} | {_fmt(r['p99'])} |" for r in a.percentiles]
-    lines += ["", "## Correlations with the load", "", "| method | phase | " + " | ".join(FEATURES) + " |",
-              "|---|---|" + "---|" * len(FEATURES)]
-    cells = {(c["method"], c["phase"], c["feature"]): c["value"] for c in a.correlations}
-    for method in ("pearson", "spearman"):
-        for p in PHASES:
-            if (method, p, FEATURES[0]) in cells:
-                lines.append(f"| {method} | {p} | " + " | ".join(
-                    "constant" if cells[(method, p, f)] is None else f"{cells[(method, p, f)]:+.2f}"
-                    for f in FEATURES) + " |")
-    lines += ["", "## Linear regression of each phase on the load", "",
-              "| phase | n | R² | intercept | coefficients (ms per unit) |", "|---|---|---|---|---|"]
+    lines += ["", "A partition's phases: " + "; ".join(f"`{p}` until {what}" for p, what in PARTITION_PHASES.items())
+              + f"; `{UNEXPLAINED}` from the last step seen to the acknowledgement. A step not seen lasts 0 ms (its "
+              "time is in the next step's).", ""]
+    lines += ["## Correlations with the load", "",
+              "Coefficient and its 95% interval (Fisher's z). The partitions of one fault share its controller and "
+              "its client, so they are not independent: the intervals are narrower than a sample of faults would "
+              "give.", ""]
+    cells = {(c["source"], c["method"], c["measure"], c["feature"]): c for c in a.correlations}
+    for source in sorted({c["source"] for c in a.correlations}):
+        for method in ("pearson", "spearman"):
+            n = next(c["n"] for c in a.correlations if c["source"] == source)
+            lines += [f"### {source}, {method} (n = {n})", "", "| measure | " + " | ".join(FEATURES) + " |",
+                      "|---|" + "---|" * len(FEATURES)]
+            for m in [*MEASURES, *PARTITION_PHASES, UNEXPLAINED]:
+                if (source, method, m, FEATURES[0]) in cells:
+                    lines.append(f"| {m} | " + " | ".join(
+                        "constant" if (c := cells[(source, method, m, f)])["value"] is None else
+                        f"{c['value']:+.2f}{_interval(c['ci_low'], c['ci_high'])}" for f in FEATURES) + " |")
+            lines.append("")
+    lines += ["## Linear regression of each measure on the load", "",
+              "Coefficients in ms per unit of the feature, with their 95% intervals.", "",
+              "| source | measure | n | R² | intercept | coefficients |", "|---|---|---|---|---|---|"]
     for r in a.regressions:
-        coefficients = ", ".join(f"{f} {v:+.4g}" for f, v in r["coefficients"].items()) or r["skipped"]
-        lines.append(f"| {r['phase']} | {r['n']} | {_fmt(r['r2'], 3)} | {_fmt(r['intercept'], 1)} | {coefficients} |")
-    lines += ["", "## Input", "", "| run | failovers | malformed lines | without a fault | status | examples |",
-              "|---|---|---|---|---|---|"]
+        coefficients = ", ".join(f"{f} {v:+.4g}{_interval(lo, hi, 3) if lo is not None else ''}"
+                                 for f, (v, lo, hi) in r["coefficients"].items()) or r["skipped"]
+        lines.append(f"| {r['source']} | {r['measure']} | {r['n']} | {_fmt(r['r2'], 3)} | {_fmt(r['intercept'], 1)} | "
+                     f"{coefficients} |")
+    lines += ["", "## Input", "", "| run | failovers | partition-faults | malformed lines | without a fault | status | "
+              "examples |", "|---|---|---|---|---|---|---|"]
     for i in a.inputs:
         examples = "<br>".join(f"`{e[:80]}`" for e in i["examples"])
-        lines.append(f"| {i['run_id']} | {i['failovers']} | {i['malformed']} | {i['unexplained']} | {i['status']} | "
-                     f"{examples} |")
+        lines.append(f"| {i['run_id']} | {i['failovers']} | {i['waits']} | {i['malformed']} | {i['unexplained']} | "
+                     f"{i['status']} | {examples} |")
     path = a.out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -72,46 +111,47 @@ def _charts(a: Analysis, sample: list[dict]) -> list[tuple[str, str]]:
 
     made = []
     if sample:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for detector, marker in ((1, "o"), (0, "^")):
-            pts = [p for p in sample if p["detector"] == detector]
-            if pts:
-                s = ax.scatter([p["partitions_affected"] for p in pts], [p["unavailability_ms"] for p in pts],
-                               c=[p["produce_rate"] for p in pts], cmap="viridis", marker=marker, s=28,
-                               vmin=min(p["produce_rate"] for p in sample), vmax=max(p["produce_rate"] for p in sample),
-                               label=f"detector {'on' if detector else 'off'}")
-        fig.colorbar(s, ax=ax, label="produce rate at the fault (records/s)")
-        ax.set(xlabel="partitions affected", ylabel="client-visible unavailability (ms)", yscale="log",
-               title="Unavailability against partitions affected")
-        ax.legend()
-        made.append(_save(fig, a.out / "unavailability_vs_partitions.png", "unavailability against load"))
-    p50 = {(r["detector"], r["bucket"], r["phase"]): r["p50"] or 0 for r in a.percentiles}
-    keys = sorted({(d, b) for d, b, _ in p50}, key=lambda k: (k[0], bucket_order(k[1])))
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+        for ax, measure in zip(axes, MEASURES):
+            for role, marker in (("leader", "o"), ("follower", "^"), ("cluster", "s")):
+                pts = [p for p in sample if p["role"] == role and p["source"] == "load"] or \
+                      [p for p in sample if p["role"] == role]
+                if pts:
+                    ax.scatter([p["partitions_affected"] for p in pts], [max(p[measure], 0.5) for p in pts],
+                               marker=marker, s=14, alpha=0.5, label=role)
+            ax.set(xlabel="partitions affected at the controller", ylabel=f"{measure[:-3].replace('_', ' ')} (ms)",
+                   yscale="log", title=measure[:-3].replace("_", " ").capitalize() + " per partition")
+            ax.legend()
+        made.append(_save(fig, a.out / "waits_vs_partitions.png", "recovery and worst wait against load"))
+    means = {(r["source"], r["detector"], r["bucket"], r["measure"]): r["mean"] or 0 for r in a.percentiles
+             if r["source"] != "controller"}
+    keys = sorted({k[:3] for k in means}, key=lambda k: (k[0], bool(k[1]), bucket_order(k[2])))
     if keys:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        labels = [f"{b}\n{'on' if d else 'off'}" for d, b in keys]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        labels = [f"{b}\n{s}, {'on' if d else 'off'}" for s, d, b in keys]
         bottom = [0.0] * len(keys)
-        for phase in STACKED:
-            values = [p50[(d, b, phase)] for d, b in keys]
+        for phase in [*PARTITION_PHASES, UNEXPLAINED]:
+            values = [means.get((*k, phase), 0.0) for k in keys]
             ax.bar(labels, values, bottom=bottom, label=phase[:-3])
             bottom = [x + y for x, y in zip(bottom, values)]
-        ax.set(xlabel="partitions affected / detector", ylabel="p50 ms", yscale="symlog",
-               title="Where a failover's time goes (p50 per phase)")
-        ax.legend()
+        ax.set(xlabel="partitions affected / source, detector", ylabel="mean ms",
+               title="Where a partition's recovery goes (mean per phase)")
+        ax.legend(fontsize=7)
         made.append(_save(fig, a.out / "phases_per_bucket.png", "phase breakdown per load bucket"))
-    cells = {(c["phase"], c["feature"]): c["value"] for c in a.correlations if c["method"] == "pearson"}
-    phases = [p for p in PHASES if (p, FEATURES[0]) in cells]
-    if phases:
-        fig, ax = plt.subplots(figsize=(8, 3.8))
-        grid = [[cells[(p, f)] if cells[(p, f)] is not None else float("nan") for f in FEATURES] for p in phases]
+    cells = {(c["measure"], c["feature"]): c["value"] for c in a.correlations
+             if c["method"] == "pearson" and c["source"] == "load"}
+    measures = [m for m in [*MEASURES, *PARTITION_PHASES, UNEXPLAINED] if (m, FEATURES[0]) in cells]
+    if measures:
+        fig, ax = plt.subplots(figsize=(9, 5))
+        grid = [[cells[(m, f)] if cells[(m, f)] is not None else float("nan") for f in FEATURES] for m in measures]
         im = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1)
         ax.set_xticks(range(len(FEATURES)), FEATURES, rotation=30, ha="right")
-        ax.set_yticks(range(len(phases)), phases)
+        ax.set_yticks(range(len(measures)), measures)
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
-                ax.text(j, i, "-" if v != v else f"{v:.2f}", ha="center", va="center", fontsize=8)
+                ax.text(j, i, "-" if v != v else f"{v:.2f}", ha="center", va="center", fontsize=7)
         fig.colorbar(im, ax=ax, label="Pearson r")
-        ax.set_title("Correlation of each phase with the load")
+        ax.set_title("Correlation of each measure and phase with the load (the load's records)")
         made.append(_save(fig, a.out / "correlations.png", "correlation heat map"))
     return made
 

@@ -4,9 +4,13 @@ model per line, and a summary.
     runs/<run id>/experiment.json          the experiment as run (defaults filled in)
                  /faults.jsonl             every fault injected (FaultRecord)
                  /failovers.jsonl          one per failover the controller handled (FailoverRecord)
+                 /waits.jsonl              each partition through each fault, as the client saw it (PartitionWait)
                  /timelines.jsonl          the controllers' own failover timelines, as recorded (TimelineRecord)
                  /load.jsonl               periodic load samples (LoadSample)
-                 /produced.jsonl           every acknowledged produce (Ack)
+                 /produced.jsonl           every acknowledged produce, the load's and the probes' (Ack)
+                 /produce_errors.jsonl     every record a producer gave up on (ProduceError)
+                 /broker_events.jsonl      the brokers' steps a failover waits on (BrokerEvent)
+                 /client_stats.jsonl       each producer's librdkafka statistics, once a second (ClientStats)
                  /consumed.jsonl           every record consumed, live and in the final read-back (Consumed)
                  /controller_events.jsonl  every controller event: queue wait, processing time (ControllerEventRecord)
                  /controller_requests.jsonl a broker accepting a controller epoch for the first time (ControllerRequestRecord)
@@ -30,6 +34,7 @@ from actors.records import Record
 
 FAULTS = "faults.jsonl"
 FAILOVERS = "failovers.jsonl"
+WAITS = "waits.jsonl"
 LOAD = "load.jsonl"
 PARTITION_STATES = "partition_states.jsonl"
 FINAL_STATE = "final_state.json"
@@ -112,8 +117,54 @@ class FailoverRecord(Record):
     zk_written_ms: float | None = None
     requests_sent_ms: float | None = None
     requests_acked_ms: float | None = None
-    first_produce_ok_ms: dict[str, float] = Field(default_factory=dict)  # affected partition -> first ack after
     load: LoadAtFault
+
+
+class Source(str, Enum):
+    LOAD = "load"  # the load generators' records: the client's queue included
+    PROBE = "probe"  # one record in flight per partition (actors/clients/load.py: Prober)
+
+
+class Role(str, Enum):
+    LEADER = "leader"  # the fault's broker led the partition
+    FOLLOWER = "follower"  # it is one of the partition's replicas, not its leader
+    OTHER = "other"  # neither
+    CLUSTER = "cluster"  # a fault with no broker (a split, a ZooKeeper restart): every partition
+
+
+class PartitionWait(Record):
+    """One partition through one fault, as one producer source saw it."""
+
+    fault_id: int
+    fault_kind: FaultKind
+    partition: str
+    source: Source
+    role: Role
+    fault_ms: float
+    observed_ms: float  # how long after the fault it was observed (the horizon, the next fault, the load's end)
+    recovery_ms: float  # fault -> first acknowledgement of a record sent at or after it
+    recovery_censored: bool = False  # not recovered within observed_ms: recovery_ms is that, at least
+    worst_wait_ms: float
+    worst_wait_censored: bool = False  # a record still unacknowledged when the observation ended
+    records: int  # records in flight at the fault or sent within the horizon
+    rate: float  # the partition's acknowledged records/s over the second before the fault
+    # where the recovery went (jobs/partition_phases.py): each named step's ms since the step before, in
+    # the order they ran
+    phases: dict[str, float] = Field(default_factory=dict)
+    unexplained_ms: float | None = None  # the recovery less its named phases (None: not recovered)
+
+
+class WaitStats(Record):
+    """The two measures over many partition-fault pairs, nearest-rank percentiles."""
+
+    partitions: int  # partition-fault pairs
+    censored: int  # pairs whose recovery was censored
+    recovery_ms_p50: float | None = None
+    recovery_ms_p99: float | None = None
+    recovery_ms_max: float | None = None
+    worst_wait_ms_p50: float | None = None
+    worst_wait_ms_p99: float | None = None
+    worst_wait_ms_max: float | None = None
 
 
 class LoadSample(Record):
@@ -194,8 +245,8 @@ class Summary(Record):
     failovers: int
     acked: int
     consumed: int
-    unavailability_ms_p50: float | None = None
-    unavailability_ms_p99: float | None = None
+    load_ended_ms: float | None = None  # when the load stopped: the end of every fault's observation
+    waits: dict[Source, WaitStats] = Field(default_factory=dict)  # over the partitions the faults touched
     produce_latency_ms_p50: float | None = None  # send -> acknowledgement, every acknowledged record
     produce_latency_ms_p99: float | None = None
     malformed_lines: dict[str, int] = Field(default_factory=dict)

@@ -18,7 +18,7 @@ from typing import Callable
 
 import ray
 
-from actors.clients.load import ConsumerWorker, LoadGenerator, read_back
+from actors.clients.load import ConsumerWorker, LoadGenerator, Prober, read_back
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.controller.changes import imbalanced_leaderships
@@ -26,25 +26,29 @@ from actors.links.shapes import healed
 from actors.names import recorder_name
 from actors.recording import RunRecorder
 from actors.records import (
+    BROKER_EVENTS,
     CONSUMED,
+    PRODUCE_ERRORS,
     PRODUCED,
     TIMELINES,
     Ack,
-    Consumed,
+    BrokerEvent,
     JsonlReader,
     JsonlWriter,
+    ProduceError,
     TimelineRecord,
     tp_key,
 )
 from coordination import admin, zkdata
 from coordination.zkdata import TopicPartition
-from jobs import failovers, rundir
+from jobs import failovers, partition_phases, rundir, waits
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
 from jobs.disk_faults import DISK_FAULTS, describe
 from jobs.check import check_replication, check_run
 from jobs.experiment import Experiment, FaultSpec
-from jobs.failovers import percentile
+from jobs.waits import percentile
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
+from jobs.phases import PHASE_LABELS
 from jobs.rundir import FaultKind, FaultRecord
 from jobs.timeline_page import write_timeline
 
@@ -192,7 +196,10 @@ class ExperimentRun:
                                                         load.acks_code, load.records_per_partition, once=True))
         self.consumers = [ConsumerWorker.remote(self.config, self.partitions[i::load.consumers], i)
                           for i in range(load.consumers)]
-        ray.get([a.start.remote() for a in self.generators + self.consumers], timeout=60)
+        k = min(load.probe_partitions, len(streamed))
+        self.probers = [Prober.remote(self.config, [streamed[i * len(streamed) // k] for i in range(k)],
+                                      load.probe_interval_ms, load.record_size)] if k else []
+        ray.get([a.start.remote() for a in self.generators + self.probers + self.consumers], timeout=60)
         self.chaos = Chaos(self.cluster, self.zk, self.zk_server)
         threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
 
@@ -238,8 +245,9 @@ class ExperimentRun:
         pending = list(enumerate(faults, 1))
         self._recovery_queue = [i for i, spec in pending if spec.after_recovery]
         self._returns_of = returns_awaited(faults)
-        # a fault that waited for recovery keeps the load going as long after it as the schedule planned
-        tail = exp.duration_s - faults[-1].at_s if faults else 0.0
+        # a fault that waited for recovery keeps the load going as long after it as the schedule planned, and
+        # at least the horizon, through which the client's waits are observed
+        tail = max(exp.duration_s - faults[-1].at_s, exp.horizon_s) if faults else 0.0
         while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or any(t.is_alive() for t in threads) \
                 or time.monotonic() < self._last_injected + tail:
             while pending and pending[0][1].at_s <= elapsed:
@@ -254,7 +262,8 @@ class ExperimentRun:
     def _finish(self) -> None:
         exp = self.exp
         self.progress("Load stopped; waiting for the cluster to converge")
-        ray.get([g.stop.remote() for g in self.generators], timeout=300)
+        self.load_ended_ms = now_ms()
+        ray.get([g.stop.remote() for g in self.generators + self.probers], timeout=300)
         ray.get([c.stop.remote() for c in self.consumers], timeout=60)
         if self.load_stopped is not None:
             self.load_stopped()
@@ -476,9 +485,8 @@ class ExperimentRun:
                 log.debug("Sample skipped: %s", e)
 
     def _sample(self, last_acked: int, last_ts: float) -> None:
-        stats = ray.get([g.stats.remote() for g in self.generators] + [c.stats.remote() for c in self.consumers],
-                        timeout=5)
-        self.acked = sum(s.get("acked", 0) for s in stats)
+        stats = ray.get([g.stats.remote() for g in self.generators + self.probers + self.consumers], timeout=5)
+        self.acked = sum(s.get("acked", 0) for s in stats[:len(self.generators)])  # the load's, probes apart
         self.consumed = sum(s.get("consumed", 0) for s in stats)
         self.rate = (self.acked - last_acked) / max(1e-3, time.monotonic() - last_ts)
         controller_id = self.zk.get_controller_id()
@@ -556,30 +564,32 @@ class ExperimentRun:
     def _summarise(self, started: float) -> rundir.Summary:
         reader = JsonlReader(self.run_dir)
         faults = list(reader.lines(rundir.FAULTS, FaultRecord))
-        latency = []  # every acknowledged record's, from the same read that indexes them
-
-        states = list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample))
-        epochs = {(tp_key(c.topic, c.partition), c.offset): c.leader_epoch
-                  for c in reader.lines(CONSUMED, Consumed) if c.final}
+        latency = []  # every acknowledged record's (the load's), from the same read that indexes them
 
         def acks():
             for ack in reader.lines(PRODUCED, Ack):
-                latency.append(ack.acked_ms - ack.sent_ms)
+                if waits.source_of(ack.record_id) is rundir.Source.LOAD:
+                    latency.append(ack.acked_ms - ack.sent_ms)
                 yield ack
-        records = failovers.compose(
-            list(reader.lines(TIMELINES, TimelineRecord)), faults,
-            failovers.AckIndex(failovers.attribute(acks(), epochs, failovers.epoch_leaders(states))),
-            list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms, self.exp.detector,
-            states if self.exp.load.acks_code == -1 else None)
+        records = failovers.compose(list(reader.lines(TIMELINES, TimelineRecord)), faults,
+                                    list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms,
+                                    self.exp.detector)
         self.writer.write(rundir.FAILOVERS, records)
+        load_ended = getattr(self, "load_ended_ms", now_ms())
+        measured = waits.partition_waits(
+            faults, waits.deliveries_of(acks(), reader.lines(PRODUCE_ERRORS, ProduceError)),
+            list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)), self.exp.horizon_s * 1000, load_ended,
+            final.assignments if (final := reader.document(rundir.FINAL_STATE, rundir.FinalState)) else None)
+        measured = partition_phases.explain(measured, faults, records, reader.lines(BROKER_EVENTS, BrokerEvent))
+        self.writer.write(rundir.WAITS, measured)
         check = check_run(self.run_dir)
-        unavailable = sorted(failovers.unavailability_ms(records))
         latency.sort()
         summary = rundir.Summary(
             run_id=self.run_dir.name, experiment=self.exp.name, started_ms=started, ended_ms=now_ms(),
             faults=len(faults), failovers=len(records), acked=check.counts.get("acked", 0),
-            consumed=check.counts.get("consumed_live", 0),
-            unavailability_ms_p50=percentile(unavailable, 50), unavailability_ms_p99=percentile(unavailable, 99),
+            consumed=check.counts.get("consumed_live", 0), load_ended_ms=load_ended,
+            waits={source: waits.stats(w for w in measured if w.source is source and waits.touched(w))
+                   for source in rundir.Source},
             produce_latency_ms_p50=percentile(latency, 50), produce_latency_ms_p99=percentile(latency, 99),
             malformed_lines={**reader.malformed, **check.malformed_lines}, check=check)
         self.writer.document(rundir.SUMMARY, summary)
@@ -593,32 +603,58 @@ _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_
 
 
 def report(run_dir: Path) -> str:
-    """What a run did, for people: its failovers, phase by phase, and its summary with the invariant checks
-    made when it ended (not made again: they read every record)."""
+    """What a run did, for people: its failovers phase by phase (the controller's part), what the client
+    waited through each fault (recovery and worst wait, the load's and the probes'), and its summary
+    with the invariant checks made when it ended (not made again: they read every record)."""
     reader = JsonlReader(run_dir)
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
     faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, FaultRecord)}
-    lines = [f"{'failover':<24}{'fault':<28}{'detect':>8}{'queue':>7}{'zk':>7}{'acked':>8}{'partitions':>11}"
-             f"{'unavailable p50/max ms':>24}"]
+    lines = [f"{'failover':<24}{'fault':<28}{'detect':>8}{'queue':>7}{'zk':>7}{'acked':>8}{'partitions':>11}"]
 
     def ms(a: float | None, b: float | None) -> str:
         return f"{a - b:.0f}" if a is not None and b is not None else "-"
     for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord):
         fault = faults.get(f.fault_id)
-        what = fault.label if fault else "(none)"
-        down = sorted(ok - f.fault_injected_ms for ok in f.first_produce_ok_ms.values()) \
-            if f.fault_injected_ms is not None else []
-        lines.append(f"{f.kind + ' ' + ','.join(map(str, f.brokers)):<24}{what:<28}"
+        lines.append(f"{f.kind + ' ' + ','.join(map(str, f.brokers)):<24}{fault.label if fault else '(none)':<28}"
                      f"{ms(f.detected_ms, f.fault_injected_ms):>8}{ms(f.processing_started_ms, f.detected_ms):>7}"
                      f"{ms(f.zk_written_ms, f.processing_started_ms):>7}{ms(f.requests_acked_ms, f.detected_ms):>8}"
-                     f"{f.load.partitions_affected:>11}"
-                     f"{(f'{percentile(down, 50):.0f} / {down[-1]:.0f}' if down else '-'):>24}")
+                     f"{f.load.partitions_affected:>11}")
+    lines += ["", "What the client waited, per fault: the partitions it touched (led or followed by its broker, or "
+              "all for a fault with no broker), and its bystanders' worst wait",
+              f"{'fault':<28}{'source':<7}{'touched':>8}{'censored':>9}{'recovery p50/p99/max ms':>26}"
+              f"{'worst wait p50/p99/max ms':>28}{'others p99/max':>16}"]
+    measured = list(reader.lines(rundir.WAITS, rundir.PartitionWait))
+    for (fault_id, source), group in waits.by_fault(measured).items():
+        fault = faults.get(fault_id)
+        mine = waits.stats(w for w in group if waits.touched(w))
+        others = waits.stats(w for w in group if not waits.touched(w))
+        lines.append(f"{fault.label if fault else fault_id:<28}{source.value:<7}{mine.partitions:>8}{mine.censored:>9}"
+                     f"{_three(mine.recovery_ms_p50, mine.recovery_ms_p99, mine.recovery_ms_max):>26}"
+                     f"{_three(mine.worst_wait_ms_p50, mine.worst_wait_ms_p99, mine.worst_wait_ms_max):>28}"
+                     f"{_fmt(others.worst_wait_ms_p99) + ' / ' + _fmt(others.worst_wait_ms_max):>16}")
+    lines += ["", "Where the recovery went, per fault: each phase's mean ms over the partitions it touched "
+              "(jobs/partition_phases.py), the unexplained rest and its share of the recovery"]
+    short = PHASE_LABELS
+    lines.append(f"{'fault':<28}{'source':<7}{'recovery':>9}" + "".join(f"{n:>7}" for n in short.values())
+                 + f"{'rest':>8}{'share':>7}")
+    for (fault_id, source), group in waits.by_fault(measured).items():
+        mine = [w for w in group if waits.touched(w)]
+        if not mine:
+            continue
+        fault = faults.get(fault_id)
+        recovery = sum(w.recovery_ms for w in mine)
+        rest = sum(w.unexplained_ms or 0.0 for w in mine)
+        lines.append(f"{fault.label if fault else fault_id:<28}{source.value:<7}{recovery / len(mine):>9.0f}"
+                     + "".join(f"{sum(w.phases.get(p, 0.0) for w in mine) / len(mine):>7.0f}" for p in short)
+                     + f"{rest / len(mine):>8.0f}{rest / recovery if recovery else 0:>7.0%}")
     if summary is not None:
         lines.append(f"\n{summary.faults} faults, {summary.failovers} failovers, {summary.acked:,} records "
-                     f"acknowledged, {summary.consumed:,} consumed live; unavailability p50 "
-                     f"{_fmt(summary.unavailability_ms_p50)} ms, p99 {_fmt(summary.unavailability_ms_p99)} ms; "
-                     f"produce latency p50 {_fmt(summary.produce_latency_ms_p50)} ms, "
-                     f"p99 {_fmt(summary.produce_latency_ms_p99)} ms")
+                     f"acknowledged, {summary.consumed:,} consumed live; produce latency p50 "
+                     f"{_fmt(summary.produce_latency_ms_p50)} ms, p99 {_fmt(summary.produce_latency_ms_p99)} ms")
+        for source, st in summary.waits.items():
+            lines.append(f"{source.value}: {st.partitions:,} partition-faults touched, {st.censored} censored; recovery "
+                         f"p50/p99/max {_three(st.recovery_ms_p50, st.recovery_ms_p99, st.recovery_ms_max)} ms; "
+                         f"worst wait p50/p99/max {_three(st.worst_wait_ms_p50, st.worst_wait_ms_p99, st.worst_wait_ms_max)} ms")
         lines.append(summary.check.render())
     else:
         lines.append(f"\nNo readable {rundir.SUMMARY}: `kray check {run_dir}` checks the invariants")
@@ -626,6 +662,10 @@ def report(run_dir: Path) -> str:
     if (run_dir / rundir.TIMELINE).exists():
         lines.append(f"Timeline: {run_dir / rundir.TIMELINE} (open it in a browser)")
     return "\n".join(lines)
+
+
+def _three(*values: float | None) -> str:
+    return " / ".join(map(_fmt, values))
 
 
 def _fmt(value: float | None) -> str:

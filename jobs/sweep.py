@@ -20,6 +20,7 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
     down_s: 2
     spacing_s: 6                     # seconds between kills (more is added with the detector off);
                                      # a kill also waits until the cluster has recovered from the last
+    horizon_s: 30                    # how long after each kill the client's waits are observed
     grow_partitions: false           # true: one experiment per (brokers, rate, detector) whose load
                                      # grows through the partition counts (a topic added for each next
                                      # count, once every broker is back), `kills` at each count
@@ -63,6 +64,8 @@ class Sweep(BaseModel):
     down_s: float = Field(2.0, gt=0)
     spacing_s: float = Field(6.0, gt=0)
     settle_s: float = Field(30.0, ge=0)
+    horizon_s: float = Field(30.0, gt=0, description="how long after each kill the client's waits are observed "
+                             "(the load runs at least this long after the last kill)")
     seed: int = 1
     grow_partitions: bool = Field(False, description="one experiment per (brokers, rate, detector) instead of one "
                                   "per partition count: it starts with the smallest count's topic and adds a topic "
@@ -106,7 +109,7 @@ class Sweep(BaseModel):
                 load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
                 schedule=[FaultSpec(at_s=3 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller",
                                     seconds=self.down_s, after_recovery=True) for i in range(kills)],
-                duration_s=3 + kills * spacing, settle_s=self.settle_s, seed=self.seed))
+                duration_s=3 + kills * spacing, settle_s=self.settle_s, horizon_s=self.horizon_s, seed=self.seed))
         return out
 
     def _topics(self, stage: list[int]) -> list[dict]:
@@ -117,7 +120,9 @@ class Sweep(BaseModel):
                 for i, count in enumerate(stage)]
 
 
-QUICK = Sweep(grow_partitions=True, kills=1)  # make demo's: the detector on and off, 60 to 1,000 partitions
+# make demo's: the detector on and off, 60 to 1,000 partitions; each kill's waits observed 15 s (a kill waits
+# for the cluster to recover from the one before, so only the last kill's adds to the run)
+QUICK = Sweep(grow_partitions=True, kills=1, horizon_s=15)
 
 
 def load_sweep(path: str | Path) -> Sweep:

@@ -1,7 +1,7 @@
 """The timeline page of a run directory (timeline.html): what the faults did, at a glance, on one time
 axis. Produce throughput and latency (produced.jsonl), ISR sizes and offline partitions
-(partition_states.jsonl), controller epochs (load.jsonl), each partition's client-visible
-unavailability (failovers.jsonl, as the summary's percentiles count it), and every fault
+(partition_states.jsonl), controller epochs (load.jsonl), each partition's wait through each fault
+(waits.jsonl: its recovery and its worst wait, as the summary counts them), and every fault
 (faults.jsonl) shaded across all of them with its kind and target.
 
 The page is one file opened from disk: SVG drawn here, inline CSS, and a few lines of script (a
@@ -11,8 +11,8 @@ them from a run directory and writes the page beside them (the runner, after sum
 cut short left is enough: a missing file draws an empty chart, malformed lines are skipped.
 
 Sized for runs of 1,000 partitions: partition state is drawn as counts (partitions per ISR size),
-and only the partitions that were unavailable get a bar, longest first, at most
-MAX_UNAVAILABLE_ROWS of them and a note of how many more.
+and only the partitions the faults touched get a bar (the load's waits, the probes' where no load
+was measured), longest first, at most MAX_UNAVAILABLE_ROWS of them and a note of how many more.
 """
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ from typing import Iterable, NamedTuple
 
 from actors.records import PRODUCED, Ack, JsonlReader
 from jobs import rundir
-from jobs.failovers import UnavailableWindow, percentile, unavailable_windows
-from jobs.rundir import FailoverRecord, FaultRecord, LoadSample, StateSample, Summary
+from jobs.phases import PARTITION_PHASES
+from jobs.rundir import FaultRecord, LoadSample, PartitionWait, Source, StateSample, Summary
+from jobs.waits import percentile, source_of, touched
 
 MAX_UNAVAILABLE_ROWS = 40
 MAX_BUCKETS = 240  # produce throughput and latency points across the run
@@ -36,6 +37,9 @@ ROW = 16  # a lane's row: a fault label, a partition's bar
 FAULT_FILL = "#f4a261"
 COLORS = ["#1d3557", "#2a9d8f", "#e9c46a", "#8d99ae", "#6a4c93"]  # one per ISR size, largest first
 OFFLINE = "#d62828"
+# a partition's phases (jobs/phases.py: PARTITION_PHASES), drawn over its recovery bar; what is left red is unexplained
+PHASE_COLORS = dict(zip(PARTITION_PHASES, ["#f4a261", "#8d99ae", "#6a4c93", "#1d3557", "#457b9d", "#2a9d8f",
+                                           "#83c5be", "#a8dadc", "#e9c46a", "#ffb4a2", "#b5838d"]))
 
 
 class Axis(NamedTuple):
@@ -111,30 +115,33 @@ def controller_changes(samples: list[LoadSample]) -> list[LoadSample]:
     return out
 
 
-def unavailable_partitions(windows: list[UnavailableWindow]) -> list[tuple[str, list[UnavailableWindow]]]:
-    """Each partition that was unavailable with its windows, the longest total first."""
-    by_partition: dict[str, list[UnavailableWindow]] = defaultdict(list)
-    for w in windows:
-        by_partition[w.partition].append(w)
-    return sorted(by_partition.items(), key=lambda item: (-sum(w.end_ms - w.start_ms for w in item[1]), item[0]))
+def unavailable_partitions(waits: list[PartitionWait]) -> list[tuple[str, list[PartitionWait]]]:
+    """Each partition a fault touched with its waits (the load's, or the probes' where the load has none
+    of that partition and fault), the longest total recovery first."""
+    mine = [w for w in waits if touched(w)]
+    loaded = {(w.fault_id, w.partition) for w in mine if w.source is Source.LOAD}
+    by_partition: dict[str, list[PartitionWait]] = defaultdict(list)
+    for w in mine:
+        if w.source is Source.LOAD or (w.fault_id, w.partition) not in loaded:
+            by_partition[w.partition].append(w)
+    return sorted(by_partition.items(), key=lambda item: (-sum(w.recovery_ms for w in item[1]), item[0]))
 
 
 def _axis(faults: list[FaultRecord], load: list[LoadSample], isr: list[IsrCount],
-          windows: list[UnavailableWindow]) -> Axis | None:
+          waits: list[PartitionWait]) -> Axis | None:
     times = [t for f in faults for t in (f.injected_ms, f.ended_ms) if t is not None]
-    times += [s.ts_ms for s in load] + [c.ts_ms for c in isr] + [t for w in windows for t in (w.start_ms, w.end_ms)]
+    times += [s.ts_ms for s in load] + [c.ts_ms for c in isr] + [w.fault_ms + w.recovery_ms for w in waits]
     return Axis(min(times), max(times)) if times else None
 
 
 def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample], states: Iterable[StateSample],
-                  failovers: list[FailoverRecord], acks: Iterable[Ack], summary: Summary | None = None) -> str:
+                  waits: list[PartitionWait], acks: Iterable[Ack], summary: Summary | None = None) -> str:
     """The page. `states` and `acks` are read once, as they stream (partition_states.jsonl and
     produced.jsonl are a run's largest files)."""
     faults = sorted(faults, key=lambda f: (f.injected_ms, f.fault_id))
     load = sorted(load, key=lambda s: s.ts_ms)
     counts = sorted(map(IsrCount.of, states), key=lambda c: c.ts_ms)
-    windows = unavailable_windows(failovers)
-    provisional = _axis(faults, load, counts, windows)
+    provisional = _axis(faults, load, counts, waits)
     origin = provisional.start_ms if provisional else 0.0
     span = provisional.end_ms - origin if provisional else 0.0
     produce = produce_series(acks, origin, max(1000.0, math.ceil(span / MAX_BUCKETS / 1000) * 1000))
@@ -154,7 +161,7 @@ def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample],
         _section("ISR sizes", "partitions per ISR size and offline partitions, at each ZooKeeper sample",
                  _chart(isr, faults, axis, "no ZooKeeper samples"), isr),
         _section("Controller", "the first load sample of each controller epoch", _controller_lane(load, faults, axis)),
-        _unavailable_section(windows, faults, axis, counts[-1].partitions if counts else None),
+        _unavailable_section(waits, faults, axis, counts[-1].partitions if counts else None),
     ]
     return PAGE.format(
         title=escape(title), header=_header(title, summary, axis, len(faults)), sections="\n".join(sections),
@@ -169,7 +176,8 @@ def write_timeline(run_dir: Path) -> Path:
     page = timeline_html(
         run_dir.name, list(reader.lines(rundir.FAULTS, FaultRecord)), list(reader.lines(rundir.LOAD, LoadSample)),
         reader.lines(rundir.PARTITION_STATES, StateSample),
-        list(reader.lines(rundir.FAILOVERS, FailoverRecord)), reader.lines(PRODUCED, Ack),
+        list(reader.lines(rundir.WAITS, PartitionWait)),
+        (a for a in reader.lines(PRODUCED, Ack) if source_of(a.record_id) is Source.LOAD),
         reader.document(rundir.SUMMARY, Summary))
     path = run_dir / rundir.TIMELINE
     path.write_text(page)
@@ -309,9 +317,9 @@ def _controller_lane(load: list[LoadSample], faults: list[FaultRecord], axis: Ax
     return _svg(top + height + 20, body)
 
 
-def _unavailable_section(windows: list[UnavailableWindow], faults: list[FaultRecord], axis: Axis,
+def _unavailable_section(waits: list[PartitionWait], faults: list[FaultRecord], axis: Axis,
                          partitions: int | None) -> str:
-    rows = unavailable_partitions(windows)
+    rows = unavailable_partitions(waits)
     shown = rows[:MAX_UNAVAILABLE_ROWS]
     top, height = 8, max(1, len(shown)) * ROW
     body = _lane(faults, axis, top, height)
@@ -321,24 +329,41 @@ def _unavailable_section(windows: list[UnavailableWindow], faults: list[FaultRec
         body.append(f'<text class="tick" x="{LEFT - 6}" y="{y + ROW - 4}" text-anchor="end">{escape(tp[-18:])}'
                     f'<title>{escape(tp)}</title></text>')
         for w in ws:
-            tip = escape(f"{tp}: unavailable {w.end_ms - w.start_ms:,.0f} ms from fault {w.fault_id}"
+            tip = escape(f"{tp} ({w.role.value}, {w.source.value}): recovery {w.recovery_ms:,.0f} ms"
+                         + (" or more (censored)" if w.recovery_censored else "")
+                         + f", worst wait {w.worst_wait_ms:,.0f} ms"
+                         + (" or more" if w.worst_wait_censored else "") + f" from fault {w.fault_id}"
                          + (f" ({labels[w.fault_id]})" if w.fault_id in labels else ""))
-            body.append(f'<rect class="unavailable" x="{axis.x(w.start_ms):.1f}" y="{y + 2}" '
-                        f'width="{max(1.5, axis.x(w.end_ms) - axis.x(w.start_ms)):.1f}" height="{ROW - 4}">'
-                        f'<title>{tip}</title></rect>')
+            start, end = axis.x(w.fault_ms), axis.x(w.fault_ms + w.recovery_ms)
+            body.append(f'<rect class="{"censored" if w.recovery_censored else "unavailable"}" x="{start:.1f}" '
+                        f'y="{y + 2}" width="{max(1.5, end - start):.1f}" height="{ROW - 4}"><title>{tip}</title></rect>')
+            at = w.fault_ms
+            for phase, ms in w.phases.items():  # in the order they ran; the red left over is unexplained
+                x0, x1 = axis.x(at), axis.x(at + ms)
+                at += ms
+                if x1 - x0 >= 0.5:
+                    body.append(f'<rect class="phase" x="{x0:.1f}" y="{y + 2}" width="{x1 - x0:.1f}" height="{ROW - 4}" '
+                                f'fill="{PHASE_COLORS.get(phase, "#999")}"><title>{escape(f"{tp}: {phase} {ms:,.0f} ms")}'
+                                f'</title></rect>')
+            worst = axis.x(w.fault_ms + w.worst_wait_ms)
+            body.append(f'<line class="worst" x1="{start:.1f}" x2="{max(start + 1.5, worst):.1f}" y1="{y + ROW - 2}" '
+                        f'y2="{y + ROW - 2}"><title>{tip}</title></line>')
     if not rows:
-        body.append(_empty_note(top + ROW - 4, "no recoveries recorded: failovers.jsonl measures those of "
-                                               "faults that take a leader down"))
+        body.append(_empty_note(top + ROW - 4, "no partition was measured through a fault (waits.jsonl)"))
     of = f" of {partitions:,}" if partitions is not None else ""
-    note = f"{len(rows):,}{of} partitions, from a fault to their first acknowledged produce after it"
+    note = (f"{len(rows):,}{of} partitions the faults touched: a bar from the fault to the partition's recovery, "
+            f"coloured by phase, red where unexplained (dashed: censored, not recovered within the horizon); a "
+            f"line as long as its worst wait")
     if len(rows) > len(shown):
-        rest = sum(w.end_ms - w.start_ms for _, ws in rows[len(shown):] for w in ws)
+        rest = sum(w.recovery_ms for _, ws in rows[len(shown):] for w in ws)
         note += f"; the longest {len(shown)} shown"
-        more = f'<p class="more">{len(rows) - len(shown):,} more partitions were unavailable ' \
-               f'({rest / 1000:,.1f} s in all), each for less time than those shown.</p>'
+        more = f'<p class="more">{len(rows) - len(shown):,} more partitions waited ' \
+               f'({rest / 1000:,.1f} s of recovery in all), each for less time than those shown.</p>'
     else:
         more = ""
-    return _section("Unavailable partitions", note, _svg(top + height + 20, body) + more)
+    legend = [Series(p[:-3].replace("_", " "), c, []) for p, c in PHASE_COLORS.items()] + \
+        [Series("unexplained", OFFLINE, [])]
+    return _section("Partitions waiting", note, _svg(top + height + 20, body) + more, legend)
 
 
 def _section(title: str, note: str, content: str, legend: list[Series] = ()) -> str:
@@ -353,8 +378,9 @@ def _header(title: str, summary: Summary | None, axis: Axis, faults: int) -> str
         def ms(v: float | None) -> str:
             return "-" if v is None else f"{v:,.0f}"
         facts += [f"{summary.failovers} failovers", f"{summary.acked:,} records acknowledged",
-                  f"unavailability p50 / p99 {ms(summary.unavailability_ms_p50)} / "
-                  f"{ms(summary.unavailability_ms_p99)} ms",
+                  *(f"{source.value}: recovery p50 / p99 {ms(st.recovery_ms_p50)} / {ms(st.recovery_ms_p99)} ms, "
+                    f"worst wait p50 / p99 {ms(st.worst_wait_ms_p50)} / {ms(st.worst_wait_ms_p99)} ms, "
+                    f"{st.censored} censored" for source, st in summary.waits.items() if st.partitions),
                   f"produce latency p50 / p99 {ms(summary.produce_latency_ms_p50)} / "
                   f"{ms(summary.produce_latency_ms_p99)} ms",
                   "invariants OK" if summary.check.ok else "invariants FAILED (kray check)"]
@@ -414,6 +440,8 @@ svg .empty {{ fill: #999; }}
 .fault {{ fill: {fault}; fill-opacity: 0.25; }}
 .fault.instant {{ fill-opacity: 0.9; }}
 .unavailable {{ fill: {offline}; }}
+.censored {{ fill: {offline}; fill-opacity: 0.45; stroke: {offline}; stroke-dasharray: 3 2; }}
+.worst {{ stroke: #1d3557; stroke-width: 2; }}
 .cursor {{ stroke: #000; stroke-dasharray: 3 3; }}
 .more {{ color: #666; margin: 2px 0 0 {left}px; }}
 table {{ border-collapse: collapse; margin-top: 14px; }}

@@ -25,6 +25,7 @@ import uvloop
 from pydantic import Field, TypeAdapter, ValidationError
 
 from actors import records
+from actors.broker.events import BrokerEvents
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
 from actors.broker.log_config import LogConfig
@@ -101,7 +102,8 @@ class BrokerActor:
         self.replica_manager = ReplicaManager(broker_id, config.log_dirs_of(broker_id), self._log_config,
                                               in_metadata=lambda tp: tp in self.metadata_cache.partitions,
                                               expand_isr=lambda replica, tps: self.isr.expand(tps, replica),
-                                              alive_broker_epoch=self.metadata_cache.alive_broker_epoch)
+                                              alive_broker_epoch=self.metadata_cache.alive_broker_epoch,
+                                              events=BrokerEvents(broker_id, self.sink))
         # Kafka's LogDirFailureHandler: a failed directory is handled on the data plane's loop
         self.replica_manager.failure_channel.on_offline = \
             lambda d: self.loop.call_soon_threadsafe(self._handle_log_dir_failure, d)
@@ -345,6 +347,7 @@ class BrokerActor:
                 self.metadata_cache.update(request)
                 if not self.servers[CLIENT_LISTENER].serving:
                     self._start_serving()
+                self.replica_manager.events.update_metadata(request.controller_epoch, len(request.partition_states))
                 changed = self.metadata_cache.incarnations_since(before)
                 if changed:
                     self._on_loop(lambda: self.replica_manager.forget_followers(changed))

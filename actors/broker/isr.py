@@ -114,6 +114,7 @@ class IsrManager:
                             tp, self.broker_id, state.zk_version)
             return
         self.on_loop(lambda: partition.update_isr(isr, stat.version, state.leader_epoch))
+        self.rm.events.isr_change(tp, state.leader_epoch, isr, f"{verb} from {','.join(map(str, state.isr))}")
         log.info("[Partition %s broker=%d] %s ISR from %s to %s; zkVersion updated to %d", tp, self.broker_id, verb,
                  ",".join(map(str, state.isr)), ",".join(map(str, isr)), stat.version)
         with self._lock:

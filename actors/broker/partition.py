@@ -69,7 +69,8 @@ HwWaiter = Callable[[Errors], None]
 
 class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log: Log, config: LogConfig,
-                 high_watermark_: int = 0, listener: Callable[["Partition", bool], None] = lambda p, hw_only: None):
+                 high_watermark_: int = 0, listener: Callable[["Partition", bool], None] = lambda p, hw_only: None,
+                 on_truncate: Callable[[int, int, int], None] = lambda leader_epoch, before, after: None):
         self.topic, self.partition, self.broker_id, self.log, self.config = topic, partition, broker_id, log, config
         self.state = LeaderAndIsrState(-1, -1, (), (), -1)
         self.high_watermark = max(log.log_start_offset, min(high_watermark_, log.log_end_offset))
@@ -80,6 +81,7 @@ class Partition:
         self.leader_term = 0  # counts the times this replica started or stopped leading
         self.stopped = False  # StopReplica: a fetcher still holding this object must leave it alone
         self.listener = listener  # told of every change a waiting fetch may care about
+        self.on_truncate = on_truncate  # (leader epoch, log end before, after): for the run's record
         self._hw_waiters: list[tuple[int, int, HwWaiter]] = []  # (offset, term, callback), acks=all produces
 
     @property
@@ -329,16 +331,20 @@ class Partition:
     def truncate_to(self, offset: int, leader_epoch: int) -> bool:
         if not self.following(leader_epoch):
             return False
+        before = self.log.log_end_offset
         if self.log.truncate_to(offset):
             self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
             self.producers.truncate(self.log, self.log.log_end_offset)
+            self.on_truncate(leader_epoch, before, self.log.log_end_offset)
         return True
 
     def truncate_fully_and_start_at(self, offset: int, leader_epoch: int) -> bool:
         """The leader's log starts beyond this whole log (Kafka's handleOutOfRangeError): start again there."""
         if not self.following(leader_epoch):
             return False
+        before = self.log.log_end_offset
         self.log.truncate_fully_and_start_at(offset)
+        self.on_truncate(leader_epoch, before, -1)  # everything, whatever the offset it starts at
         self.high_watermark = offset
         self.producers.truncate(self.log, offset)
         return True

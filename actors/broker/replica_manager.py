@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.events import BrokerEvents
 from actors.broker.errors import (
     FencedLeaderEpochException,
     KafkaStorageException,
@@ -134,8 +135,10 @@ class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path | list[Path], config_for: Callable[[str], LogConfig],
                  in_metadata: Callable[[TopicPartition], bool] = lambda tp: True,
                  expand_isr: Callable[[int, list[TopicPartition]], object] = lambda replica, tps: None,
-                 alive_broker_epoch: Callable[[int], int | None] = lambda broker_id: None):
+                 alive_broker_epoch: Callable[[int], int | None] = lambda broker_id: None,
+                 events: BrokerEvents | None = None):
         self.broker_id = broker_id
+        self.events = events or BrokerEvents(broker_id)  # what the run directory hears of (nothing by default)
         self.expand_isr = expand_isr  # (follower, partitions whose ISR it may join): the shell writes them
         self.alive_broker_epoch = alive_broker_epoch  # a live broker's epoch in the metadata cache, None if dead
         self.config_for = config_for  # a topic's LogConfig (its overrides over the broker's defaults)
@@ -290,7 +293,9 @@ class ReplicaManager:
             if log.recovery:
                 state_change_log.warning("[Broker id=%d] Log of %s recovered: %s", self.broker_id, tp, log.recovery)
             self.partitions[tp] = Partition(tp.topic, tp.partition, self.broker_id, log, config,
-                                            self._checkpointed.get(tp, 0), listener=self._changed)
+                                            self._checkpointed.get(tp, 0), listener=self._changed,
+                                            on_truncate=lambda epoch, before, after: self.events.truncation(
+                                                tp, epoch, before, after))
         return self.partitions[tp]
 
     def update_log_config(self, topic: str, config: LogConfig) -> None:
@@ -304,6 +309,8 @@ class ReplicaManager:
         """A partition changed (records, high watermark, role): sessions read it again, and the fetches
         waiting on it answer."""
         tp = TopicPartition(partition.topic, partition.partition)
+        if partition.is_leader:
+            self.events.high_watermark(tp, partition.state, partition.state.leader_epoch, partition.high_watermark)
         self.fetch_sessions.mark(tp)
         for fetch in self._waiting:
             if tp in fetch.keys and not (hw_only and fetch.follower):
@@ -353,6 +360,8 @@ class ReplicaManager:
         results = []
         debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
         now = now_ms()
+        led: dict[TopicPartition, int] = {}
+        followed: dict[TopicPartition, int] = {}
         for st in request.partition_states:
             tp = TopicPartition(st.topic, st.partition)
             current = self.partitions.get(tp)
@@ -399,6 +408,7 @@ class ReplicaManager:
                                                else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
                                                request.controller_id, request.controller_epoch)
                     code = Errors.NONE
+                    (led if st.leader == self.broker_id else followed)[tp] = st.leader_epoch
             else:
                 if debug:
                     state_change_log.debug("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch "
@@ -413,6 +423,7 @@ class ReplicaManager:
         for r in results:
             counts[r.error_code] += 1
         self.wake_fetches()
+        self.events.leader_and_isr(request.controller_epoch, led, followed)
         state_change_log.info("[Broker id=%d] Handled LeaderAndIsr request from controller %d epoch %d for %d "
                               "partitions: %d applied, %d with a stale leader epoch, %d not assigned here, %d in an "
                               "offline log directory", self.broker_id, request.controller_id,
@@ -468,15 +479,18 @@ class ReplicaManager:
                     raise self.io_failed(self._dir_of(partition), f"appending to {tp}", e) from None
                 results[tp] = ProduceResult(tp.topic, tp.partition, int(Errors.NONE), appended.first_offset,
                                             appended.log_start_offset)
+                self.events.client_append(tp, partition.state, partition.state.leader_epoch, partition.high_watermark)
                 if acks == -1:
                     waits.append((tp, partition, appended.last_offset, appended.term))
             except KrayError as e:
                 results[tp] = ProduceResult(tp.topic, tp.partition, int(e.error), error_message=str(e))
+                self.events.produce_error(tp, e.error)
         if waits:
             errors = await DelayedProduce(waits, timeout_ms / 1000).future
             for tp, error in errors.items():
                 if error != Errors.NONE:
                     results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
+                    self.events.produce_error(tp, error)
         return list(results.values())
 
     # -- fetch ---------------------------------------------------------------
@@ -549,6 +563,8 @@ class ReplicaManager:
                 except OSError as e:
                     raise self.io_failed(self._dir_of(partition), f"reading from {tp}", e) from None
                 budget -= len(got.records)
+                if arrival and params.replica_id >= 0:
+                    self.events.follower_fetch(tp, params.replica_id, partition.state.leader_epoch)
                 out[tp] = FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
                                            got.log_start_offset, got.records, got.diverging_epoch, got.log_end_offset)
             except KrayError as e:

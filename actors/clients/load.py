@@ -6,10 +6,12 @@ row, at a target rate or (rate 0) as fast as its window of unacknowledged record
 batches, retries and keeps each partition's order, idempotent with acks=all as Kafka's default.
 Retries back off from 20 ms up to 100 ms (retry.backoff.max.ms): librdkafka's default ceiling of a
 second also paces its queries for a leader it has lost.
-Every acknowledged record is recorded (produced.jsonl) with when it was sent and acknowledged; the
-leader epoch and broker that acknowledged it are not in Kafka's produce response, so they are
-filled in afterwards from the final read-back (each record carries its leader's epoch) and the
-ZooKeeper samples (jobs/failovers.py). A ConsumerWorker follows the same partitions from offset 0
+Every acknowledged record is recorded (produced.jsonl) with when it was sent and acknowledged, every
+record the client gave up on (produce_errors.jsonl), and librdkafka's statistics once a second
+(client_stats.jsonl: per broker round trip, queue latency, requests waiting; per partition the
+leader it knows and the records waiting). A Prober sends one record at a time to each of its
+partitions beside the load, so that a partition's availability is measured apart from the load
+client's queue (jobs/waits.py). A ConsumerWorker follows the same partitions from offset 0
 and records every record it reads (consumed.jsonl). `read_back` reads partitions from the start to
 their high watermark, for the final check.
 
@@ -18,6 +20,8 @@ record size.
 """
 from __future__ import annotations
 
+import heapq
+import json
 import logging
 import threading
 import time
@@ -27,7 +31,7 @@ import ray
 
 from actors import records
 from actors.clients.consumer import Consumer, ConsumedRecord
-from actors.clients.producer import producer_config
+from actors.clients.producer import client_stats, producer_config
 from actors.config import ClusterConfig
 from actors.recording import RecordSink
 from actors.runtime import configure_actor_process, rss_mb
@@ -37,6 +41,7 @@ log = logging.getLogger(__name__)
 
 PAD = b" "
 WINDOW_PER_PARTITION = 8  # unacknowledged records per partition a streaming generator allows
+STATS_INTERVAL_MS = 1000  # librdkafka's statistics, into client_stats.jsonl
 
 
 def record_value(record_id: str, size: int) -> bytes:
@@ -57,74 +62,60 @@ def bootstrap_servers(config: ClusterConfig) -> str:
         return zk.bootstrap_servers()
 
 
-@ray.remote(num_cpus=0, max_concurrency=4)
-class LoadGenerator:
-    def __init__(self, index: int, config: ClusterConfig, partitions: list[TopicPartition], rate: float,
-                 record_size: int, acks: int, records_per_partition: int = 1, retry_backoff_ms: int = 20,
-                 linger_ms: int = 1, once: bool = False):
-        """`once`: each partition gets records_per_partition records, then none (idle partitions)."""
+class _Producing:
+    """A named producer that records what its client saw: every acknowledgement (produced.jsonl), every
+    record it gave up on (produce_errors.jsonl), and librdkafka's statistics once a second
+    (client_stats.jsonl). Produces and delivery callbacks run on one thread, the subclass's `_loop`."""
+
+    def __init__(self, name: str, config: ClusterConfig, acks: int, record_size: int, **overrides):
         configure_actor_process()
-        self.name = f"p{index}"
-        self.partitions = list(partitions)
-        self.rate, self.record_size, self.per_partition = rate, record_size, records_per_partition
-        self.once = once
+        self.name, self.record_size = name, record_size
         self.producer = confluent_kafka.Producer(producer_config(
-            bootstrap_servers(config), acks, **{"retry.backoff.ms": retry_backoff_ms,
-                                                "retry.backoff.max.ms": 5 * retry_backoff_ms, "linger.ms": linger_ms,
-                                                "queue.buffering.max.messages": 1_000_000}))
-        self.window = max(1, len(partitions)) * WINDOW_PER_PARTITION * records_per_partition
+            bootstrap_servers(config), acks, **{"statistics.interval.ms": STATS_INTERVAL_MS, **overrides},
+            stats_cb=self._on_stats))
         self.sink = RecordSink(config.recorder, config.namespace)
-        self.sequence = self.acked = 0
-        self.errors: list[str] = []
+        self.sequence = self.acked = self.failed = 0
+        self.last_error: str | None = None
         self._acked_partitions: set[tuple[str, int]] = set()  # those with an acknowledged record
-        self._pace = (rate, time.monotonic(), 0)  # records/s, since when, the sequence then
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"load-{self.name}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"load-{name}", daemon=True)
 
     def start(self) -> None:
-        self._pace = (self.rate, time.monotonic(), self.sequence)
         self._thread.start()
 
-    def add_partitions(self, partitions: list[TopicPartition], rate: float) -> None:
-        """Load these partitions too from now on (a topic created during a run), at `rate` records/s in
-        all (0: streaming, the window grows with the partitions)."""
-        self.window = max(1, len(self.partitions) + len(partitions)) * WINDOW_PER_PARTITION * self.per_partition
-        self.partitions = self.partitions + list(partitions)
-        self.rate, self._pace = rate, (rate, time.monotonic(), self.sequence)
+    def _loop(self) -> None:
+        raise NotImplementedError
 
-    def _run(self) -> None:
-        turn = 0
-        while not self._stopped.is_set():
-            rate, since, base = self._pace
-            partitions = self.partitions
-            allowed = int(rate * (time.monotonic() - since)) - (self.sequence - base) if rate > 0 \
-                else self.window - (self.sequence - self.acked - len(self.errors))
-            if self.once:
-                allowed = min(allowed, len(partitions) * self.per_partition - self.sequence)
-            for _ in range(max(0, allowed) // self.per_partition):
-                tp = partitions[turn % len(partitions)]
-                turn += 1
-                for _ in range(self.per_partition):
-                    self._produce(tp)
-            self.producer.poll(0.001 if self.rate > 0 or allowed <= 0 else 0)
-
-    def _produce(self, tp: TopicPartition) -> None:
+    def _produce(self, tp: TopicPartition, done=None) -> None:
+        """Send one record to `tp`; `done()` once it is acknowledged or given up on."""
         record_id = f"{self.name}-{self.sequence}"
         self.sequence += 1
         sent = now_ms()
-        self.producer.produce(tp.topic, record_value(record_id, self.record_size), record_id.encode(),
-                              partition=tp.partition, on_delivery=lambda err, msg: self._delivered(err, msg, sent))
 
-    def _delivered(self, err, msg, sent_ms: float) -> None:
+        def delivered(err, msg) -> None:
+            self._delivered(err, msg, sent, record_id)
+            if done is not None:
+                done()
+        self.producer.produce(tp.topic, record_value(record_id, self.record_size), record_id.encode(),
+                              partition=tp.partition, on_delivery=delivered)
+
+    def _delivered(self, err, msg, sent_ms: float, record_id: str) -> None:
         if err is not None:  # delivery.timeout.ms ran out, or a non-retriable error: the checker sees what is missing
-            self.errors.append(f"{err.name()}: {err.str()}"[:300])
-            log.warning("Load generator %s: %s", self.name, self.errors[-1])
+            self.failed += 1
+            self.last_error = f"{err.name()}: {err.str()}"[:300]
+            log.warning("Producer %s: %s", self.name, self.last_error)
+            self.sink.emit(records.PRODUCE_ERRORS, records.ProduceError(
+                topic=msg.topic(), partition=msg.partition(), record_id=record_id, sent_ms=sent_ms,
+                failed_ms=now_ms(), error=self.last_error))
             return
         self.acked += 1
         self._acked_partitions.add((msg.topic(), msg.partition()))
         self.sink.emit(records.PRODUCED, records.Ack(
-            topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), record_id=msg.key().decode(),
+            topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), record_id=record_id,
             broker_id=-1, leader_epoch=-1, sent_ms=sent_ms, acked_ms=now_ms()))
+
+    def _on_stats(self, raw: str) -> None:
+        self.sink.emit(records.CLIENT_STATS, client_stats(self.name, json.loads(raw), now_ms()))
 
     def stop(self) -> dict:
         self._stopped.set()
@@ -134,8 +125,79 @@ class LoadGenerator:
         return self.stats()
 
     def stats(self) -> dict:
-        return {"name": self.name, "acked": self.acked, "sent": self.sequence, "errors": len(self.errors), "last_error": self.errors[-1] if self.errors else None,
-                "partitions_acked": len(self._acked_partitions), "rss_mb": rss_mb()}
+        return {"name": self.name, "acked": self.acked, "sent": self.sequence, "errors": self.failed,
+                "last_error": self.last_error, "partitions_acked": len(self._acked_partitions), "rss_mb": rss_mb()}
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)
+class LoadGenerator(_Producing):
+    def __init__(self, index: int, config: ClusterConfig, partitions: list[TopicPartition], rate: float,
+                 record_size: int, acks: int, records_per_partition: int = 1, retry_backoff_ms: int = 20,
+                 linger_ms: int = 1, once: bool = False):
+        """`once`: each partition gets records_per_partition records, then none (idle partitions)."""
+        super().__init__(f"p{index}", config, acks, record_size, **{
+            "retry.backoff.ms": retry_backoff_ms, "retry.backoff.max.ms": 5 * retry_backoff_ms,
+            "linger.ms": linger_ms, "queue.buffering.max.messages": 1_000_000})
+        self.partitions = list(partitions)
+        self.rate, self.per_partition, self.once = rate, records_per_partition, once
+        self.window = max(1, len(partitions)) * WINDOW_PER_PARTITION * records_per_partition
+        self._pace = (rate, time.monotonic(), 0)  # records/s, since when, the sequence then
+
+    def start(self) -> None:
+        self._pace = (self.rate, time.monotonic(), self.sequence)
+        super().start()
+
+    def add_partitions(self, partitions: list[TopicPartition], rate: float) -> None:
+        """Load these partitions too from now on (a topic created during a run), at `rate` records/s in
+        all (0: streaming, the window grows with the partitions)."""
+        self.window = max(1, len(self.partitions) + len(partitions)) * WINDOW_PER_PARTITION * self.per_partition
+        self.partitions = self.partitions + list(partitions)
+        self.rate, self._pace = rate, (rate, time.monotonic(), self.sequence)
+
+    def _loop(self) -> None:
+        turn = 0
+        while not self._stopped.is_set():
+            rate, since, base = self._pace
+            partitions = self.partitions
+            allowed = int(rate * (time.monotonic() - since)) - (self.sequence - base) if rate > 0 \
+                else self.window - (self.sequence - self.acked - self.failed)
+            if self.once:
+                allowed = min(allowed, len(partitions) * self.per_partition - self.sequence)
+            for _ in range(max(0, allowed) // self.per_partition):
+                tp = partitions[turn % len(partitions)]
+                turn += 1
+                for _ in range(self.per_partition):
+                    self._produce(tp)
+            self.producer.poll(0.001 if self.rate > 0 or allowed <= 0 else 0)
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)
+class Prober(_Producing):
+    """Probes beside the load: one record in flight per partition, the next sent `interval_ms` after the
+    last was sent, or at its acknowledgement if that comes later. A probe's wait is its partition's,
+    not the load client's queue (librdkafka's one partition per request and five in flight per
+    connection, which the load's figures keep as a real client's). Record ids "probe-<sequence>"."""
+
+    def __init__(self, config: ClusterConfig, partitions: list[TopicPartition], interval_ms: float,
+                 record_size: int):
+        super().__init__(records.PROBE_PRODUCER, config, -1, record_size, **{
+            "retry.backoff.ms": 20, "retry.backoff.max.ms": 100, "linger.ms": 0})
+        self.interval_s = interval_ms / 1000
+        self._due = [(0.0, i) for i in range(len(partitions))]  # (when, partition index): a heap
+        self.partitions = list(partitions)
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            now = time.monotonic()
+            while self._due and self._due[0][0] <= now:
+                _, i = heapq.heappop(self._due)
+                self._produce(self.partitions[i], self._next(i, now))
+            self.producer.poll(0.002)
+
+    def _next(self, i: int, sent: float):
+        def done() -> None:
+            heapq.heappush(self._due, (max(sent + self.interval_s, time.monotonic()), i))
+        return done
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import confluent_kafka
 
+from actors.records import BrokerClientStats, ClientStats, PartitionClientStats, tp_key
 from coordination.errors import KrayError
 
 
@@ -46,12 +47,10 @@ class Producer:
     def stuck(self) -> dict:
         """Where unacknowledged records wait, from librdkafka's latest statistics (once a second): each
         such partition with the leader librdkafka knows, each broker's state, the idempotence state."""
-        s = self._stats
-        partitions = {f"{t}-{p}": {"leader": v["leader"], "queued": v["msgq_cnt"], "sent": v["xmit_msgq_cnt"]}
-                      for t, topic in s.get("topics", {}).items() for p, v in topic["partitions"].items()
-                      if p != "-1" and v["msgq_cnt"] + v["xmit_msgq_cnt"] > 0}
-        return {"partitions": partitions, "idempotence": s.get("eos", {}).get("idemp_state"),
-                "brokers": {b["nodeid"]: b["state"] for b in s.get("brokers", {}).values() if b["nodeid"] >= 0}}
+        stats = client_stats("producer", self._stats, 0.0)
+        return {"partitions": {tp: p.model_dump() for tp, p in stats.partitions.items()},
+                "idempotence": self._stats.get("eos", {}).get("idemp_state"),
+                "brokers": {b: s.state for b, s in stats.brokers.items()}}
 
     def send(self, topic: str, values: list[bytes], keys: list[bytes | None] | None = None,
              partition: int | None = None) -> list[RecordMetadata]:
@@ -76,3 +75,21 @@ class Producer:
         if errors or left:
             raise ProducerError(errors[0] if errors else f"{left} records not delivered")
         return done
+
+
+def client_stats(producer: str, s: dict, ts_ms: float) -> ClientStats:
+    """librdkafka's statistics (its STATISTICS.md; times in microseconds there) as a ClientStats:
+    every broker it knows by id, the partitions where records wait."""
+    def ms(window: dict, key: str) -> float:
+        return window.get(key, 0) / 1000
+
+    brokers = {b["nodeid"]: BrokerClientStats(
+        state=b["state"], rtt_ms_avg=ms(b["rtt"], "avg"), rtt_ms_p99=ms(b["rtt"], "p99"),
+        int_latency_ms_avg=ms(b["int_latency"], "avg"), int_latency_ms_p99=ms(b["int_latency"], "p99"),
+        outbuf=b["outbuf_cnt"], waitresp=b["waitresp_cnt"], txerrs=b["txerrs"], txretries=b["txretries"],
+        req_timeouts=b["req_timeouts"]) for b in s.get("brokers", {}).values() if b["nodeid"] >= 0}
+    partitions = {tp_key(t, int(p)): PartitionClientStats(
+        leader=v["leader"], queued=v["msgq_cnt"], sending=v["xmit_msgq_cnt"], in_flight=v.get("msgs_inflight", 0))
+        for t, topic in s.get("topics", {}).items() for p, v in topic["partitions"].items()
+        if p != "-1" and v["msgq_cnt"] + v["xmit_msgq_cnt"] + v.get("msgs_inflight", 0) > 0}
+    return ClientStats(producer=producer, ts_ms=ts_ms, brokers=brokers, partitions=partitions)

@@ -7,14 +7,14 @@ from html.parser import HTMLParser
 
 from actors.records import PRODUCED, Ack, JsonlWriter
 from jobs import rundir
-from jobs.failovers import UnavailableWindow
 from jobs.rundir import (
-    FailoverRecord,
     FaultKind,
     FaultRecord,
-    LoadAtFault,
     LoadSample,
     PartitionLeadership,
+    PartitionWait,
+    Role,
+    Source,
     StateSample,
 )
 from jobs.timeline_page import (
@@ -48,13 +48,13 @@ def state(second: int, isr: list[int], leader: int = 1, partitions: int = 3) -> 
         f"orders-{p}": PartitionLeadership(leader=leader, leader_epoch=1, isr=isr) for p in range(partitions)})
 
 
-def failover(fault: FaultRecord, first_produce_ok_ms: dict[str, float]) -> FailoverRecord:
-    return FailoverRecord(
-        fault_id=fault.fault_id, fault_kind=fault.kind, kind="broker_failure", controller_id=1, controller_epoch=1,
-        brokers=[fault.target or 0], fault_injected_ms=fault.injected_ms, detected_ms=fault.injected_ms + 500,
-        processing_started_ms=fault.injected_ms + 510, first_produce_ok_ms=first_produce_ok_ms,
-        load=LoadAtFault(partitions_total=3, partitions_affected=len(first_produce_ok_ms), produce_rate=100,
-                         inbox_depth=0, session_timeout_ms=3000, brokers_alive=3, detector=False))
+def wait(fault: FaultRecord, tp: str, recovery_ms: float, role: Role = Role.LEADER, source: Source = Source.LOAD,
+         censored: bool = False) -> PartitionWait:
+    return PartitionWait(fault_id=fault.fault_id, fault_kind=fault.kind, partition=tp, source=source, role=role,
+                         fault_ms=fault.injected_ms, observed_ms=30_000, recovery_ms=recovery_ms,
+                         recovery_censored=censored, worst_wait_ms=recovery_ms + 20, records=5, rate=10,
+                         phases={"detection_ms": recovery_ms / 4, "hw_ms": recovery_ms / 2},
+                         unexplained_ms=recovery_ms / 4)
 
 
 def ack(n: int, sent_ms: float, acked_ms: float, partition: int = 0) -> Ack:
@@ -76,7 +76,10 @@ def records() -> dict:
     return {"faults": FAULTS,
             "load": [load_sample(s, 1 if s < 11 else 2, 1 if s < 11 else 3) for s in range(25)],
             "states": [state(s, [1, 2] if 3 <= s < 8 else [1, 2, 3]) for s in range(25)],
-            "failovers": [failover(FAULTS[0], {"orders-0": T0 + 5000, "orders-1": T0 + 6500})]}
+            "waits": [wait(FAULTS[0], "orders-0", 2000), wait(FAULTS[0], "orders-1", 3500, Role.FOLLOWER),
+                      wait(FAULTS[0], "orders-1", 3400, Role.FOLLOWER, Source.PROBE),  # the load's is shown
+                      wait(FAULTS[0], "orders-2", 900, Role.OTHER),  # a bystander: no bar
+                      wait(FAULTS[2], "orders-2", 8000, Role.CLUSTER, Source.PROBE, censored=True)]}
 
 
 def page() -> str:
@@ -155,7 +158,7 @@ def test_an_empty_run_gets_a_page_that_says_so():
     html = timeline_html("empty", [], [], [], [], [])
     assert_self_contained(html)
     assert "No faults were injected." in html and "no acknowledged records" in html
-    assert "no ZooKeeper samples" in html and "no recoveries recorded" in html
+    assert "no ZooKeeper samples" in html and "no partition was measured through a fault" in html
 
 
 def test_produce_throughput_drops_to_zero_where_nothing_was_acknowledged_and_latency_has_a_gap():
@@ -174,14 +177,14 @@ def test_controller_epochs_are_marked_where_they_change():
 
 def test_of_a_thousand_partitions_only_the_unavailable_get_bars_longest_first_with_a_note_of_the_rest():
     fault = FAULTS[0]
-    down = {f"orders-{p}": fault.injected_ms + 100 + p for p in range(100)}  # orders-99 the longest
-    html = timeline_html("big", [fault], [], [state(0, [1, 2, 3], partitions=1000)], [failover(fault, down)], [])
+    down = [wait(fault, f"orders-{p}", 100 + p) for p in range(100)]  # orders-99 the longest
+    html = timeline_html("big", [fault], [], [state(0, [1, 2, 3], partitions=1000)], down, [])
     assert_self_contained(html)
     bars = re.findall(r'text-anchor="end">(orders-\d+)<title>', html)
     assert bars == [f"orders-{p}" for p in range(99, 99 - MAX_UNAVAILABLE_ROWS, -1)]
-    assert "100 of 1,000 partitions" in html and "60 more partitions were unavailable" in html
-    windows = [UnavailableWindow("a-0", 1, 0, 10), UnavailableWindow("b-0", 1, 0, 30), UnavailableWindow("a-0", 2, 50, 75)]
-    assert [tp for tp, _ in unavailable_partitions(windows)] == ["a-0", "b-0"]  # 35 ms in all, then 30
+    assert "100 of 1,000 partitions" in html and "60 more partitions waited" in html
+    ws = [wait(fault, "a-0", 10), wait(fault, "b-0", 30), wait(FAULTS[1], "a-0", 25), wait(fault, "c-0", 99, Role.OTHER)]
+    assert [tp for tp, _ in unavailable_partitions(ws)] == ["a-0", "b-0"]  # 35 ms in all, then 30; c-0 a bystander
 
 
 def test_write_timeline_reads_the_run_directory(tmp_path):
@@ -191,7 +194,7 @@ def test_write_timeline_reads_the_run_directory(tmp_path):
     writer.write(rundir.FAULTS, parts["faults"])
     writer.write(rundir.LOAD, parts["load"])
     writer.write(rundir.PARTITION_STATES, parts["states"])
-    writer.write(rundir.FAILOVERS, parts["failovers"])
+    writer.write(rundir.WAITS, parts["waits"])
     writer.write(PRODUCED, acks())
     writer.append(PRODUCED, ['{"torn": '])  # a run cut short still gets its page
     writer.close()
@@ -231,3 +234,16 @@ def test_the_chromium_check_sees_a_script_error(tmp_path):
     shown = open_in_chromium(path)
     assert any("undefinedName is not defined" in line for line in shown.console)
     assert "undefinedName is not defined" in shown.script_errors
+
+
+def test_each_touched_partition_gets_its_recovery_bar_and_worst_wait_line_censored_ones_hatched():
+    html = page()
+    bars = re.findall(r'<rect class="(unavailable|censored)"[^>]*><title>([^<]*)</title>', html)
+    assert [(cls, tip.split(":")[0]) for cls, tip in bars] == [
+        ("censored", "orders-2 (cluster, probe)"), ("unavailable", "orders-1 (follower, load)"),
+        ("unavailable", "orders-0 (leader, load)")]  # the longest recovery first; the bystander has none
+    assert "recovery 8,000 ms or more (censored)" in html and html.count('<line class="worst"') == 3
+    assert "3 of 3 partitions the faults touched" in html
+    segments = re.findall(r'<rect class="phase"[^>]*fill="([^"]+)"><title>([^<]*)</title>', html)
+    assert ("#8d99ae", "orders-0: detection_ms 500 ms") in segments and ("#b5838d", "orders-0: hw_ms 1,000 ms") in \
+        segments and "unexplained" in html

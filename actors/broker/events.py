@@ -1,0 +1,100 @@
+"""What a broker did that a partition's failover waits on, for the run directory (broker_events.jsonl,
+records.BrokerEvent): jobs/partition_phases.py lines each partition's recovery up against them.
+
+- leader_and_isr: a LeaderAndIsr applied: the partitions this broker now leads and follows, with their
+  leader epochs;
+- update_metadata: an UpdateMetadata applied, and how many partition states it carried;
+- isr_change: an ISR this leader wrote (shrink or expansion, from what to what);
+- truncation: a follower's log cut back (from and to);
+- follower_fetch: a follower's first fetch from this leader in a leader epoch;
+- client_append: the first client batch this leader appended in a leader epoch;
+- hw_moved: the first move of this leader's high watermark after each change of its leadership or ISR,
+  and after the first client append of each epoch (the move that can acknowledge it);
+- produce_error: an error a produce was answered with, at most once a second per partition and error.
+
+The firsts are what make it cheap: a hot path pays a dict lookup, and a broker writes a few lines per
+partition per failover. Without a recorder (ClusterConfig.recorder None) nothing is kept.
+"""
+from __future__ import annotations
+
+import time
+
+from actors import records
+from actors.records import BrokerEvent, tp_key
+from coordination.errors import Errors
+from coordination.zkdata import TopicPartition
+
+ERROR_EVERY_MS = 1000.0
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+class BrokerEvents:
+    def __init__(self, broker_id: int, sink=None):
+        """`sink`: a RecordSink (actors/recording.py); None or a disabled one records nothing."""
+        self.broker_id, self.sink = broker_id, sink
+        self.enabled = sink is not None and sink.enabled
+        self._appended: dict[TopicPartition, int] = {}  # the leader epoch whose first append was recorded
+        self._fetched: dict[tuple[TopicPartition, int], int] = {}  # (partition, follower) -> that of its first fetch
+        # the leadership state last seen, the HW then, and whether its first move was recorded
+        self._hw: dict[TopicPartition, tuple[object, int, bool]] = {}
+        self._errors: dict[tuple[TopicPartition, int], float] = {}  # (partition, error) -> when last recorded
+
+    def _emit(self, kind: str, tp: TopicPartition | None = None, **fields) -> None:
+        self.sink.emit(records.BROKER_EVENTS, BrokerEvent(
+            broker_id=self.broker_id, ts_ms=now_ms(), kind=kind,
+            partition=tp_key(tp.topic, tp.partition) if tp is not None else None, **fields))
+
+    def leader_and_isr(self, controller_epoch: int, leaders: dict[TopicPartition, int],
+                       followers: dict[TopicPartition, int]) -> None:
+        if self.enabled and (leaders or followers):
+            self._emit("leader_and_isr", controller_epoch=controller_epoch,
+                       leaders={tp_key(tp.topic, tp.partition): e for tp, e in leaders.items()},
+                       followers={tp_key(tp.topic, tp.partition): e for tp, e in followers.items()})
+
+    def update_metadata(self, controller_epoch: int, partitions: int) -> None:
+        if self.enabled:
+            self._emit("update_metadata", controller_epoch=controller_epoch, partitions=partitions)
+
+    def isr_change(self, tp: TopicPartition, leader_epoch: int, isr: tuple[int, ...], detail: str) -> None:
+        if self.enabled:
+            self._emit("isr_change", tp, leader_epoch=leader_epoch, isr=list(isr), detail=detail)
+
+    def truncation(self, tp: TopicPartition, leader_epoch: int, before: int, after: int) -> None:
+        if self.enabled and after < before:
+            self._emit("truncation", tp, leader_epoch=leader_epoch, detail=f"from {before} to {after}")
+
+    def follower_fetch(self, tp: TopicPartition, follower: int, leader_epoch: int) -> None:
+        if self.enabled and self._fetched.get((tp, follower)) != leader_epoch:
+            self._fetched[(tp, follower)] = leader_epoch
+            self._emit("follower_fetch", tp, leader_epoch=leader_epoch, replica=follower)
+
+    def client_append(self, tp: TopicPartition, state, leader_epoch: int, high_watermark: int) -> None:
+        """A client batch appended as leader: the epoch's first is recorded, and the next HW move after it."""
+        if self.enabled and self._appended.get(tp) != leader_epoch:
+            self._appended[tp] = leader_epoch
+            self._hw[tp] = (state, high_watermark, False)
+            self._emit("client_append", tp, leader_epoch=leader_epoch)
+
+    def high_watermark(self, tp: TopicPartition, state, leader_epoch: int, high_watermark: int) -> None:
+        """A leader's partition changed; `state`: its leadership state (a new object at every leader or ISR
+        change). Records the first time the HW passes where it stood when that state began, or when the
+        epoch's first client batch was appended."""
+        if not self.enabled:
+            return
+        seen = self._hw.get(tp)
+        if seen is None or seen[0] is not state:
+            self._hw[tp] = (state, high_watermark, False)
+        elif not seen[2] and high_watermark > seen[1]:
+            self._hw[tp] = (state, seen[1], True)
+            self._emit("hw_moved", tp, leader_epoch=leader_epoch, detail=str(high_watermark))
+
+    def produce_error(self, tp: TopicPartition, error: Errors) -> None:
+        if not self.enabled:
+            return
+        now = now_ms()
+        if now - self._errors.get((tp, int(error)), -ERROR_EVERY_MS) >= ERROR_EVERY_MS:
+            self._errors[(tp, int(error))] = now
+            self._emit("produce_error", tp, detail=Errors(error).name)

@@ -1,0 +1,158 @@
+"""What the client waited through each fault, partition by partition: the two measures of a failover
+as a client sees it, under the same names everywhere (summary, CLI, Spark report, timeline page).
+
+- recovery: from the fault to the first acknowledgement of a record sent at or after it, the moment
+  the partition took new writes again, whatever the fault (a response on its way when a leader died
+  was sent before, so it does not count);
+- worst wait: the longest any record stayed unacknowledged, among those in flight at the fault or
+  sent within the horizon after it.
+
+Each fault is observed from its injection until the horizon (`Experiment.horizon_s`) has passed,
+and no further than the next fault (whose own rows then take over) or the end of the load. A
+partition that has not recovered by then is censored: its recovery is at least that long, and it is
+counted, never dropped. A record still unacknowledged at the end of the observation (or whose
+delivery failed) waited at least until then: its partition's worst wait is censored too.
+
+Every fault is measured, whatever its kind, over every partition that had records in flight or sent
+in its window: `Role` says whether the fault's broker led it (the last ZooKeeper sample before the
+fault), followed it (one of its replicas), or neither. The load's records and the probes' are measured apart
+(`Source`): a probe has one record in flight per partition, so its figures are the partition's, not
+the load client's queue. Pure: deliveries in, PartitionWait out.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from typing import Iterable, NamedTuple
+
+from actors.records import PROBE_PRODUCER, tp_key
+from jobs.rundir import FaultRecord, PartitionWait, Role, Source, StateSample, WaitStats
+
+RATE_WINDOW_MS = 1000.0  # a partition's load at the fault: its acknowledgements over the second before
+
+
+class Delivery(NamedTuple):
+    sent_ms: float
+    acked_ms: float  # math.inf: never acknowledged (its delivery failed)
+
+
+def source_of(record_id: str) -> Source:
+    return Source.PROBE if record_id.rpartition("-")[0] == PROBE_PRODUCER else Source.LOAD
+
+
+class Deliveries:
+    """Every record's send and acknowledgement, per (source, partition), in send order."""
+
+    def __init__(self, rows: Iterable[tuple[str, str, float, float]]):
+        """rows: (partition, record id, sent ms, acked ms or math.inf)."""
+        by: dict[tuple[Source, str], list[Delivery]] = defaultdict(list)
+        for tp, record_id, sent, acked in rows:
+            by[(source_of(record_id), tp)].append(Delivery(sent, acked))
+        self.deliveries = {key: sorted(ds) for key, ds in by.items()}
+        self.sent = {key: [d.sent_ms for d in ds] for key, ds in self.deliveries.items()}
+        self.acked = {key: sorted(d.acked_ms for d in ds if d.acked_ms < math.inf) for key, ds in self.deliveries.items()}
+
+
+def roles(fault: FaultRecord, states: list[StateSample], assignments: dict[str, list[int]]) -> dict[str, Role]:
+    """Each partition's role in the fault: LEADER if the fault's broker led it at the last sample before the
+    fault (`states` in time order), FOLLOWER if it is one of its replicas (`assignments`; without them, if
+    it was in the sampled ISR: a broker back from an earlier fault may have rejoined since the sample). A
+    partition absent is OTHER (CLUSTER for a fault with no broker)."""
+    i = bisect.bisect_right([s.ts_ms for s in states], fault.injected_ms)
+    if fault.target is None:
+        return {}
+    sampled = states[i - 1].partitions if i else {}
+    out = {tp: Role.FOLLOWER for tp, replicas in assignments.items() if fault.target in replicas}
+    out |= {tp: Role.FOLLOWER for tp, p in sampled.items() if fault.target in p.isr}
+    return out | {tp: Role.LEADER for tp, p in sampled.items() if p.leader == fault.target}
+
+
+def measure(fault: FaultRecord, ds: list[Delivery], sent: list[float], acked: list[float], horizon_ms: float,
+            until_ms: float) -> tuple[float, bool, float, bool, int, float] | None:
+    """(recovery, censored, worst wait, censored, records, rate) of one partition's deliveries through
+    `fault`, observed until `until_ms` (the next fault or the load's end) and at most `horizon_ms`; None
+    when no record was in flight at the fault or sent within its window."""
+    t0 = fault.injected_ms
+    end = min(until_ms, t0 + horizon_ms)  # the window in which records count and recovery is looked for
+    first = bisect.bisect_left(sent, t0)
+    start = first
+    while start > 0 and ds[start - 1].acked_ms > t0:  # in flight at the fault (acknowledged in send order)
+        start -= 1
+    last = bisect.bisect_left(sent, end)
+    if start == last:
+        return None
+    recovery = min((d.acked_ms for d in ds[first:] if d.acked_ms < math.inf), default=math.inf)
+    recovered = recovery <= end
+    worst, open_ended = 0.0, False
+    for d in ds[start:last]:
+        done = min(d.acked_ms, until_ms)  # a wait past the next fault is that fault's
+        worst = max(worst, done - d.sent_ms)
+        open_ended |= d.acked_ms > until_ms
+    rate = (bisect.bisect_left(acked, t0) - bisect.bisect_left(acked, t0 - RATE_WINDOW_MS)) * 1000 / RATE_WINDOW_MS
+    return (recovery - t0 if recovered else end - t0), not recovered, worst, open_ended, last - start, rate
+
+
+def partition_waits(faults: list[FaultRecord], deliveries: Deliveries, states: list[StateSample],
+                    horizon_ms: float, load_ended_ms: float,
+                    assignments: dict[str, list[int]] | None = None) -> list[PartitionWait]:
+    """Every partition through every fault that struck (a fault that failed to inject is left out);
+    `assignments`: partition -> its replicas."""
+    faults = sorted((f for f in faults if not f.detail.startswith("failed")), key=lambda f: f.injected_ms)
+    states = sorted(states, key=lambda s: s.ts_ms)
+    out = []
+    for i, fault in enumerate(faults):
+        until = min([f.injected_ms for f in faults[i + 1:]] + [load_ended_ms])
+        role_of, default = roles(fault, states, assignments or {}), Role.CLUSTER if fault.target is None else Role.OTHER
+        for (source, tp), ds in sorted(deliveries.deliveries.items()):
+            got = measure(fault, ds, deliveries.sent[(source, tp)], deliveries.acked[(source, tp)], horizon_ms,
+                          until)
+            if got is None:
+                continue
+            recovery, censored, worst, open_ended, n, rate = got
+            out.append(PartitionWait(
+                fault_id=fault.fault_id, fault_kind=fault.kind, partition=tp, source=source,
+                role=role_of.get(tp, default), fault_ms=fault.injected_ms, observed_ms=until - fault.injected_ms,
+                recovery_ms=recovery, recovery_censored=censored, worst_wait_ms=worst,
+                worst_wait_censored=open_ended, records=n, rate=rate))
+    return out
+
+
+def touched(w: PartitionWait) -> bool:
+    """A partition the fault's broker led or followed, or any partition of a fault with no broker: the
+    ones the summary's figures are over (the others show what a fault cost its bystanders)."""
+    return w.role is not Role.OTHER
+
+
+def by_fault(waits: Iterable[PartitionWait]) -> dict[tuple[int, Source], list[PartitionWait]]:
+    """Waits grouped by (fault id, source), in fault order, the load before the probes."""
+    out: dict[tuple[int, Source], list[PartitionWait]] = defaultdict(list)
+    for w in sorted(waits, key=lambda w: (w.fault_ms, w.fault_id, w.source is Source.PROBE)):
+        out[(w.fault_id, w.source)].append(w)
+    return out
+
+
+def stats(waits: Iterable[PartitionWait]) -> WaitStats:
+    waits = list(waits)
+    recovery = sorted(w.recovery_ms for w in waits)
+    worst = sorted(w.worst_wait_ms for w in waits)
+    return WaitStats(
+        partitions=len(waits), censored=sum(w.recovery_censored for w in waits),
+        recovery_ms_p50=percentile(recovery, 50), recovery_ms_p99=percentile(recovery, 99),
+        recovery_ms_max=recovery[-1] if recovery else None,
+        worst_wait_ms_p50=percentile(worst, 50), worst_wait_ms_p99=percentile(worst, 99),
+        worst_wait_ms_max=worst[-1] if worst else None)
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile of sorted values, p in 0-100 (every p50/p99 of a run: its summary, its
+    timeline page, the unavailability benchmark)."""
+    if not values:
+        return None
+    return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+
+
+def deliveries_of(acks, errors) -> Deliveries:
+    """Deliveries from acknowledgements (Ack) and failed deliveries (ProduceError)."""
+    return Deliveries([*((tp_key(a.topic, a.partition), a.record_id, a.sent_ms, a.acked_ms) for a in acks),
+                       *((tp_key(e.topic, e.partition), e.record_id, e.sent_ms, math.inf) for e in errors)])
