@@ -81,6 +81,7 @@ class BrokerEvent(Record):
     isr: list[int] | None = None  # isr_change: the ISR written
     detail: str = ""  # isr_change: Shrinking/Expanding from what; truncation: from and to; produce_error: the error
     leaders: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions led now -> leader epoch
+    isrs: dict[str, list[int]] = Field(default_factory=dict)  # leader_and_isr: partitions led now -> their ISR
     followers: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions followed now -> epoch
     partitions: int = 0  # update_metadata: partition states in it
     controller_epoch: int | None = None

@@ -70,8 +70,8 @@ def fabricate(root: Path, rows: int, runs: int, seed: int = 3) -> int:
         with open(d / rundir.WAITS, "w") as f:
             for j in np.flatnonzero(np.isin(fault_of, part)):
                 i = fault_of[j]
-                phases = {"detection_ms": detected[i] - t0[i], "zk_write_ms": written[i] - detected[i],
-                          "leader_apply_ms": acked[i] - written[i], "client_send_ms": client[j], "hw_ms": hw[j]}
+                phases = {"detection_ms": detected[i] - t0[i], "election_zk_ms": written[i] - detected[i],
+                          "leader_apply_ms": acked[i] - written[i], "first_append_ms": client[j], "hw_ms": hw[j]}
                 recovery = sum(phases.values()) + 2.0
                 f.write(json.dumps({
                     "fault_id": int(i), "fault_kind": "kill-broker", "partition": f"load-{j % PER_FAULT}",

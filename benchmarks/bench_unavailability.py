@@ -37,11 +37,12 @@ from actors.config import ControllerConfig
 from actors.records import PRODUCED, Ack, JsonlReader
 from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec
+from jobs.failovers import of_faults
 from jobs.local import embedded_zookeeper_and_ray
 from jobs.phases import PARTITION_PHASES
 from jobs.rundir import FaultKind, PartitionWait, Source
 from jobs.runner import run_experiment
-from jobs.waits import percentile, source_of, touched
+from jobs.waits import percentile, source_of, touched, unexplained_share
 
 KINDS = {  # label -> (fault, target)
     "kill-broker": (FaultKind.KILL_BROKER, "non-controller"),
@@ -77,12 +78,8 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
     reader = JsonlReader(run_dir)
     faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, rundir.FaultRecord)
               if not f.detail.startswith("failed")}
-    failovers = sorted(reader.lines(rundir.FAILOVERS, rundir.FailoverRecord), key=lambda f: f.detected_ms)
-    handled: dict[int, rundir.FailoverRecord] = {}  # fault id -> its failover (its broker failure first)
-    for f in failovers:
-        if f.fault_id in faults and (f.fault_id not in handled or
-                                     (f.kind == "broker_failure" and handled[f.fault_id].kind != "broker_failure")):
-            handled[f.fault_id] = f
+    handled = {i: f for i, f in of_faults(reader.lines(rundir.FAILOVERS, rundir.FailoverRecord)).items()
+               if i in faults}
     detection = {i: f.detected_ms - f.fault_injected_ms for i, f in handled.items()}
     waits = [w for w in reader.lines(rundir.WAITS, PartitionWait) if touched(w) and w.fault_id in faults]
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
@@ -100,7 +97,6 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
         these = [handled[i] for i in ids if i in handled]
         detect = sorted(detection[f.fault_id] for f in these)
         process = sorted(f.requests_acked_ms - f.detected_ms for f in these if f.requests_acked_ms)
-        total = sum(recovery) or 1.0
         rows.append({
             "fault": label, "source": source.value, "faults": len(ids), "partitions": len(mine),
             "censored": sum(w.recovery_censored for w in mine),
@@ -111,7 +107,7 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
             "phases": {p: sum(w.phases.get(p, 0.0) for w in mine) / len(mine) if mine else None
                        for p in PARTITION_PHASES},
-            "unexplained_share": sum(w.unexplained_ms or 0.0 for w in mine if not w.recovery_censored) / total,
+            "unexplained_share": unexplained_share(mine),
             "steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
             "violations": sum(summary.check.invariants.values()) if summary else None, "run_dir": str(run_dir)})
     for r in rows:  # the target: each kind's p99 worst wait after detection at most 2x a plain kill's
@@ -156,20 +152,22 @@ def print_table(rows: list[dict]) -> None:
         return f"{r[a]:,.0f} / {r[b]:,.0f}" if r[a] is not None else "-"
 
     short = {p: p[:-3].replace("_", " ") for p in PARTITION_PHASES}
-    print("\n| session timeout | detector | fault | source | faults | partitions (censored) | recovery p50 / p99 ms "
+    print("\n| session timeout | detector | control plane nice | fault | source | faults | partitions (censored) | recovery p50 / p99 ms "
           "| worst wait p50 / p99 / max ms | worst wait after detection p99 ms (x kill-broker's) | detection p50 / "
           "max ms | detected -> acked p50 / max ms | mean phases ms: " + ", ".join(short.values()) +
           " | unexplained | acks=all latency away from faults p50 / p99 ms | invariant violations |")
-    print("|---" * 14 + "|")
+    print("|---" * 15 + "|")
     for r in rows:
         ratio = f" ({r['ratio_to_kill']:.2f}x)" if r["ratio_to_kill"] is not None else ""
         phases = ", ".join("-" if v is None else f"{v:,.0f}" for v in r["phases"].values())
         worst = f"{pair(r, 'worst_p50', 'worst_p99')} / {r['worst_max']:,.0f}" if r["worst_max"] is not None else "-"
         after = f"{r['worst_after_detection_p99']:,.0f}{ratio}" if r["worst_after_detection_p99"] is not None else "-"
-        print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | {r['fault']} | "
+        share = f"{r['unexplained_share']:.0%}" if r["unexplained_share"] is not None else "-"
+        print(f"| {r['session_timeout_ms'] / 1000:g} s | {'Ray' if r['detector'] else 'off (Kafka)'} | {r['niceness']} | "
+              f"{r['fault']} | "
               f"{r['source']} | {r['faults']} | {r['partitions']} ({r['censored']}) | "
               f"{pair(r, 'recovery_p50', 'recovery_p99')} | {worst} | {after} | {pair(r, 'detect_p50', 'detect_max')} | "
-              f"{pair(r, 'process_p50', 'process_max')} | {phases} | {r['unexplained_share']:.0%} | "
+              f"{pair(r, 'process_p50', 'process_max')} | {phases} | {share} | "
               f"{pair(r, 'steady_p50', 'steady_p99')} | {r['violations']} |")
 
 

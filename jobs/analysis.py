@@ -182,15 +182,16 @@ def failover_table(spark, runs: list[RunInput]):
 def wait_table(spark, runs: list[RunInput], failovers):
     """(one row per partition, fault and source: its measures, phases (0 where a step was not seen: its
     time is in the next step's), role and FEATURES; all parsed rows, for the input report). A fault's
-    load comes from its first failover; a fault no failover followed (a cut healed in time) affected
+    load comes from its failover (its broker failure, else its first); a fault no failover followed (a cut healed in time) affected
     no partition at the controller; its produce rate is the sum of its partitions' rates."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     raw = _read(spark, wait_schema(), [str(r.waits) for r in runs if r.waits is not None], REQUIRED_WAIT)
     good = raw.where(F.col(CORRUPT).isNull())
-    first = (failovers.withColumn("_n", F.row_number().over(
-        Window.partitionBy("run_id", "fault_id").orderBy("detected_ms"))).where("_n = 1")
+    first = (failovers.withColumn("_n", F.row_number().over(  # jobs/failovers.py: of_faults
+        Window.partitionBy("run_id", "fault_id").orderBy(F.col("kind") != "broker_failure", "detected_ms")))
+        .where("_n = 1")
         .select("run_id", "fault_id", *(F.col(c).alias(f"_f_{c}") for c in (
             "partitions_affected", "partitions_total", "inbox_depth", "sender_queue_depth", "session_timeout_ms",
             "detector"))))
@@ -211,7 +212,8 @@ def wait_table(spark, runs: list[RunInput], failovers):
                 "detector": F.coalesce(F.col("_s_detector"), F.col("_f_detector")),
                 "partition_rate": F.col("rate"), "led": (F.col("role") == "leader").cast("int"),
                 "followed": (F.col("role") == "follower").cast("int")}
-    unexplained = F.coalesce(F.col(UNEXPLAINED), F.col("recovery_ms") - reduce(lambda a, b: a + b, phases.values()))
+    unexplained = F.when(~F.col("recovery_censored"), F.coalesce(  # a censored partition has none
+        F.col(UNEXPLAINED), F.col("recovery_ms") - reduce(lambda a, b: a + b, phases.values())))
     table = joined.select(
         "run_id", "fault_id", "fault_kind", "partition", "source", "role", "recovery_censored", "worst_wait_censored",
         (F.col("role") != "other").alias("touched"), *(F.col(m).cast("double").alias(m) for m in MEASURES),
@@ -254,8 +256,8 @@ def percentiles(failovers, waits) -> list[dict]:
     from pyspark.sql import functions as F
 
     def rows(table, keys: list[str], columns: list[str], fixed: dict) -> list[dict]:
-        aggs = [F.sum(F.col("recovery_censored").cast("int")).alias("__censored")] if "recovery_censored" in \
-            table.columns else []
+        censored = {"recovery_ms": "recovery_censored", "worst_wait_ms": "worst_wait_censored"}
+        aggs = [F.sum(F.col(c).cast("int")).alias(f"__{c}") for c in censored.values() if c in table.columns]
         for c in columns:
             aggs += [F.count(c).alias(f"{c}__n"), F.percentile(c, list(PERCENTILES)).alias(f"{c}__q"),
                      F.avg(c).alias(f"{c}__mean")]
@@ -265,7 +267,8 @@ def percentiles(failovers, waits) -> list[dict]:
                 q = row[f"{c}__q"] or [None] * len(PERCENTILES)
                 out.append({**fixed, **{k: row[k] for k in keys}, "detector": None if row["detector"] is None else
                             bool(row["detector"]), "measure": c, "n": row[f"{c}__n"],
-                            "censored": row["__censored"] if "__censored" in row else 0, "mean": row[f"{c}__mean"],
+                            "censored": row[f"__{censored[c]}"] if c in censored and f"__{censored[c]}" in row
+                            else 0, "mean": row[f"{c}__mean"],
                             **{f"p{round(x * 100)}": v for x, v in zip(PERCENTILES, q)}})
         return out
 
@@ -287,15 +290,16 @@ def fisher_interval(r: float, n: int, method: str) -> tuple[float | None, float 
 
 def correlations(waits) -> list[dict]:
     """Pearson and Spearman between each per-partition measure or phase and each feature, per source, over
-    the touched partitions with every feature known; None where a column is constant (no correlation is
-    defined)."""
+    the touched partitions recovered within their horizon (a censored value is only a lower bound) with
+    every feature known; None where a column is constant (no correlation is defined)."""
     from pyspark.ml.feature import VectorAssembler
     from pyspark.ml.stat import Correlation
 
     columns = [*PER_PARTITION, *FEATURES]
     out = []
     for source in [r["source"] for r in waits.select("source").distinct().collect()]:
-        rows = waits.where(waits.touched & (waits.source == source)).dropna(subset=columns).select(*columns)
+        rows = waits.where(waits.touched & (waits.source == source) & ~waits.recovery_censored).dropna(
+            subset=columns).select(*columns)
         n = rows.count()
         if n < 2:
             continue
@@ -315,7 +319,8 @@ def correlations(waits) -> list[dict]:
 
 def regressions(waits) -> list[dict]:
     """Ordinary least squares of each per-partition measure and phase on the features that vary among the
-    touched partitions, per source; coefficients with 95% intervals (normal equations' standard errors)."""
+    touched partitions recovered within their horizon, per source; coefficients with 95% intervals (the
+    normal equations' standard errors, Student's t)."""
     from pyspark.ml.feature import VectorAssembler
     from pyspark.ml.regression import LinearRegression
     from pyspark.sql import functions as F
@@ -337,13 +342,14 @@ def regressions(waits) -> list[dict]:
             errors = list(model.summary.coefficientStandardErrors)
         except Exception:  # a singular design: no standard errors, the coefficients stand alone
             errors = [math.nan] * (len(varying) + 1)
-        coefficients = {f: _interval(float(c), e) for f, c, e in zip(varying, model.coefficients, errors)}
+        t = t_quantile(n - len(varying) - 1)
+        coefficients = {f: _interval(float(c), e, t) for f, c, e in zip(varying, model.coefficients, errors)}
         return {**base, "intercept": float(model.intercept), "r2": float(model.summary.r2),
                 "coefficients": coefficients, "skipped": None}
 
     out = []
     for source in [r["source"] for r in waits.select("source").distinct().collect()]:
-        rows = waits.where(waits.touched & (waits.source == source)).dropna(
+        rows = waits.where(waits.touched & (waits.source == source) & ~waits.recovery_censored).dropna(
             subset=[*PER_PARTITION, *FEATURES]).select(*PER_PARTITION, *FEATURES).cache()
         spread = rows.agg(F.count(F.lit(1)).alias("n"), F.countDistinct(F.col("led") + F.col("followed")).alias("_either"),
                           *(F.countDistinct(c).alias(c) for c in [*PER_PARTITION, *FEATURES])).head()
@@ -354,10 +360,20 @@ def regressions(waits) -> list[dict]:
     return out
 
 
-def _interval(value: float, error: float) -> tuple[float, float | None, float | None]:
+def _interval(value: float, error: float, t: float) -> tuple[float, float | None, float | None]:
     if math.isnan(error):
         return value, None, None
-    return value, value - Z95 * error, value + Z95 * error
+    return value, value - t * error, value + t * error
+
+
+def t_quantile(df: int) -> float:
+    """Student's t 97.5% quantile (a 95% interval's), by the Cornish-Fisher expansion around the normal's
+    (Abramowitz and Stegun 26.7.5: within 0.004 at 3 degrees of freedom, 3e-4 at 5, closer as they grow);
+    Spark has none."""
+    z, v = Z95, max(df, 1)
+    return (z + (z ** 3 + z) / (4 * v) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * v ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * v ** 3)
+            + (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / (92160 * v ** 4))
 
 
 def analyse(spark, paths: list[str | Path], out: str | Path,

@@ -4,22 +4,24 @@ actors/broker/events.py), lined up per partition.
 
 The steps, each the first seen after the fault and before the partition recovered:
 
-    fault_end_ms         the fault ends (a pause's SIGCONT, a link healed, a broker back: ended_ms)
-    detection_ms         the controller learns of the fault (detected_ms)
-    controller_queue_ms  it starts handling it (processing_started_ms)
-    zk_write_ms          the new leaders and ISRs are in ZooKeeper (zk_written_ms)
-    send_ms              the controller's requests are sent (requests_sent_ms)
-    leader_apply_ms      a broker applies a LeaderAndIsr leading the partition
-    followers_apply_ms   the last of its followers applies the LeaderAndIsr of that epoch
-    follower_fetch_ms    the last of them fetches from the leader in that epoch
-    isr_write_ms         the leader writes a new ISR (a shrink or an expansion)
-    client_send_ms       the leader appends the client's first batch (in that epoch, if one began)
-    hw_ms                the leader's high watermark moves, after the steps above
+    fault_end_ms        the fault ends (a pause's SIGCONT, a link healed, a broker back: ended_ms)
+    detection_ms        the controller learns of the fault (detected_ms)
+    inbox_wait_ms       it starts handling it (processing_started_ms)
+    election_zk_ms      the new leaders and ISRs are in ZooKeeper (zk_written_ms)
+    send_ms             the controller's requests are sent (requests_sent_ms)
+    leader_apply_ms     a broker applies a LeaderAndIsr leading the partition
+    followers_apply_ms  the last follower in its ISR applies the LeaderAndIsr of that epoch
+    follower_fetch_ms   the last of them fetches from the leader in that epoch
+    isr_write_ms        the leader writes a new ISR (a shrink or an expansion)
+    first_append_ms     the leader appends a client's first batch (in that epoch, if one began)
+    hw_ms               the leader's high watermark moves, after the steps above
 
-A step not seen (a fault the controller did not handle, a leader that stayed) is left out. Each phase
-lasts from the step before it in time (the fault for the first) to its own step, so the phases add
-up to the time of the last step; the rest, to the acknowledgement (or to the end of the observation,
-for a censored partition), is unexplained. Pure: records in, phases out.
+The controller's steps are those of the fault's failover (jobs/failovers.py: `of_faults`); its
+phases carry the names of the controller's own (jobs/phases.py). A step not seen (a fault the
+controller did not handle, a leader that stayed) is left out. Each phase lasts from the step before
+it in time (the fault for the first) to its own step, so the phases add up to the time of the last
+step; the rest, to the acknowledgement, is unexplained (None for a censored partition, which was
+never acknowledged within its observation). Pure: records in, phases out.
 """
 from __future__ import annotations
 
@@ -28,33 +30,37 @@ from collections import defaultdict
 from typing import Iterable, NamedTuple
 
 from actors.records import BrokerEvent
+from jobs.failovers import of_faults
 from jobs.phases import PARTITION_PHASES
 from jobs.rundir import FailoverRecord, FaultRecord, PartitionWait
 
-CONTROLLER_STEPS = {"detection_ms": "detected_ms", "controller_queue_ms": "processing_started_ms",
-                    "zk_write_ms": "zk_written_ms", "send_ms": "requests_sent_ms"}
+CONTROLLER_STEPS = {"detection_ms": "detected_ms", "inbox_wait_ms": "processing_started_ms",
+                    "election_zk_ms": "zk_written_ms", "send_ms": "requests_sent_ms"}
 
 
 class Seen(NamedTuple):
     ts_ms: float
     leader_epoch: int
     broker_id: int
+    replica: int | None = None  # follower_fetch: the follower
 
 
 class BrokerSteps:
-    """The brokers' events per partition and kind, in time order."""
+    """The brokers' events per partition and kind, in time order, and the ISR each leader epoch began with."""
 
     def __init__(self, events: Iterable[BrokerEvent]):
         by: dict[tuple[str, str], list[Seen]] = defaultdict(list)
+        self.isr: dict[tuple[str, int], set[int]] = {}  # (partition, leader epoch) -> its ISR then
         for e in events:
             if e.kind == "leader_and_isr":
                 for tp, epoch in e.leaders.items():
                     by[(tp, "leader")].append(Seen(e.ts_ms, epoch, e.broker_id))
+                    self.isr[(tp, epoch)] = set(e.isrs.get(tp, ()))
                 for tp, epoch in e.followers.items():
                     by[(tp, "follower")].append(Seen(e.ts_ms, epoch, e.broker_id))
             elif e.partition is not None and e.kind in ("follower_fetch", "isr_change", "client_append", "hw_moved"):
                 by[(e.partition, e.kind)].append(Seen(e.ts_ms, e.leader_epoch if e.leader_epoch is not None else -1,
-                                                      e.broker_id))
+                                                      e.broker_id, e.replica))
         self.seen = {key: sorted(v) for key, v in by.items()}
         self.times = {key: [s.ts_ms for s in v] for key, v in self.seen.items()}
 
@@ -81,10 +87,13 @@ def steps(wait: PartitionWait, failover: FailoverRecord | None, brokers: BrokerS
     epoch = led[0].leader_epoch if led else None
     if led:
         out["leader_apply_ms"] = led[0].ts_ms
-        followers = [s for s in brokers.between(tp, "follower", start, end) if s.leader_epoch == epoch]
+        isr = brokers.isr.get((tp, epoch), set())  # a follower outside it (a victim back) holds nothing up
+        followers = [s for s in brokers.between(tp, "follower", start, end) if s.leader_epoch == epoch
+                     and s.broker_id in isr]
         if followers:
             out["followers_apply_ms"] = followers[-1].ts_ms
-        fetches = [s for s in brokers.between(tp, "follower_fetch", start, end) if s.leader_epoch == epoch]
+        fetches = [s for s in brokers.between(tp, "follower_fetch", start, end) if s.leader_epoch == epoch
+                   and s.replica in isr]
         if fetches:
             out["follower_fetch_ms"] = fetches[-1].ts_ms
     isr = brokers.between(tp, "isr_change", start, end)
@@ -92,35 +101,30 @@ def steps(wait: PartitionWait, failover: FailoverRecord | None, brokers: BrokerS
         out["isr_write_ms"] = isr[0].ts_ms
     appended = [s for s in brokers.between(tp, "client_append", start, end) if epoch is None or s.leader_epoch >= epoch]
     if appended:
-        out["client_send_ms"] = appended[0].ts_ms
-    after = max(out.get("leader_apply_ms", start), out.get("client_send_ms", start))
+        out["first_append_ms"] = appended[0].ts_ms
+    after = max(out.get("leader_apply_ms", start), out.get("first_append_ms", start))
     moved = [s for s in brokers.between(tp, "hw_moved", after, end) if epoch is None or s.leader_epoch >= epoch]
     if moved:
         out["hw_ms"] = moved[0].ts_ms
     return out
 
 
-def phases(wait: PartitionWait, seen: dict[str, float]) -> tuple[dict[str, float], float]:
-    """(each phase's ms, in the order they ran; the unexplained rest) from the steps seen."""
+def phases(wait: PartitionWait, seen: dict[str, float]) -> tuple[dict[str, float], float | None]:
+    """(each phase's ms, in the order they ran; the unexplained rest, None if censored) from the steps seen."""
     at = wait.fault_ms
     out = {}
     for name, t in sorted(seen.items(), key=lambda item: (item[1], list(PARTITION_PHASES).index(item[0]))):
         out[name] = t - at
         at = t
-    return out, wait.fault_ms + wait.recovery_ms - at
+    return out, None if wait.recovery_censored else wait.fault_ms + wait.recovery_ms - at
 
 
 def explain(waits: list[PartitionWait], faults: list[FaultRecord], failovers: list[FailoverRecord],
             events: Iterable[BrokerEvent]) -> list[PartitionWait]:
-    """The waits with their phases and unexplained rest. A fault's failover is its broker failure if it
-    has one, else its first."""
+    """The waits with their phases and unexplained rest."""
     brokers = BrokerSteps(events)
     ended = {f.fault_id: f.ended_ms for f in faults}
-    first: dict[int, FailoverRecord] = {}
-    for f in sorted(failovers, key=lambda f: f.detected_ms):
-        if f.fault_id is not None and (f.fault_id not in first or (
-                f.kind == "broker_failure" and first[f.fault_id].kind != "broker_failure")):
-            first[f.fault_id] = f
+    first = of_faults(failovers)
     out = []
     for w in waits:
         named, rest = phases(w, steps(w, first.get(w.fault_id), brokers, ended.get(w.fault_id)))

@@ -20,18 +20,18 @@ MEASURES = ["recovery_ms", "worst_wait_ms"]
 PARTITION_PHASES = {
     "fault_end_ms": "the fault ends (a pause's SIGCONT, a link healed, a broker back)",
     "detection_ms": "the controller learns of the fault",
-    "controller_queue_ms": "the controller starts handling it",
-    "zk_write_ms": "the partition's new leader and ISR written to ZooKeeper",
+    "inbox_wait_ms": "the controller starts handling it",
+    "election_zk_ms": "the partition's new leader and ISR written to ZooKeeper",
     "send_ms": "the controller's requests sent",
     "leader_apply_ms": "the partition's leader applies its LeaderAndIsr",
     "followers_apply_ms": "its last follower applies its LeaderAndIsr",
     "follower_fetch_ms": "its last follower fetches from the leader",
     "isr_write_ms": "the leader writes a new ISR",
-    "client_send_ms": "the leader appends the client's first record",
+    "first_append_ms": "the leader appends the client's first record",
     "hw_ms": "the leader's high watermark moves past it",
 }
-PHASE_LABELS = dict(zip(PARTITION_PHASES, ["end", "detect", "queue", "zk", "send", "leader", "fllwrs", "fetch",
-                                            "isr", "client", "hw"]))  # column heads in narrow tables
+PHASE_LABELS = dict(zip(PARTITION_PHASES, ["end", "detect", "inbox", "zk", "send", "leader", "follow", "fetch",
+                                            "isr", "append", "hw"]))  # column heads in narrow tables
 UNEXPLAINED = "unexplained_ms"  # from the last step seen to the acknowledgement
 FEATURES = ["partitions_affected", "partitions_total", "produce_rate", "inbox_depth", "sender_queue_depth",
             "session_timeout_ms", "detector", "partition_rate", "led", "followed"]

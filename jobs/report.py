@@ -70,8 +70,9 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
               + f"; `{UNEXPLAINED}` from the last step seen to the acknowledgement. A step not seen lasts 0 ms (its "
               "time is in the next step's).", ""]
     lines += ["## Correlations with the load", "",
-              "Coefficient and its 95% interval (Fisher's z). The partitions of one fault share its controller and "
-              "its client, so they are not independent: the intervals are narrower than a sample of faults would "
+              "Coefficient and its 95% interval (Fisher's z), over the partitions recovered within the horizon (a "
+              "censored value is only a lower bound). The partitions of one fault share its controller and its "
+              "client, so they are not independent: the intervals are narrower than a sample of faults would "
               "give.", ""]
     cells = {(c["source"], c["method"], c["measure"], c["feature"]): c for c in a.correlations}
     for source in sorted({c["source"] for c in a.correlations}):
@@ -86,7 +87,9 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
                         f"{c['value']:+.2f}{_interval(c['ci_low'], c['ci_high'])}" for f in FEATURES) + " |")
             lines.append("")
     lines += ["## Linear regression of each measure on the load", "",
-              "Coefficients in ms per unit of the feature, with their 95% intervals.", "",
+              "Coefficients in ms per unit of the feature, with their 95% intervals (Student's t), over the partitions "
+              "recovered within the horizon. As above, partitions of one fault are not independent: the intervals are "
+              "narrower than a sample of faults would give.", "",
               "| source | measure | n | R² | intercept | coefficients |", "|---|---|---|---|---|---|"]
     for r in a.regressions:
         coefficients = ", ".join(f"{f} {v:+.4g}{_interval(lo, hi, 3) if lo is not None else ''}"

@@ -77,6 +77,11 @@ class FaultKind(str, Enum):
     SLOW_CLIENTS = "slow-clients"  # the clients' connections to broker N slowed (FaultSpec.link)
 
 
+# faults on the active controller alone (their target is its broker, whose data plane goes on)
+CONTROLLER_FAULTS = {FaultKind.KILL_CONTROLLER, FaultKind.PAUSE_CONTROLLER, FaultKind.EXPIRE_CONTROLLER_SESSION,
+                     FaultKind.CUT_CONTROLLER_ZOOKEEPER}
+
+
 class FaultRecord(Record):
     fault_id: int
     kind: FaultKind
@@ -129,7 +134,7 @@ class Role(str, Enum):
     LEADER = "leader"  # the fault's broker led the partition
     FOLLOWER = "follower"  # it is one of the partition's replicas, not its leader
     OTHER = "other"  # neither
-    CLUSTER = "cluster"  # a fault with no broker (a split, a ZooKeeper restart): every partition
+    CLUSTER = "cluster"  # a fault with no broker (a split, a ZooKeeper restart) or on the controller alone
 
 
 class PartitionWait(Record):
@@ -141,7 +146,7 @@ class PartitionWait(Record):
     source: Source
     role: Role
     fault_ms: float
-    observed_ms: float  # how long after the fault it was observed (the horizon, the next fault, the load's end)
+    observed_ms: float  # how long after the fault it was observed (the horizon, the next fault or the load's end)
     recovery_ms: float  # fault -> first acknowledgement of a record sent at or after it
     recovery_censored: bool = False  # not recovered within observed_ms: recovery_ms is that, at least
     worst_wait_ms: float
@@ -151,7 +156,7 @@ class PartitionWait(Record):
     # where the recovery went (jobs/partition_phases.py): each named step's ms since the step before, in
     # the order they ran
     phases: dict[str, float] = Field(default_factory=dict)
-    unexplained_ms: float | None = None  # the recovery less its named phases (None: not recovered)
+    unexplained_ms: float | None = None  # the recovery less its named phases (None: not recovered, censored)
 
 
 class WaitStats(Record):

@@ -633,7 +633,8 @@ def report(run_dir: Path) -> str:
                      f"{_three(mine.worst_wait_ms_p50, mine.worst_wait_ms_p99, mine.worst_wait_ms_max):>28}"
                      f"{_fmt(others.worst_wait_ms_p99) + ' / ' + _fmt(others.worst_wait_ms_max):>16}")
     lines += ["", "Where the recovery went, per fault: each phase's mean ms over the partitions it touched "
-              "(jobs/partition_phases.py), the unexplained rest and its share of the recovery"]
+              "(jobs/partition_phases.py), the unexplained rest and its share of the recovery (censored partitions "
+              "left out of the share)"]
     short = PHASE_LABELS
     lines.append(f"{'fault':<28}{'source':<7}{'recovery':>9}" + "".join(f"{n:>7}" for n in short.values())
                  + f"{'rest':>8}{'share':>7}")
@@ -642,11 +643,12 @@ def report(run_dir: Path) -> str:
         if not mine:
             continue
         fault = faults.get(fault_id)
-        recovery = sum(w.recovery_ms for w in mine)
-        rest = sum(w.unexplained_ms or 0.0 for w in mine)
-        lines.append(f"{fault.label if fault else fault_id:<28}{source.value:<7}{recovery / len(mine):>9.0f}"
+        share = waits.unexplained_share(mine)
+        lines.append(f"{fault.label if fault else fault_id:<28}{source.value:<7}"
+                     f"{sum(w.recovery_ms for w in mine) / len(mine):>9.0f}"
                      + "".join(f"{sum(w.phases.get(p, 0.0) for w in mine) / len(mine):>7.0f}" for p in short)
-                     + f"{rest / len(mine):>8.0f}{rest / recovery if recovery else 0:>7.0%}")
+                     + f"{sum(w.unexplained_ms or 0.0 for w in mine) / len(mine):>8.0f}"
+                     + (f"{share:>7.0%}" if share is not None else f"{'-':>7}"))
     if summary is not None:
         lines.append(f"\n{summary.faults} faults, {summary.failovers} failovers, {summary.acked:,} records "
                      f"acknowledged, {summary.consumed:,} consumed live; produce latency p50 "

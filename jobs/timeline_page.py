@@ -12,7 +12,7 @@ cut short left is enough: a missing file draws an empty chart, malformed lines a
 
 Sized for runs of 1,000 partitions: partition state is drawn as counts (partitions per ISR size),
 and only the partitions the faults touched get a bar (the load's waits, the probes' where no load
-was measured), longest first, at most MAX_UNAVAILABLE_ROWS of them and a note of how many more.
+was measured), longest first, at most MAX_WAITING_ROWS of them and a note of how many more.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from jobs.phases import PARTITION_PHASES
 from jobs.rundir import FaultRecord, LoadSample, PartitionWait, Source, StateSample, Summary
 from jobs.waits import percentile, source_of, touched
 
-MAX_UNAVAILABLE_ROWS = 40
+MAX_WAITING_ROWS = 40
 MAX_BUCKETS = 240  # produce throughput and latency points across the run
 LEFT, WIDTH, RIGHT = 120, 960, 20  # the charts' left margin (labels), plot width, right margin (px)
 PLOT_HEIGHT = 150
@@ -115,7 +115,7 @@ def controller_changes(samples: list[LoadSample]) -> list[LoadSample]:
     return out
 
 
-def unavailable_partitions(waits: list[PartitionWait]) -> list[tuple[str, list[PartitionWait]]]:
+def waiting_partitions(waits: list[PartitionWait]) -> list[tuple[str, list[PartitionWait]]]:
     """Each partition a fault touched with its waits (the load's, or the probes' where the load has none
     of that partition and fault), the longest total recovery first."""
     mine = [w for w in waits if touched(w)]
@@ -130,7 +130,8 @@ def unavailable_partitions(waits: list[PartitionWait]) -> list[tuple[str, list[P
 def _axis(faults: list[FaultRecord], load: list[LoadSample], isr: list[IsrCount],
           waits: list[PartitionWait]) -> Axis | None:
     times = [t for f in faults for t in (f.injected_ms, f.ended_ms) if t is not None]
-    times += [s.ts_ms for s in load] + [c.ts_ms for c in isr] + [w.fault_ms + w.recovery_ms for w in waits]
+    times += [s.ts_ms for s in load] + [c.ts_ms for c in isr] + \
+        [w.fault_ms + max(w.recovery_ms, w.worst_wait_ms) for w in waits]
     return Axis(min(times), max(times)) if times else None
 
 
@@ -319,8 +320,8 @@ def _controller_lane(load: list[LoadSample], faults: list[FaultRecord], axis: Ax
 
 def _unavailable_section(waits: list[PartitionWait], faults: list[FaultRecord], axis: Axis,
                          partitions: int | None) -> str:
-    rows = unavailable_partitions(waits)
-    shown = rows[:MAX_UNAVAILABLE_ROWS]
+    rows = waiting_partitions(waits)
+    shown = rows[:MAX_WAITING_ROWS]
     top, height = 8, max(1, len(shown)) * ROW
     body = _lane(faults, axis, top, height)
     labels = {f.fault_id: f.label for f in faults}

@@ -13,9 +13,10 @@ partition that has not recovered by then is censored: its recovery is at least t
 counted, never dropped. A record still unacknowledged at the end of the observation (or whose
 delivery failed) waited at least until then: its partition's worst wait is censored too.
 
-Every fault is measured, whatever its kind, over every partition that had records in flight or sent
-in its window: `Role` says whether the fault's broker led it (the last ZooKeeper sample before the
-fault), followed it (one of its replicas), or neither. The load's records and the probes' are measured apart
+Every fault is measured, whatever its kind, over every partition written before it that had records
+in flight or sent in its window: `Role` says whether the fault's broker led it (the last ZooKeeper
+sample before the fault), followed it (one of its replicas), or neither; every partition is CLUSTER
+for a fault with no broker or one on the active controller alone. The load's records and the probes' are measured apart
 (`Source`): a probe has one record in flight per partition, so its figures are the partition's, not
 the load client's queue. Pure: deliveries in, PartitionWait out.
 """
@@ -27,7 +28,7 @@ from collections import defaultdict
 from typing import Iterable, NamedTuple
 
 from actors.records import PROBE_PRODUCER, tp_key
-from jobs.rundir import FaultRecord, PartitionWait, Role, Source, StateSample, WaitStats
+from jobs.rundir import CONTROLLER_FAULTS, FaultRecord, PartitionWait, Role, Source, StateSample, WaitStats
 
 RATE_WINDOW_MS = 1000.0  # a partition's load at the fault: its acknowledgements over the second before
 
@@ -35,6 +36,17 @@ RATE_WINDOW_MS = 1000.0  # a partition's load at the fault: its acknowledgements
 class Delivery(NamedTuple):
     sent_ms: float
     acked_ms: float  # math.inf: never acknowledged (its delivery failed)
+    done_ms: float  # when the client heard: its acknowledgement, or its failure
+
+
+class Measured(NamedTuple):
+    observed_ms: float
+    recovery_ms: float
+    recovery_censored: bool
+    worst_wait_ms: float
+    worst_wait_censored: bool
+    records: int
+    rate: float
 
 
 def source_of(record_id: str) -> Source:
@@ -42,13 +54,13 @@ def source_of(record_id: str) -> Source:
 
 
 class Deliveries:
-    """Every record's send and acknowledgement, per (source, partition), in send order."""
+    """Every record's send and acknowledgement (or failure), per (source, partition), in send order."""
 
-    def __init__(self, rows: Iterable[tuple[str, str, float, float]]):
-        """rows: (partition, record id, sent ms, acked ms or math.inf)."""
+    def __init__(self, rows: Iterable[tuple[str, str, float, float, float]]):
+        """rows: (partition, record id, sent ms, acked ms or math.inf, acked or failed ms)."""
         by: dict[tuple[Source, str], list[Delivery]] = defaultdict(list)
-        for tp, record_id, sent, acked in rows:
-            by[(source_of(record_id), tp)].append(Delivery(sent, acked))
+        for tp, record_id, sent, acked, done in rows:
+            by[(source_of(record_id), tp)].append(Delivery(sent, acked, done))
         self.deliveries = {key: sorted(ds) for key, ds in by.items()}
         self.sent = {key: [d.sent_ms for d in ds] for key, ds in self.deliveries.items()}
         self.acked = {key: sorted(d.acked_ms for d in ds if d.acked_ms < math.inf) for key, ds in self.deliveries.items()}
@@ -56,12 +68,12 @@ class Deliveries:
 
 def roles(fault: FaultRecord, states: list[StateSample], assignments: dict[str, list[int]]) -> dict[str, Role]:
     """Each partition's role in the fault: LEADER if the fault's broker led it at the last sample before the
-    fault (`states` in time order), FOLLOWER if it is one of its replicas (`assignments`; without them, if
-    it was in the sampled ISR: a broker back from an earlier fault may have rejoined since the sample). A
-    partition absent is OTHER (CLUSTER for a fault with no broker)."""
-    i = bisect.bisect_right([s.ts_ms for s in states], fault.injected_ms)
-    if fault.target is None:
+    fault (`states` in time order); FOLLOWER if the broker is one of its replicas (`assignments`) or was in
+    its sampled ISR; absent (OTHER) if neither. Empty for a fault with no broker or on the controller alone
+    (every partition is then CLUSTER)."""
+    if fault.target is None or fault.kind in CONTROLLER_FAULTS:
         return {}
+    i = bisect.bisect_right([s.ts_ms for s in states], fault.injected_ms)
     sampled = states[i - 1].partitions if i else {}
     out = {tp: Role.FOLLOWER for tp, replicas in assignments.items() if fault.target in replicas}
     out |= {tp: Role.FOLLOWER for tp, p in sampled.items() if fault.target in p.isr}
@@ -69,28 +81,30 @@ def roles(fault: FaultRecord, states: list[StateSample], assignments: dict[str, 
 
 
 def measure(fault: FaultRecord, ds: list[Delivery], sent: list[float], acked: list[float], horizon_ms: float,
-            until_ms: float) -> tuple[float, bool, float, bool, int, float] | None:
-    """(recovery, censored, worst wait, censored, records, rate) of one partition's deliveries through
-    `fault`, observed until `until_ms` (the next fault or the load's end) and at most `horizon_ms`; None
-    when no record was in flight at the fault or sent within its window."""
+            until_ms: float) -> Measured | None:
+    """One partition's deliveries through `fault`, observed until `until_ms` (the next fault or the load's
+    end) and at most `horizon_ms`; None when no record was in flight at the fault or sent within its
+    window, or none was sent before the fault (a partition created after it has nothing to recover)."""
     t0 = fault.injected_ms
     end = min(until_ms, t0 + horizon_ms)  # the window in which records count and recovery is looked for
     first = bisect.bisect_left(sent, t0)
+    if first == 0 or end <= t0:
+        return None
     start = first
-    while start > 0 and ds[start - 1].acked_ms > t0:  # in flight at the fault (acknowledged in send order)
+    while start > 0 and ds[start - 1].done_ms > t0:  # in flight at the fault (answered in send order)
         start -= 1
     last = bisect.bisect_left(sent, end)
     if start == last:
         return None
-    recovery = min((d.acked_ms for d in ds[first:] if d.acked_ms < math.inf), default=math.inf)
+    recovery = min((d.acked_ms for d in ds[first:last]), default=math.inf)  # acked >= sent: none later counts
     recovered = recovery <= end
     worst, open_ended = 0.0, False
     for d in ds[start:last]:
-        done = min(d.acked_ms, until_ms)  # a wait past the next fault is that fault's
-        worst = max(worst, done - d.sent_ms)
-        open_ended |= d.acked_ms > until_ms
+        worst = max(worst, min(d.done_ms, until_ms) - d.sent_ms)  # a wait past the next fault is that fault's
+        open_ended |= d.acked_ms > until_ms  # still waiting then, or never acknowledged
     rate = (bisect.bisect_left(acked, t0) - bisect.bisect_left(acked, t0 - RATE_WINDOW_MS)) * 1000 / RATE_WINDOW_MS
-    return (recovery - t0 if recovered else end - t0), not recovered, worst, open_ended, last - start, rate
+    return Measured(end - t0, (recovery if recovered else end) - t0, not recovered, worst, open_ended, last - start,
+                    rate)
 
 
 def partition_waits(faults: list[FaultRecord], deliveries: Deliveries, states: list[StateSample],
@@ -103,18 +117,13 @@ def partition_waits(faults: list[FaultRecord], deliveries: Deliveries, states: l
     out = []
     for i, fault in enumerate(faults):
         until = min([f.injected_ms for f in faults[i + 1:]] + [load_ended_ms])
-        role_of, default = roles(fault, states, assignments or {}), Role.CLUSTER if fault.target is None else Role.OTHER
+        role_of = roles(fault, states, assignments or {})
+        default = Role.CLUSTER if fault.target is None or fault.kind in CONTROLLER_FAULTS else Role.OTHER
         for (source, tp), ds in sorted(deliveries.deliveries.items()):
-            got = measure(fault, ds, deliveries.sent[(source, tp)], deliveries.acked[(source, tp)], horizon_ms,
-                          until)
-            if got is None:
-                continue
-            recovery, censored, worst, open_ended, n, rate = got
-            out.append(PartitionWait(
-                fault_id=fault.fault_id, fault_kind=fault.kind, partition=tp, source=source,
-                role=role_of.get(tp, default), fault_ms=fault.injected_ms, observed_ms=until - fault.injected_ms,
-                recovery_ms=recovery, recovery_censored=censored, worst_wait_ms=worst,
-                worst_wait_censored=open_ended, records=n, rate=rate))
+            m = measure(fault, ds, deliveries.sent[(source, tp)], deliveries.acked[(source, tp)], horizon_ms, until)
+            if m is not None:
+                out.append(PartitionWait(fault_id=fault.fault_id, fault_kind=fault.kind, partition=tp, source=source,
+                                         role=role_of.get(tp, default), fault_ms=fault.injected_ms, **m._asdict()))
     return out
 
 
@@ -130,6 +139,14 @@ def by_fault(waits: Iterable[PartitionWait]) -> dict[tuple[int, Source], list[Pa
     for w in sorted(waits, key=lambda w: (w.fault_ms, w.fault_id, w.source is Source.PROBE)):
         out[(w.fault_id, w.source)].append(w)
     return out
+
+
+def unexplained_share(waits: Iterable[PartitionWait]) -> float | None:
+    """The unexplained part of the recovered partitions' recoveries (censored ones have no rest to
+    explain); None when none recovered."""
+    recovered = [w for w in waits if not w.recovery_censored]
+    total = sum(w.recovery_ms for w in recovered)
+    return sum(w.unexplained_ms or 0.0 for w in recovered) / total if total else None
 
 
 def stats(waits: Iterable[PartitionWait]) -> WaitStats:
@@ -154,5 +171,6 @@ def percentile(values: list[float], p: float) -> float | None:
 
 def deliveries_of(acks, errors) -> Deliveries:
     """Deliveries from acknowledgements (Ack) and failed deliveries (ProduceError)."""
-    return Deliveries([*((tp_key(a.topic, a.partition), a.record_id, a.sent_ms, a.acked_ms) for a in acks),
-                       *((tp_key(e.topic, e.partition), e.record_id, e.sent_ms, math.inf) for e in errors)])
+    return Deliveries([*((tp_key(a.topic, a.partition), a.record_id, a.sent_ms, a.acked_ms, a.acked_ms) for a in acks),
+                       *((tp_key(e.topic, e.partition), e.record_id, e.sent_ms, math.inf, e.failed_ms)
+                         for e in errors)])

@@ -38,8 +38,10 @@ class BrokerEvents:
         self.enabled = sink is not None and sink.enabled
         self._appended: dict[TopicPartition, int] = {}  # the leader epoch whose first append was recorded
         self._fetched: dict[tuple[TopicPartition, int], int] = {}  # (partition, follower) -> that of its first fetch
-        # the leadership state last seen, the HW then, and whether its first move was recorded
+        # as leader: the leadership state last seen, the HW to pass, and whether its move is still awaited
         self._hw: dict[TopicPartition, tuple[object, int, bool]] = {}
+        self._last_hw: dict[TopicPartition, int] = {}  # the HW last seen, leader or follower
+        self._hw_recorded: dict[TopicPartition, int] = {}  # the HW last recorded: one move is recorded once
         self._errors: dict[tuple[TopicPartition, int], float] = {}  # (partition, error) -> when last recorded
 
     def _emit(self, kind: str, tp: TopicPartition | None = None, **fields) -> None:
@@ -47,11 +49,13 @@ class BrokerEvents:
             broker_id=self.broker_id, ts_ms=now_ms(), kind=kind,
             partition=tp_key(tp.topic, tp.partition) if tp is not None else None, **fields))
 
-    def leader_and_isr(self, controller_epoch: int, leaders: dict[TopicPartition, int],
+    def leader_and_isr(self, controller_epoch: int, leaders: dict[TopicPartition, tuple[int, tuple[int, ...]]],
                        followers: dict[TopicPartition, int]) -> None:
+        """`leaders`: partition -> (leader epoch, ISR); `followers`: partition -> leader epoch."""
         if self.enabled and (leaders or followers):
             self._emit("leader_and_isr", controller_epoch=controller_epoch,
-                       leaders={tp_key(tp.topic, tp.partition): e for tp, e in leaders.items()},
+                       leaders={tp_key(tp.topic, tp.partition): e for tp, (e, _) in leaders.items()},
+                       isrs={tp_key(tp.topic, tp.partition): list(isr) for tp, (_, isr) in leaders.items()},
                        followers={tp_key(tp.topic, tp.partition): e for tp, e in followers.items()})
 
     def update_metadata(self, controller_epoch: int, partitions: int) -> None:
@@ -71,24 +75,43 @@ class BrokerEvents:
             self._fetched[(tp, follower)] = leader_epoch
             self._emit("follower_fetch", tp, leader_epoch=leader_epoch, replica=follower)
 
-    def client_append(self, tp: TopicPartition, state, leader_epoch: int, high_watermark: int) -> None:
-        """A client batch appended as leader: the epoch's first is recorded, and the next HW move after it."""
-        if self.enabled and self._appended.get(tp) != leader_epoch:
-            self._appended[tp] = leader_epoch
-            self._hw[tp] = (state, high_watermark, False)
-            self._emit("client_append", tp, leader_epoch=leader_epoch)
+    def client_append(self, tp: TopicPartition, state, leader_epoch: int, hw_before: int, hw_after: int) -> None:
+        """A client batch appended as leader (the HW before and after it): the epoch's first is recorded,
+        and the next HW move after it (at once, if the append moved it: an ISR of one)."""
+        if not self.enabled or self._appended.get(tp) == leader_epoch:
+            return
+        self._appended[tp] = leader_epoch
+        self._emit("client_append", tp, leader_epoch=leader_epoch)
+        if hw_after > hw_before:
+            self._hw[tp] = (state, hw_after, False)
+            self._hw_moved(tp, leader_epoch, hw_after)
+        else:
+            self._hw[tp] = (state, hw_before, True)
 
-    def high_watermark(self, tp: TopicPartition, state, leader_epoch: int, high_watermark: int) -> None:
-        """A leader's partition changed; `state`: its leadership state (a new object at every leader or ISR
-        change). Records the first time the HW passes where it stood when that state began, or when the
-        epoch's first client batch was appended."""
+    def high_watermark(self, tp: TopicPartition, state, leader_epoch: int, high_watermark: int, leader: bool) -> None:
+        """A partition changed; `state`: its leadership state (a new object at every leader or ISR change).
+        As leader, records the first time the HW passes where it stood when that state began (at once if
+        the change itself moved it), or when the epoch's first client batch was appended."""
         if not self.enabled:
+            return
+        last, self._last_hw[tp] = self._last_hw.get(tp), high_watermark
+        if not leader:
             return
         seen = self._hw.get(tp)
         if seen is None or seen[0] is not state:
-            self._hw[tp] = (state, high_watermark, False)
-        elif not seen[2] and high_watermark > seen[1]:
-            self._hw[tp] = (state, seen[1], True)
+            moved = last is not None and high_watermark > last
+            self._hw[tp] = (state, high_watermark, not moved)
+        elif seen[2] and high_watermark > seen[1]:
+            self._hw[tp] = (state, seen[1], False)
+            moved = True
+        else:
+            moved = False
+        if moved:
+            self._hw_moved(tp, leader_epoch, high_watermark)
+
+    def _hw_moved(self, tp: TopicPartition, leader_epoch: int, high_watermark: int) -> None:
+        if self._hw_recorded.get(tp) != high_watermark:
+            self._hw_recorded[tp] = high_watermark
             self._emit("hw_moved", tp, leader_epoch=leader_epoch, detail=str(high_watermark))
 
     def produce_error(self, tp: TopicPartition, error: Errors) -> None:

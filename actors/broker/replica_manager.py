@@ -309,8 +309,9 @@ class ReplicaManager:
         """A partition changed (records, high watermark, role): sessions read it again, and the fetches
         waiting on it answer."""
         tp = TopicPartition(partition.topic, partition.partition)
-        if partition.is_leader:
-            self.events.high_watermark(tp, partition.state, partition.state.leader_epoch, partition.high_watermark)
+        if self.events.enabled:
+            self.events.high_watermark(tp, partition.state, partition.state.leader_epoch, partition.high_watermark,
+                                       partition.is_leader)
         self.fetch_sessions.mark(tp)
         for fetch in self._waiting:
             if tp in fetch.keys and not (hw_only and fetch.follower):
@@ -360,7 +361,7 @@ class ReplicaManager:
         results = []
         debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
         now = now_ms()
-        led: dict[TopicPartition, int] = {}
+        led: dict[TopicPartition, tuple[int, tuple[int, ...]]] = {}
         followed: dict[TopicPartition, int] = {}
         for st in request.partition_states:
             tp = TopicPartition(st.topic, st.partition)
@@ -408,7 +409,10 @@ class ReplicaManager:
                                                else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
                                                request.controller_id, request.controller_epoch)
                     code = Errors.NONE
-                    (led if st.leader == self.broker_id else followed)[tp] = st.leader_epoch
+                    if st.leader == self.broker_id:
+                        led[tp] = (st.leader_epoch, tuple(st.isr))
+                    else:
+                        followed[tp] = st.leader_epoch
             else:
                 if debug:
                     state_change_log.debug("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch "
@@ -473,13 +477,16 @@ class ReplicaManager:
         for tp, records in entries:
             try:
                 partition = self.partition_or_error(tp)
+                hw_before = partition.high_watermark
                 try:
                     appended = partition.append_as_leader(records, acks)
                 except OSError as e:
                     raise self.io_failed(self._dir_of(partition), f"appending to {tp}", e) from None
                 results[tp] = ProduceResult(tp.topic, tp.partition, int(Errors.NONE), appended.first_offset,
                                             appended.log_start_offset)
-                self.events.client_append(tp, partition.state, partition.state.leader_epoch, partition.high_watermark)
+                if self.events.enabled:
+                    self.events.client_append(tp, partition.state, partition.state.leader_epoch, hw_before,
+                                              partition.high_watermark)
                 if acks == -1:
                     waits.append((tp, partition, appended.last_offset, appended.term))
             except KrayError as e:
@@ -563,7 +570,7 @@ class ReplicaManager:
                 except OSError as e:
                     raise self.io_failed(self._dir_of(partition), f"reading from {tp}", e) from None
                 budget -= len(got.records)
-                if arrival and params.replica_id >= 0:
+                if arrival and params.replica_id >= 0 and self.events.enabled:
                     self.events.follower_fetch(tp, params.replica_id, partition.state.leader_epoch)
                 out[tp] = FetchedPartition(p.topic, p.partition, int(Errors.NONE), got.high_watermark,
                                            got.log_start_offset, got.records, got.diverging_epoch, got.log_end_offset)

@@ -176,7 +176,9 @@ class Prober(_Producing):
     """Probes beside the load: one record in flight per partition, the next sent `interval_ms` after the
     last was sent, or at its acknowledgement if that comes later. A probe's wait is its partition's,
     not the load client's queue (librdkafka's one partition per request and five in flight per
-    connection, which the load's figures keep as a real client's). Record ids "probe-<sequence>"."""
+    connection, which the load's figures keep as a real client's). acks=all, idempotent, whatever the
+    load's acks: a probe is acknowledged once its partition takes writes as Kafka's default client sees
+    them. Record ids "probe-<sequence>"."""
 
     def __init__(self, config: ClusterConfig, partitions: list[TopicPartition], interval_ms: float,
                  record_size: int):

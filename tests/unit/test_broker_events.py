@@ -50,7 +50,8 @@ def test_a_leader_and_isr_is_recorded_with_the_partitions_led_and_followed_and_t
                                      controller_epoch=4), BROKER_EPOCH)
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=3), controller_epoch=4), BROKER_EPOCH)  # stale
     [event] = sink.kinds("leader_and_isr")
-    assert (event.broker_id, event.controller_epoch, event.leaders, event.followers) == (1, 4, {"t-0": 3}, {"t-1": 5})
+    assert (event.broker_id, event.controller_epoch, event.leaders, event.isrs, event.followers) == \
+        (1, 4, {"t-0": 3}, {"t-0": [1, 2, 3]}, {"t-1": 5})
 
 
 def test_the_first_client_append_and_the_first_follower_fetch_of_each_epoch(rm, sink):
@@ -74,8 +75,8 @@ def test_the_first_high_watermark_move_after_each_leadership_or_isr_change_and_f
     run(rm.fetch(fetch(replica_id=2, partitions=[FetchPartition("t", 0, 2, 3)])))
     run(rm.append_records(1, 1000, [(T0, batch(1))]))
     run(rm.fetch(fetch(replica_id=2, partitions=[FetchPartition("t", 0, 3, 3)])))  # moves again: not recorded
-    rm.partition(T0).update_isr((1,), 1, 3)  # the leader's shrink: a new state
-    run(rm.append_records(1, 1000, [(T0, batch(1))]))
+    run(rm.append_records(1, 1000, [(T0, batch(1))]))  # LEO 4; the follower has not fetched it
+    rm.partition(T0).update_isr((1,), 1, 3)  # the leader's shrink: a new state, and the HW moves with it
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=4, isr=(1,))), BROKER_EPOCH)
     run(rm.append_records(1, 1000, [(T0, batch(1))]))  # a new epoch: moves at once past its first append
     assert [(e.leader_epoch, e.detail) for e in sink.kinds("hw_moved")] == [(3, "2"), (3, "4"), (4, "5")]

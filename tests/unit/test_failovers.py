@@ -119,3 +119,12 @@ def test_a_broker_failure_is_joined_with_the_fault_that_hit_its_broker_when_faul
     got = compose([timeline("broker_failure", 7000, brokers=(1,)), timeline("controller_failover", 7100, brokers=(2,))],
                   faults, [], session_timeout_ms=6000, detector=False)
     assert [(r.kind, r.fault_id) for r in got] == [("broker_failure", 1), ("controller_failover", 2)]
+
+
+def test_a_faults_failover_is_its_broker_failure_else_its_first():
+    from jobs.failovers import of_faults
+
+    timelines, faults, samples = compose_inputs()
+    got = of_faults(compose(timelines, faults, samples, session_timeout_ms=6000, detector=True))
+    assert {i: (f.kind, f.detected_ms) for i, f in got.items()} == {
+        1: ("broker_failure", 1200), 2: ("controller_failover", 5100)}

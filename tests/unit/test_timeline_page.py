@@ -18,11 +18,11 @@ from jobs.rundir import (
     StateSample,
 )
 from jobs.timeline_page import (
-    MAX_UNAVAILABLE_ROWS,
+    MAX_WAITING_ROWS,
     controller_changes,
     produce_series,
     timeline_html,
-    unavailable_partitions,
+    waiting_partitions,
     write_timeline,
 )
 from tests.chromium import open_in_chromium
@@ -181,10 +181,10 @@ def test_of_a_thousand_partitions_only_the_unavailable_get_bars_longest_first_wi
     html = timeline_html("big", [fault], [], [state(0, [1, 2, 3], partitions=1000)], down, [])
     assert_self_contained(html)
     bars = re.findall(r'text-anchor="end">(orders-\d+)<title>', html)
-    assert bars == [f"orders-{p}" for p in range(99, 99 - MAX_UNAVAILABLE_ROWS, -1)]
+    assert bars == [f"orders-{p}" for p in range(99, 99 - MAX_WAITING_ROWS, -1)]
     assert "100 of 1,000 partitions" in html and "60 more partitions waited" in html
     ws = [wait(fault, "a-0", 10), wait(fault, "b-0", 30), wait(FAULTS[1], "a-0", 25), wait(fault, "c-0", 99, Role.OTHER)]
-    assert [tp for tp, _ in unavailable_partitions(ws)] == ["a-0", "b-0"]  # 35 ms in all, then 30; c-0 a bystander
+    assert [tp for tp, _ in waiting_partitions(ws)] == ["a-0", "b-0"]  # 35 ms in all, then 30; c-0 a bystander
 
 
 def test_write_timeline_reads_the_run_directory(tmp_path):

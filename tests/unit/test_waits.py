@@ -22,7 +22,15 @@ def state(ts: float, **partitions: tuple[int, list[int]]) -> StateSample:
         for tp, (leader, isr) in partitions.items()})
 
 
-def run(faults, rows, states=(), horizon=HORIZON, load_ended=100_000.0, assignments=None) -> list[PartitionWait]:
+def run(faults, rows, states=(), horizon=HORIZON, load_ended=100_000.0, assignments=None,
+        warm: bool = True) -> list[PartitionWait]:
+    """(partition, record id, sent, acked[, failed]) rows; every partition and producer written before the
+    first fault unless the rows say otherwise (a record at 0, long done)."""
+    rows = [r if len(r) == 5 else (*r, r[3]) for r in rows]
+    first = min(f.injected_ms for f in faults)
+    before = {(tp, rid.rpartition("-")[0]) for tp, rid, sent, _, _ in rows if sent < first}
+    rows += [(tp, f"{producer}-w", 0, 1, 1) for tp, producer in {(tp, rid.rpartition("-")[0]) for tp, rid, *_ in rows}
+             - before] if warm else []
     return partition_waits(faults, Deliveries(rows), list(states), horizon, load_ended, assignments)
 
 
@@ -54,7 +62,7 @@ def test_worst_wait_is_the_longest_among_records_in_flight_at_the_fault_or_sent_
 def test_a_partition_not_recovered_within_the_horizon_is_censored_at_the_horizon():
     rows = [("t-0", "p0-1", 1500, 40_000)]
     w = only(run([fault(1, 1000)], rows))
-    assert (w.recovery_ms, w.recovery_censored) == (HORIZON, True)
+    assert (w.recovery_ms, w.recovery_censored, w.observed_ms) == (HORIZON, True, HORIZON)
     assert w.worst_wait_ms == 38_500 and not w.worst_wait_censored  # acknowledged before the load ended
 
 
@@ -66,16 +74,30 @@ def test_the_next_fault_ends_the_observation_and_a_wait_past_it_is_censored():
     assert (second.fault_id, second.recovery_ms, second.worst_wait_ms) == (2, 1500, 6500)  # p0-1 in flight, from its send
 
 
-def test_a_record_never_acknowledged_censors_the_worst_wait_at_the_end_of_the_load():
-    rows = [("t-0", "p0-1", 1100, 1200), ("t-0", "p0-2", 1300, math.inf)]
+def test_a_record_never_acknowledged_waited_until_it_failed_or_the_observation_ended_and_is_censored():
+    rows = [("t-0", "p0-1", 1100, 1200), ("t-0", "p0-2", 1300, math.inf, 2300)]
     w = only(run([fault(1, 1000)], rows, load_ended=5000))
     assert (w.recovery_ms, w.recovery_censored) == (200, False)
-    assert (w.worst_wait_ms, w.worst_wait_censored, w.observed_ms) == (3700, True, 4000)
+    assert (w.worst_wait_ms, w.worst_wait_censored, w.observed_ms) == (1000, True, 4000)
+    w = only(run([fault(1, 1000)], [("t-0", "p0-1", 1300, math.inf, 9000)], load_ended=5000))
+    assert (w.worst_wait_ms, w.worst_wait_censored, w.recovery_censored) == (3700, True, True)
+
+
+def test_a_record_that_failed_before_the_fault_was_not_in_flight_at_it():
+    rows = [("t-0", "p0-1", 100, math.inf, 500), ("t-0", "p0-2", 1100, 1200)]
+    w = only(run([fault(1, 1000)], rows))
+    assert (w.records, w.worst_wait_ms, w.worst_wait_censored) == (1, 100, False)
 
 
 def test_a_partition_with_nothing_in_flight_or_sent_in_the_window_is_not_measured():
     rows = [("t-0", "p0-1", 100, 200), ("t-0", "p0-2", 20_000, 20_001)]
     assert run([fault(1, 1000)], rows) == []
+
+
+def test_a_partition_first_written_after_the_fault_is_not_measured_for_it():
+    """A topic created while the cluster recovers: its first records are not a recovery."""
+    rows = [("new-0", "p0-1", 6000, 6100), ("t-0", "p0-2", 900, 950), ("t-0", "p0-3", 1100, 1150)]
+    assert [w.partition for w in run([fault(1, 1000)], rows, warm=False)] == ["t-0"]
 
 
 def test_roles_come_from_the_last_sample_before_the_fault():
@@ -91,6 +113,8 @@ def test_roles_come_from_the_last_sample_before_the_fault():
     assert {w.role for w in run([fault(1, 1000, FaultKind.SPLIT_BROKERS, None)], rows, states)} == {Role.CLUSTER}
     assert {w.role for w in run([fault(1, 1000)], rows, [])} == {Role.OTHER}
     assert {w.role for w in run([fault(1, 1000, FaultKind.ZK_RESTART, None)], rows, [])} == {Role.CLUSTER}
+    # a fault on the active controller alone (its target is the controller's broker): every partition
+    assert {w.role for w in run([fault(1, 1000, FaultKind.KILL_CONTROLLER, 1)], rows, states)} == {Role.CLUSTER}
 
 
 @pytest.mark.parametrize("kind", list(FaultKind))
@@ -112,6 +136,10 @@ def test_the_load_and_the_probes_are_measured_apart():
     assert got[Source.PROBE].worst_wait_ms == 510 and got[Source.PROBE].recovery_censored
     assert [source_of(r) for r in ("probe-1", "p0-1", "probe", "probex-1")] == \
         [Source.PROBE, Source.LOAD, Source.LOAD, Source.LOAD]
+
+
+def test_a_fault_after_the_load_ended_measures_nothing():
+    assert run([fault(1, 1000)], [("t-0", "p0-1", 900, 1100)], load_ended=800) == []
 
 
 def test_the_rate_at_the_fault_is_the_partitions_acks_over_the_second_before():
