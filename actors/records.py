@@ -73,13 +73,14 @@ class BrokerEvent(Record):
 
     broker_id: int
     ts_ms: float
-    kind: str  # BrokerEvents' kinds: leader_and_isr, update_metadata, isr_change, truncation, follower_fetch,
-    # client_append, hw_moved, produce_error
+    kind: str  # BrokerEvents' kinds: registered, leader_and_isr, update_metadata, isr_change, truncation,
+    # follower_fetch, client_append, hw_moved, produce_error
     partition: str | None = None
     leader_epoch: int | None = None
     replica: int | None = None  # follower_fetch: the follower
     isr: list[int] | None = None  # isr_change: the ISR written
-    detail: str = ""  # isr_change: Shrinking/Expanding from what; truncation: from and to; produce_error: the error
+    detail: str = ""  # registered: the broker epoch; isr_change: Shrinking/Expanding from what; truncation: from and
+    # to; produce_error: the error
     leaders: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions led now -> leader epoch
     isrs: dict[str, list[int]] = Field(default_factory=dict)  # leader_and_isr: partitions led now -> their ISR
     followers: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions followed now -> epoch
@@ -128,6 +129,8 @@ class ClientStats(Record):
     ts_ms: float
     brokers: dict[int, BrokerClientStats]
     partitions: dict[str, PartitionClientStats]
+    idempotence: str | None = None  # the idempotent producer's state (Assigned; DrainBump, WaitPID...: not sending)
+    producer_epoch: int | None = None
 
 
 class Consumed(Record):

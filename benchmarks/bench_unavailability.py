@@ -21,7 +21,8 @@ the horizon), p50 / p99, censored partitions counted; the worst wait after detec
 detected time of its failover: a pause is seen only when its session expires) p99 and its ratio to
 kill-broker's in the same run (the target: at most 2); the controller's part per failover (fault ->
 detected, detected -> requests acknowledged); each partition phase's mean (jobs/phases.py:
-PARTITION_PHASES) and the unexplained share of the recovery. The baseline, same run: the acks=all
+PARTITION_PHASES) and the unexplained share of the recovery; for each fault whose broker comes back, how
+long after it registered it was back in every ISR it left (jobs/rejoin.py). The baseline, same run: the acks=all
 produce latency away from the faults (records sent from 2 s before a fault to 10 s after its end left
 out). Every run's invariants are checked. Prints a Markdown table for BENCHMARKS.md.
 """
@@ -34,12 +35,13 @@ import tempfile
 from pathlib import Path
 
 from actors.config import ControllerConfig
-from actors.records import PRODUCED, Ack, JsonlReader
+from actors.records import BROKER_EVENTS, PRODUCED, Ack, BrokerEvent, JsonlReader
 from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec
 from jobs.failovers import of_faults
 from jobs.local import embedded_zookeeper_and_ray
 from jobs.phases import PARTITION_PHASES
+from jobs.rejoin import rejoins
 from jobs.rundir import FaultKind, PartitionWait, Source
 from jobs.runner import run_experiment
 from jobs.waits import percentile, source_of, touched, unexplained_share
@@ -83,6 +85,11 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
     detection = {i: f.detected_ms - f.fault_injected_ms for i, f in handled.items()}
     waits = [w for w in reader.lines(rundir.WAITS, PartitionWait) if touched(w) and w.fault_id in faults]
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
+    final = reader.document(rundir.FINAL_STATE, rundir.FinalState)
+    back = {r.fault_id: r for r in rejoins(list(faults.values()), reader.lines(BROKER_EVENTS, BrokerEvent),
+                                           list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)),
+                                           final.assignments or {} if final else {},
+                                           summary.ended_ms if summary else float("inf"))}
     steady = sorted(a.acked_ms - a.sent_ms for a in reader.lines(PRODUCED, Ack)
                     if source_of(a.record_id) is Source.LOAD and not any(
                         f.injected_ms - 2_000 <= a.sent_ms < (f.ended_ms or f.injected_ms) + 10_000
@@ -108,6 +115,7 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
             "phases": {p: sum(w.phases.get(p, 0.0) for w in mine) / len(mine) if mine else None
                        for p in PARTITION_PHASES},
             "unexplained_share": unexplained_share(mine),
+            "rejoined": [back[i].last_ms for i in sorted(ids) if i in back],  # None: not back in every ISR
             "steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
             "violations": sum(summary.check.invariants.values()) if summary else None, "run_dir": str(run_dir)})
     for r in rows:  # the target: each kind's p99 worst wait after detection at most 2x a plain kill's
@@ -155,8 +163,9 @@ def print_table(rows: list[dict]) -> None:
     print("\n| session timeout | detector | control plane nice | fault | source | faults | partitions (censored) | recovery p50 / p99 ms "
           "| worst wait p50 / p99 / max ms | worst wait after detection p99 ms (x kill-broker's) | detection p50 / "
           "max ms | detected -> acked p50 / max ms | mean phases ms: " + ", ".join(short.values()) +
-          " | unexplained | acks=all latency away from faults p50 / p99 ms | invariant violations |")
-    print("|---" * 15 + "|")
+          " | unexplained | back in every ISR it left, ms after registering | acks=all latency away from faults p50 / "
+          "p99 ms | invariant violations |")
+    print("|---" * 16 + "|")
     for r in rows:
         ratio = f" ({r['ratio_to_kill']:.2f}x)" if r["ratio_to_kill"] is not None else ""
         phases = ", ".join("-" if v is None else f"{v:,.0f}" for v in r["phases"].values())
@@ -168,6 +177,7 @@ def print_table(rows: list[dict]) -> None:
               f"{r['source']} | {r['faults']} | {r['partitions']} ({r['censored']}) | "
               f"{pair(r, 'recovery_p50', 'recovery_p99')} | {worst} | {after} | {pair(r, 'detect_p50', 'detect_max')} | "
               f"{pair(r, 'process_p50', 'process_max')} | {phases} | {share} | "
+              f"{', '.join('not all' if ms is None else f'{ms:,.0f}' for ms in r['rejoined']) or '-'} | "
               f"{pair(r, 'steady_p50', 'steady_p99')} | {r['violations']} |")
 
 

@@ -49,6 +49,7 @@ from jobs.experiment import Experiment, FaultSpec
 from jobs.waits import percentile
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
 from jobs.phases import PHASE_LABELS
+from jobs.rejoin import rejoins
 from jobs.rundir import FaultKind, FaultRecord
 from jobs.timeline_page import write_timeline
 
@@ -649,6 +650,19 @@ def report(run_dir: Path) -> str:
                      + "".join(f"{sum(w.phases.get(p, 0.0) for w in mine) / len(mine):>7.0f}" for p in short)
                      + f"{sum(w.unexplained_ms or 0.0 for w in mine) / len(mine):>8.0f}"
                      + (f"{share:>7.0%}" if share is not None else f"{'-':>7}"))
+    final = reader.document(rundir.FINAL_STATE, rundir.FinalState)
+    back = rejoins(list(faults.values()), reader.lines(BROKER_EVENTS, BrokerEvent),
+                   list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)),
+                   final.assignments or {} if final else {}, summary.ended_ms if summary else float("inf"))
+    if back:
+        lines += ["", "Back in the ISRs it left, per fault: from the broker's registration to the last leader's "
+                  "expansion taking it back (jobs/rejoin.py)",
+                  f"{'fault':<28}{'broker':>7}{'left':>7}{'rejoined':>9}{'p50 ms':>8}{'all back ms':>12}"]
+        for r in back:
+            label = faults[r.fault_id].label
+            p50 = percentile(r.rejoined_ms, 50)
+            lines.append(f"{label:<28}{r.broker_id:>7}{r.out_of_isr:>7}{len(r.rejoined_ms):>9}{_fmt(p50):>8}"
+                         f"{_fmt(r.last_ms) if r.all_back else 'not all':>12}")
     if summary is not None:
         lines.append(f"\n{summary.faults} faults, {summary.failovers} failovers, {summary.acked:,} records "
                      f"acknowledged, {summary.consumed:,} consumed live; produce latency p50 "

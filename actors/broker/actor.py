@@ -53,6 +53,7 @@ from actors.runtime import (
 from actors.protocol import (
     CLIENT_LISTENER,
     INTER_BROKER_LISTENER,
+    LEADER_DURING_DELETE,
     ControllerRequestT,
     ControllerResponse,
     LeaderAndIsrRequest,
@@ -127,9 +128,14 @@ class BrokerActor:
                                    what=f"{request_sender_name(broker_id)}'s name to be free (a killed "
                                         "incarnation's sender is still being stopped)", tolerate=(ValueError,),
                                    interval=0.1)  # started before the controller can hear of us
+        # while the sender's process starts (seconds under load): the logs, as Kafka's LogManager before it
+        # registers; then wait for the sender, so that the controller's first requests, sent the moment we
+        # register, are not held up by it
+        self._on_loop(self.replica_manager.load_logs)
+        ray.get(self.request_sender.process.remote(), timeout=120)
         self.registration = BrokerRegistration(
             self.zk, broker_id, lambda: zkdata.BrokerIdZNode.of_listeners(self.endpoints),
-            may_register_again=ray_says_this_actor_lives)
+            on_registered=self.replica_manager.events.registered, may_register_again=ray_says_this_actor_lives)
         self.registration.register()
         self.registration.keep_registered()
         self._stopped = threading.Event()
@@ -345,6 +351,8 @@ class BrokerActor:
             if error == 0:
                 before = self.metadata_cache.snapshot
                 self.metadata_cache.update(request)
+                for topic in {st.topic for st in request.partition_states if st.leader == LEADER_DURING_DELETE}:
+                    self.topic_configs.pop(topic, None)  # a topic made again under its name reads its own configs
                 if not self.servers[CLIENT_LISTENER].serving:
                     self._start_serving()
                 self.replica_manager.events.update_metadata(request.controller_epoch, len(request.partition_states))

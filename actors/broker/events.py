@@ -1,6 +1,7 @@
 """What a broker did that a partition's failover waits on, for the run directory (broker_events.jsonl,
 records.BrokerEvent): jobs/partition_phases.py lines each partition's recovery up against them.
 
+- registered: this broker registered in ZooKeeper (at start, after a session expiry), with its epoch;
 - leader_and_isr: a LeaderAndIsr applied: the partitions this broker now leads and follows, with their
   leader epochs;
 - update_metadata: an UpdateMetadata applied, and how many partition states it carried;
@@ -57,6 +58,10 @@ class BrokerEvents:
                        leaders={tp_key(tp.topic, tp.partition): e for tp, (e, _) in leaders.items()},
                        isrs={tp_key(tp.topic, tp.partition): list(isr) for tp, (_, isr) in leaders.items()},
                        followers={tp_key(tp.topic, tp.partition): e for tp, e in followers.items()})
+
+    def registered(self, broker_epoch: int) -> None:
+        if self.enabled:
+            self._emit("registered", detail=str(broker_epoch))
 
     def update_metadata(self, controller_epoch: int, partitions: int) -> None:
         if self.enabled:

@@ -42,7 +42,7 @@ from actors.broker.partition import Partition
 from actors.broker.replication import truncation_offset
 from actors.config import BrokerConfig
 from actors.data_protocol import FetchPartition
-from coordination.errors import Errors
+from coordination.errors import Errors, KrayError
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,21 @@ class ReplicaFetcher:
             raise error
         self.on_storage_error(tp, state.partition, error)
 
+    def _partition_error(self, tp: TopicPartition, state: FetchState, error: Exception) -> None:
+        """Processing one partition's answer failed (Kafka's processFetchRequest): invalid records (a
+        KrayError such as CorruptRecordException) are fetched again after the backoff, as Kafka's
+        partitionsWithError; anything else leaves the fetcher (Kafka's markPartitionFailed) until a
+        LeaderAndIsr gives it again. Either way the fetcher lives on for its other partitions."""
+        if isinstance(error, KrayError):
+            log.error("[ReplicaFetcher replicaId=%d, leaderId=%d] Found invalid messages during fetch for partition "
+                      "%s: %s", self.broker_id, self.source_id, tp, error)
+            self._delay(tp, state)
+            self.session.reset()  # the leader's session took them as delivered: a full fetch asks for them again
+        else:
+            log.exception("[ReplicaFetcher replicaId=%d, leaderId=%d] Unexpected error occurred while processing data "
+                          "for partition %s", self.broker_id, self.source_id, tp)
+            self.remove(tp)
+
     def _delay(self, tp: TopicPartition, state: FetchState) -> None:
         """Back off this partition alone; it leaves the session meanwhile, as in Kafka."""
         state.failures += 1
@@ -243,6 +258,8 @@ class ReplicaFetcher:
                         self._refresh(tp)
                 except OSError as e:
                     self._storage_error(tp, state, e)
+                except Exception as e:
+                    self._partition_error(tp, state, e)
 
     async def _fetch(self, long_poll: bool) -> None:
         sent_after = self._adds  # a partition added since is not the one asked for (a count, not a copy per fetch)
@@ -285,6 +302,9 @@ class ReplicaFetcher:
                         continue
                 except OSError as e:  # this broker's disk, not the connection
                     self._storage_error(tp, state, e)
+                    continue
+                except Exception as e:  # this partition's data, not the connection: the others go on
+                    self._partition_error(tp, state, e)
                     continue
                 if f.error_code == Errors.OFFSET_OUT_OF_RANGE:
                     out_of_range.append((tp, state))

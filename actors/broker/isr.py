@@ -10,7 +10,10 @@ earned it (its czxid is the broker epoch: KIP-903): the controller reads ISRs on
 a dead broker's registration is gone, so an expansion that would land after that read
 (and keep a dead broker in the ISR, stalling acks=all, or put its next incarnation in
 before it fetched) is refused instead (the ZooKeeper-mode form of KIP-841's and
-KIP-903's refusal of ineligible replicas).
+KIP-903's refusal of ineligible replicas). The partitions one fetch (or one expiration check) changes
+go together, in ZooKeeper multis of up to MULTI_OPS partitions, each write still conditional on its
+own zkVersion: a broker back after a failure rejoins a thousand ISRs in a few writes rather than a
+thousand one after another (Kafka 2.8 writes them from its request handler threads, several at once).
 Changed partitions are announced in batches under /isr_change_notification, where
 the controller picks them up and sends UpdateMetadata.
 """
@@ -30,6 +33,7 @@ from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+MULTI_OPS = 500  # partition states per ZooKeeper multi (a few hundred bytes each, far under jute.maxbuffer)
 
 
 class IsrManager:
@@ -46,10 +50,11 @@ class IsrManager:
         # two at once would fence each other
 
     def shrink(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
-        """Kafka's isr-expiration task (from the scheduler's thread)."""
-        for tp in self.on_loop(lambda: self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms)):
-            self._writer.submit(self._change, tp, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms,
-                                                                            self.rm.last_session_fetch),
+        """Kafka's isr-expiration task (from the scheduler's thread): every partition due, in one batch."""
+        due = self.on_loop(lambda: self.rm.isr_shrinks(now_ms, replica_lag_time_max_ms))
+        if due:
+            self._writer.submit(self._change, due, lambda p: p.isr_to_shrink(now_ms, replica_lag_time_max_ms,
+                                                                          self.rm.last_session_fetch),
                                 "Shrinking").result()
 
     def expand(self, partitions: list[TopicPartition], replica_id: int) -> list[Future]:
@@ -57,93 +62,119 @@ class IsrManager:
         the state the previous change left, with the metadata as it is then: the follower's live
         incarnation must be the one that fetched (KIP-903), so a fetch that was long-polling here when
         its broker died brings neither the dead broker nor its next incarnation into the ISR (KIP-841's
-        check). Called on the loop: the writes go on the writer's thread (their futures, for whoever
-        wants to wait)."""
+        check). Called on the loop: the partitions go in one batch on the writer's thread (its future,
+        for whoever wants to wait; none if each is queued already)."""
         with self._lock:  # one expansion per partition and follower at a time: each fetch asks again
             partitions = [tp for tp in partitions if (tp, replica_id) not in self._expanding]
             self._expanding.update((tp, replica_id) for tp in partitions)
-        return [self._writer.submit(self._change, tp,
+        if not partitions:
+            return []
+        return [self._writer.submit(self._change, partitions,
                                     lambda p: p.isr_to_expand(replica_id, self.rm.alive_broker_epoch(replica_id)),
-                                    "Expanding", replica_id)
-                for tp in partitions]
+                                    "Expanding", replica_id)]
 
-    def _change(self, tp: TopicPartition, new_isr, verb: str, joining: int | None = None) -> None:
-        """Write `new_isr(partition)` (computed again here, on the state the previous change left); with
-        `joining`, only while the incarnation of that broker which the metadata has alive (the one whose
-        fetches earned it) is registered, and with the high watermark waiting for it meanwhile."""
-        partition = None
+    def _change(self, tps: list[TopicPartition], new_isr, verb: str, joining: int | None = None) -> None:
+        """Write `new_isr(partition)` for each partition (computed again here, on the state the previous
+        change left), in as few ZooKeeper multis as conflicts allow; with `joining`, only while the
+        incarnation of that broker which the metadata has alive (the one whose fetches earned it) is
+        registered, and with each high watermark waiting for it meanwhile."""
+        decided: list[tuple[TopicPartition, object, tuple[int, ...], object]] = []
+        epoch = None
 
         def decide():
-            isr = new_isr(partition)
-            if joining is None:
-                return isr, partition.state, None
-            return partition.expanding(isr), partition.state, self.rm.alive_broker_epoch(joining)
+            nonlocal epoch
+            epoch = self.rm.alive_broker_epoch(joining) if joining is not None else None
+            for tp in tps:
+                partition = self.rm.partition(tp)
+                if partition is None:
+                    continue
+                isr = new_isr(partition)
+                if isr is not None and joining is not None:
+                    isr = partition.expanding(isr)
+                if isr is not None:
+                    decided.append((tp, partition, isr, partition.state))
         try:
-            partition = self.on_loop(lambda: self.rm.partition(tp))
-            if partition is None:
-                return
-            isr, state, epoch = self.on_loop(decide)
-            if isr is not None:
-                self._write(tp, partition, state, isr, verb, joining, epoch)
+            self.on_loop(decide)
+            self._write(decided, verb, joining, epoch)
         except Exception:  # a ZooKeeper hiccup: the next fetch or check tries again
-            log.exception("[Partition %s broker=%d] %s ISR failed", tp, self.broker_id, verb)
-            if partition is not None:
-                self.on_loop(partition.isr_change_failed)
+            log.exception("[Broker id=%d] %s ISR of %d partitions failed", self.broker_id, verb, len(decided))
+            self.on_loop(lambda: [partition.isr_change_failed() for _, partition, _, _ in decided])
         finally:
             with self._lock:
-                self._expanding.discard((tp, joining))
+                self._expanding.difference_update((tp, joining) for tp in tps)
 
     def close(self) -> None:
         self._writer.shutdown(wait=False, cancel_futures=True)
 
-    def _write(self, tp: TopicPartition, partition, state, isr: tuple[int, ...], verb: str,
-               joining: int | None, broker_epoch: int | None) -> None:
-        data = zkdata.PartitionStateZNode.encode_fields(state.leader, state.leader_epoch, state.controller_epoch, isr)
-        try:
-            stat = self._set_partition_state(tp, data, state.zk_version, joining, broker_epoch)
-        except _NotRegistered:
-            self.on_loop(partition.isr_change_failed)
-            log.info("[Partition %s broker=%d] Not expanding ISR from %s: broker %d is no longer registered with "
-                     "broker epoch %s", tp, self.broker_id, ",".join(map(str, state.isr)), joining, broker_epoch)
-            return
-        except (BadVersionError, NoNodeError):
-            self.on_loop(partition.isr_change_failed)
-            if self.on_loop(lambda: partition.stop_leading(state.leader_epoch)):
-                log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
-                            "updating the ISR, and no longer acting as leader until a LeaderAndIsr arrives",
-                            tp, self.broker_id, state.zk_version)
-            return
-        self.on_loop(lambda: partition.update_isr(isr, stat.version, state.leader_epoch))
-        self.rm.events.isr_change(tp, state.leader_epoch, isr, f"{verb} from {','.join(map(str, state.isr))}")
-        log.info("[Partition %s broker=%d] %s ISR from %s to %s; zkVersion updated to %d", tp, self.broker_id, verb,
-                 ",".join(map(str, state.isr)), ",".join(map(str, isr)), stat.version)
-        with self._lock:
-            self._changed.add(tp)
+    def _write(self, decided: list, verb: str, joining: int | None, broker_epoch: int | None) -> None:
+        """The conditional writes, MULTI_OPS at a time; a partition whose zkVersion moved is refused alone
+        (the leader stops acting as such) and the rest written again."""
+        pending = list(decided)
+        while pending:
+            chunk, pending = pending[:MULTI_OPS], pending[MULTI_OPS:]
+            try:
+                stats, refused = self._set_partition_states(chunk, joining, broker_epoch)
+            except _NotRegistered:
+                self.on_loop(lambda: [partition.isr_change_failed() for _, partition, _, _ in chunk + pending])
+                log.info("[Broker id=%d] Not expanding the ISR of %d partitions: broker %d is no longer registered "
+                         "with broker epoch %s", self.broker_id, len(chunk) + len(pending), joining, broker_epoch)
+                return
+            if refused is not None:
+                self._refused(chunk[refused])
+                pending = chunk[:refused] + chunk[refused + 1:] + pending
+                continue
+            self._applied(chunk, stats, verb)
 
-    def _set_partition_state(self, tp: TopicPartition, data: bytes, version: int, joining: int | None,
-                             broker_epoch: int | None):
-        """The conditional write; with `joining`, only while that broker's registration is the one of
-        `broker_epoch`. A multi cannot check a czxid: the registration is read first and the multi
-        checks that it still exists with the version read (always 0: a registration is never
-        rewritten). One deleted and made again within the milliseconds between the two passes, as a
-        new incarnation would need a new session first; its new stat."""
-        path = zkdata.partition_state_path(tp)
-        if joining is None:
-            return self.zk.kazoo.set(path, data, version=version)
-        registration = self.zk.kazoo.exists(zkdata.broker_path(joining))
-        if registration is None or registration.czxid != broker_epoch:
-            raise _NotRegistered
+    def _refused(self, change) -> None:
+        tp, partition, _, state = change
+        self.on_loop(partition.isr_change_failed)
+        if self.on_loop(lambda: partition.stop_leading(state.leader_epoch)):
+            log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
+                        "updating the ISR, and no longer acting as leader until a LeaderAndIsr arrives",
+                        tp, self.broker_id, state.zk_version)
+
+    def _applied(self, chunk: list, stats: list, verb: str) -> None:
+        def apply() -> None:
+            for (tp, partition, isr, state), stat in zip(chunk, stats):
+                partition.update_isr(isr, stat.version, state.leader_epoch)
+        self.on_loop(apply)
+        for (tp, _, isr, state), stat in zip(chunk, stats):
+            before = ",".join(map(str, state.isr))
+            self.rm.events.isr_change(tp, state.leader_epoch, isr, f"{verb} from {before}")
+            log.info("[Partition %s broker=%d] %s ISR from %s to %s; zkVersion updated to %d", tp, self.broker_id,
+                     verb, before, ",".join(map(str, isr)), stat.version)
+        with self._lock:
+            self._changed.update(tp for tp, *_ in chunk)
+
+    def _set_partition_states(self, chunk: list, joining: int | None, broker_epoch: int | None):
+        """One multi: each partition's state written conditionally on its zkVersion; with `joining`, only
+        while that broker's registration is the one of `broker_epoch`. (the new stats, None) when it
+        went through, (None, the index of the partition refused) when a version check failed. A multi
+        cannot check a czxid: the registration is read first and the multi checks that it still exists
+        with the version read (always 0: a registration is never rewritten). One deleted and made again
+        within the milliseconds between the two passes, as a new incarnation would need a new session
+        first."""
         txn = self.zk.kazoo.transaction()
-        txn.check(zkdata.broker_path(joining), registration.version)
-        txn.set_data(path, data, version=version)
-        registered, written = txn.commit()
-        if isinstance(registered, NoNodeError):
+        if joining is not None:
+            registration = self.zk.kazoo.exists(zkdata.broker_path(joining))
+            if registration is None or registration.czxid != broker_epoch:
+                raise _NotRegistered
+            txn.check(zkdata.broker_path(joining), registration.version)
+        for tp, _, isr, state in chunk:
+            txn.set_data(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(
+                state.leader, state.leader_epoch, state.controller_epoch, isr), version=state.zk_version)
+        results = txn.commit()
+        checked, written = (results[0], results[1:]) if joining is not None else (None, results)
+        if isinstance(checked, NoNodeError):
             raise _NotRegistered
-        if isinstance(registered, Exception) and not isinstance(registered, RolledBackError):
-            raise registered  # the check failed otherwise (no access?): as a failed set would
-        if isinstance(written, Exception):
-            raise written
-        return written
+        if isinstance(checked, Exception) and not isinstance(checked, RolledBackError):
+            raise checked  # the check failed otherwise (no access?): as a failed set would
+        for i, result in enumerate(written):
+            if isinstance(result, (BadVersionError, NoNodeError)):
+                return None, i
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+        return written, None
 
     def propagate(self) -> None:
         """One /isr_change_notification/isr_change_N znode for everything changed since the last one.

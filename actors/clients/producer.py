@@ -49,8 +49,7 @@ class Producer:
         such partition with the leader librdkafka knows, each broker's state, the idempotence state."""
         stats = client_stats("producer", self._stats, 0.0)
         return {"partitions": {tp: p.model_dump() for tp, p in stats.partitions.items()},
-                "idempotence": self._stats.get("eos", {}).get("idemp_state"),
-                "brokers": {b: s.state for b, s in stats.brokers.items()}}
+                "idempotence": stats.idempotence, "brokers": {b: s.state for b, s in stats.brokers.items()}}
 
     def send(self, topic: str, values: list[bytes], keys: list[bytes | None] | None = None,
              partition: int | None = None) -> list[RecordMetadata]:
@@ -92,4 +91,6 @@ def client_stats(producer: str, s: dict, ts_ms: float) -> ClientStats:
         leader=v["leader"], queued=v["msgq_cnt"], sending=v["xmit_msgq_cnt"], in_flight=v.get("msgs_inflight", 0))
         for t, topic in s.get("topics", {}).items() for p, v in topic["partitions"].items()
         if p != "-1" and v["msgq_cnt"] + v["xmit_msgq_cnt"] + v.get("msgs_inflight", 0) > 0}
-    return ClientStats(producer=producer, ts_ms=ts_ms, brokers=brokers, partitions=partitions)
+    eos = s.get("eos", {})
+    return ClientStats(producer=producer, ts_ms=ts_ms, brokers=brokers, partitions=partitions,
+                       idempotence=eos.get("idemp_state"), producer_epoch=eos.get("producer_epoch"))

@@ -91,3 +91,22 @@ def test_a_bad_reassignment_is_refused_and_writes_nothing(zk, plan, error):
     with pytest.raises(KrayError, match=re.escape(error)):
         admin.reassign_partitions(zk, admin.parse_reassignment(plan))
     assert zk.get(zkdata.REASSIGN_PARTITIONS) is None
+
+
+def test_a_topic_deleted_and_made_again_takes_its_own_configs_not_the_old_ones(new_cluster):
+    """The brokers forget a deleted topic's configs (UpdateMetadata says it is being deleted): a topic made
+    again under its name with no override takes the broker's default, as Kafka reads /config/topics/T
+    for each log it creates."""
+    cluster, zk = new_cluster()
+    admin.create_topic(zk, "t", 1, 3, config={"max.message.bytes": "1000"})
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    producer = Producer(cluster.bootstrap_servers(), acks=-1, **{"message.max.bytes": 100_000})
+    with pytest.raises(ProducerError, match="MSG_SIZE_TOO_LARGE"):
+        producer.send("t", [b"x" * 5000])
+    admin.delete_topic(zk, "t")
+    wait_until(lambda: zk.get(zkdata.topic_path("t")) is None and not zk.children(zkdata.DELETE_TOPICS),
+               what="the topic deleted")
+    cluster.wait_for_metadata(lambda m: not m["partitions"])
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    assert [m.offset for m in producer.send("t", [b"x" * 5000])] == [0]

@@ -426,6 +426,43 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     assert zk_isr() == [1, 2] and partition.state.isr == (1, 2)
 
 
+def test_the_isr_expansions_of_one_fetch_go_in_one_multi_and_a_moved_partition_is_refused_alone(zk, tmp_path):
+    """A follower caught up on three partitions at once rejoins their ISRs together; the one whose state
+    someone else (a controller) rewrote meanwhile is refused, its leader stops acting as such, and the
+    other two are written all the same."""
+    from actors.broker.isr import IsrManager
+    from actors.broker.log_config import LogConfig
+    from actors.broker.replica_manager import ReplicaManager
+    from actors.config import BrokerConfig
+    from actors.protocol import LeaderAndIsrRequest, PartitionState
+
+    tps = [TopicPartition("m", p) for p in range(3)]
+    zk.ensure_persistent_paths()
+    epoch = zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True, include_data=True)[1].czxid
+    for tp in tps:
+        zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1]),
+                        makepath=True)
+    rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}),
+                        alive_broker_epoch={2: epoch}.get)
+    rm.become_leader_or_follower(LeaderAndIsrRequest(
+        controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
+            topic="m", partition=tp.partition, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,), zk_version=0,
+            replicas=(1, 2)) for tp in tps]), -1)
+    for tp in tps:
+        rm.partition(tp).fetch_for_follower(2, 0, 1024, int(time.time() * 1000), broker_epoch=epoch)
+    zk.kazoo.set(zkdata.partition_state_path(tps[1]), zkdata.PartitionStateZNode.encode_fields(3, 1, 2, [3]))
+    isr = IsrManager(1, zk, rm, on_loop=lambda fn: fn())
+    [written] = isr.expand(tps, 2)
+    written.result()
+
+    def zk_isr(tp) -> list[int]:
+        return zkdata.decode(zkdata.PartitionStateZNode, "", zk.get(zkdata.partition_state_path(tp))[0]).isr
+    assert [zk_isr(tp) for tp in tps] == [[1, 2], [3], [1, 2]]
+    assert [rm.partition(tp).state.isr for tp in tps] == [(1, 2), (1,), (1, 2)]
+    assert [rm.partition(tp).is_leader for tp in tps] == [True, False, True]
+    assert [rm.partition(tp).state.zk_version for tp in (tps[0], tps[2])] == [1, 1]
+
+
 def test_a_leaders_isr_change_is_announced_even_if_the_first_announcement_fails(zk, tmp_path):
     """The leader writes its ISR shrink, then announces it under /isr_change_notification, where the
     controller picks it up for UpdateMetadata. If the announcement cannot be written (no session),

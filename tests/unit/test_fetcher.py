@@ -86,3 +86,57 @@ def test_an_io_error_on_the_followers_own_log_fails_that_partition_only_not_the_
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_partitions_bad_answer_does_not_stop_the_fetcher_for_the_others(tmp_path):
+    """Invalid records for one partition (a KrayError) are fetched again after the backoff, an unexpected
+    error takes the partition out of the fetcher (Kafka's partitionsWithError and markPartitionFailed);
+    the fetcher lives on and replicates the other partitions."""
+    from actors.broker.errors import CorruptRecordException
+
+    async def scenario():
+        leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
+        follower = ReplicaManager(FOLLOWER, tmp_path / "follower", CONFIG_FOR)
+        both = dict(isr=(LEADER, FOLLOWER), replicas=(LEADER, FOLLOWER))
+        for rm in (leader, follower):
+            rm.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both),
+                                             ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+        corrupt, broken = follower.partition(T0), follower.partition(T1)
+        real = corrupt.log.append_as_follower
+        calls = []
+
+        def corrupt_once(records):
+            calls.append(len(records))
+            if len(calls) == 1:
+                raise CorruptRecordException("Record batch CRC mismatch")
+            return real(records)
+
+        def bug(*args):
+            raise RuntimeError("a bug")
+        corrupt.log.append_as_follower = corrupt_once
+        broken.log.append_as_follower = bug
+        server = SocketServer(KafkaApis(LEADER, leader, MetadataCache(), lambda: "c", lambda: 0).handle,
+                              "127.0.0.1", 0)
+        port = await server.start()
+        fetcher = ReplicaFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", port), BrokerConfig(replica_fetch_backoff_ms=50))
+        try:
+            fetcher.add(T0, corrupt)
+            fetcher.add(T1, broken)
+            await leader.append_records(1, 1000, [(T0, batch(2)), (T1, batch(3))])
+            for _ in range(100):
+                if corrupt.log.log_end_offset == 2 and T1 not in fetcher.partitions:
+                    break
+                await asyncio.sleep(0.05)
+            assert corrupt.log.log_end_offset == 2 and len(calls) >= 2  # fetched again after the backoff
+            assert T1 not in fetcher.partitions and T0 in fetcher.partitions
+            await leader.append_records(1, 1000, [(T0, batch(1))])
+            for _ in range(100):
+                if corrupt.log.log_end_offset == 3:
+                    break
+                await asyncio.sleep(0.05)
+            assert corrupt.log.log_end_offset == 3  # the fetcher lives on
+        finally:
+            await fetcher.stop()
+            await server.stop()
+
+    asyncio.run(scenario())
