@@ -1,8 +1,9 @@
 """How long a broker back from a fault takes to rejoin every ISR it left: from its registration
 (broker_events.jsonl: `registered`) to the leaders' ISR expansions that take it back (`isr_change`),
-over the partitions it is a replica of (final_state.json's assignments) whose ISR it was out of at
-the last ZooKeeper sample before it registered. Until the next fault, or the end of the run. Pure:
-records in, Rejoin out.
+over the partitions it is a replica of (final_state.json's assignments) whose ISR a ZooKeeper sample
+showed it out of, from the last one before the fault to the next fault (a broker whose session
+expired registers again at once, and leaves its ISRs only after). Until the next fault, or the end
+of the run. Pure: records in, Rejoin out.
 """
 from __future__ import annotations
 
@@ -49,10 +50,9 @@ def rejoins(faults: list[FaultRecord], events: Iterable[BrokerEvent], states: li
                           and fault.injected_ms < e.ts_ms < end), default=None)
         if registered is None:
             continue
-        j = bisect.bisect_right(times, registered)
-        sampled = states[j - 1].partitions if j else {}
+        seen = states[max(0, bisect.bisect_right(times, fault.injected_ms) - 1):bisect.bisect_left(times, end)]
         left = {tp for tp, replicas in assignments.items() if victim in replicas
-                and (tp not in sampled or victim not in sampled[tp].isr)}
+                and any(tp in s.partitions and victim not in s.partitions[tp].isr for s in seen)}
         first: dict[str, float] = {}
         for e in events:
             if e.kind == "isr_change" and e.partition in left and e.partition not in first and e.isr \

@@ -149,7 +149,7 @@ class ReplicaManager:
         self.log_dir = self.log_dirs.dirs[0]
         self.failure_channel = LogDirFailureChannel()  # its on_offline: the shell's, to the event loop
         self.partitions: dict[TopicPartition, Partition] = {}
-        self._loaded: dict[TopicPartition, Log] = {}  # logs opened at start that no LeaderAndIsr has named yet
+        self._loaded: dict[TopicPartition, Partition] = {}  # opened at start, not yet named by a LeaderAndIsr
         self.offline_partitions: set[TopicPartition] = set()  # in a failed log dir (Kafka's HostedPartition.Offline)
         self._checkpointed: dict[TopicPartition, int] = {}
         for d in self.log_dirs.live:
@@ -238,10 +238,10 @@ class ReplicaManager:
             self.offline_partitions.add(tp)
             if partition is not None:
                 partition.stop()
-            log = partition.log if partition is not None else self._loaded.pop(tp, None)
-            if log is not None:
+            partition = partition or self._loaded.pop(tp, None)
+            if partition is not None:
                 try:
-                    log.close()
+                    partition.log.close()
                 except OSError:
                     pass  # its files are on the failed disk: closed as far as they can be
         self.wake_fetches()
@@ -283,45 +283,43 @@ class ReplicaManager:
         self.write_high_watermark_checkpoints(self.high_watermarks_by_dir())
 
     def load_logs(self) -> int:
-        """Open every log the live directories hold, now (Kafka's LogManager.loadLogs, which runs before the
-        broker registers): the controller's first LeaderAndIsr after a restart then finds them open instead
-        of reading every batch header of a thousand logs while the partitions wait. A directory that fails
-        goes offline. How many were opened."""
+        """Open every log the live directories hold, now, with its producer state (Kafka's
+        LogManager.loadLogs, which runs before the broker registers): the controller's first LeaderAndIsr
+        after a restart then finds its replicas ready instead of reading every batch header of a thousand
+        logs while the partitions wait. A directory that fails goes offline. How many are ready."""
         for tp, log_dir in sorted(self.log_dirs.placed.items()):
             if log_dir in self.log_dirs.offline or tp in self._loaded or tp in self.partitions:
                 continue
             try:
-                self._loaded[tp] = self._open_log(tp, log_dir)
+                self._loaded[tp] = self._new_partition(tp, log_dir)
             except KafkaStorageException:
                 continue
         return len(self._loaded)
 
-    def _open_log(self, tp: TopicPartition, log_dir: Path) -> Log:
+    def _new_partition(self, tp: TopicPartition, log_dir: Path) -> Partition:
+        config = self.config_for(tp.topic)
         try:
-            log = Log(log_dir / log_dir_name(tp), self.config_for(tp.topic).segment_bytes)
+            log = Log(log_dir / log_dir_name(tp), config.segment_bytes)
         except OSError as e:
             raise self.io_failed(log_dir, f"creating log for {tp}", e) from None
         if log.recovery:
             state_change_log.warning("[Broker id=%d] Log of %s recovered: %s", self.broker_id, tp, log.recovery)
-        return log
+        return Partition(tp.topic, tp.partition, self.broker_id, log, config, self._checkpointed.get(tp, 0),
+                         listener=self._changed,
+                         on_truncate=lambda epoch, before, after: self.events.truncation(tp, epoch, before, after))
 
     def _get_or_create(self, tp: TopicPartition, is_new: bool = False) -> Partition:
         """KafkaStorageException when its log is, or may be, in an offline directory, or cannot be opened."""
         if tp not in self.partitions:
             if tp in self.offline_partitions:
                 raise KafkaStorageException(f"Partition {tp} is in an offline log directory")
-            config = self.config_for(tp.topic)
             log_dir = self.log_dirs.assign(tp, is_new)
-            log = self._loaded.pop(tp, None) or self._open_log(tp, log_dir)
-            self.partitions[tp] = Partition(tp.topic, tp.partition, self.broker_id, log, config,
-                                            self._checkpointed.get(tp, 0), listener=self._changed,
-                                            on_truncate=lambda epoch, before, after: self.events.truncation(
-                                                tp, epoch, before, after))
+            self.partitions[tp] = self._loaded.pop(tp, None) or self._new_partition(tp, log_dir)
         return self.partitions[tp]
 
     def update_log_config(self, topic: str, config: LogConfig) -> None:
         """A topic's configs changed at run time (kafka-configs --alter): its replicas use them now."""
-        for tp, partition in self.partitions.items():
+        for tp, partition in [*self.partitions.items(), *self._loaded.items()]:
             if tp.topic == topic:
                 partition.config = config
                 partition.log.segment_bytes = config.segment_bytes
@@ -469,7 +467,8 @@ class ReplicaManager:
                 code = Errors.FENCED_LEADER_EPOCH  # -1 (no epoch) and -2 (deleting) always stop
             else:
                 stopped = self.partitions.pop(tp, None)
-                log = stopped.log if stopped is not None else self._loaded.pop(tp, None)  # one opened at start
+                loaded = self._loaded.pop(tp, None)  # opened at start, never named by a LeaderAndIsr
+                log = stopped.log if stopped is not None else loaded.log if loaded is not None else None
                 code = Errors.NONE
                 if stopped is not None:
                     stopped.stop()  # waiting produces give up; fetchers leave it alone

@@ -37,6 +37,16 @@ def test_back_in_every_isr_it_left_counted_from_its_registration():
     assert r.rejoined_ms == [400, 600, 900] and r.all_back and r.last_ms == 900
 
 
+def test_a_broker_registered_again_at_once_counts_the_isrs_it_left_after():
+    """A session expiry: the broker registers again at once; the controller takes it out of its ISRs after."""
+    events = [registered(1510), expanded(2400, "t-0", [1, 2, 3]), expanded(2500, "t-1", [2, 1, 3], leader=2)]
+    states = [sample(1000, {"t-0": [1, 2, 3], "t-1": [2, 3, 1], "t-2": [1, 2], "t-3": [3, 1, 2]}),
+              sample(2000, {"t-0": [1, 2], "t-1": [2, 1], "t-2": [1, 2], "t-3": [3, 1, 2]}),
+              sample(3000, {"t-0": [1, 2, 3], "t-1": [2, 1, 3], "t-2": [1, 2], "t-3": [3, 1, 2]})]
+    [r] = rejoins([fault(1, 1500)], events, states, ASSIGNED, until_ms=20_000)
+    assert (r.out_of_isr, r.rejoined_ms, r.last_ms) == (2, [890, 990], 990)
+
+
 def test_not_back_in_all_before_the_next_fault_and_no_registration_no_rejoin():
     events = [registered(3000), expanded(3400, "t-0", [1, 2, 3]), expanded(9000, "t-1", [2, 1, 3])]
     states = [sample(2500, {"t-0": [1, 2], "t-1": [2, 1], "t-2": [1, 2], "t-3": [1, 2, 3]})]

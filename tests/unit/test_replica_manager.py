@@ -288,7 +288,8 @@ def test_replicas_get_logs_that_stop_replica_keeps_or_deletes(rm, tmp_path):
 
 def test_the_logs_on_disk_are_opened_at_start_and_taken_by_the_first_leader_and_isr(rm, tmp_path):
     """Kafka's LogManager loads every log before the broker registers: the LeaderAndIsr after a restart
-    takes the open log; one no LeaderAndIsr names is still deleted by a StopReplica with its topic."""
+    takes the replica opened then (its log and producer state); one no LeaderAndIsr names is still deleted
+    by a StopReplica with its topic."""
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,)),
                                      ps(T1, leader=1, leader_epoch=0, isr=(1,))), BROKER_EPOCH)
     rm.partition(T0).append_as_leader(batch(3), 1)
@@ -297,7 +298,7 @@ def test_the_logs_on_disk_are_opened_at_start_and_taken_by_the_first_leader_and_
     assert again.load_logs() == 2 and again.load_logs() == 2 and again.partitions == {}
     opened = again._loaded[T0]
     again.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1)), BROKER_EPOCH)
-    assert again.partition(T0).log is opened and opened.log_end_offset == 3 and T0 not in again._loaded
+    assert again.partition(T0) is opened and opened.log.log_end_offset == 3 and T0 not in again._loaded
     again.stop_replicas(stop(StopReplicaPartition(topic="t", partition=1, delete_partition=True)), BROKER_EPOCH)
     assert not (tmp_path / "t-1").exists() and again._loaded == {}
 
