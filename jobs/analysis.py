@@ -319,31 +319,28 @@ def correlations(waits) -> list[dict]:
 
 def regressions(waits) -> list[dict]:
     """Ordinary least squares of each per-partition measure and phase on the features that vary among the
-    touched partitions recovered within their horizon, per source; coefficients with 95% intervals (the
-    normal equations' standard errors, Student's t)."""
+    touched partitions recovered within their horizon, per source, each feature kept only if it is not a
+    linear combination of the intercept and the features kept before it (a fault's features are the
+    same for all its partitions: six faults give at most six independent ones, and a singular design
+    has no unique fit); coefficients with 95% intervals (the normal equations' standard errors,
+    Student's t)."""
     from pyspark.ml.feature import VectorAssembler
     from pyspark.ml.regression import LinearRegression
     from pyspark.sql import functions as F
 
-    def fit(source: str, measure: str, rows, spread) -> dict:
-        varying = [f for f in FEATURES if spread[f] > 1]
-        if spread["_either"] == 1 and {"led", "followed"} <= set(varying):  # every partition led or followed:
-            varying.remove("followed")  # one of the two says it all (both would be the intercept)
+    def fit(source: str, measure: str, rows, features: list[str], dropped: list[str], spread) -> dict:
         n = spread["n"]
-        base = {"source": source, "measure": measure, "n": n}
-        if not varying or n < len(varying) + 2 or spread[measure] < 2:
+        base = {"source": source, "measure": measure, "n": n, "dropped": dropped}
+        if not features or n < len(features) + 2 or spread[measure] < 2:
             return {**base, "intercept": None, "r2": None, "coefficients": {},
-                    "skipped": f"{n} partitions, {len(varying)} varying features, "
+                    "skipped": f"{n} partitions, {len(features)} independent features, "
                                f"{'a constant' if spread[measure] < 2 else 'a varying'} {measure}"}
-        data = VectorAssembler(inputCols=varying, outputCol="x").transform(rows)
+        data = VectorAssembler(inputCols=features, outputCol="x").transform(rows)
         model = LinearRegression(featuresCol="x", labelCol=measure, regParam=0.0, elasticNetParam=0.0,
                                  solver="normal").fit(data)
-        try:
-            errors = list(model.summary.coefficientStandardErrors)
-        except Exception:  # a singular design: no standard errors, the coefficients stand alone
-            errors = [math.nan] * (len(varying) + 1)
-        t = t_quantile(n - len(varying) - 1)
-        coefficients = {f: _interval(float(c), e, t) for f, c, e in zip(varying, model.coefficients, errors)}
+        errors = list(model.summary.coefficientStandardErrors)
+        t = t_quantile(n - len(features) - 1)
+        coefficients = {f: _interval(float(c), e, t) for f, c, e in zip(features, model.coefficients, errors)}
         return {**base, "intercept": float(model.intercept), "r2": float(model.summary.r2),
                 "coefficients": coefficients, "skipped": None}
 
@@ -351,13 +348,47 @@ def regressions(waits) -> list[dict]:
     for source in [r["source"] for r in waits.select("source").distinct().collect()]:
         rows = waits.where(waits.touched & (waits.source == source) & ~waits.recovery_censored).dropna(
             subset=[*PER_PARTITION, *FEATURES]).select(*PER_PARTITION, *FEATURES).cache()
-        spread = rows.agg(F.count(F.lit(1)).alias("n"), F.countDistinct(F.col("led") + F.col("followed")).alias("_either"),
+        spread = rows.agg(F.count(F.lit(1)).alias("n"),
                           *(F.countDistinct(c).alias(c) for c in [*PER_PARTITION, *FEATURES])).head()
+        varying = [f for f in FEATURES if spread[f] > 1]
+        features = independent(varying, gram(rows, varying)) if varying else []
         try:
-            out += [fit(source, m, rows, spread) for m in PER_PARTITION]
+            out += [fit(source, m, rows, features, [f for f in varying if f not in features], spread)
+                    for m in PER_PARTITION]
         finally:
             rows.unpersist()
     return out
+
+
+def gram(rows, columns: list[str]):
+    """The design's Gram matrix (an intercept column first, then `columns`), in one pass over the rows."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    cols = [F.lit(1.0), *(F.col(c).cast("double") for c in columns)]
+    k = len(cols)
+    sums = rows.agg(*(F.sum(cols[i] * cols[j]).alias(f"g{i}_{j}") for i in range(k) for j in range(i, k))).head()
+    g = np.zeros((k, k))
+    for i in range(k):
+        for j in range(i, k):
+            g[i, j] = g[j, i] = sums[f"g{i}_{j}"]
+    return g
+
+
+def independent(columns: list[str], g, tolerance: float = 1e-9) -> list[str]:
+    """The columns, in order, each kept only if it is not (within `tolerance`, on the correlation scale) a
+    linear combination of the intercept and the columns kept before it; `g` is the Gram matrix of the
+    intercept and `columns`."""
+    import numpy as np
+
+    kept = [0]
+    for j in range(1, len(columns) + 1):
+        idx = kept + [j]
+        sub = g[np.ix_(idx, idx)]
+        scale = np.sqrt(np.diag(sub))
+        if scale.min() > 0 and np.linalg.eigvalsh(sub / np.outer(scale, scale))[0] > tolerance:
+            kept.append(j)
+    return [columns[j - 1] for j in kept[1:]]
 
 
 def _interval(value: float, error: float, t: float) -> tuple[float, float | None, float | None]:

@@ -15,12 +15,16 @@ The steps, each the first seen after the fault and before the partition recovere
     isr_write_ms        the leader writes a new ISR (a shrink or an expansion)
     first_append_ms     the leader appends a client's first batch (in that epoch, if one began)
     hw_ms               the leader's high watermark moves, after the steps above
+    client_queue_ms     the acknowledgement, when that move did not reach the record that recovered the
+                        partition (its offset at or past the high watermark then): the record waited in
+                        the client's queue behind the batches the move committed (the load's client
+                        sends one partition per request, five in flight per connection)
 
 The controller's steps are those of the fault's failover (jobs/failovers.py: `of_faults`); its
 phases carry the names of the controller's own (jobs/phases.py). A step not seen (a fault the
 controller did not handle, a leader that stayed) is left out. Each phase lasts from the step before
 it in time (the fault for the first) to its own step, so the phases add up to the time of the last
-step; the rest, to the acknowledgement, is unexplained (None for a censored partition, which was
+step; the rest, to the acknowledgement, is unexplained unless it is client_queue_ms (None for a censored partition, which was
 never acknowledged within its observation). Pure: records in, phases out.
 """
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Seen(NamedTuple):
     leader_epoch: int
     broker_id: int
     replica: int | None = None  # follower_fetch: the follower
+    high_watermark: int | None = None  # hw_moved: where it moved to
 
 
 class BrokerSteps:
@@ -59,8 +64,9 @@ class BrokerSteps:
                 for tp, epoch in e.followers.items():
                     by[(tp, "follower")].append(Seen(e.ts_ms, epoch, e.broker_id))
             elif e.partition is not None and e.kind in ("follower_fetch", "isr_change", "client_append", "hw_moved"):
-                by[(e.partition, e.kind)].append(Seen(e.ts_ms, e.leader_epoch if e.leader_epoch is not None else -1,
-                                                      e.broker_id, e.replica))
+                by[(e.partition, e.kind)].append(Seen(
+                    e.ts_ms, e.leader_epoch if e.leader_epoch is not None else -1, e.broker_id, e.replica,
+                    int(e.detail) if e.kind == "hw_moved" and e.detail.isdigit() else None))
         self.seen = {key: sorted(v) for key, v in by.items()}
         self.times = {key: [s.ts_ms for s in v] for key, v in self.seen.items()}
 
@@ -106,6 +112,9 @@ def steps(wait: PartitionWait, failover: FailoverRecord | None, brokers: BrokerS
     moved = [s for s in brokers.between(tp, "hw_moved", after, end) if epoch is None or s.leader_epoch >= epoch]
     if moved:
         out["hw_ms"] = moved[0].ts_ms
+        hw = moved[0].high_watermark
+        if wait.recovery_offset is not None and hw is not None and wait.recovery_offset >= hw:
+            out["client_queue_ms"] = end  # the record was not among those that move committed
     return out
 
 

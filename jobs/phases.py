@@ -29,10 +29,13 @@ PARTITION_PHASES = {
     "isr_write_ms": "the leader writes a new ISR",
     "first_append_ms": "the leader appends the client's first record",
     "hw_ms": "the leader's high watermark moves past it",
+    "client_queue_ms": "the client's first record sent after the fault is acknowledged, when the high "
+                       "watermark's move did not reach it (it waited in the client's queue behind the batches "
+                       "that were)",
 }
 PHASE_LABELS = dict(zip(PARTITION_PHASES, ["end", "detect", "inbox", "zk", "send", "leader", "follow", "fetch",
-                                            "isr", "append", "hw"]))  # column heads in narrow tables
-UNEXPLAINED = "unexplained_ms"  # from the last step seen to the acknowledgement
+                                            "isr", "append", "hw", "cqueue"]))  # column heads in narrow tables
+UNEXPLAINED = "unexplained_ms"  # from the last step seen to the acknowledgement (client_queue_ms aside)
 FEATURES = ["partitions_affected", "partitions_total", "produce_rate", "inbox_depth", "sender_queue_depth",
             "session_timeout_ms", "detector", "partition_rate", "led", "followed"]
 BUCKET_EDGES = (1, 100, 500, 1000, 5000)  # partitions affected
@@ -58,6 +61,7 @@ class Analysis(NamedTuple):
     inputs: list[dict]  # per run: failovers, waits, malformed, unexplained, status, examples
     percentiles: list[dict]  # source, detector, bucket, measure, n, censored, p50, p95, p99
     correlations: list[dict]  # source, method, measure, feature, n, value, ci_low, ci_high (None: constant)
-    regressions: list[dict]  # source, measure, n, intercept, r2, coefficients {feature: (value, ci_low, ci_high)}, skipped
+    regressions: list[dict]  # source, measure, n, intercept, r2, coefficients {feature: (value, ci_low, ci_high)},
+    # dropped (features a linear combination of the others), skipped
     out: Path
     on_ray: bool

@@ -94,6 +94,8 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
     for r in a.regressions:
         coefficients = ", ".join(f"{f} {v:+.4g}{_interval(lo, hi, 3) if lo is not None else ''}"
                                  for f, (v, lo, hi) in r["coefficients"].items()) or r["skipped"]
+        if r["dropped"]:
+            coefficients += f" (left out, a linear combination of the others: {', '.join(r['dropped'])})"
         lines.append(f"| {r['source']} | {r['measure']} | {r['n']} | {_fmt(r['r2'], 3)} | {_fmt(r['intercept'], 1)} | "
                      f"{coefficients} |")
     lines += ["", "## Input", "", "| run | failovers | partition-faults | malformed lines | without a fault | status | "

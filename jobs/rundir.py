@@ -149,6 +149,7 @@ class PartitionWait(Record):
     observed_ms: float  # how long after the fault it was observed (the horizon, the next fault or the load's end)
     recovery_ms: float  # fault -> first acknowledgement of a record sent at or after it
     recovery_censored: bool = False  # not recovered within observed_ms: recovery_ms is that, at least
+    recovery_offset: int | None = None  # where the record that recovered it was appended
     worst_wait_ms: float
     worst_wait_censored: bool = False  # a record still unacknowledged when the observation ended
     records: int  # records in flight at the fault or sent within the horizon

@@ -37,12 +37,14 @@ class Delivery(NamedTuple):
     sent_ms: float
     acked_ms: float  # math.inf: never acknowledged (its delivery failed)
     done_ms: float  # when the client heard: its acknowledgement, or its failure
+    offset: int | None = None  # where the leader appended it (None: failed, or not told)
 
 
 class Measured(NamedTuple):
     observed_ms: float
     recovery_ms: float
     recovery_censored: bool
+    recovery_offset: int | None
     worst_wait_ms: float
     worst_wait_censored: bool
     records: int
@@ -56,11 +58,11 @@ def source_of(record_id: str) -> Source:
 class Deliveries:
     """Every record's send and acknowledgement (or failure), per (source, partition), in send order."""
 
-    def __init__(self, rows: Iterable[tuple[str, str, float, float, float]]):
-        """rows: (partition, record id, sent ms, acked ms or math.inf, acked or failed ms)."""
+    def __init__(self, rows: Iterable[tuple]):
+        """rows: (partition, record id, sent ms, acked ms or math.inf, acked or failed ms[, offset])."""
         by: dict[tuple[Source, str], list[Delivery]] = defaultdict(list)
-        for tp, record_id, sent, acked, done in rows:
-            by[(source_of(record_id), tp)].append(Delivery(sent, acked, done))
+        for tp, record_id, *delivery in rows:
+            by[(source_of(record_id), tp)].append(Delivery(*delivery))
         self.deliveries = {key: sorted(ds) for key, ds in by.items()}
         self.sent = {key: [d.sent_ms for d in ds] for key, ds in self.deliveries.items()}
         self.acked = {key: sorted(d.acked_ms for d in ds if d.acked_ms < math.inf) for key, ds in self.deliveries.items()}
@@ -96,15 +98,16 @@ def measure(fault: FaultRecord, ds: list[Delivery], sent: list[float], acked: li
     last = bisect.bisect_left(sent, end)
     if start == last:
         return None
-    recovery = min((d.acked_ms for d in ds[first:last]), default=math.inf)  # acked >= sent: none later counts
+    recovery, offset = min(((d.acked_ms, d.offset) for d in ds[first:last]), default=(math.inf, None),
+                           key=lambda a: a[0])  # acked >= sent: none sent later counts
     recovered = recovery <= end
     worst, open_ended = 0.0, False
     for d in ds[start:last]:
         worst = max(worst, min(d.done_ms, until_ms) - d.sent_ms)  # a wait past the next fault is that fault's
         open_ended |= d.acked_ms > until_ms  # still waiting then, or never acknowledged
     rate = (bisect.bisect_left(acked, t0) - bisect.bisect_left(acked, t0 - RATE_WINDOW_MS)) * 1000 / RATE_WINDOW_MS
-    return Measured(end - t0, (recovery if recovered else end) - t0, not recovered, worst, open_ended, last - start,
-                    rate)
+    return Measured(end - t0, (recovery if recovered else end) - t0, not recovered, offset if recovered else None,
+                    worst, open_ended, last - start, rate)
 
 
 def partition_waits(faults: list[FaultRecord], deliveries: Deliveries, states: list[StateSample],
@@ -171,6 +174,7 @@ def percentile(values: list[float], p: float) -> float | None:
 
 def deliveries_of(acks, errors) -> Deliveries:
     """Deliveries from acknowledgements (Ack) and failed deliveries (ProduceError)."""
-    return Deliveries([*((tp_key(a.topic, a.partition), a.record_id, a.sent_ms, a.acked_ms, a.acked_ms) for a in acks),
+    return Deliveries([*((tp_key(a.topic, a.partition), a.record_id, a.sent_ms, a.acked_ms, a.acked_ms, a.offset)
+                         for a in acks),
                        *((tp_key(e.topic, e.partition), e.record_id, e.sent_ms, math.inf, e.failed_ms)
                          for e in errors)])

@@ -260,7 +260,7 @@ def test_regressions_with_intervals_match_numpy_least_squares(runs, result):
             if y.std() == 0:  # a phase the fabricated runs never saw
                 assert r["skipped"].endswith(f"a constant {r['measure']}") and not r["coefficients"]
                 continue
-            assert r["skipped"] is None and list(r["coefficients"]) == FEATURES  # every feature varies here
+            assert r["skipped"] is None and list(r["coefficients"]) == FEATURES and r["dropped"] == []  # all vary
             beta, *_ = np.linalg.lstsq(x, y, rcond=None)
             residuals = y - x @ beta
             r2 = 1 - (residuals ** 2).sum() / ((y - y.mean()) ** 2).sum()
@@ -298,6 +298,20 @@ def test_outputs_are_parquet_tables_charts_and_a_report(spark, result):
     from jobs.report import summary_table
     table = summary_table(result)
     assert "recovery p50/p99" in table and "worst wait p50/p99" in table and str(result.out / "report.md") in table
+
+
+def test_a_feature_that_is_a_linear_combination_of_the_intercept_and_those_before_is_left_out():
+    """Six faults give at most six independent fault-level features; every partition led or followed makes
+    `followed` one minus `led`: such columns have no coefficient of their own."""
+    from jobs.analysis import independent
+
+    rng = np.random.default_rng(3)
+    led = rng.integers(0, 2, 200).astype(float)
+    affected = rng.choice([60.0, 300.0, 1000.0], 200)
+    x = np.column_stack([np.ones(200), affected, affected + 0.0, rng.normal(size=200), led, 1 - led,
+                         np.full(200, 7.0)])
+    names = ["partitions_affected", "partitions_total", "produce_rate", "led", "followed", "constant"]
+    assert independent(names, x.T @ x) == ["partitions_affected", "produce_rate", "led"]
 
 
 @pytest.mark.parametrize("df,quantile", [(3, 3.182446), (5, 2.570582), (10, 2.228139), (30, 2.042272),

@@ -10,10 +10,12 @@ from jobs.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, Par
 T = 1_000.0  # the fault
 
 
-def wait(recovery: float, tp: str = "t-0", censored: bool = False, fault_id: int = 1) -> PartitionWait:
+def wait(recovery: float, tp: str = "t-0", censored: bool = False, fault_id: int = 1,
+         offset: int | None = None) -> PartitionWait:
     return PartitionWait(fault_id=fault_id, fault_kind=FaultKind.KILL_BROKER, partition=tp, source=Source.LOAD,
                          role=Role.LEADER, fault_ms=T, observed_ms=30_000, recovery_ms=recovery,
-                         recovery_censored=censored, worst_wait_ms=recovery, records=3, rate=10)
+                         recovery_censored=censored, recovery_offset=offset, worst_wait_ms=recovery, records=3,
+                         rate=10)
 
 
 def failover(kind: str = "broker_failure", detected: float = T + 10, **times) -> FailoverRecord:
@@ -38,7 +40,7 @@ KILL = [
     event("follower_fetch", 60, broker=1, replica=3),
     event("client_append", 900, broker=1),
     event("hw_moved", 70, broker=1),  # before the client's first batch: not the move that acknowledges it
-    event("hw_moved", 930, broker=1),
+    event("hw_moved", 930, broker=1, detail="57"),
     event("hw_moved", 500, broker=1, tp="t-1", epoch=7),
 ]
 
@@ -87,3 +89,13 @@ def test_explain_fills_every_wait_and_takes_the_broker_failure_of_a_fault():
     assert got[0].phases["detection_ms"] == 10 and got[0].phases["election_zk_ms"] == 15  # the broker failure's
     assert got[1].phases == {"detection_ms": 10, "inbox_wait_ms": 5, "election_zk_ms": 15,
                              "leader_apply_ms": 10, "hw_ms": 460} and got[1].unexplained_ms == 100
+
+
+def test_a_record_the_high_watermarks_move_did_not_reach_waited_in_the_clients_queue():
+    """The load's first record sent after the fault came after the batches the first move committed
+    (offset 57 at or past HW 57): the rest is the client's queue, not unexplained."""
+    behind, within = wait(2000, offset=57), wait(2000, offset=56)
+    named, rest = phases(behind, steps(behind, None, BrokerSteps(KILL)))
+    assert named["hw_ms"] == 30 and named["client_queue_ms"] == 1070 and rest == 0
+    named, rest = phases(within, steps(within, None, BrokerSteps(KILL)))
+    assert "client_queue_ms" not in named and rest == 1070

@@ -24,11 +24,11 @@ def state(ts: float, **partitions: tuple[int, list[int]]) -> StateSample:
 
 def run(faults, rows, states=(), horizon=HORIZON, load_ended=100_000.0, assignments=None,
         warm: bool = True) -> list[PartitionWait]:
-    """(partition, record id, sent, acked[, failed]) rows; every partition and producer written before the
+    """(partition, record id, sent, acked[, failed or acked[, offset]]) rows; every partition and producer written before the
     first fault unless the rows say otherwise (a record at 0, long done)."""
-    rows = [r if len(r) == 5 else (*r, r[3]) for r in rows]
+    rows = [r if len(r) >= 5 else (*r, r[3]) for r in rows]
     first = min(f.injected_ms for f in faults)
-    before = {(tp, rid.rpartition("-")[0]) for tp, rid, sent, _, _ in rows if sent < first}
+    before = {(tp, rid.rpartition("-")[0]) for tp, rid, sent, *_ in rows if sent < first}
     rows += [(tp, f"{producer}-w", 0, 1, 1) for tp, producer in {(tp, rid.rpartition("-")[0]) for tp, rid, *_ in rows}
              - before] if warm else []
     return partition_waits(faults, Deliveries(rows), list(states), horizon, load_ended, assignments)
@@ -37,6 +37,12 @@ def run(faults, rows, states=(), horizon=HORIZON, load_ended=100_000.0, assignme
 def only(waits: list[PartitionWait]) -> PartitionWait:
     assert len(waits) == 1, waits
     return waits[0]
+
+
+def test_the_record_that_recovered_a_partition_is_known_by_its_offset():
+    rows = [("t-0", "p0-1", 900, 950, 950, 10), ("t-0", "p0-2", 1100, 1300, 1300, 12),
+            ("t-0", "p0-3", 1050, 1350, 1350, 11)]
+    assert only(run([fault(1, 1000)], rows)).recovery_offset == 12  # the first acknowledged, not the first sent
 
 
 def test_recovery_is_the_first_ack_of_a_record_sent_at_or_after_the_fault():
