@@ -21,7 +21,8 @@ the horizon), p50 / p99, censored partitions counted; the worst wait after detec
 detected time of its failover: a pause is seen only when its session expires) p99 and its ratio to
 kill-broker's in the same run (the target: at most 2); the controller's part per failover (fault ->
 detected, detected -> requests acknowledged); each partition phase's mean (jobs/phases.py:
-PARTITION_PHASES) and the unexplained share of the recovery; for each fault whose broker comes back, how
+PARTITION_PHASES) and the unexplained share of the recovery of the partitions slower than the source's
+p99 latency away from the faults; for each fault whose broker comes back, how
 long after it registered it was back in every ISR it left (jobs/rejoin.py). The baseline, same run: the acks=all
 produce latency away from the faults (records sent from 2 s before a fault to 10 s after its end left
 out). Every run's invariants are checked. Prints a Markdown table for BENCHMARKS.md.
@@ -44,7 +45,7 @@ from jobs.phases import PARTITION_PHASES
 from jobs.rejoin import rejoins
 from jobs.rundir import FaultKind, PartitionWait, Source
 from jobs.runner import run_experiment
-from jobs.waits import percentile, source_of, touched, unexplained_share
+from jobs.waits import latency_away, percentile, source_of, touched, unexplained_share
 
 KINDS = {  # label -> (fault, target)
     "kill-broker": (FaultKind.KILL_BROKER, "non-controller"),
@@ -90,10 +91,10 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
                                            list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)),
                                            final.assignments or {} if final else {},
                                            summary.ended_ms if summary else float("inf"))}
-    steady = sorted(a.acked_ms - a.sent_ms for a in reader.lines(PRODUCED, Ack)
-                    if source_of(a.record_id) is Source.LOAD and not any(
-                        f.injected_ms - 2_000 <= a.sent_ms < (f.ended_ms or f.injected_ms) + 10_000
-                        for f in faults.values()))
+    away = latency_away(((source_of(a.record_id), a.sent_ms, a.acked_ms - a.sent_ms)
+                         for a in reader.lines(PRODUCED, Ack)), list(faults.values()))
+    steady = away[Source.LOAD]
+    latency_p99 = {s: percentile(v, 99) for s, v in away.items()}
     rows = []
     for label, source in itertools.product(dict.fromkeys(labels[i] for i in sorted(faults)), Source):
         ids = {i for i in faults if labels[i] == label}
@@ -114,7 +115,7 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
             "process_p50": percentile(process, 50), "process_max": process[-1] if process else None,
             "phases": {p: sum(w.phases.get(p, 0.0) for w in mine) / len(mine) if mine else None
                        for p in PARTITION_PHASES},
-            "unexplained_share": unexplained_share(mine),
+            "unexplained_share": unexplained_share(mine, latency_p99),
             "rejoined": [back[i].last_ms for i in sorted(ids) if i in back],  # None: not back in every ISR
             "steady_p50": percentile(steady, 50), "steady_p99": percentile(steady, 99),
             "violations": sum(summary.check.invariants.values()) if summary else None, "run_dir": str(run_dir)})

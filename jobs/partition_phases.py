@@ -5,6 +5,8 @@ actors/broker/events.py), lined up per partition.
 The steps, each the first seen after the fault and before the partition recovered:
 
     fault_end_ms        the fault ends (a pause's SIGCONT, a link healed, a broker back: ended_ms)
+    record_sent_ms      the client hands over the record that recovers the partition (its sent time: a
+                        probe's next turn, up to its interval after the fault; the load's pacing)
     detection_ms        the controller learns of the fault (detected_ms)
     inbox_wait_ms       it starts handling it (processing_started_ms)
     election_zk_ms      the new leaders and ISRs are in ZooKeeper (zk_written_ms)
@@ -13,8 +15,12 @@ The steps, each the first seen after the fault and before the partition recovere
     followers_apply_ms  the last follower in its ISR applies the LeaderAndIsr of that epoch
     follower_fetch_ms   the last of them fetches from the leader in that epoch
     isr_write_ms        the leader writes a new ISR (a shrink or an expansion)
+    refused_ms          a broker last refuses the client's batch before its first append (an old leader
+                        answering NOT_LEADER_OR_FOLLOWER, a leader NOT_ENOUGH_REPLICAS)
     first_append_ms     the leader appends a client's first batch (in that epoch, if one began)
     hw_ms               the leader's high watermark moves, after the steps above
+    during_fault_ms     the acknowledgement, while a fault that slows requests (rundir.DEGRADING_FAULTS:
+                        a slowed link, clients cut from a broker) still lasted: the wait was the fault's
     client_queue_ms     the acknowledgement, when that move did not reach the record that recovered the
                         partition (its offset at or past the high watermark then): the record waited in
                         the client's queue behind the batches the move committed (the load's client
@@ -36,7 +42,7 @@ from typing import Iterable, NamedTuple
 from actors.records import BrokerEvent
 from jobs.failovers import of_faults
 from jobs.phases import PARTITION_PHASES
-from jobs.rundir import FailoverRecord, FaultRecord, PartitionWait
+from jobs.rundir import DEGRADING_FAULTS, FailoverRecord, FaultRecord, PartitionWait
 
 CONTROLLER_STEPS = {"detection_ms": "detected_ms", "inbox_wait_ms": "processing_started_ms",
                     "election_zk_ms": "zk_written_ms", "send_ms": "requests_sent_ms"}
@@ -63,7 +69,8 @@ class BrokerSteps:
                     self.isr[(tp, epoch)] = set(e.isrs.get(tp, ()))
                 for tp, epoch in e.followers.items():
                     by[(tp, "follower")].append(Seen(e.ts_ms, epoch, e.broker_id))
-            elif e.partition is not None and e.kind in ("follower_fetch", "isr_change", "client_append", "hw_moved"):
+            elif e.partition is not None and e.kind in ("follower_fetch", "isr_change", "client_append", "hw_moved",
+                                                        "produce_error"):
                 by[(e.partition, e.kind)].append(Seen(
                     e.ts_ms, e.leader_epoch if e.leader_epoch is not None else -1, e.broker_id, e.replica,
                     int(e.detail) if e.kind == "hw_moved" and e.detail.isdigit() else None))
@@ -83,6 +90,8 @@ def steps(wait: PartitionWait, failover: FailoverRecord | None, brokers: BrokerS
     """Each step seen for this partition through this fault: phase name -> when."""
     start, end = wait.fault_ms, wait.fault_ms + wait.recovery_ms
     out = {"fault_end_ms": fault_end_ms} if fault_end_ms is not None and start < fault_end_ms <= end else {}
+    if wait.recovery_sent_ms is not None and start < wait.recovery_sent_ms <= end:
+        out["record_sent_ms"] = wait.recovery_sent_ms
     if failover is not None:
         for name, field in CONTROLLER_STEPS.items():
             t = getattr(failover, field)
@@ -108,6 +117,9 @@ def steps(wait: PartitionWait, failover: FailoverRecord | None, brokers: BrokerS
     appended = [s for s in brokers.between(tp, "client_append", start, end) if epoch is None or s.leader_epoch >= epoch]
     if appended:
         out["first_append_ms"] = appended[0].ts_ms
+    refused = brokers.between(tp, "produce_error", start, out.get("first_append_ms", end))
+    if refused:
+        out["refused_ms"] = refused[-1].ts_ms
     after = max(out.get("leader_apply_ms", start), out.get("first_append_ms", start))
     moved = [s for s in brokers.between(tp, "hw_moved", after, end) if epoch is None or s.leader_epoch >= epoch]
     if moved:
@@ -115,6 +127,9 @@ def steps(wait: PartitionWait, failover: FailoverRecord | None, brokers: BrokerS
         hw = moved[0].high_watermark
         if wait.recovery_offset is not None and hw is not None and wait.recovery_offset >= hw:
             out["client_queue_ms"] = end  # the record was not among those that move committed
+    if wait.fault_kind in DEGRADING_FAULTS and (fault_end_ms is None or fault_end_ms > end) \
+            and "client_queue_ms" not in out:
+        out["during_fault_ms"] = end
     return out
 
 

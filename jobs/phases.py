@@ -19,6 +19,8 @@ MEASURES = ["recovery_ms", "worst_wait_ms"]
 # the step that ends it and lasting from the step before (jobs/partition_phases.py)
 PARTITION_PHASES = {
     "fault_end_ms": "the fault ends (a pause's SIGCONT, a link healed, a broker back)",
+    "record_sent_ms": "the client hands over the record that recovers the partition (a probe's next turn, the "
+                      "load's pacing)",
     "detection_ms": "the controller learns of the fault",
     "inbox_wait_ms": "the controller starts handling it",
     "election_zk_ms": "the partition's new leader and ISR written to ZooKeeper",
@@ -27,14 +29,18 @@ PARTITION_PHASES = {
     "followers_apply_ms": "its last follower applies its LeaderAndIsr",
     "follower_fetch_ms": "its last follower fetches from the leader",
     "isr_write_ms": "the leader writes a new ISR",
+    "refused_ms": "a broker refuses the client's batch (an old leader: NOT_LEADER_OR_FOLLOWER)",
     "first_append_ms": "the leader appends the client's first record",
     "hw_ms": "the leader's high watermark moves past it",
+    "during_fault_ms": "acknowledged while a fault that slows requests still lasted (a slowed link, clients "
+                       "cut from a broker)",
     "client_queue_ms": "the client's first record sent after the fault is acknowledged, when the high "
                        "watermark's move did not reach it (it waited in the client's queue behind the batches "
                        "that were)",
 }
-PHASE_LABELS = dict(zip(PARTITION_PHASES, ["end", "detect", "inbox", "zk", "send", "leader", "follow", "fetch",
-                                            "isr", "append", "hw", "cqueue"]))  # column heads in narrow tables
+PHASE_LABELS = dict(zip(PARTITION_PHASES, ["end", "sent", "detect", "inbox", "zk", "send", "leader", "follow",
+                                            "fetch", "isr", "refused", "append", "hw", "during", "cqueue"],
+                        strict=True))  # column heads in narrow tables
 UNEXPLAINED = "unexplained_ms"  # from the last step seen to the acknowledgement (client_queue_ms aside)
 FEATURES = ["partitions_affected", "partitions_total", "produce_rate", "inbox_depth", "sender_queue_depth",
             "session_timeout_ms", "detector", "partition_rate", "led", "followed"]

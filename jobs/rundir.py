@@ -82,6 +82,11 @@ CONTROLLER_FAULTS = {FaultKind.KILL_CONTROLLER, FaultKind.PAUSE_CONTROLLER, Faul
                      FaultKind.CUT_CONTROLLER_ZOOKEEPER}
 
 
+# faults that leave every process running and every leader in place, and slow the replication or the
+# clients' requests while they last: a partition acknowledged meanwhile waited on the fault itself
+DEGRADING_FAULTS = {FaultKind.SLOW_REPLICATION, FaultKind.SLOW_CLIENTS, FaultKind.CUT_CLIENTS}
+
+
 class FaultRecord(Record):
     fault_id: int
     kind: FaultKind
@@ -150,6 +155,7 @@ class PartitionWait(Record):
     recovery_ms: float  # fault -> first acknowledgement of a record sent at or after it
     recovery_censored: bool = False  # not recovered within observed_ms: recovery_ms is that, at least
     recovery_offset: int | None = None  # where the record that recovered it was appended
+    recovery_sent_ms: float | None = None  # when that record was handed to the producer
     worst_wait_ms: float
     worst_wait_censored: bool = False  # a record still unacknowledged when the observation ended
     records: int  # records in flight at the fault or sent within the horizon
@@ -167,6 +173,9 @@ class WaitStats(Record):
     censored: int  # pairs whose recovery was censored
     recovery_ms_p50: float | None = None
     recovery_ms_p99: float | None = None
+    # the source's acknowledgement latency away from the faults (records sent from 2 s before a fault to
+    # 10 s after its end left out), p99: a recovery within it is no unavailability, nothing to explain
+    latency_away_ms_p99: float | None = None
     recovery_ms_max: float | None = None
     worst_wait_ms_p50: float | None = None
     worst_wait_ms_p99: float | None = None

@@ -565,12 +565,11 @@ class ExperimentRun:
     def _summarise(self, started: float) -> rundir.Summary:
         reader = JsonlReader(self.run_dir)
         faults = list(reader.lines(rundir.FAULTS, FaultRecord))
-        latency = []  # every acknowledged record's (the load's), from the same read that indexes them
+        samples = []  # every acknowledged record's (source, sent, latency), from the same read that indexes them
 
         def acks():
             for ack in reader.lines(PRODUCED, Ack):
-                if waits.source_of(ack.record_id) is rundir.Source.LOAD:
-                    latency.append(ack.acked_ms - ack.sent_ms)
+                samples.append((waits.source_of(ack.record_id), ack.sent_ms, ack.acked_ms - ack.sent_ms))
                 yield ack
         records = failovers.compose(list(reader.lines(TIMELINES, TimelineRecord)), faults,
                                     list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms,
@@ -584,12 +583,13 @@ class ExperimentRun:
         measured = partition_phases.explain(measured, faults, records, reader.lines(BROKER_EVENTS, BrokerEvent))
         self.writer.write(rundir.WAITS, measured)
         check = check_run(self.run_dir)
-        latency.sort()
+        away = waits.latency_away(samples, faults)
+        latency = sorted(latency for source, _, latency in samples if source is rundir.Source.LOAD)
         summary = rundir.Summary(
             run_id=self.run_dir.name, experiment=self.exp.name, started_ms=started, ended_ms=now_ms(),
             faults=len(faults), failovers=len(records), acked=check.counts.get("acked", 0),
             consumed=check.counts.get("consumed_live", 0), load_ended_ms=load_ended,
-            waits={source: waits.stats(w for w in measured if w.source is source and waits.touched(w))
+            waits={source: waits.stats((w for w in measured if w.source is source and waits.touched(w)), away[source])
                    for source in rundir.Source},
             produce_latency_ms_p50=percentile(latency, 50), produce_latency_ms_p99=percentile(latency, 99),
             malformed_lines={**reader.malformed, **check.malformed_lines}, check=check)
@@ -625,6 +625,7 @@ def report(run_dir: Path) -> str:
               f"{'fault':<28}{'source':<7}{'touched':>8}{'censored':>9}{'recovery p50/p99/max ms':>26}"
               f"{'worst wait p50/p99/max ms':>28}{'others p99/max':>16}"]
     measured = list(reader.lines(rundir.WAITS, rundir.PartitionWait))
+    latency_p99 = {source: st.latency_away_ms_p99 for source, st in summary.waits.items()} if summary else {}
     for (fault_id, source), group in waits.by_fault(measured).items():
         fault = faults.get(fault_id)
         mine = waits.stats(w for w in group if waits.touched(w))
@@ -634,8 +635,8 @@ def report(run_dir: Path) -> str:
                      f"{_three(mine.worst_wait_ms_p50, mine.worst_wait_ms_p99, mine.worst_wait_ms_max):>28}"
                      f"{_fmt(others.worst_wait_ms_p99) + ' / ' + _fmt(others.worst_wait_ms_max):>16}")
     lines += ["", "Where the recovery went, per fault: each phase's mean ms over the partitions it touched "
-              "(jobs/partition_phases.py), the unexplained rest and its share of the recovery (censored partitions "
-              "left out of the share)"]
+              "(jobs/partition_phases.py), the unexplained rest and its share of the recovery of the partitions "
+              "that were unavailable (recovered, slower than the source's p99 latency away from the faults)"]
     short = PHASE_LABELS
     lines.append(f"{'fault':<28}{'source':<7}{'recovery':>9}" + "".join(f"{n:>7}" for n in short.values())
                  + f"{'rest':>8}{'share':>7}")
@@ -644,7 +645,7 @@ def report(run_dir: Path) -> str:
         if not mine:
             continue
         fault = faults.get(fault_id)
-        share = waits.unexplained_share(mine)
+        share = waits.unexplained_share(mine, latency_p99)
         lines.append(f"{fault.label if fault else fault_id:<28}{source.value:<7}"
                      f"{sum(w.recovery_ms for w in mine) / len(mine):>9.0f}"
                      + "".join(f"{sum(w.phases.get(p, 0.0) for w in mine) / len(mine):>7.0f}" for p in short)

@@ -38,8 +38,9 @@ FAULT_FILL = "#f4a261"
 COLORS = ["#1d3557", "#2a9d8f", "#e9c46a", "#8d99ae", "#6a4c93"]  # one per ISR size, largest first
 OFFLINE = "#d62828"
 # a partition's phases (jobs/phases.py: PARTITION_PHASES), drawn over its recovery bar; what is left red is unexplained
-PHASE_COLORS = dict(zip(PARTITION_PHASES, ["#f4a261", "#8d99ae", "#6a4c93", "#1d3557", "#457b9d", "#2a9d8f",
-                                           "#83c5be", "#a8dadc", "#e9c46a", "#ffb4a2", "#b5838d"]))
+PHASE_COLORS = dict(zip(PARTITION_PHASES, ["#f4a261", "#adb5bd", "#8d99ae", "#6a4c93", "#1d3557", "#457b9d", "#2a9d8f",
+                                           "#83c5be", "#a8dadc", "#e9c46a", "#e76f51", "#ffb4a2", "#b5838d",
+                                           "#cdb4db", "#ffd6a5"], strict=True))
 
 
 class Axis(NamedTuple):

@@ -23,6 +23,7 @@ the load client's queue. Pure: deliveries in, PartitionWait out.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import defaultdict
 from typing import Iterable, NamedTuple
@@ -45,6 +46,7 @@ class Measured(NamedTuple):
     recovery_ms: float
     recovery_censored: bool
     recovery_offset: int | None
+    recovery_sent_ms: float | None
     worst_wait_ms: float
     worst_wait_censored: bool
     records: int
@@ -98,8 +100,8 @@ def measure(fault: FaultRecord, ds: list[Delivery], sent: list[float], acked: li
     last = bisect.bisect_left(sent, end)
     if start == last:
         return None
-    recovery, offset = min(((d.acked_ms, d.offset) for d in ds[first:last]), default=(math.inf, None),
-                           key=lambda a: a[0])  # acked >= sent: none sent later counts
+    recovery, offset, sent_ms = min(((d.acked_ms, d.offset, d.sent_ms) for d in ds[first:last]),
+                                    default=(math.inf, None, None), key=lambda a: a[0])  # acked >= sent: none later
     recovered = recovery <= end
     worst, open_ended = 0.0, False
     for d in ds[start:last]:
@@ -107,7 +109,7 @@ def measure(fault: FaultRecord, ds: list[Delivery], sent: list[float], acked: li
         open_ended |= d.acked_ms > until_ms  # still waiting then, or never acknowledged
     rate = (bisect.bisect_left(acked, t0) - bisect.bisect_left(acked, t0 - RATE_WINDOW_MS)) * 1000 / RATE_WINDOW_MS
     return Measured(end - t0, (recovery if recovered else end) - t0, not recovered, offset if recovered else None,
-                    worst, open_ended, last - start, rate)
+                    sent_ms if recovered else None, worst, open_ended, last - start, rate)
 
 
 def partition_waits(faults: list[FaultRecord], deliveries: Deliveries, states: list[StateSample],
@@ -144,15 +146,36 @@ def by_fault(waits: Iterable[PartitionWait]) -> dict[tuple[int, Source], list[Pa
     return out
 
 
-def unexplained_share(waits: Iterable[PartitionWait]) -> float | None:
-    """The unexplained part of the recovered partitions' recoveries (censored ones have no rest to
-    explain); None when none recovered."""
-    recovered = [w for w in waits if not w.recovery_censored]
+def unexplained_share(waits: Iterable[PartitionWait], latency_p99: dict[Source, float | None] | None = None
+                      ) -> float | None:
+    """The unexplained part of the recoveries of the partitions that were unavailable: recovered (a
+    censored one has no rest to explain) and, given each source's latency away from the faults
+    (`latency_p99`), slower than it (a recovery within the ordinary latency is no unavailability). None
+    when there is none."""
+    latency_p99 = latency_p99 or {}
+    recovered = [w for w in waits if not w.recovery_censored and w.recovery_ms > (latency_p99.get(w.source) or 0)]
     total = sum(w.recovery_ms for w in recovered)
     return sum(w.unexplained_ms or 0.0 for w in recovered) / total if total else None
 
 
-def stats(waits: Iterable[PartitionWait]) -> WaitStats:
+def latency_away(samples: Iterable[tuple[Source, float, float]], faults: list[FaultRecord], before_ms: float = 2_000,
+                 after_ms: float = 10_000) -> dict[Source, list[float]]:
+    """Each source's acknowledgement latencies, sorted, of the records sent away from the faults (not from
+    `before_ms` before a fault to `after_ms` after its end): the ordinary latency a recovery compares with.
+    `samples`: (source, sent ms, latency ms) of every acknowledged record."""
+    windows = sorted((f.injected_ms - before_ms, (f.ended_ms or f.injected_ms) + after_ms) for f in faults)
+    starts = [w[0] for w in windows]
+    reach = list(itertools.accumulate((w[1] for w in windows), max))  # the latest end among windows so far
+    out: dict[Source, list[float]] = {s: [] for s in Source}
+    for source, sent, latency in samples:
+        i = bisect.bisect_right(starts, sent)
+        if i == 0 or reach[i - 1] <= sent:
+            out[source].append(latency)
+    return {s: sorted(v) for s, v in out.items()}
+
+
+def stats(waits: Iterable[PartitionWait], latency_away_ms: list[float] | None = None) -> WaitStats:
+    """`latency_away_ms`: the source's latencies away from the faults (`latency_away`), for its p99."""
     waits = list(waits)
     recovery = sorted(w.recovery_ms for w in waits)
     worst = sorted(w.worst_wait_ms for w in waits)
@@ -161,7 +184,7 @@ def stats(waits: Iterable[PartitionWait]) -> WaitStats:
         recovery_ms_p50=percentile(recovery, 50), recovery_ms_p99=percentile(recovery, 99),
         recovery_ms_max=recovery[-1] if recovery else None,
         worst_wait_ms_p50=percentile(worst, 50), worst_wait_ms_p99=percentile(worst, 99),
-        worst_wait_ms_max=worst[-1] if worst else None)
+        worst_wait_ms_max=worst[-1] if worst else None, latency_away_ms_p99=percentile(latency_away_ms or [], 99))
 
 
 def percentile(values: list[float], p: float) -> float | None:

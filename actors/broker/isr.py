@@ -28,6 +28,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 
 from actors.broker.replica_manager import ReplicaManager
 from coordination import zkdata
+from coordination.errors import MalformedZNodeError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 
@@ -120,13 +121,25 @@ class IsrManager:
                          "with broker epoch %s", self.broker_id, len(chunk) + len(pending), joining, broker_epoch)
                 return
             if refused is not None:
-                self._refused(chunk[refused])
+                self._refused(chunk[refused], verb)
                 pending = chunk[:refused] + chunk[refused + 1:] + pending
                 continue
             self._applied(chunk, stats, verb)
 
-    def _refused(self, change) -> None:
-        tp, partition, _, state = change
+    def _refused(self, change, verb: str) -> None:
+        """The partition's zkVersion moved. If the znode holds exactly the state this write would make, an
+        earlier write of it went through and only its answer was lost (a connection loss): it counts as
+        done, at the version found (Kafka's checkLeaderAndIsrZkData). Otherwise someone else wrote."""
+        tp, partition, isr, state = change
+        try:
+            data, stat = self.zk.kazoo.get(zkdata.partition_state_path(tp))
+            found = zkdata.decode(zkdata.PartitionStateZNode, zkdata.partition_state_path(tp), data)
+        except (NoNodeError, MalformedZNodeError):
+            found = None
+        if found is not None and (found.leader, found.leader_epoch, found.controller_epoch, tuple(found.isr)) == \
+                (state.leader, state.leader_epoch, state.controller_epoch, tuple(isr)):
+            self._applied([change], [stat], verb)
+            return
         self.on_loop(partition.isr_change_failed)
         if self.on_loop(lambda: partition.stop_leading(state.leader_epoch)):
             log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "

@@ -463,6 +463,35 @@ def test_the_isr_expansions_of_one_fetch_go_in_one_multi_and_a_moved_partition_i
     assert [rm.partition(tp).state.zk_version for tp in (tps[0], tps[2])] == [1, 1]
 
 
+def test_an_isr_write_whose_answer_was_lost_counts_as_done_when_the_znode_holds_it(zk, tmp_path):
+    """Kafka's checkLeaderAndIsrZkData: the write went through but its answer was lost (a connection loss),
+    so the retry finds the version moved; the znode holds exactly the state it would write, so the leader
+    takes it as written, at the version found, and goes on leading."""
+    from actors.broker.isr import IsrManager
+    from actors.broker.log_config import LogConfig
+    from actors.broker.replica_manager import ReplicaManager
+    from actors.config import BrokerConfig
+    from actors.protocol import LeaderAndIsrRequest, PartitionState
+
+    tp = TopicPartition("lost", 0)
+    zk.ensure_persistent_paths()
+    epoch = zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True, include_data=True)[1].czxid
+    zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1]),
+                    makepath=True)
+    rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}),
+                        alive_broker_epoch={2: epoch}.get)
+    rm.become_leader_or_follower(LeaderAndIsrRequest(
+        controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
+            topic="lost", partition=0, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,), zk_version=0,
+            replicas=(1, 2))]), -1)
+    rm.partition(tp).fetch_for_follower(2, 0, 1024, int(time.time() * 1000), broker_epoch=epoch)
+    zk.kazoo.set(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1, 2]))  # "ours"
+    [written] = IsrManager(1, zk, rm, on_loop=lambda fn: fn()).expand([tp], 2)
+    written.result()
+    partition = rm.partition(tp)
+    assert partition.is_leader and partition.state.isr == (1, 2) and partition.state.zk_version == 1
+
+
 def test_a_leaders_isr_change_is_announced_even_if_the_first_announcement_fails(zk, tmp_path):
     """The leader writes its ISR shrink, then announces it under /isr_change_notification, where the
     controller picks it up for UpdateMetadata. If the announcement cannot be written (no session),

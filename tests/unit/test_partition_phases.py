@@ -99,3 +99,23 @@ def test_a_record_the_high_watermarks_move_did_not_reach_waited_in_the_clients_q
     assert named["hw_ms"] == 30 and named["client_queue_ms"] == 1070 and rest == 0
     named, rest = phases(within, steps(within, None, BrokerSteps(KILL)))
     assert "client_queue_ms" not in named and rest == 1070
+
+
+def test_the_last_refusal_before_the_first_append_is_a_step():
+    """A paused leader back: it answers the client's held batch NOT_LEADER_OR_FOLLOWER, then the client's
+    retry reaches the new leader."""
+    events = [*KILL, event("produce_error", 700, broker=2, detail="NOT_LEADER_OR_FOLLOWER"),
+              event("produce_error", 800, broker=2, detail="NOT_LEADER_OR_FOLLOWER"),
+              event("produce_error", 950, broker=2, detail="NOT_LEADER_OR_FOLLOWER")]  # after the append: not it
+    w = wait(940)
+    seen = steps(w, None, BrokerSteps(events))
+    assert seen["refused_ms"] == T + 800 and seen["first_append_ms"] == T + 900
+    named, _ = phases(w, seen)
+    assert named["refused_ms"] == 800 - 60 and named["first_append_ms"] == 100  # from the last follower's fetch
+
+
+def test_the_send_of_the_record_that_recovered_the_partition_is_a_step():
+    """A healthy partition's probe: its next record went 95 ms after the fault (the probe's interval), and
+    was acknowledged 8 ms later: the wait is the send, not unexplained."""
+    w = wait(103).model_copy(update={"recovery_sent_ms": T + 95})
+    assert phases(w, steps(w, None, BrokerSteps([]))) == ({"record_sent_ms": 95}, 8)

@@ -42,7 +42,8 @@ def only(waits: list[PartitionWait]) -> PartitionWait:
 def test_the_record_that_recovered_a_partition_is_known_by_its_offset():
     rows = [("t-0", "p0-1", 900, 950, 950, 10), ("t-0", "p0-2", 1100, 1300, 1300, 12),
             ("t-0", "p0-3", 1050, 1350, 1350, 11)]
-    assert only(run([fault(1, 1000)], rows)).recovery_offset == 12  # the first acknowledged, not the first sent
+    w = only(run([fault(1, 1000)], rows))
+    assert (w.recovery_offset, w.recovery_sent_ms) == (12, 1100)  # the first acknowledged, not the first sent
 
 
 def test_recovery_is_the_first_ack_of_a_record_sent_at_or_after_the_fault():
@@ -169,3 +170,24 @@ def test_stats_percentiles_touched_and_grouping():
                         wait(1, Role.LEADER, 1, 1, at=1)])
     assert list(grouped) == [(1, Source.LOAD), (1, Source.PROBE), (2, Source.LOAD)]
     assert percentile([1, 2, 3], 0) == 1 and percentile([], 50) is None
+
+
+def test_the_latency_away_from_the_faults_and_the_share_left_unexplained_of_the_unavailable():
+    from jobs.waits import latency_away, unexplained_share
+
+    faults = [FaultRecord(fault_id=1, kind=FaultKind.PAUSE_BROKER, target=1, injected_ms=10_000, ended_ms=12_000),
+              FaultRecord(fault_id=2, kind=FaultKind.KILL_BROKER, target=2, injected_ms=14_000)]
+    samples = [(Source.LOAD, 7_900, 5.0), (Source.LOAD, 8_000, 900.0), (Source.LOAD, 21_999, 800.0),  # in
+               (Source.LOAD, 22_000, 7.0), (Source.LOAD, 23_999, 700.0),  # 2 s before fault 2: excluded too
+               (Source.LOAD, 24_000, 9.0), (Source.PROBE, 30_000, 3.0)]
+    assert latency_away(samples, faults) == {Source.LOAD: [5.0, 9.0], Source.PROBE: [3.0]}
+
+    def wait(recovery, unexplained, source=Source.LOAD, censored=False):
+        return PartitionWait(fault_id=1, fault_kind=FaultKind.KILL_BROKER, partition="t-0", source=source,
+                             role=Role.LEADER, fault_ms=0, observed_ms=HORIZON, recovery_ms=recovery,
+                             recovery_censored=censored, worst_wait_ms=recovery, records=1, rate=0,
+                             unexplained_ms=None if censored else unexplained)
+    ws = [wait(1000, 100), wait(30, 30), wait(5000, 0, censored=True), wait(200, 200, Source.PROBE)]
+    assert unexplained_share(ws) == 330 / 1230
+    assert unexplained_share(ws, {Source.LOAD: 50.0, Source.PROBE: 50.0}) == 300 / 1200  # 30 ms is no outage
+    assert unexplained_share([wait(30, 30)], {Source.LOAD: 50.0}) is None
