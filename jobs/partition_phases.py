@@ -15,8 +15,9 @@ The steps, each the first seen after the fault and before the partition recovere
     followers_apply_ms  the last follower in its ISR applies the LeaderAndIsr of that epoch
     follower_fetch_ms   the last of them fetches from the leader in that epoch
     isr_write_ms        the leader writes a new ISR (a shrink or an expansion)
-    refused_ms          a broker last refuses the client's batch before its first append (an old leader
-                        answering NOT_LEADER_OR_FOLLOWER, a leader NOT_ENOUGH_REPLICAS)
+    refused_ms          a broker last refuses a client's batch before the first append (an old leader
+                        answering NOT_LEADER_OR_FOLLOWER, a leader NOT_ENOUGH_REPLICAS; the brokers record
+                        a refusal at most once a second per partition and error, of any client)
     first_append_ms     the leader appends a client's first batch (in that epoch, if one began)
     hw_ms               the leader's high watermark moves, after the steps above
     during_fault_ms     the acknowledgement, while a fault that slows requests (rundir.DEGRADING_FAULTS:
@@ -42,7 +43,7 @@ from typing import Iterable, NamedTuple
 from actors.records import BrokerEvent
 from jobs.failovers import of_faults
 from jobs.phases import PARTITION_PHASES
-from jobs.rundir import DEGRADING_FAULTS, FailoverRecord, FaultRecord, PartitionWait
+from jobs.rundir import DEGRADING_FAULTS, FailoverRecord, FaultRecord, PartitionWait, Source
 
 CONTROLLER_STEPS = {"detection_ms": "detected_ms", "inbox_wait_ms": "processing_started_ms",
                     "election_zk_ms": "zk_written_ms", "send_ms": "requests_sent_ms"}
@@ -125,8 +126,10 @@ def steps(wait: PartitionWait, failover: FailoverRecord | None, brokers: BrokerS
     if moved:
         out["hw_ms"] = moved[0].ts_ms
         hw = moved[0].high_watermark
-        if wait.recovery_offset is not None and hw is not None and wait.recovery_offset >= hw:
-            out["client_queue_ms"] = end  # the record was not among those that move committed
+        if wait.source is Source.LOAD and wait.recovery_offset is not None and hw is not None \
+                and wait.recovery_offset >= hw:
+            out["client_queue_ms"] = end  # the record was not among those that move committed (a probe has no
+            # queue: one record in flight, its own wait on the broker stays unexplained)
     if wait.fault_kind in DEGRADING_FAULTS and (fault_end_ms is None or fault_end_ms > end) \
             and "client_queue_ms" not in out:
         out["during_fault_ms"] = end

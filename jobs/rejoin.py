@@ -56,8 +56,14 @@ def rejoins(faults: list[FaultRecord], events: Iterable[BrokerEvent], states: li
         first: dict[str, float] = {}
         for e in events:
             if e.kind == "isr_change" and e.partition in left and e.partition not in first and e.isr \
-                    and victim in e.isr and registered <= e.ts_ms < end:
+                    and victim in e.isr and victim not in _isr_before(e) and registered <= e.ts_ms < end:
                 first[e.partition] = e.ts_ms
         out.append(Rejoin(fault.fault_id, victim, registered, len(left),
                           sorted(t - registered for t in first.values())))
     return out
+
+
+def _isr_before(e: BrokerEvent) -> set[int]:
+    """The ISR an isr_change event changed ("Expanding from 1,2")."""
+    before = e.detail.rpartition(" from ")[2]
+    return {int(b) for b in before.split(",") if b.strip().isdigit()}

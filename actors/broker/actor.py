@@ -132,7 +132,10 @@ class BrokerActor:
         # registers; then wait for the sender, so that the controller's first requests, sent the moment we
         # register, are not held up by it
         self._on_loop(self.replica_manager.load_logs)
-        ray.get(self.request_sender.process.remote(), timeout=120)
+        try:
+            ray.get(self.request_sender.process.remote(), timeout=120)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as e:  # the controller replaces it
+            log.warning("[KafkaServer id=%d] Registering without waiting for RequestSender: %s", broker_id, e)
         self.registration = BrokerRegistration(
             self.zk, broker_id, lambda: zkdata.BrokerIdZNode.of_listeners(self.endpoints),
             on_registered=self.replica_manager.events.registered, may_register_again=ray_says_this_actor_lives)

@@ -36,13 +36,14 @@ from typing import Callable
 from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, OffsetForLeaderEpochRequest
 
 from actors.broker import wire
+from actors.broker.errors import CorruptRecordException, InvalidRecordException
 from actors.broker.fetch_session import FetchSessionHandler
 from actors.broker.network import NetworkClient
 from actors.broker.partition import Partition
 from actors.broker.replication import truncation_offset
 from actors.config import BrokerConfig
 from actors.data_protocol import FetchPartition
-from coordination.errors import Errors, KrayError
+from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -211,11 +212,11 @@ class ReplicaFetcher:
         self.on_storage_error(tp, state.partition, error)
 
     def _partition_error(self, tp: TopicPartition, state: FetchState, error: Exception) -> None:
-        """Processing one partition's answer failed (Kafka's processFetchRequest): invalid records (a
-        KrayError such as CorruptRecordException) are fetched again after the backoff, as Kafka's
+        """Processing one partition's answer failed (Kafka's processFetchRequest): invalid records
+        (CorruptRecordException, InvalidRecordException) are fetched again after the backoff, as Kafka's
         partitionsWithError; anything else leaves the fetcher (Kafka's markPartitionFailed) until a
         LeaderAndIsr gives it again. Either way the fetcher lives on for its other partitions."""
-        if isinstance(error, KrayError):
+        if isinstance(error, (CorruptRecordException, InvalidRecordException)):
             log.error("[ReplicaFetcher replicaId=%d, leaderId=%d] Found invalid messages during fetch for partition "
                       "%s: %s", self.broker_id, self.source_id, tp, error)
             self._delay(tp, state)

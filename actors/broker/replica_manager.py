@@ -197,7 +197,7 @@ class ReplicaManager:
     def high_watermarks_by_dir(self) -> dict[Path, list[tuple[str, int, int]]]:
         """The checkpoint entries of each live log directory (every one gets its file, empty or not)."""
         out: dict[Path, list[tuple[str, int, int]]] = {d: [] for d in self.log_dirs.live}
-        for tp, p in sorted(self.partitions.items()):
+        for tp, p in sorted({**self._loaded, **self.partitions}.items()):  # those opened at start keep theirs
             d = self.log_dirs.dir_of(tp)
             if d in out:
                 out[d].append((tp.topic, tp.partition, p.high_watermark))

@@ -99,6 +99,9 @@ def test_a_record_the_high_watermarks_move_did_not_reach_waited_in_the_clients_q
     assert named["hw_ms"] == 30 and named["client_queue_ms"] == 1070 and rest == 0
     named, rest = phases(within, steps(within, None, BrokerSteps(KILL)))
     assert "client_queue_ms" not in named and rest == 1070
+    probe = behind.model_copy(update={"source": Source.PROBE})  # one record in flight: no queue to wait in
+    named, rest = phases(probe, steps(probe, None, BrokerSteps(KILL)))
+    assert "client_queue_ms" not in named and rest == 1070
 
 
 def test_the_last_refusal_before_the_first_append_is_a_step():

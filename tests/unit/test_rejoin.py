@@ -39,7 +39,9 @@ def test_back_in_every_isr_it_left_counted_from_its_registration():
 
 def test_a_broker_registered_again_at_once_counts_the_isrs_it_left_after():
     """A session expiry: the broker registers again at once; the controller takes it out of its ISRs after."""
-    events = [registered(1510), expanded(2400, "t-0", [1, 2, 3]), expanded(2500, "t-1", [2, 1, 3], leader=2)]
+    events = [registered(1510), expanded(2400, "t-0", [1, 2, 3]), expanded(2500, "t-1", [2, 1, 3], leader=2),
+              BrokerEvent(broker_id=1, ts_ms=1600, kind="isr_change", partition="t-0", leader_epoch=1, isr=[1, 3],
+                          detail="Shrinking from 1,2,3")]  # broker 3 still in, before it left: no rejoin
     states = [sample(1000, {"t-0": [1, 2, 3], "t-1": [2, 3, 1], "t-2": [1, 2], "t-3": [3, 1, 2]}),
               sample(2000, {"t-0": [1, 2], "t-1": [2, 1], "t-2": [1, 2], "t-3": [3, 1, 2]}),
               sample(3000, {"t-0": [1, 2, 3], "t-1": [2, 1, 3], "t-2": [1, 2], "t-3": [3, 1, 2]})]
