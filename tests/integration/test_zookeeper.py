@@ -426,17 +426,14 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     assert zk_isr() == [1, 2] and partition.state.isr == (1, 2)
 
 
-def test_the_isr_expansions_of_one_fetch_go_in_one_multi_and_a_moved_partition_is_refused_alone(zk, tmp_path):
-    """A follower caught up on three partitions at once rejoins their ISRs together; the one whose state
-    someone else (a controller) rewrote meanwhile is refused, its leader stops acting as such, and the
-    other two are written all the same."""
-    from actors.broker.isr import IsrManager
+def led_alone_with_a_registered_follower(zk, tmp_path, tps: list[TopicPartition]):
+    """Broker 1 leading `tps` with the ISR [1] (their state znodes so), replicas [1, 2], and broker 2
+    registered: (broker 1's ReplicaManager, broker 2's epoch, which its metadata has alive)."""
     from actors.broker.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
     from actors.config import BrokerConfig
     from actors.protocol import LeaderAndIsrRequest, PartitionState
 
-    tps = [TopicPartition("m", p) for p in range(3)]
     zk.ensure_persistent_paths()
     epoch = zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True, include_data=True)[1].czxid
     for tp in tps:
@@ -446,8 +443,19 @@ def test_the_isr_expansions_of_one_fetch_go_in_one_multi_and_a_moved_partition_i
                         alive_broker_epoch={2: epoch}.get)
     rm.become_leader_or_follower(LeaderAndIsrRequest(
         controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
-            topic="m", partition=tp.partition, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,), zk_version=0,
-            replicas=(1, 2)) for tp in tps]), -1)
+            topic=tp.topic, partition=tp.partition, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,),
+            zk_version=0, replicas=(1, 2)) for tp in tps]), -1)
+    return rm, epoch
+
+
+def test_the_isr_expansions_of_one_fetch_go_in_one_multi_and_a_moved_partition_is_refused_alone(zk, tmp_path):
+    """A follower caught up on three partitions at once rejoins their ISRs together; the one whose state
+    someone else (a controller) rewrote meanwhile is refused, its leader stops acting as such, and the
+    other two are written all the same."""
+    from actors.broker.isr import IsrManager
+
+    tps = [TopicPartition("m", p) for p in range(3)]
+    rm, epoch = led_alone_with_a_registered_follower(zk, tmp_path, tps)
     for tp in tps:
         rm.partition(tp).fetch_for_follower(2, 0, 1024, int(time.time() * 1000), broker_epoch=epoch)
     zk.kazoo.set(zkdata.partition_state_path(tps[1]), zkdata.PartitionStateZNode.encode_fields(3, 1, 2, [3]))
@@ -468,22 +476,9 @@ def test_an_isr_write_whose_answer_was_lost_counts_as_done_when_the_znode_holds_
     so the retry finds the version moved; the znode holds exactly the state it would write, so the leader
     takes it as written, at the version found, and goes on leading."""
     from actors.broker.isr import IsrManager
-    from actors.broker.log_config import LogConfig
-    from actors.broker.replica_manager import ReplicaManager
-    from actors.config import BrokerConfig
-    from actors.protocol import LeaderAndIsrRequest, PartitionState
 
     tp = TopicPartition("lost", 0)
-    zk.ensure_persistent_paths()
-    epoch = zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True, include_data=True)[1].czxid
-    zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1]),
-                    makepath=True)
-    rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}),
-                        alive_broker_epoch={2: epoch}.get)
-    rm.become_leader_or_follower(LeaderAndIsrRequest(
-        controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
-            topic="lost", partition=0, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,), zk_version=0,
-            replicas=(1, 2))]), -1)
+    rm, epoch = led_alone_with_a_registered_follower(zk, tmp_path, [tp])
     rm.partition(tp).fetch_for_follower(2, 0, 1024, int(time.time() * 1000), broker_epoch=epoch)
     zk.kazoo.set(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1, 2]))  # "ours"
     [written] = IsrManager(1, zk, rm, on_loop=lambda fn: fn()).expand([tp], 2)

@@ -50,16 +50,22 @@ def test_a_partition_given_to_a_long_polling_fetcher_is_fetched_at_once(tmp_path
     assert asyncio.run(scenario()) < 5
 
 
+def leader_and_follower(tmp_path) -> tuple[ReplicaManager, ReplicaManager]:
+    """Two brokers' replicas of T0 and T1, both led by LEADER, both in sync."""
+    leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
+    follower = ReplicaManager(FOLLOWER, tmp_path / "follower", CONFIG_FOR)
+    both = dict(isr=(LEADER, FOLLOWER), replicas=(LEADER, FOLLOWER))
+    for rm in (leader, follower):
+        rm.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both),
+                                         ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+    return leader, follower
+
+
 def test_an_io_error_on_the_followers_own_log_fails_that_partition_only_not_the_connection(tmp_path):
     """KIP-112: a follower's append that fails on its own disk goes to the log dir failure channel and
     the partition leaves the fetcher (Kafka's markPartitionFailed); the fetcher goes on with the others."""
     async def scenario():
-        leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
-        follower = ReplicaManager(FOLLOWER, tmp_path / "follower", CONFIG_FOR)
-        both = dict(isr=(LEADER, FOLLOWER), replicas=(LEADER, FOLLOWER))
-        for rm in (leader, follower):
-            rm.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both),
-                                             ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+        leader, follower = leader_and_follower(tmp_path)
         broken = follower.partition(T0)
 
         def disk_error(*args):
@@ -95,12 +101,7 @@ def test_a_partitions_bad_answer_does_not_stop_the_fetcher_for_the_others(tmp_pa
     from actors.broker.errors import CorruptRecordException
 
     async def scenario():
-        leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
-        follower = ReplicaManager(FOLLOWER, tmp_path / "follower", CONFIG_FOR)
-        both = dict(isr=(LEADER, FOLLOWER), replicas=(LEADER, FOLLOWER))
-        for rm in (leader, follower):
-            rm.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both),
-                                             ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+        leader, follower = leader_and_follower(tmp_path)
         corrupt, broken = follower.partition(T0), follower.partition(T1)
         real = corrupt.log.append_as_follower
         calls = []
