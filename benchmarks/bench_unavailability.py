@@ -36,13 +36,12 @@ import tempfile
 from pathlib import Path
 
 from actors.config import ControllerConfig
-from actors.records import BROKER_EVENTS, PRODUCED, Ack, BrokerEvent, JsonlReader
-from jobs import rundir
+from actors.records import PRODUCED, Ack, JsonlReader
+from jobs import rejoin, rundir
 from jobs.experiment import Experiment, FaultSpec
 from jobs.failovers import of_faults
 from jobs.local import embedded_zookeeper_and_ray
 from jobs.phases import PARTITION_PHASES
-from jobs.rejoin import rejoins
 from jobs.rundir import FaultKind, PartitionWait, Source
 from jobs.runner import run_experiment
 from jobs.waits import latency_away, percentile, source_of, touched, unexplained_share
@@ -86,11 +85,8 @@ def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
     detection = {i: f.detected_ms - f.fault_injected_ms for i, f in handled.items()}
     waits = [w for w in reader.lines(rundir.WAITS, PartitionWait) if touched(w) and w.fault_id in faults]
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
-    final = reader.document(rundir.FINAL_STATE, rundir.FinalState)
-    back = {r.fault_id: r for r in rejoins(list(faults.values()), reader.lines(BROKER_EVENTS, BrokerEvent),
-                                           list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)),
-                                           final.assignments or {} if final else {},
-                                           summary.ended_ms if summary else float("inf"))}
+    back = {r.fault_id: r for r in rejoin.of_run(reader, list(faults.values()),
+                                                 summary.ended_ms if summary else float("inf"))}
     away = latency_away(((source_of(a.record_id), a.sent_ms, a.acked_ms - a.sent_ms)
                          for a in reader.lines(PRODUCED, Ack)), list(faults.values()))
     steady = away[Source.LOAD]

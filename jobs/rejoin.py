@@ -3,15 +3,15 @@
 over the partitions it is a replica of (final_state.json's assignments) whose ISR a ZooKeeper sample
 showed it out of, from the last one before the fault to the next fault (a broker whose session
 expired registers again at once, and leaves its ISRs only after). Until the next fault, or the end
-of the run. Pure: records in, Rejoin out.
+of the run. Pure (`rejoins`: records in, Rejoin out), `of_run` reading them from a run directory.
 """
 from __future__ import annotations
 
 import bisect
 from typing import Iterable, NamedTuple
 
-from actors.records import BrokerEvent
-from jobs.rundir import FaultRecord, StateSample
+from actors.records import BROKER_EVENTS, BrokerEvent, JsonlReader
+from jobs.rundir import FINAL_STATE, PARTITION_STATES, FaultRecord, FinalState, StateSample
 
 
 class Rejoin(NamedTuple):
@@ -61,6 +61,13 @@ def rejoins(faults: list[FaultRecord], events: Iterable[BrokerEvent], states: li
         out.append(Rejoin(fault.fault_id, victim, registered, len(left),
                           sorted(t - registered for t in first.values())))
     return out
+
+
+def of_run(reader: JsonlReader, faults: list[FaultRecord], until_ms: float) -> list[Rejoin]:
+    """`rejoins` over a run directory's records (the printed report's, the unavailability benchmark's)."""
+    final = reader.document(FINAL_STATE, FinalState)
+    return rejoins(faults, reader.lines(BROKER_EVENTS, BrokerEvent), list(reader.lines(PARTITION_STATES, StateSample)),
+                   final.assignments or {} if final else {}, until_ms)
 
 
 def _isr_before(e: BrokerEvent) -> set[int]:

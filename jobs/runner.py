@@ -41,7 +41,7 @@ from actors.records import (
 )
 from coordination import admin, zkdata
 from coordination.zkdata import TopicPartition
-from jobs import failovers, partition_phases, rundir, waits
+from jobs import failovers, partition_phases, rejoin, rundir, waits
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
 from jobs.disk_faults import DISK_FAULTS, describe
 from jobs.check import check_replication, check_run
@@ -49,7 +49,6 @@ from jobs.experiment import Experiment, FaultSpec
 from jobs.waits import percentile
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
 from jobs.phases import PHASE_LABELS
-from jobs.rejoin import rejoins
 from jobs.rundir import FaultKind, FaultRecord
 from jobs.timeline_page import write_timeline
 
@@ -651,10 +650,7 @@ def report(run_dir: Path) -> str:
                      + "".join(f"{sum(w.phases.get(p, 0.0) for w in mine) / len(mine):>7.0f}" for p in short)
                      + f"{sum(w.unexplained_ms or 0.0 for w in mine) / len(mine):>8.0f}"
                      + (f"{share:>7.0%}" if share is not None else f"{'-':>7}"))
-    final = reader.document(rundir.FINAL_STATE, rundir.FinalState)
-    back = rejoins(list(faults.values()), reader.lines(BROKER_EVENTS, BrokerEvent),
-                   list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)),
-                   final.assignments or {} if final else {}, summary.ended_ms if summary else float("inf"))
+    back = rejoin.of_run(reader, list(faults.values()), summary.ended_ms if summary else float("inf"))
     if back:
         lines += ["", "Back in the ISRs it left, per fault: from the broker's registration to the last leader's "
                   "expansion taking it back (jobs/rejoin.py)",

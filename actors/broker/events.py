@@ -80,9 +80,11 @@ class BrokerEvents:
             self._fetched[(tp, follower)] = leader_epoch
             self._emit("follower_fetch", tp, leader_epoch=leader_epoch, replica=follower)
 
-    def client_append(self, tp: TopicPartition, state, leader_epoch: int, hw_before: int, hw_after: int) -> None:
-        """A client batch appended as leader (the HW before and after it): the epoch's first is recorded,
-        and the next HW move after it (at once, if the append moved it: an ISR of one)."""
+    def client_append(self, tp: TopicPartition, state, hw_before: int, hw_after: int) -> None:
+        """A client batch appended as leader (`state`: its leadership state; the HW before and after it): the
+        epoch's first is recorded, and the next HW move after it (at once, if the append moved it: an ISR of
+        one)."""
+        leader_epoch = state.leader_epoch
         if not self.enabled or self._appended.get(tp) == leader_epoch:
             return
         self._appended[tp] = leader_epoch
@@ -93,7 +95,7 @@ class BrokerEvents:
         else:
             self._hw[tp] = (state, hw_before, True)
 
-    def high_watermark(self, tp: TopicPartition, state, leader_epoch: int, high_watermark: int, leader: bool) -> None:
+    def high_watermark(self, tp: TopicPartition, state, high_watermark: int, leader: bool) -> None:
         """A partition changed; `state`: its leadership state (a new object at every leader or ISR change).
         As leader, records the first time the HW passes where it stood when that state began (at once if
         the change itself moved it), or when the epoch's first client batch was appended."""
@@ -112,7 +114,7 @@ class BrokerEvents:
         else:
             moved = False
         if moved:
-            self._hw_moved(tp, leader_epoch, high_watermark)
+            self._hw_moved(tp, state.leader_epoch, high_watermark)
 
     def _hw_moved(self, tp: TopicPartition, leader_epoch: int, high_watermark: int) -> None:
         if self._hw_recorded.get(tp) != high_watermark:

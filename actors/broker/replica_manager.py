@@ -329,8 +329,7 @@ class ReplicaManager:
         waiting on it answer."""
         tp = TopicPartition(partition.topic, partition.partition)
         if self.events.enabled:
-            self.events.high_watermark(tp, partition.state, partition.state.leader_epoch, partition.high_watermark,
-                                       partition.is_leader)
+            self.events.high_watermark(tp, partition.state, partition.high_watermark, partition.is_leader)
         self.fetch_sessions.mark(tp)
         for fetch in self._waiting:
             if tp in fetch.keys and not (hw_only and fetch.follower):
@@ -507,8 +506,7 @@ class ReplicaManager:
                 results[tp] = ProduceResult(tp.topic, tp.partition, int(Errors.NONE), appended.first_offset,
                                             appended.log_start_offset)
                 if self.events.enabled:
-                    self.events.client_append(tp, partition.state, partition.state.leader_epoch, hw_before,
-                                              partition.high_watermark)
+                    self.events.client_append(tp, partition.state, hw_before, partition.high_watermark)
                 if acks == -1:
                     waits.append((tp, partition, appended.last_offset, appended.term))
             except KrayError as e:
