@@ -114,17 +114,25 @@ def create_topic(zk: KrayZkClient, topic: str, partitions: int, replication_fact
     parse_topic_config(config or {})
     assignment = assign_replicas_to_brokers(zk.get_all_broker_ids(), partitions, replication_factor)
     znode = zkdata.TopicZNode.from_assignment(assignment, zkdata.new_topic_id())
-    txn = zk.kazoo.transaction()
     config_path = zkdata.topic_config_path(topic)
-    if zk.kazoo.exists(config_path):
-        txn.set_data(config_path, zkdata.TopicConfigZNode(config=config or {}).encode())
-    else:
-        txn.create(config_path, zkdata.TopicConfigZNode(config=config or {}).encode())
-    txn.create(zkdata.topic_path(topic), znode.encode())
-    results = txn.commit()
-    failure = next((r for r in results if isinstance(r, Exception)), None)
-    if failure is not None:  # lost a race with another creator
-        raise TopicExistsException(f"Topic '{topic}' already exists.")
+    config_data = zkdata.TopicConfigZNode(config=config or {}).encode()
+    tries = 0
+
+    def commit() -> list:
+        nonlocal tries
+        tries += 1
+        txn = zk.kazoo.transaction()
+        if zk.exists(config_path):
+            txn.set_data(config_path, config_data)
+        else:
+            txn.create(config_path, config_data)
+        txn.create(zkdata.topic_path(topic), znode.encode())
+        return txn.commit()
+    failure = next((r for r in zk.until_connected(commit) if isinstance(r, Exception)), None)
+    if failure is not None:  # lost a race with another creator, unless it was our first try, its answer lost
+        got = zk.get(zkdata.topic_path(topic)) if tries > 1 else None
+        if got is None or got[0] != znode.encode():
+            raise TopicExistsException(f"Topic '{topic}' already exists.")
     return assignment
 
 
@@ -236,11 +244,11 @@ def alter_topic_config(zk: KrayZkClient, topic: str, set_configs: dict[str, str]
     parse_topic_config(configs)
     data = zkdata.TopicConfigZNode(config=configs).encode()
     if got is None:
-        zk.kazoo.create(path, data, makepath=True)
+        zk.create(path, data, makepath=True)
     else:
-        zk.kazoo.set(path, data, version=got[1].version)
-    zk.kazoo.create(f"{zkdata.CONFIG_CHANGES}/{zkdata.CONFIG_CHANGE_PREFIX}",
-                    zkdata.ConfigChangeNotificationZNode(entity_path=f"topics/{topic}").encode(), sequence=True)
+        zk.set(path, data, version=got[1].version)
+    zk.create(f"{zkdata.CONFIG_CHANGES}/{zkdata.CONFIG_CHANGE_PREFIX}",
+              zkdata.ConfigChangeNotificationZNode(entity_path=f"topics/{topic}").encode(), sequence=True)
     return configs
 
 
@@ -249,7 +257,7 @@ def delete_topic(zk: KrayZkClient, topic: str) -> None:
     if topic not in zk.get_all_topics():
         raise UnknownTopicOrPartitionException(f"Topic '{topic}' does not exist as expected")
     try:
-        zk.kazoo.create(zkdata.delete_topic_path(topic), b"", makepath=True)
+        zk.create(zkdata.delete_topic_path(topic), b"", makepath=True)
     except NodeExistsError:
         raise TopicExistsException(f"Topic {topic} is already marked for deletion.") from None
 
@@ -276,7 +284,7 @@ def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int) -> dict[
                                 adding_replicas=znode.adding_replicas, removing_replicas=znode.removing_replicas,
                                 topic_id=znode.topic_id)
     try:
-        zk.kazoo.set(zkdata.topic_path(topic), updated.encode(), version=got[1].version)
+        zk.set(zkdata.topic_path(topic), updated.encode(), version=got[1].version)
     except BadVersionError:
         raise InvalidPartitionsException(f"Topic {topic} was modified concurrently; try again") from None
     return new
@@ -380,7 +388,7 @@ def reassign_partitions(zk: KrayZkClient, plan: zkdata.ReassignPartitionsZNode) 
         if unknown:
             raise InvalidReplicaAssignmentException(f"Unknown broker ids {unknown} in the replicas of {tp}")
     try:
-        zk.kazoo.create(zkdata.REASSIGN_PARTITIONS, plan.encode(), makepath=True)
+        zk.create(zkdata.REASSIGN_PARTITIONS, plan.encode(), makepath=True)
     except NodeExistsError:
         raise ReassignmentInProgressException("There is an existing assignment running.") from None
     return {tp: topics[tp.topic].assignment()[tp.partition] for tp in tps}
@@ -494,5 +502,5 @@ def preferred_replica_election(zk: KrayZkClient, partitions: list[TopicPartition
         partitions = [TopicPartition(t, p) for t, z in sorted(znodes.items()) for p in sorted(z.assignment())]
     znode = zkdata.PreferredReplicaElectionZNode(
         partitions=[zkdata.PartitionRef(topic=tp.topic, partition=tp.partition) for tp in partitions])
-    zk.kazoo.create(zkdata.PREFERRED_REPLICA_ELECTION, znode.encode(), makepath=True)
+    zk.create(zkdata.PREFERRED_REPLICA_ELECTION, znode.encode(), makepath=True)
     return partitions

@@ -28,7 +28,7 @@ class ConfigChangeListener:
         self.last_processed = -1  # sequence number of the newest notification handled
         self._queue: queue.Queue[bool] = queue.Queue()
         self._stopped = False
-        self.zk.kazoo.ensure_path(zkdata.CONFIG_CHANGES)
+        self.zk.until_connected(lambda: self.zk.kazoo.ensure_path(zkdata.CONFIG_CHANGES), same_session=False)
         self._process()  # the notifications so far are covered by reading every topic below
         for topic in self.zk.children(zkdata.CONFIG_TOPICS):
             self._apply(topic)
@@ -52,7 +52,8 @@ class ConfigChangeListener:
 
     def _process(self) -> list[str]:
         """The topics named by notifications newer than the last processed (the watch set again)."""
-        children = self.zk.kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._watch)
+        children = self.zk.until_connected(
+            lambda: self.zk.kazoo.get_children(zkdata.CONFIG_CHANGES, watch=self._watch), same_session=False)
         fresh = sorted((int(c.removeprefix(zkdata.CONFIG_CHANGE_PREFIX)), c) for c in children
                        if c.startswith(zkdata.CONFIG_CHANGE_PREFIX)
                        and c.removeprefix(zkdata.CONFIG_CHANGE_PREFIX).isdigit())

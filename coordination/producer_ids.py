@@ -43,9 +43,9 @@ class ProducerIdManager:
                                                 block_end=str(start + self.block_size - 1))
             try:
                 if got is None:
-                    self.zk.kazoo.create(path, block.encode(), makepath=True)
+                    self.zk.create(path, block.encode(), makepath=True)
                 else:
-                    self.zk.kazoo.set(path, block.encode(), version=got[1].version)
+                    self.zk.set(path, block.encode(), version=got[1].version)
                 return start, start + self.block_size - 1
             except (BadVersionError, NodeExistsError):
                 continue  # another broker claimed a block meanwhile: take the next

@@ -46,6 +46,7 @@ class BrokerRegistration:
         self._reregister = threading.Event()
         self._removed = threading.Event()  # the znode went while the session lived
         self._stopped = threading.Event()
+        self._connected = threading.Event()  # a session is connected: re-registration may start
         self.broker_epoch = -1
 
     def register(self, timeout: float | None = None) -> int:
@@ -77,8 +78,13 @@ class BrokerRegistration:
     def stop(self) -> None:
         self._stopped.set()
         self._reregister.set()
+        self._connected.set()
 
     def _listener(self, state: KazooState) -> None:
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
         if state == KazooState.LOST:
             self._reregister.set()
 
@@ -107,7 +113,7 @@ class BrokerRegistration:
                     continue
             while not self._stopped.is_set():
                 while not self._stopped.is_set() and not self.zk.kazoo.connected:
-                    time.sleep(0.05)
+                    self._connected.wait(0.5)
                 try:
                     self.register()
                     break

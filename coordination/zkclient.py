@@ -6,6 +6,10 @@
   starting with a check of `/controller_epoch`'s zkVersion, so that a deposed
   controller's batch fails whole (Kafka's ControllerMovedException).
 - Malformed znodes are logged and skipped by the bulk readers.
+- Every request rides out a lost connection as Kafka's `retryRequestsUntilConnected` does: it waits
+  for the reconnect and is sent again, for as long as the session lives (reads: in any session). A
+  write whose answer was lost may have landed: a multi that then fails on its own ops is checked
+  against the znodes, and counts as done, with the versions it made, when they hold what it wrote.
 
 Create the client inside the process that uses it: kazoo clients do not pickle.
 """
@@ -14,12 +18,14 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError,
+                              OperationTimeoutError, SessionExpiredError)
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 from kazoo.retry import KazooRetry
@@ -34,6 +40,7 @@ __all__ = ["CreateOp", "DeleteOp", "KrayZkClient", "OpResult", "PartitionStateRe
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=zkdata.ZNodeModel)
+T = TypeVar("T")
 MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
 STALE_VERSIONS_PER_BATCH = 3  # conditional writes that failed before the rest of a batch is given back
 READ_BATCH = 500  # paths per MultiRead
@@ -81,12 +88,20 @@ class KrayZkClient:
         self.kazoo = KazooClient(
             hosts=connect,
             timeout=session_timeout_ms / 1000,
-            connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
-            command_retry=KazooRetry(max_tries=30, max_delay=1.0),  # reads ride out a reconnect
+            # reconnect after 10 ms, backing off to 1 s while the server is away: kazoo's default 100 ms,
+            # taken twice when a session expired (once to learn it, once for the new session), would be
+            # most of the time a broker resumed from a pause serves as a zombie leader
+            connection_retry=KazooRetry(max_tries=-1, delay=0.01, max_delay=1.0),
+            # kazoo's recipes (the watches) set themselves again after any reconnect; kray's own requests
+            # go through until_connected
+            command_retry=KazooRetry(max_tries=-1, delay=0.01, max_delay=1.0),
             read_only=read_only,
             auth_data=[("digest", credential)] if credential else None,
             default_acl=SECURE_ACL if credential else None,
         )
+        self._state_changed = threading.Condition()
+        self.kazoo.add_listener(self._on_state)
+        self.lost_answers = 0  # requests sent again after a lost connection (a run's record)
 
     # -- session -------------------------------------------------------------
 
@@ -117,17 +132,105 @@ class KrayZkClient:
     def add_state_listener(self, listener: Callable[[KazooState], None]) -> None:
         self.kazoo.add_listener(listener)
 
+    # -- riding out a lost connection ------------------------------------------
+
+    def _on_state(self, state: KazooState) -> None:
+        """kazoo's connection thread: only wake the requests waiting for a reconnect."""
+        with self._state_changed:
+            self._state_changed.notify_all()
+
+    def _session(self) -> int:
+        """The session kazoo holds, also while disconnected (its `client_id` is None then); 0 after an
+        expiry until the next session is made."""
+        return self.kazoo._session_id or 0
+
+    def until_connected(self, request: Callable[[], T], same_session: bool = True) -> T:
+        """`request()`, sent again after every lost connection once connected again (Kafka's
+        retryRequestsUntilConnected). `same_session`: SessionExpiredError if the connection comes back
+        with another session (a write: the ephemerals and the role it was made for are gone); a read
+        is answered in any session. The caller checks a write that may have landed before the loss."""
+        session = self._session()
+        while True:
+            try:
+                return request()
+            except (ConnectionLoss, OperationTimeoutError):
+                self.lost_answers += 1
+                self._await_connected(session if same_session else None)
+            except SessionExpiredError as e:  # failed with its session: a read goes on in the next one
+                if same_session or isinstance(e, ConnectionClosedError):
+                    raise
+                self._await_connected(None)
+
+    def create(self, path: str, data: bytes = b"", ephemeral: bool = False, sequence: bool = False,
+               makepath: bool = False) -> str:
+        """A create sent until connected. NodeExistsError after it was sent again counts as done when
+        the znode holds `data` (and, ephemeral, is this session's): the first try landed, only its
+        answer was lost (Kafka treats NODEEXISTS after a retry so). A sequential create sent again may
+        make a second znode: only notifications are sequential, and one twice is harmless."""
+        tries = 0
+
+        def send() -> str:
+            nonlocal tries
+            tries += 1
+            return self.kazoo.create(path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
+        try:
+            return self.until_connected(send)
+        except NodeExistsError:
+            got = self.get(path) if tries > 1 else None
+            if got is None or got[0] != data or (ephemeral and got[1].ephemeralOwner != self.session_id):
+                raise
+            return path
+
+    def set(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
+        """A conditional set sent until connected. BadVersionError after it was sent again counts as
+        done when the znode holds `data` at the version after `version`: its stat."""
+        tries = 0
+
+        def send() -> ZnodeStat:
+            nonlocal tries
+            tries += 1
+            return self.kazoo.set(path, data, version=version)
+        try:
+            return self.until_connected(send)
+        except BadVersionError:
+            got = self.get(path) if tries > 1 else None
+            if got is None or got[0] != data or got[1].version != version + 1:
+                raise
+            return got[1]
+
+    def _await_connected(self, session: int | None) -> None:
+        with self._state_changed:
+            while True:
+                if self.kazoo._stopped.is_set():
+                    raise ConnectionClosedError("the ZooKeeper client was closed")
+                current = self._session()
+                if session and current and current != session:
+                    raise SessionExpiredError(f"ZooKeeper session 0x{session:x} expired while disconnected")
+                if self.kazoo.connected:
+                    return
+                self._state_changed.wait(0.5)
+
     def ensure_persistent_paths(self) -> None:
         for path in zkdata.PERSISTENT_PATHS:
-            self.kazoo.ensure_path(path)
+            self.until_connected(lambda: self.kazoo.ensure_path(path), same_session=False)
 
     # -- plain reads ---------------------------------------------------------
 
     def get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
         try:
-            return self.kazoo.retry(self.kazoo.get, path)
+            return self.until_connected(lambda: self.kazoo.get(path), same_session=False)
         except NoNodeError:
             return None
+
+    def exists(self, path: str) -> ZnodeStat | None:
+        return self.until_connected(lambda: self.kazoo.exists(path), same_session=False)
+
+    def existing(self, paths: list[str]) -> set[str]:
+        """Which of `paths` exist, asked in one pipelined pass."""
+        def ask() -> set[str]:
+            pending = [(p, self.kazoo.exists_async(p)) for p in paths]
+            return {p for p, r in pending if r.get()}
+        return self.until_connected(ask, same_session=False)
 
     def get_znode(self, model: type[M], path: str) -> M | None:
         """The znode's JSON as its model, None when absent; MalformedZNodeError when it is not Kafka's JSON."""
@@ -136,15 +239,15 @@ class KrayZkClient:
 
     def children(self, path: str) -> list[str]:
         try:
-            return self.kazoo.retry(self.kazoo.get_children, path)
+            return self.until_connected(lambda: self.kazoo.get_children(path), same_session=False)
         except NoNodeError:
             return []
 
     def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        """Reads in pipelined MultiReads; missing znodes map to None. Retried whole when the
+        """Reads in pipelined MultiReads; missing znodes map to None. Sent again whole when the
         connection drops midway (reads are idempotent)."""
         paths = list(paths)
-        return self.kazoo.retry(self._get_many_once, paths)
+        return self.until_connected(lambda: self._get_many_once(paths), same_session=False)
 
     def _get_many_once(self, paths: list[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
         root = self.kazoo.chroot
@@ -190,15 +293,18 @@ class KrayZkClient:
         current = self.get_controller_epoch()
         if current is None:
             try:
-                self.kazoo.create(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(0))
+                self.create(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(0))
             except NodeExistsError:
                 pass
             current = self.get_controller_epoch()
         epoch, version = current
-        txn = self.kazoo.transaction()
-        txn.create(zkdata.CONTROLLER, zkdata.ControllerZNode(brokerid=broker_id).encode(), ephemeral=True)
-        txn.set_data(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(epoch + 1), version=version)
-        results = txn.commit()
+
+        def commit() -> list:
+            txn = self.kazoo.transaction()
+            txn.create(zkdata.CONTROLLER, zkdata.ControllerZNode(brokerid=broker_id).encode(), ephemeral=True)
+            txn.set_data(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(epoch + 1), version=version)
+            return txn.commit()
+        results = self.until_connected(commit)
         if not any(isinstance(r, Exception) for r in results):
             return epoch + 1, results[1].version
         # A retried multi may have succeeded already: is the controller us, at that epoch?
@@ -242,8 +348,15 @@ class KrayZkClient:
         """Wait for one batch; while an op of it fails on its own, record that op and resend the rest."""
         results: list[OpResult] = []
         stale = 0
+        session, lost = self._session(), False
         while batch:
-            outcome = sent.get()
+            try:
+                outcome = sent.get()
+            except (ConnectionLoss, OperationTimeoutError):
+                self.lost_answers += 1
+                self._await_connected(session)
+                sent, lost = self._send_multi(batch, epoch_zk_version), True
+                continue
             errors = [i for i, r in enumerate(outcome) if isinstance(r, Exception)]
             if not errors:
                 results.extend(OpResult(op, stat=r if isinstance(r, ZnodeStat) else None)
@@ -256,6 +369,10 @@ class KrayZkClient:
             if failed == 0:
                 raise ControllerMovedException(
                     f"controller epoch zkVersion {epoch_zk_version} is stale; another controller was elected")
+            if lost and (stats := self._landed(batch, session)) is not None:
+                results.extend(OpResult(op, stat=stat) for op, stat in zip(batch, stats))
+                break
+            lost = False
             results.append(OpResult(batch[failed - 1], error=outcome[failed]))
             del batch[failed - 1]
             stale += isinstance(outcome[failed], BadVersionError)
@@ -266,6 +383,26 @@ class KrayZkClient:
             if batch:
                 sent = self._send_multi(batch, epoch_zk_version)
         return results
+
+    def _landed(self, batch: list[ZkOp], session: int) -> list[ZnodeStat | None] | None:
+        """Whether a multi whose answer was lost went through: its ops, sent again, failed (a multi is
+        all or nothing, so if it landed the second try fails on its first op), and every znode holds
+        what the multi made. The stats its set ops made, or None if it did not land."""
+        found = self.get_many(op.path for op in batch)
+        stats: list[ZnodeStat | None] = []
+        for op in batch:
+            got = found[op.path]
+            if isinstance(op, DeleteOp):
+                done = got is None
+            elif isinstance(op, CreateOp):
+                done = got is not None and got[0] == op.data and (not op.ephemeral or got[1].ephemeralOwner == session)
+            else:
+                done = got is not None and got[0] == op.data and op.version in (-1, got[1].version - 1)
+            if not done:
+                return None
+            stats.append(got[1] if isinstance(op, SetDataOp) else None)
+        log.info("A multi of %d ops whose answer was lost to a connection loss had gone through", len(batch))
+        return stats
 
     def _send_multi(self, batch: list[ZkOp], epoch_zk_version: int):
         acl = tuple((a.perms, a.id.scheme, a.id.id) for a in (self.kazoo.default_acl or OPEN_ACL_UNSAFE))
@@ -280,18 +417,18 @@ class KrayZkClient:
         """
         path = zkdata.broker_path(broker_id)
         try:
-            self.kazoo.create(path, info.encode(), ephemeral=True, makepath=True)
-        except NodeExistsError:
+            self.create(path, info.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:  # another session's, or ours with other data (an earlier registration)
             got = self.get(path)
             if got is None or got[1].ephemeralOwner != self.session_id:
                 raise
-        return self.kazoo.exists(path).czxid
+        return self.exists(path).czxid
 
     def delete_broker_registration(self, broker_id: int, broker_epoch: int, epoch_zk_version: int) -> bool:
         """Remove /brokers/ids/N if it is still the registration of that broker epoch (its czxid), fenced
         on the controller epoch; whether it was removed. A newer incarnation's registration stays."""
         path = zkdata.broker_path(broker_id)
-        stat = self.kazoo.exists(path)
+        stat = self.exists(path)
         if stat is None or stat.czxid != broker_epoch:
             return False
         (result,) = self.fenced_multi([DeleteOp(path, stat.version)], epoch_zk_version)
@@ -304,17 +441,18 @@ class KrayZkClient:
             return existing.id
         generated = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         try:
-            self.kazoo.create(zkdata.CLUSTER_ID, zkdata.ClusterIdZNode(id=generated).encode(), makepath=True)
+            self.create(zkdata.CLUSTER_ID, zkdata.ClusterIdZNode(id=generated).encode(), makepath=True)
             return generated
         except NodeExistsError:  # another broker was first
             return self.get_znode(zkdata.ClusterIdZNode, zkdata.CLUSTER_ID).id
 
     def propagate_log_dir_event(self, broker_id: int) -> str:
         """Kafka's propagateLogDirEvent (KIP-112): a sequential /log_dir_event_notification/log_dir_event_N
-        saying this broker lost a log directory; the controller's watch picks it up. Its path."""
-        return self.kazoo.create(f"{zkdata.LOG_DIR_EVENT_NOTIFICATION}/{zkdata.LOG_DIR_EVENT_PREFIX}",
-                                 zkdata.LogDirEventNotificationZNode(broker=broker_id).encode(), sequence=True,
-                                 makepath=True)
+        saying this broker lost a log directory; the controller's watch picks it up. Its path. (Sent again
+        after a lost answer, a second notification of the same event is harmless, as Kafka's.)"""
+        return self.create(f"{zkdata.LOG_DIR_EVENT_NOTIFICATION}/{zkdata.LOG_DIR_EVENT_PREFIX}",
+                           zkdata.LogDirEventNotificationZNode(broker=broker_id).encode(), sequence=True,
+                           makepath=True)
 
     def bootstrap_servers(self) -> str:
         """"host:port,..." of every registered broker's PLAINTEXT listener (the registration's host and
@@ -381,7 +519,7 @@ class KrayZkClient:
         topics = {tp.topic for tp in states}
         parents = [zkdata.topic_partitions_path(t) for t in sorted(topics)]
         parents += [zkdata.topic_partition_path(tp) for tp in sorted(states)]
-        existing = {p for p, r in zip(parents, [self.kazoo.exists_async(p) for p in parents]) if r.get()}
+        existing = self.existing(parents)
         self.fenced_multi([CreateOp(p) for p in parents if p not in existing], epoch_zk_version)
         ops = {zkdata.partition_state_path(tp): tp for tp in states}
         results = self.fenced_multi(
@@ -391,8 +529,8 @@ class KrayZkClient:
 
     def delete_paths_fenced(self, paths: list[str], epoch_zk_version: int) -> None:
         """Delete znodes that exist (checked first, pipelined), fenced; a vanished one is no error."""
-        checks = [(p, self.kazoo.exists_async(p)) for p in paths]
-        self.fenced_multi([DeleteOp(p) for p, r in checks if r.get()], epoch_zk_version)
+        existing = self.existing(paths)
+        self.fenced_multi([DeleteOp(p) for p in paths if p in existing], epoch_zk_version)
 
     def delete_path_fenced(self, path: str, epoch_zk_version: int) -> None:
         self.delete_paths_fenced([path], epoch_zk_version)
@@ -415,7 +553,7 @@ class KrayZkClient:
         deletion request, in fenced multis."""
         paths = [zkdata.topic_path(topic)]
         partitions = self.children(zkdata.topic_partitions_path(topic))
-        if partitions or self.kazoo.exists(zkdata.topic_partitions_path(topic)):
+        if partitions or self.exists(zkdata.topic_partitions_path(topic)):
             paths.append(zkdata.topic_partitions_path(topic))
             for p in partitions:
                 tp_path = f"{zkdata.topic_partitions_path(topic)}/{p}"
@@ -423,7 +561,7 @@ class KrayZkClient:
                 paths.extend(f"{tp_path}/{c}" for c in self.children(tp_path))
         ops = [DeleteOp(p) for p in reversed(paths)]
         ops += [DeleteOp(p) for p in (zkdata.topic_config_path(topic), zkdata.delete_topic_path(topic))
-                if self.kazoo.exists(p)]
+                if self.exists(p)]
         failed = [r for r in self.fenced_multi(ops, epoch_zk_version)
                   if r.error is not None and not isinstance(r.error, NoNodeError)]
         if failed:  # e.g. a child created meanwhile: the caller keeps the topic queued and tries again

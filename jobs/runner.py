@@ -345,7 +345,7 @@ class ExperimentRun:
         deadline = time.monotonic() + timeout_s
         path = zkdata.broker_path(victim)
         while time.monotonic() < deadline:
-            stat = self.zk.kazoo.exists(path)
+            stat = self.zk.exists(path)
             if stat is not None and stat.czxid != ended:
                 return f"at broker {victim}'s return (fault {awaited}), {now_ms() - stat.ctime:.0f} ms after it registered; "
             time.sleep(0.01)
@@ -366,7 +366,7 @@ class ExperimentRun:
             if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, *DISK_FAULTS):
                 self._awaited = {key: s.leader_epoch for key, s in states.items() if target in s.isr}
             if spec.fault in RETURNING_FAULTS:  # what a fault timed at its victim's return waits for
-                stat = self.zk.kazoo.exists(zkdata.broker_path(target))
+                stat = self.zk.exists(zkdata.broker_path(target))
                 with self._taken_down_changed:
                     self._taken_down[fault_id] = (target, stat.czxid if stat is not None else -1)
                     self._taken_down_changed.notify_all()

@@ -300,7 +300,7 @@ class BrokerActor:
 
     def _propagate_log_dir_event(self, log_dir: Path) -> None:
         try:
-            path = self.zk.kazoo.retry(self.zk.propagate_log_dir_event, self.broker_id)
+            path = self.zk.propagate_log_dir_event(self.broker_id)
             log.warning("[Broker id=%d] Stopped serving replicas in dir %s (told the controller: %s)",
                         self.broker_id, log_dir, path)
         except Exception:  # the controller learns it at the next LeaderAndIsr it sends us anyway

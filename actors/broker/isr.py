@@ -114,12 +114,14 @@ class IsrManager:
         while pending:
             chunk, pending = pending[:MULTI_OPS], pending[MULTI_OPS:]
             try:
-                stats, refused = self._set_partition_states(chunk, joining, broker_epoch)
+                stats, refused, sent_again = self._set_partition_states(chunk, joining, broker_epoch)
             except _NotRegistered:
                 self.on_loop(lambda: [partition.isr_change_failed() for _, partition, _, _ in chunk + pending])
                 log.info("[Broker id=%d] Not expanding the ISR of %d partitions: broker %d is no longer registered "
                          "with broker epoch %s", self.broker_id, len(chunk) + len(pending), joining, broker_epoch)
                 return
+            if refused is not None and sent_again and (stats := self._landed(chunk)) is not None:
+                refused = None  # the first try went through whole; only its answer was lost
             if refused is not None:
                 self._refused(chunk[refused], verb)
                 pending = chunk[:refused] + chunk[refused + 1:] + pending
@@ -131,20 +133,33 @@ class IsrManager:
         earlier write of it went through and only its answer was lost (a connection loss): it counts as
         done, at the version found (Kafka's checkLeaderAndIsrZkData). Otherwise someone else wrote."""
         tp, partition, isr, state = change
-        try:
-            data, stat = self.zk.kazoo.get(zkdata.partition_state_path(tp))
-            found = zkdata.decode(zkdata.PartitionStateZNode, zkdata.partition_state_path(tp), data)
-        except (NoNodeError, MalformedZNodeError):
-            found = None
-        if found is not None and (found.leader, found.leader_epoch, found.controller_epoch, tuple(found.isr)) == \
-                (state.leader, state.leader_epoch, state.controller_epoch, tuple(isr)):
-            self._applied([change], [stat], verb)
+        stats = self._landed([change])
+        if stats is not None:
+            self._applied([change], stats, verb)
             return
         self.on_loop(partition.isr_change_failed)
         if self.on_loop(lambda: partition.stop_leading(state.leader_epoch)):
             log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
                         "updating the ISR, and no longer acting as leader until a LeaderAndIsr arrives",
                         tp, self.broker_id, state.zk_version)
+
+    def _landed(self, chunk: list) -> list | None:
+        """Each partition's znode stat if every znode holds exactly the state its write would make,
+        else None (Kafka's checkLeaderAndIsrZkData, for one partition or a multi's whole chunk)."""
+        found = self.zk.get_many(zkdata.partition_state_path(tp) for tp, *_ in chunk)
+        stats = []
+        for tp, _, isr, state in chunk:
+            got = found[zkdata.partition_state_path(tp)]
+            try:
+                znode = zkdata.decode(zkdata.PartitionStateZNode, zkdata.partition_state_path(tp), got[0]) \
+                    if got is not None else None
+            except MalformedZNodeError:
+                znode = None
+            if znode is None or (znode.leader, znode.leader_epoch, znode.controller_epoch, tuple(znode.isr)) != \
+                    (state.leader, state.leader_epoch, state.controller_epoch, tuple(isr)):
+                return None
+            stats.append(got[1])
+        return stats
 
     def _applied(self, chunk: list, stats: list, verb: str) -> None:
         def apply() -> None:
@@ -161,22 +176,30 @@ class IsrManager:
 
     def _set_partition_states(self, chunk: list, joining: int | None, broker_epoch: int | None):
         """One multi: each partition's state written conditionally on its zkVersion; with `joining`, only
-        while that broker's registration is the one of `broker_epoch`. (the new stats, None) when it
-        went through, (None, the index of the partition refused) when a version check failed. A multi
+        while that broker's registration is the one of `broker_epoch`, sent again after a lost connection
+        while the session lives. (the new stats, None, sent again) when it went through, (None, the index
+        of the partition refused, sent again) when a version check failed. A multi
         cannot check a czxid: the registration is read first and the multi checks that it still exists
         with the version read (always 0: a registration is never rewritten). One deleted and made again
         within the milliseconds between the two passes, as a new incarnation would need a new session
         first."""
-        txn = self.zk.kazoo.transaction()
+        tries = 0
         if joining is not None:
-            registration = self.zk.kazoo.exists(zkdata.broker_path(joining))
+            registration = self.zk.exists(zkdata.broker_path(joining))
             if registration is None or registration.czxid != broker_epoch:
                 raise _NotRegistered
-            txn.check(zkdata.broker_path(joining), registration.version)
-        for tp, _, isr, state in chunk:
-            txn.set_data(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(
-                state.leader, state.leader_epoch, state.controller_epoch, isr), version=state.zk_version)
-        results = txn.commit()
+
+        def commit() -> list:
+            nonlocal tries
+            tries += 1
+            txn = self.zk.kazoo.transaction()
+            if joining is not None:
+                txn.check(zkdata.broker_path(joining), registration.version)
+            for tp, _, isr, state in chunk:
+                txn.set_data(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(
+                    state.leader, state.leader_epoch, state.controller_epoch, isr), version=state.zk_version)
+            return txn.commit()
+        results = self.zk.until_connected(commit)
         checked, written = (results[0], results[1:]) if joining is not None else (None, results)
         if isinstance(checked, NoNodeError):
             raise _NotRegistered
@@ -184,10 +207,10 @@ class IsrManager:
             raise checked  # the check failed otherwise (no access?): as a failed set would
         for i, result in enumerate(written):
             if isinstance(result, (BadVersionError, NoNodeError)):
-                return None, i
+                return None, i, tries > 1
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 raise result
-        return written, None
+        return written, None, tries > 1
 
     def propagate(self) -> None:
         """One /isr_change_notification/isr_change_N znode for everything changed since the last one.
@@ -196,10 +219,10 @@ class IsrManager:
         with self._lock:
             changed = sorted(self._changed)
         if changed:
-            self.zk.kazoo.create(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{zkdata.ISR_CHANGE_PREFIX}",
-                                 zkdata.IsrChangeNotificationZNode(partitions=[
-                                     zkdata.PartitionRef(topic=tp.topic, partition=tp.partition) for tp in changed
-                                 ]).encode(), sequence=True)
+            self.zk.create(f"{zkdata.ISR_CHANGE_NOTIFICATION}/{zkdata.ISR_CHANGE_PREFIX}",
+                           zkdata.IsrChangeNotificationZNode(partitions=[
+                               zkdata.PartitionRef(topic=tp.topic, partition=tp.partition) for tp in changed
+                           ]).encode(), sequence=True)
             with self._lock:
                 self._changed.difference_update(changed)
 

@@ -164,7 +164,7 @@ class KafkaController:
                 self.election.watch()
                 # the top-level paths once, as Kafka's startup does, off every failover's path (the broker
                 # beside this candidate made them already; this is for a candidate on its own)
-                self.zk.kazoo.retry(self.zk.ensure_persistent_paths)
+                self.zk.ensure_persistent_paths()
             case ControllerChange() | Reelect():
                 self._maybe_resign_then_elect()
                 self._watch_active_controller()

@@ -8,7 +8,10 @@ TCP keeps a stream in order and whole, so a fault on a link shows only in *when*
   the chunk sent ahead of it;
 - loss: a lost segment is sent again after the retransmission timeout (Linux's minimum, 200 ms),
   and everything behind it waits (head-of-line blocking);
-- throttle: at most `rate_bytes_per_s`, the chunks queued behind one another.
+- throttle: at most `rate_bytes_per_s`, the chunks queued behind one another;
+- drop: the link closes the connections it carries and refuses new ones until healed (a server that
+  resets connections, or a client that gives up on a silent one: kazoo drops its connection when a
+  heartbeat goes unanswered for a third of the session timeout, and reconnects to the same session).
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ class LinkFault(BaseModel):
     jitter_ms: float = Field(0.0, ge=0, description="the delay varies uniformly by up to this much either way")
     loss: float = Field(0.0, ge=0, le=1, description="share of chunks lost once (each loss costs a retransmission)")
     rate_bytes_per_s: float | None = Field(None, gt=0, description="throttle; None: no limit")
+    drop: bool = Field(False, description="connections closed, new ones refused, until healed")
 
     @property
     def healthy(self) -> bool:

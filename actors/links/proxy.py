@@ -4,7 +4,8 @@ direction shaped by its own `LinkFault`.
 
 The process connects to the proxy instead of the target, and nothing else changes for it: a cut link
 stalls its connections (bytes wait, as TCP's retransmissions would, and flow again once healed)
-while the process itself lives on, which is what a network partition does and a kill does not. A
+while the process itself lives on, which is what a network partition does and a kill does not; a
+dropped link closes them (a reset) and refuses new ones until healed. A
 direction that is cut stops reading once its queue is full, so the sender's socket buffer fills and
 its writes block, as they would on a partitioned network. `LinkTable` keeps a process's proxies on
 one event loop and takes faults from any thread.
@@ -55,6 +56,9 @@ class LinkProxy:
     def set_fault(self, direction: Direction, fault: LinkFault) -> None:
         """On the proxy's loop. A cut holds what is sent from now on, and what is still on its way."""
         previous, self.faults[direction] = self.faults[direction], fault
+        if fault.drop:  # a connection is both directions: either one dropped closes it
+            for writer in list(self._writers):
+                writer.transport.abort()
         if fault.cut:
             self._healed[direction].clear()
         else:
@@ -63,6 +67,9 @@ class LinkProxy:
             log.info("Link %s %s: %s", self.name, direction.value, describe(fault))
 
     async def _serve(self, down_reader: asyncio.StreamReader, down_writer: asyncio.StreamWriter) -> None:
+        if any(f.drop for f in self.faults.values()):  # refused while dropped: accepted and reset at once
+            down_writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:  # the target is down: so is the connection through the link

@@ -108,6 +108,29 @@ def test_a_cut_backward_direction_stalls_answers_while_requests_arrive():
     assert asyncio.run(scenario()) == b"ping"
 
 
+def test_a_dropped_link_closes_its_connections_refuses_new_ones_and_accepts_again_once_healed():
+    async def scenario():
+        server, proxy, reader, writer = await link()
+        async def ended(r: asyncio.StreamReader) -> bytes:
+            try:
+                return await asyncio.wait_for(r.read(100), 5)  # b"": the stream ended
+            except ConnectionResetError:
+                return b""
+
+        proxy.set_fault(B, LinkFault(drop=True))  # either direction drops the whole connection
+        closed = await ended(reader)
+        refused_reader, _ = await asyncio.open_connection("127.0.0.1", proxy.port)
+        refused = await ended(refused_reader)  # no greeting: reset at once
+        proxy.set_fault(B, HEALTHY)
+        again, again_writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        greeting = await asyncio.wait_for(again.readexactly(5), 5)
+        again_writer.write(b"ping")
+        echoed = await asyncio.wait_for(again.readexactly(4), 5)
+        await proxy.stop()
+        return closed, refused, greeting, echoed
+    assert asyncio.run(scenario()) == (b"", b"", b"hello", b"ping")
+
+
 def test_a_delay_on_each_direction_adds_up_on_a_round_trip():
     async def scenario():
         _server, proxy, reader, writer = await link()
