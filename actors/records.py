@@ -151,6 +151,7 @@ class ControllerEventRecord(Record):
     enqueued_ms: float
     started_ms: float
     finished_ms: float
+    error: str | None = None  # the event failed (the controller then moved): what it raised
 
 
 class ControllerRequestRecord(Record):

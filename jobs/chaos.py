@@ -18,14 +18,20 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | fail-log-dir N             | broker N's last log dir fails under it (KIP-112: a file in its place);  |
 |                            | the caller repairs it after S seconds (repair_log_dir, then start it)  |
 | cut-replication N, cut-broker-zookeeper N, cut-controller-zookeeper, isolate-broker N, split-brokers, |
-| bridge-brokers, slow-replication N, cut-controller-broker N, cut-clients N, slow-clients N: link     |
-| faults for S seconds, then healed (actors/links/shapes.py)                                          |
+| bridge-brokers, slow-replication N, cut-controller-broker N, cut-clients N, slow-clients N,         |
+| drop-broker-zookeeper N, drop-controller-zookeeper: link faults for S seconds, then healed         |
+| (actors/links/shapes.py)                                                                            |
+| flaky-zookeeper            | for S seconds, one ZooKeeper link after another (a random broker's or   |
+|                            | the active controller's) dropped for 0.3-1.5 s (at most a quarter of the|
+|                            | session timeout), 0.2-1 s apart: a stalled or restarting ZooKeeper seen |
+|                            | by clients whose sessions live on                                       |
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import time
@@ -36,8 +42,8 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import LocalCluster, send_signal
-from actors.links.faults import Direction, LinkFault
-from actors.links.shapes import SLOW, LinkSetting, Role, Shape, every_link, plan
+from actors.links.faults import ZOOKEEPER_LINK, Direction, LinkFault
+from actors.links.shapes import DROP, SLOW, LinkSetting, Role, Shape, every_link, healed, plan
 from actors.names import is_request_sender_to, request_sender_name
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
@@ -51,13 +57,18 @@ BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUS
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN,
                  FaultKind.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER, FaultKind.ISOLATE_BROKER,
                  FaultKind.SLOW_REPLICATION, FaultKind.FAIL_LOG_DIR, FaultKind.CUT_CLIENTS,
-                 FaultKind.CUT_CONTROLLER_BROKER, FaultKind.SLOW_CLIENTS, *DISK_FAULTS}
+                 FaultKind.CUT_CONTROLLER_BROKER, FaultKind.SLOW_CLIENTS, FaultKind.DROP_BROKER_ZOOKEEPER,
+                 *DISK_FAULTS}
 LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER: Shape.CUT_ZOOKEEPER,
                FaultKind.CUT_CONTROLLER_ZOOKEEPER: Shape.CUT_ZOOKEEPER, FaultKind.ISOLATE_BROKER: Shape.ISOLATE_BROKER,
                FaultKind.SPLIT_BROKERS: Shape.SPLIT_BROKERS, FaultKind.BRIDGE_BROKERS: Shape.BRIDGE_BROKERS,
                FaultKind.SLOW_REPLICATION: Shape.SLOW_REPLICATION,
                FaultKind.CUT_CONTROLLER_BROKER: Shape.CUT_CONTROLLER_BROKER, FaultKind.CUT_CLIENTS: Shape.CUT_CLIENTS,
-               FaultKind.SLOW_CLIENTS: Shape.SLOW_CLIENTS}
+               FaultKind.SLOW_CLIENTS: Shape.SLOW_CLIENTS, FaultKind.DROP_BROKER_ZOOKEEPER: Shape.DROP_ZOOKEEPER,
+               FaultKind.DROP_CONTROLLER_ZOOKEEPER: Shape.DROP_ZOOKEEPER}
+ON_THE_CONTROLLER = {FaultKind.CUT_CONTROLLER_ZOOKEEPER, FaultKind.DROP_CONTROLLER_ZOOKEEPER}  # its candidate's link
+FLAKY_DROP_S = (0.3, 1.5)  # flaky-zookeeper: how long each drop lasts (capped at a quarter of the session timeout)
+FLAKY_GAP_S = (0.2, 1.0)  # and how long the links stay healthy between two drops
 SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # link faults that take a LinkFault
 # faults after which a new incarnation of their broker registers: what a fault `at_return` waits for
 RETURNING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.CONTROLLED_SHUTDOWN,
@@ -198,16 +209,40 @@ class Chaos:
         """Make the link fault `kind` (cut-controller-zookeeper: the active controller's; cut-controller-broker:
         the active controller's link to broker `target`); (its target, the settings that
         `apply_links(healed(settings))` undoes, when)."""
-        controller = self.controller_id() if kind in (FaultKind.CUT_CONTROLLER_ZOOKEEPER,
-                                                      FaultKind.CUT_CONTROLLER_BROKER) else None
-        if kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER:
+        controller = self.controller_id() if kind in ON_THE_CONTROLLER | {FaultKind.CUT_CONTROLLER_BROKER} else None
+        if kind in ON_THE_CONTROLLER:
             target = controller
         try:
             settings = plan(LINK_FAULTS[kind], list(self.cluster.brokers), target,
-                            candidate=kind is FaultKind.CUT_CONTROLLER_ZOOKEEPER, slow=slow, controller=controller)
+                            candidate=kind in ON_THE_CONTROLLER, slow=slow, controller=controller)
         except ValueError as e:
             raise KrayError(str(e)) from None
         return target, settings, self.apply_links(settings)
+
+    def flaky_zookeeper(self, seconds: float, session_timeout_ms: int, rng: random.Random) -> float:
+        """Drop one ZooKeeper link after another for `seconds`: each a random broker's or the active
+        controller's, for FLAKY_DROP_S (at most a quarter of the session timeout, so that every
+        session lives), FLAKY_GAP_S apart. When it started; each drop is logged."""
+        started = time.time() * 1000
+        deadline = time.monotonic() + seconds
+        longest = min(FLAKY_DROP_S[1], session_timeout_ms / 4000)
+        while time.monotonic() < deadline:
+            brokers = sorted(self.cluster.brokers)
+            controller = self.zk.get_controller_id()
+            if controller is not None and rng.random() < 1 / (len(brokers) + 1):
+                setting = LinkSetting(Role.CANDIDATE, controller, ZOOKEEPER_LINK, DROP)
+            else:
+                setting = LinkSetting(Role.BROKER, rng.choice(brokers), ZOOKEEPER_LINK, DROP)
+            drop_s = rng.uniform(min(FLAKY_DROP_S[0], longest), longest)
+            log.info("flaky-zookeeper: dropping the ZooKeeper link of %s %d for %.2f s", setting.role.value,
+                     setting.broker_id, drop_s)
+            self.apply_links([setting])
+            try:
+                time.sleep(drop_s)
+            finally:
+                self.apply_links(healed([setting]))
+            time.sleep(min(rng.uniform(*FLAKY_GAP_S), max(0.0, deadline - time.monotonic())))
+        return started
 
     def heal_links(self) -> float:
         """Every link of every broker, candidate and RequestSender healthy again (`kray chaos heal`); when."""

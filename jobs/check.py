@@ -15,6 +15,8 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
     multiple_controllers       One controller per controller epoch (the zombie-controller fence):
                                brokers' first requests of an epoch and active controller events
                                name one controller_id per epoch.
+    failed_controller_events   No controller event fails: ZooKeeper hiccups are ridden out, so an event
+                               that raised is a bug (the controller moves after it, controller.py).
     multiple_leaders           One leader per leader epoch: acks of a partition's leader epoch come
                                from one broker.
     leader_not_live_or_in_isr  A leader is in its ISR (unclean election off), always; and it is a
@@ -51,7 +53,7 @@ from actors.records import (
 )
 from jobs.rundir import FINAL_STATE, PARTITION_STATES, CheckReport, FinalState, PartitionLeadership, StateSample
 
-INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "multiple_leaders",
+INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "failed_controller_events", "multiple_leaders",
               "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated")
 MAX_EXAMPLES = 5
 
@@ -175,18 +177,21 @@ def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
     return lost, reordered, leaders, acked
 
 
-def check_controllers(reader: JsonlReader) -> tuple[Violations, int]:
-    v = Violations()
+def check_controllers(reader: JsonlReader) -> tuple[Violations, Violations, int]:
+    """(multiple controllers, failed events, controller epochs seen)."""
+    v, failed = Violations(), Violations()
     by_epoch: dict[int, set[int]] = defaultdict(set)
     for r in reader.lines(CONTROLLER_REQUESTS, ControllerRequestRecord):
         by_epoch[r.controller_epoch].add(r.controller_id)
     for e in reader.lines(CONTROLLER_EVENTS, ControllerEventRecord):
         if e.active:
             by_epoch[e.controller_epoch].add(e.controller_id)
+        if e.error is not None:
+            failed.add(f"{e.event} failed on controller {e.controller_id} epoch {e.controller_epoch}: {e.error}")
     for epoch, controllers in sorted(by_epoch.items()):
         if len(controllers) > 1:
             v.add(f"controller epoch {epoch} acted on by controllers {sorted(controllers)}")
-    return v, len(by_epoch)
+    return v, failed, len(by_epoch)
 
 
 def _leader_ok(p: PartitionLeadership, live: list[int]) -> bool:
@@ -279,7 +284,8 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     results["lost"] = lost
     results["duplicated"] = check_duplicated(final)
     results["reordered"] = reordered
-    results["multiple_controllers"], controller_epochs = check_controllers(reader)
+    results["multiple_controllers"], results["failed_controller_events"], controller_epochs = \
+        check_controllers(reader)
     results["multiple_leaders"] = leaders
 
     final_state = reader.document(FINAL_STATE, FinalState)

@@ -490,6 +490,9 @@ LINK_FAULT_HELP = {
     "cut-controller-broker": "cut the active controller's requests to a broker (ZooKeeper and replication kept)",
     "cut-clients": "cut every client's connections to a broker (replication and ZooKeeper kept)",
     "slow-clients": "slow every client's connections to a broker",
+    "drop-broker-zookeeper": "close a broker's ZooKeeper connections and refuse new ones (its session lives if "
+                             "healed in time)",
+    "drop-controller-zookeeper": "close the active controller's ZooKeeper connections and refuse new ones",
 }
 
 
@@ -559,6 +562,11 @@ def chaos(args) -> None:
             case "heal":
                 c.heal_links()
                 done = "Healed every link"
+            case "flaky-zookeeper":
+                import random
+
+                c.flaky_zookeeper(args.seconds, config.zk_session_timeout_ms, random.Random())
+                done = f"Dropped ZooKeeper links one after another for {args.seconds:g} s"
             case fault if fault in DISK_FAULT_HELP:
                 from jobs.disk_faults import describe
                 from jobs.rundir import FaultKind
@@ -734,7 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in LINK_FAULT_HELP.items():  # on a cluster started with --link-faults
         s = ch.add_parser(name, help=text)
         if name in ("cut-replication", "cut-broker-zookeeper", "isolate-broker", "slow-replication",
-                    "cut-controller-broker", "cut-clients", "slow-clients"):
+                    "cut-controller-broker", "cut-clients", "slow-clients", "drop-broker-zookeeper"):
             s.add_argument("broker_id", type=int)
         s.add_argument("--seconds", type=float, default=0.0, help="heal after this long (0: leave it)")
         if name in ("slow-replication", "slow-clients"):
@@ -743,6 +751,10 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--loss", type=float, default=0.0, help="share of chunks lost once (0-1)")
             s.add_argument("--rate", type=float, default=None, help="bytes/s")
         s.set_defaults(func=chaos)
+    s = ch.add_parser("flaky-zookeeper", help="drop one ZooKeeper link after another (a random broker's or the "
+                      "controller's) for 0.3-1.5 s each, for --seconds")
+    s.add_argument("--seconds", type=float, default=30.0)
+    s.set_defaults(func=chaos)
     ch.add_parser("heal", help="heal every link").set_defaults(func=chaos)
     for name, text in DISK_FAULT_HELP.items():
         s = ch.add_parser(name, help=text)

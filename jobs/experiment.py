@@ -131,7 +131,8 @@ class RandomFaults(Spec):
     """Faults drawn at random (with the experiment's seed), one every `every_s` seconds."""
 
     every_s: tuple[float, float] = Field((10.0, 30.0), description="min and max seconds between faults")
-    kinds: list[FaultKind] = Field(default_factory=lambda: [k for k in FaultKind if k not in LINK_FAULTS],
+    kinds: list[FaultKind] = Field(default_factory=lambda: [k for k in FaultKind if k not in LINK_FAULTS
+                                                            and k is not FaultKind.FLAKY_ZOOKEEPER],
                                    description="default: every process fault (link faults are named)")
     seconds: float = Field(3.0, ge=0)
     kill_at_return: float = Field(0.5, ge=0, le=1, description="the chance that a disk fault drawn is followed by "
@@ -224,7 +225,7 @@ class Experiment(Spec):
     def link_faults(self) -> bool:
         """Whether a fault of the run acts on links: the cluster then routes them through proxies."""
         kinds = {f.fault for f in self.schedule} | set(self.random_faults.kinds if self.random_faults else [])
-        return bool(kinds & set(LINK_FAULTS))
+        return bool(kinds & (set(LINK_FAULTS) | {FaultKind.FLAKY_ZOOKEEPER}))
 
 
 def load_experiment(path: str | Path) -> Experiment:

@@ -75,11 +75,14 @@ class FaultKind(str, Enum):
     CUT_CONTROLLER_BROKER = "cut-controller-broker"  # the active controller's requests to broker N (RequestSender)
     CUT_CLIENTS = "cut-clients"  # every client's connections to broker N; replication and ZooKeeper kept
     SLOW_CLIENTS = "slow-clients"  # the clients' connections to broker N slowed (FaultSpec.link)
+    DROP_BROKER_ZOOKEEPER = "drop-broker-zookeeper"  # broker N's ZooKeeper connections closed and refused
+    DROP_CONTROLLER_ZOOKEEPER = "drop-controller-zookeeper"  # the active controller's, closed and refused
+    FLAKY_ZOOKEEPER = "flaky-zookeeper"  # short drops of random ZooKeeper links, the controller's and the brokers'
 
 
 # faults on the active controller alone (their target is its broker, whose data plane goes on)
 CONTROLLER_FAULTS = {FaultKind.KILL_CONTROLLER, FaultKind.PAUSE_CONTROLLER, FaultKind.EXPIRE_CONTROLLER_SESSION,
-                     FaultKind.CUT_CONTROLLER_ZOOKEEPER}
+                     FaultKind.CUT_CONTROLLER_ZOOKEEPER, FaultKind.DROP_CONTROLLER_ZOOKEEPER}
 
 
 # faults that leave every process running and every leader in place, and slow the replication or the

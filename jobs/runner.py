@@ -450,6 +450,9 @@ class ExperimentRun:
         elif kind is FaultKind.ZK_RESTART:
             record.detail = f"server {chaos.zk_restart(spec.seconds)}"
             record.ended_ms = now_ms()
+        elif kind is FaultKind.FLAKY_ZOOKEEPER:
+            record.injected_ms = chaos.flaky_zookeeper(spec.seconds, self.exp.session_timeout_ms, self.rng)
+            record.ended_ms = now_ms()
         elif kind in LINK_FAULTS:
             record.target, settings, record.injected_ms = chaos.link_fault(kind, target, spec.slow)
             record.detail = f"{len(settings)} links"
@@ -599,7 +602,7 @@ class ExperimentRun:
 
 
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
-          FaultKind.ZK_RESTART, FaultKind.FAIL_LOG_DIR, *LINK_FAULTS, *DISK_FAULTS}
+          FaultKind.ZK_RESTART, FaultKind.FAIL_LOG_DIR, FaultKind.FLAKY_ZOOKEEPER, *LINK_FAULTS, *DISK_FAULTS}
 
 
 def report(run_dir: Path) -> str:

@@ -65,6 +65,7 @@ class ControllerActor:
         self.controller.inbox_depth = self.inbox.depth
         self.sink = RecordSink(config.recorder, config.namespace)
         self.controller.on_timeline = lambda t: self.sink.emit(records.TIMELINES, t)
+        self.failed_events = 0  # events that raised (the controller moved after each)
         self._processed = threading.Event()  # events processed since the gauges were last refreshed
         self._stopped = threading.Event()
         preload(BROKER_ACTOR_MODULE)  # for the failure detector's lookups
@@ -76,13 +77,17 @@ class ControllerActor:
         state = controller_state(event)
         self.metrics.event_started(state)
         started = time.time() * 1000
-        self.controller.process(event)
+        epoch = self.controller.ctx.epoch  # a failed event's: the controller resigns after it
+        error = self.controller.process(event)
         c = self.controller
+        if error is not None:
+            self.failed_events += 1
+            self.metrics.event_failed()
         if self.sink.enabled:
             self.sink.emit(records.CONTROLLER_EVENTS, records.ControllerEventRecord(
-                controller_id=self.broker_id, controller_epoch=c.ctx.epoch, active=c.active,
-                event=type(event).__name__, enqueued_ms=event.enqueued_ms, started_ms=started,
-                finished_ms=time.time() * 1000))
+                controller_id=self.broker_id, controller_epoch=c.ctx.epoch if error is None else epoch,
+                active=c.active or error is not None, event=type(event).__name__, enqueued_ms=event.enqueued_ms,
+                started_ms=started, finished_ms=time.time() * 1000, error=error))
         self.metrics.event_processed(state, self.inbox.last_queue_time_ms, time.time() * 1000 - started,
                                      self.inbox.depth(), c.scope.psm.unclean_elections)
         if not isinstance(event, DescribeController):
@@ -113,6 +118,7 @@ class ControllerActor:
         """The controller's state, read in order with its events."""
         status = self._ask(DescribeController(reply=Future()), timeout)
         return status | {"inbox_depth": self.inbox.depth(), "last_queue_time_ms": self.inbox.last_queue_time_ms,
+                         "failed_events": self.failed_events, "zk_requests_sent_again": self.zk.lost_answers,
                          "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
                          "session_id": self.zk.session_id, "rss_mb": rss_mb()}
 

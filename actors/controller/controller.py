@@ -128,9 +128,13 @@ class KafkaController:
         t.partitions_affected = len(t.partitions)
         self.timelines.append(t)
 
-    def process(self, event: ControllerEvent) -> None:
+    def process(self, event: ControllerEvent) -> str | None:
         """Election events here; any other event goes to its flow once this controller is active (its
-        caller, if one waits, is answered NOT_CONTROLLER before)."""
+        caller, if one waits, is answered NOT_CONTROLLER before). The error of an event that failed,
+        else None: an active controller that fails an event moves (KRaft's renounce on an unexpected
+        error, where Kafka's ZooKeeper-mode controller only logs it and goes on with a context the event
+        may have left half-changed): it resigns and gives /controller up, and the next controller
+        (perhaps this one again) starts from what ZooKeeper holds."""
         self._event, self._event_started_ms, self.timeline = event, now_ms(), None
         self.ctx.leaderships_synced.clear()
         self.ctx.leaderships_written.clear()
@@ -154,6 +158,13 @@ class KafkaController:
             log.warning("%s Controller moved to another broker: %s", self.prefix, e)
             self.resign("controller moved")
             preempt(event)
+        except Exception as e:
+            log.exception("%s Error processing event %s; moving the controller", self.prefix, type(event).__name__)
+            if self.active:
+                self._trigger_controller_move(f"event {type(event).__name__} failed")
+            preempt(event)
+            return f"{type(e).__name__}: {e}"
+        return None
 
     def _process_election_event(self, event: ControllerEvent) -> None:
         match event:
@@ -226,7 +237,7 @@ class KafkaController:
                 except Exception:
                     log.exception("%s Error while electing or becoming controller; triggering a controller move",
                                   self.prefix)
-                    self._trigger_controller_move()
+                    self._trigger_controller_move("failover failed")
 
     def _watch_active_controller(self) -> None:
         """A candidate watches the active controller's actor through Ray, to start the next election as
@@ -254,10 +265,10 @@ class KafkaController:
             self._controller_watch[0].stop()
             self._controller_watch = None
 
-    def _trigger_controller_move(self) -> None:
+    def _trigger_controller_move(self, reason: str) -> None:
         """Kafka's triggerControllerMove: resign, and give /controller up so another broker can try."""
         epoch_zk_version = self.ctx.epoch_zk_version
-        self.resign("failover failed")
+        self.resign(reason)
         try:
             if self.election.still_controller():
                 self.zk.delete_path_fenced(zkdata.CONTROLLER, epoch_zk_version)

@@ -56,6 +56,8 @@ class ControllerMetrics:
                              for state in CONTROLLER_STATES if (metric := rate_and_time_metric(state))}
         self.unclean = tagged(Counter(metric_name("ControllerStats", "UncleanLeaderElectionsPerSec"),
                                       "unclean leader elections", tag_keys=keys))
+        self.failed = tagged(Counter(metric_name("ControllerStats", "FailedEventsPerSec"),
+                                     "controller events that failed (each moves the controller)", tag_keys=keys))
         self.sender_queue = gauge("ControllerChannelManager", "QueueSize",
                                   "requests queued or in flight to one broker", ("brokerId",))
         self.sender_total = gauge("ControllerChannelManager", "TotalQueueSize",
@@ -79,6 +81,9 @@ class ControllerMetrics:
         if unclean > self._unclean:
             self.unclean.inc(unclean - self._unclean)
         self._unclean = unclean
+
+    def event_failed(self) -> None:
+        self.failed.inc()
 
     def record_status(self, status: dict) -> None:
         for name, field in KAFKA_CONTROLLER_GAUGES.items():

@@ -18,6 +18,8 @@ others; ZooKeeper links are the process's session. Healing a shape is the same s
 | cut-controller-broker N | the controller's requests to N and their answers; all else kept           |
 | cut-clients N     | every client's connections to N's listener; replication and ZooKeeper kept      |
 | slow-clients N    | the clients' connections to N slowed by the given fault (not cut)               |
+| drop-zookeeper N  | broker N's session connection (the controller's: its candidate's) closed, new   |
+|                   | ones refused; the session lives if healed well within its timeout               |
 """
 from __future__ import annotations
 
@@ -50,12 +52,14 @@ class Shape(str, Enum):
     CUT_CONTROLLER_BROKER = "cut-controller-broker"
     CUT_CLIENTS = "cut-clients"
     SLOW_CLIENTS = "slow-clients"
+    DROP_ZOOKEEPER = "drop-zookeeper"
 
 
 TARGETED = {Shape.CUT_REPLICATION, Shape.CUT_ZOOKEEPER, Shape.ISOLATE_BROKER, Shape.SLOW_REPLICATION,
-            Shape.CUT_CONTROLLER_BROKER, Shape.CUT_CLIENTS, Shape.SLOW_CLIENTS}
+            Shape.CUT_CONTROLLER_BROKER, Shape.CUT_CLIENTS, Shape.SLOW_CLIENTS, Shape.DROP_ZOOKEEPER}
 SLOW = {Shape.SLOW_REPLICATION, Shape.SLOW_CLIENTS}  # the shapes that take a fault that slows the link
 CUT = LinkFault(cut=True)
+DROP = LinkFault(drop=True)
 
 
 def _between(side_a: list[int], side_b: list[int], fault: LinkFault) -> list[LinkSetting]:
@@ -82,8 +86,9 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
         raise ValueError(f"{shape.value} needs a fault that slows the link (delay, jitter, loss or rate)")
     if shape in (Shape.CUT_CLIENTS, Shape.SLOW_CLIENTS):
         return [LinkSetting(Role.BROKER, target, CLIENTS_LINK, CUT if shape is Shape.CUT_CLIENTS else slow)]
-    if shape is Shape.CUT_ZOOKEEPER:
-        return [LinkSetting(Role.CANDIDATE if candidate else Role.BROKER, target, ZOOKEEPER_LINK, CUT)]
+    if shape in (Shape.CUT_ZOOKEEPER, Shape.DROP_ZOOKEEPER):
+        return [LinkSetting(Role.CANDIDATE if candidate else Role.BROKER, target, ZOOKEEPER_LINK,
+                            CUT if shape is Shape.CUT_ZOOKEEPER else DROP)]
     if shape is Shape.ISOLATE_BROKER:
         return _between([target], others, CUT) + [LinkSetting(Role.BROKER, target, ZOOKEEPER_LINK, CUT),
                                                   LinkSetting(Role.CANDIDATE, target, ZOOKEEPER_LINK, CUT)]

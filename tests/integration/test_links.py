@@ -9,8 +9,8 @@ import ray
 
 from actors.clients.producer import Producer, producer_config
 from actors.config import BrokerConfig
-from actors.links.faults import HEALTHY, Direction, LinkFault
-from actors.links.shapes import CUT, healed
+from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, LinkFault
+from actors.links.shapes import CUT, DROP, LinkSetting, Role, healed
 from actors.runtime import poll
 from coordination import admin
 from coordination.zkdata import TopicPartition
@@ -105,6 +105,34 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_when_heal
     chaos.apply_links(healed(settings))
     # the leader takes a follower back only once it has caught up to the high watermark
     poll(lambda: follower in zk_states(zk, "t")[tp].isr, timeout=60, what="the follower back in the ISR")
+
+
+def test_zookeeper_connections_dropped_under_an_event_lose_no_event_no_session_and_move_no_controller(new_cluster):
+    """The controller's requests to ZooKeeper are held as a topic is created (its watch's read of the
+    topics among them), then its and every broker's ZooKeeper connections are closed and refused for half
+    a second: what was in flight is sent again once connected and the watches are set again, so the topic
+    comes online under the same controller epoch, every broker keeps its session (broker epoch), and no
+    controller event failed. (A write whose answer is lost: tests/integration/test_connection_loss.py.)"""
+    cluster, zk = new_cluster(link_faults=True)
+    chaos = Chaos(cluster, zk)
+    controller, epoch = cluster.wait_for_controller(zk)
+    broker_epochs = {b: ray.get(h.info.remote(), timeout=30)["broker_epoch"] for b, h in cluster.brokers.items()}
+    sessions = [LinkSetting(Role.CANDIDATE, controller, ZOOKEEPER_LINK, DROP)] + \
+        [LinkSetting(Role.BROKER, b, ZOOKEEPER_LINK, DROP) for b in cluster.brokers]
+    ray.get(cluster.controller_actor(controller).set_link_fault.remote(ZOOKEEPER_LINK, Direction.FORWARD, CUT),
+            timeout=30)  # its requests held; ZooKeeper's watch events still reach it
+    admin.create_topic(zk, "t", 30, 3)
+    time.sleep(0.5)  # the controller's read of the topics is held
+    chaos.apply_links(sessions)
+    time.sleep(0.5)
+    chaos.apply_links(healed(sessions))
+    cluster.wait_for_metadata(lambda m: sum(tp.topic == "t" for tp in m["partitions"]) == 30)
+    assert all(s.leader >= 0 for s in zk_states(zk, "t").values())
+    assert cluster.wait_for_controller(zk) == (controller, epoch)
+    assert {b: ray.get(h.info.remote(), timeout=30)["broker_epoch"] for b, h in cluster.brokers.items()} == \
+        broker_epochs
+    statuses = {b: ray.get(cluster.controller_actor(b).status.remote(), timeout=30) for b in cluster.brokers}
+    assert [s["failed_events"] for s in statuses.values()] == [0] * len(statuses)
 
 
 def test_faulting_a_link_of_a_cluster_without_link_faults_is_refused(new_cluster):

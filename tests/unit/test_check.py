@@ -193,6 +193,12 @@ def second_controller_event(run):
                                             enqueued_ms=1.0, started_ms=1.0, finished_ms=1.0))
 
 
+def failed_event(run):
+    run.events.append(ControllerEventRecord(controller_id=1, controller_epoch=2, active=True, event="TopicChange",
+                                            enqueued_ms=1.0, started_ms=1.0, finished_ms=1.0,
+                                            error="ConnectionLoss: "))
+
+
 def second_leader(run):
     run.ack("orders", 1, 5).broker_id = 2
 
@@ -244,6 +250,7 @@ BREAKS = [
     ("reordered", offset_read_twice, "offset orders-1@2 read twice"),
     ("multiple_controllers", second_controller_request, "controller epoch 1 acted on by controllers [0, 2]"),
     ("multiple_controllers", second_controller_event, "controller epoch 2 acted on by controllers [0, 1]"),
+    ("failed_controller_events", failed_event, "TopicChange failed on controller 1 epoch 2: ConnectionLoss"),
     ("multiple_leaders", second_leader, "orders-1 leader epoch 2 acked by brokers [1, 2]"),
     ("leader_not_live_or_in_isr", leader_not_in_isr, "orders-0 leader 1 not in ISR [0, 2]"),
     ("leader_not_live_or_in_isr", final_leader_not_in_isr, "final state: orders-0 leader 1 with ISR [0, 2]"),

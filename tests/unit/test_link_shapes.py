@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from actors.links.faults import HEALTHY, LinkFault
-from actors.links.shapes import CUT, LinkSetting, Role, Shape, every_link, healed, plan
+from actors.links.shapes import CUT, DROP, LinkSetting, Role, Shape, every_link, healed, plan
 
 BROKERS = [1, 2, 3, 4, 5]
 
@@ -44,6 +44,12 @@ def test_cut_zookeeper_cuts_one_session_only():
     assert plan(Shape.CUT_ZOOKEEPER, BROKERS, target=2) == [LinkSetting(Role.BROKER, 2, "zookeeper", CUT)]
     assert plan(Shape.CUT_ZOOKEEPER, BROKERS, target=2, candidate=True) == [
         LinkSetting(Role.CANDIDATE, 2, "zookeeper", CUT)]
+
+
+def test_drop_zookeeper_drops_one_session_connection_only():
+    assert plan(Shape.DROP_ZOOKEEPER, BROKERS, target=2) == [LinkSetting(Role.BROKER, 2, "zookeeper", DROP)]
+    assert plan(Shape.DROP_ZOOKEEPER, BROKERS, target=2, candidate=True) == [
+        LinkSetting(Role.CANDIDATE, 2, "zookeeper", DROP)]
 
 
 def test_isolate_broker_cuts_it_from_brokers_and_from_zookeeper_with_its_candidate():
