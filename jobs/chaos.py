@@ -219,11 +219,11 @@ class Chaos:
             raise KrayError(str(e)) from None
         return target, settings, self.apply_links(settings)
 
-    def flaky_zookeeper(self, seconds: float, session_timeout_ms: int, rng: random.Random) -> float:
+    def flaky_zookeeper(self, seconds: float, session_timeout_ms: int, rng: random.Random) -> tuple[float, int]:
         """Drop one ZooKeeper link after another for `seconds`: each a random broker's or the active
         controller's, for FLAKY_DROP_S (at most a quarter of the session timeout, so that every
-        session lives), FLAKY_GAP_S apart. When it started; each drop is logged."""
-        started = time.time() * 1000
+        session lives), FLAKY_GAP_S apart. (When it started, how many drops); each drop is logged."""
+        started, drops = time.time() * 1000, 0
         deadline = time.monotonic() + seconds
         longest = min(FLAKY_DROP_S[1], session_timeout_ms / 4000)
         while time.monotonic() < deadline:
@@ -237,12 +237,13 @@ class Chaos:
             log.info("flaky-zookeeper: dropping the ZooKeeper link of %s %d for %.2f s", setting.role.value,
                      setting.broker_id, drop_s)
             self.apply_links([setting])
+            drops += 1
             try:
                 time.sleep(drop_s)
             finally:
                 self.apply_links(healed([setting]))
             time.sleep(min(rng.uniform(*FLAKY_GAP_S), max(0.0, deadline - time.monotonic())))
-        return started
+        return started, drops
 
     def heal_links(self) -> float:
         """Every link of every broker, candidate and RequestSender healthy again (`kray chaos heal`); when."""

@@ -28,6 +28,12 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
                                one violation per broker that differs.
     under_replicated           After the faults stop every partition is fully replicated again: its
                                whole assignment in its ISR (in the final ZooKeeper state).
+    admin_actions_not_done     Every admin action of the schedule did what it asked, by the end
+                               (actions.jsonl against the final state): a created or grown topic
+                               online, each partition led; a deleted one gone from ZooKeeper and from
+                               every broker's log dirs; a reassignment complete with its target
+                               replicas; an election request taken up; a config in force. A refused
+                               action is a violation too: the schedule asked for it.
 
 Memory is linear in the run: the final read-back is indexed by (topic, partition, offset) and
 produced.jsonl is streamed against it.
@@ -51,10 +57,20 @@ from actors.records import (
     JsonlReader,
     tp_key,
 )
-from jobs.rundir import FINAL_STATE, PARTITION_STATES, CheckReport, FinalState, PartitionLeadership, StateSample
+from jobs.rundir import (
+    ACTIONS,
+    FINAL_STATE,
+    PARTITION_STATES,
+    ActionKind,
+    ActionRecord,
+    CheckReport,
+    FinalState,
+    PartitionLeadership,
+    StateSample,
+)
 
 INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "failed_controller_events", "multiple_leaders",
-              "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated")
+              "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated", "admin_actions_not_done")
 MAX_EXAMPLES = 5
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -271,6 +287,61 @@ def check_replication(final_state: FinalState) -> Violations:
     return v
 
 
+def check_actions(actions: list[ActionRecord], final: FinalState) -> Violations:
+    """Each action's outcome in the final state; a topic's last create or delete says whether it should
+    exist, and the configs its actions set are merged in their order."""
+    v = Violations()
+    topics = final.topics or {}
+    exists: dict[str, bool] = {}
+    partitions: dict[str, int] = {}
+    configs: dict[str, dict[str, str]] = {}
+    for a in sorted(actions, key=lambda a: a.started_ms):
+        what = f"{a.kind.value} {a.topic}"
+        if a.error is not None:
+            v.add(f"{what}: refused: {a.error}")
+            continue
+        if a.kind is ActionKind.CREATE_TOPIC:
+            exists[a.topic], configs[a.topic] = True, {}
+        elif a.kind is ActionKind.DELETE_TOPIC:
+            exists[a.topic] = False
+        if a.partitions is not None:
+            partitions[a.topic] = a.partitions
+        configs.setdefault(a.topic, {}).update(a.config or {})
+        if a.kind is ActionKind.REASSIGN_PARTITIONS and topics.get(a.topic) is not None:
+            for p, target in sorted((a.replicas or {}).items()):
+                key = tp_key(a.topic, p)
+                replicas = (final.assignments or {}).get(key)
+                if key in final.reassigning:
+                    v.add(f"{what}: {key} still reassigning (replicas {replicas}, target {target})")
+                elif replicas != target:
+                    v.add(f"{what}: {key} has replicas {replicas}, not {target}")
+        if a.kind is ActionKind.PREFERRED_ELECTION and final.preferred_election_pending:
+            v.add(f"{what}: /admin/preferred_replica_election was not taken up")
+    for topic, should in sorted(exists.items()):
+        found = topics.get(topic)
+        if not should:
+            left = sorted(b for b, tps in final.on_disk.items() if any(t.rpartition("-")[0] == topic for t in tps))
+            if found is not None:
+                marked = " (marked for deletion)" if found.marked_for_deletion else ""
+                v.add(f"delete-topic {topic}: still in ZooKeeper{marked}")
+            elif left:
+                v.add(f"delete-topic {topic}: logs left on brokers {left}")
+            continue
+        if found is None:
+            v.add(f"create-topic {topic}: not in ZooKeeper")
+            continue
+        if found.partitions != partitions[topic]:
+            v.add(f"{topic}: {found.partitions} partitions, not {partitions[topic]}")
+        leaderless = [p for p in range(found.partitions)
+                      if (s := final.zookeeper.get(tp_key(topic, p))) is None or s.leader < 0]
+        if leaderless:
+            v.add(f"{topic}: partitions {leaderless} without a leader")
+        wrong = {k: found.config.get(k) for k, value in configs[topic].items() if found.config.get(k) != value}
+        if wrong:
+            v.add(f"{topic}: configs {wrong}, not {{{', '.join(f'{k}: {configs[topic][k]}' for k in wrong)}}}")
+    return v
+
+
 def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     reader = JsonlReader(Path(run_dir))
     notes: list[str] = []
@@ -294,6 +365,10 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     results["leader_not_live_or_in_isr"], state_samples = check_leaders(reader, final_state, grace_ms)
     results["caches_not_converged"] = check_caches(final_state) if final_state else Violations()
     results["under_replicated"] = check_replication(final_state) if final_state else Violations()
+    actions = list(reader.lines(ACTIONS, ActionRecord))
+    results["admin_actions_not_done"] = check_actions(actions, final_state) if final_state else Violations()
+    if actions and final_state and final_state.topics is None:
+        notes.append(f"no topics in {FINAL_STATE}: the admin actions' outcomes not checked")
     if final_state and final_state.assignments is None:
         notes.append(f"no assignments in {FINAL_STATE} (an older run): full replication not checked")
     if final_state:

@@ -565,8 +565,8 @@ def chaos(args) -> None:
             case "flaky-zookeeper":
                 import random
 
-                c.flaky_zookeeper(args.seconds, config.zk_session_timeout_ms, random.Random())
-                done = f"Dropped ZooKeeper links one after another for {args.seconds:g} s"
+                _, drops = c.flaky_zookeeper(args.seconds, config.zk_session_timeout_ms, random.Random())
+                done = f"Dropped {drops} ZooKeeper links one after another over {args.seconds:g} s"
             case fault if fault in DISK_FAULT_HELP:
                 from jobs.disk_faults import describe
                 from jobs.rundir import FaultKind

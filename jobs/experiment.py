@@ -14,7 +14,11 @@ errors that name the field. Example:
       - {at_s: 15, fault: pause-broker, target: random, seconds: 2}
       - {at_s: 25, fault: kill-controller}
       - {at_s: 30, fault: cut-replication, target: leader, seconds: 5}   # a link fault: the cluster
-    duration_s: 40                                                       # routes links through proxies
+    actions:                                                             # routes links through proxies
+      - {at_s: 8, action: create-topic, topic: audit, partitions: 6, replication_factor: 3}
+      - {at_s: 20, action: reassign-partitions, topic: audit}            # a generated move
+      - {at_s: 28, action: delete-topic, topic: audit}
+    duration_s: 40
     seed: 7
 """
 from __future__ import annotations
@@ -29,7 +33,7 @@ from actors.broker.batches import batch_size_bound
 from actors.config import BrokerConfig, ControllerConfig
 from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
-from jobs.rundir import FaultKind
+from jobs.rundir import ActionKind, FaultKind
 from actors.links.faults import LinkFault
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
 
@@ -127,6 +131,47 @@ class FaultSpec(Spec):
         return self
 
 
+class ActionSpec(Spec):
+    """An admin action at its time, beside the faults: the controller's flows under faults are the point.
+    Its topic is one of the actions' own (the load's topics are left alone), made by an earlier
+    create-topic; `kray check` verifies at the end that each action did what it asked."""
+
+    at_s: float = Field(ge=0, description="seconds after the load started")
+    action: ActionKind
+    topic: str
+    partitions: int | None = Field(None, ge=1, le=100_000, description="create-topic: how many; add-partitions: "
+                                   "the topic's new total")
+    replication_factor: int = Field(3, ge=1, description="create-topic")
+    config: dict[str, str] = Field(default_factory=dict, description="create-topic, alter-config: topic configs")
+    replicas: dict[int, list[int]] | None = Field(None, description="reassign-partitions: partition -> its new "
+                                                  "replicas (default: every partition moved as "
+                                                  "kafka-reassign-partitions --generate proposes)")
+
+    @field_validator("topic")
+    @classmethod
+    def _valid_topic(cls, topic: str) -> str:
+        try:
+            validate_topic_name(topic)
+        except KrayError as e:
+            raise ValueError(str(e)) from None
+        return topic
+
+    @model_validator(mode="after")
+    def _fields_fit_the_action(self) -> "ActionSpec":
+        kind = self.action
+        if kind in (ActionKind.CREATE_TOPIC, ActionKind.ADD_PARTITIONS) and self.partitions is None:
+            raise ValueError(f"{kind.value} {self.topic}: needs partitions")
+        if kind not in (ActionKind.CREATE_TOPIC, ActionKind.ADD_PARTITIONS) and self.partitions is not None:
+            raise ValueError(f"{kind.value} {self.topic}: takes no partitions")
+        if kind is ActionKind.ALTER_CONFIG and not self.config:
+            raise ValueError(f"alter-config {self.topic}: needs config")
+        if kind not in (ActionKind.CREATE_TOPIC, ActionKind.ALTER_CONFIG) and self.config:
+            raise ValueError(f"{kind.value} {self.topic}: takes no config")
+        if kind is not ActionKind.REASSIGN_PARTITIONS and self.replicas is not None:
+            raise ValueError(f"{kind.value} {self.topic}: takes no replicas (only reassign-partitions does)")
+        return self
+
+
 class RandomFaults(Spec):
     """Faults drawn at random (with the experiment's seed), one every `every_s` seconds."""
 
@@ -159,6 +204,7 @@ class Experiment(Spec):
     topics: list[TopicSpec] = Field(default_factory=lambda: [TopicSpec()], min_length=1)
     load: LoadSpec = Field(default_factory=LoadSpec)
     schedule: list[FaultSpec] = Field(default_factory=list)
+    actions: list[ActionSpec] = Field(default_factory=list, description="admin actions beside the faults")
     random_faults: RandomFaults | None = None
     duration_s: float = Field(30.0, gt=0, le=7 * 24 * 3600, description="seconds of load, faults "
                              "included (faults that wait for recovery may run later: the load then goes on "
@@ -204,6 +250,7 @@ class Experiment(Spec):
             if t.after_fault >= len(ordered) or not ordered[t.after_fault].after_recovery:
                 raise ValueError(f"topic {t.name}: after_fault={t.after_fault} needs a fault {t.after_fault + 1} "
                                  f"in the schedule that waits for recovery (after_recovery: true)")
+        self._actions_possible()
         for f in self.schedule:
             if f.at_s >= self.duration_s:
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s is not within duration_s={self.duration_s}")
@@ -216,6 +263,35 @@ class Experiment(Spec):
                                  f"controller.leader_imbalance_check_interval_seconds below recovery_timeout_s "
                                  f"({f.recovery_timeout_s:g})")
         return self
+
+    def _actions_possible(self) -> None:
+        """Each action on a topic the actions made (created earlier, not deleted since), within the run,
+        with replicas on brokers that exist."""
+        load_topics = {t.name for t in self.topics}
+        alive: set[str] = set()
+        for a in sorted(self.actions, key=lambda a: a.at_s):
+            where = f"action {a.action.value} {a.topic} at {a.at_s:g}s"
+            if a.at_s >= self.duration_s:
+                raise ValueError(f"{where} is not within duration_s={self.duration_s}")
+            if a.topic in load_topics:
+                raise ValueError(f"{where}: {a.topic} is a topic of the load; actions act on topics of their own")
+            if a.action is ActionKind.CREATE_TOPIC:
+                if a.topic in alive:
+                    raise ValueError(f"{where}: the topic exists already (created earlier, not deleted)")
+                if a.replication_factor > self.brokers:
+                    raise ValueError(f"{where}: replication factor {a.replication_factor} larger than the "
+                                     f"{self.brokers} brokers")
+                alive.add(a.topic)
+                continue
+            if a.topic not in alive:
+                raise ValueError(f"{where}: needs an earlier create-topic of {a.topic} (not deleted since)")
+            if a.action is ActionKind.DELETE_TOPIC:
+                alive.discard(a.topic)
+            for p, replicas in (a.replicas or {}).items():
+                if not replicas or len(set(replicas)) != len(replicas) or \
+                        not all(1 <= b <= self.brokers for b in replicas):
+                    raise ValueError(f"{where}: partition {p}'s replicas {replicas} must be distinct brokers "
+                                     f"of 1..{self.brokers}")
 
     @property
     def broker_ids(self) -> list[int]:

@@ -3,6 +3,7 @@ model per line, and a summary.
 
     runs/<run id>/experiment.json          the experiment as run (defaults filled in)
                  /faults.jsonl             every fault injected (FaultRecord)
+                 /actions.jsonl            every admin action of the schedule, with what it asked (ActionRecord)
                  /failovers.jsonl          one per failover the controller handled (FailoverRecord)
                  /waits.jsonl              each partition through each fault, as the client saw it (PartitionWait)
                  /timelines.jsonl          the controllers' own failover timelines, as recorded (TimelineRecord)
@@ -33,6 +34,7 @@ from pydantic import Field
 from actors.records import Record
 
 FAULTS = "faults.jsonl"
+ACTIONS = "actions.jsonl"
 FAILOVERS = "failovers.jsonl"
 WAITS = "waits.jsonl"
 LOAD = "load.jsonl"
@@ -88,6 +90,40 @@ CONTROLLER_FAULTS = {FaultKind.KILL_CONTROLLER, FaultKind.PAUSE_CONTROLLER, Faul
 # faults that leave every process running and every leader in place, and slow the replication or the
 # clients' requests while they last: a partition acknowledged meanwhile waited on the fault itself
 DEGRADING_FAULTS = {FaultKind.SLOW_REPLICATION, FaultKind.SLOW_CLIENTS, FaultKind.CUT_CLIENTS}
+
+
+class ActionKind(str, Enum):
+    """Admin actions an experiment schedules beside its faults (jobs/admin_actions.py)."""
+
+    CREATE_TOPIC = "create-topic"
+    DELETE_TOPIC = "delete-topic"
+    ADD_PARTITIONS = "add-partitions"
+    REASSIGN_PARTITIONS = "reassign-partitions"  # a plan given, or a generated move
+    PREFERRED_ELECTION = "preferred-election"  # /admin/preferred_replica_election for the topic's partitions
+    UNCLEAN_ELECTION = "unclean-election"  # unclean.leader.election.enable=true on the topic (Kafka 2.8's way)
+    ALTER_CONFIG = "alter-config"
+
+
+class ActionRecord(Record):
+    """An admin action as done, and what it asked for: what `kray check` finds at the end."""
+
+    action_id: int
+    kind: ActionKind
+    topic: str
+    started_ms: float
+    done_ms: float
+    error: str | None = None  # it was refused or failed: nothing is expected of it
+    partitions: int | None = None  # create-topic, add-partitions: the topic's partition count after it
+    replicas: dict[int, list[int]] | None = None  # reassign-partitions: the target replicas per partition
+    config: dict[str, str] | None = None  # create-topic, alter-config, unclean-election: configs it set
+
+
+class TopicFinal(Record):
+    """A topic in ZooKeeper at the end of a run."""
+
+    partitions: int
+    config: dict[str, str] = Field(default_factory=dict)
+    marked_for_deletion: bool = False
 
 
 class FaultRecord(Record):
@@ -222,6 +258,10 @@ class FinalState(Record):
     zookeeper: dict[str, PartitionLeadership]
     caches: dict[int, BrokerCache]  # broker id -> its metadata cache; brokers that did not answer are absent
     assignments: dict[str, list[int]] | None = None  # partition -> its replicas (None: a run before they were kept)
+    topics: dict[str, TopicFinal] | None = None  # every topic in ZooKeeper (None: a run before they were kept)
+    reassigning: list[str] = Field(default_factory=list)  # partitions /admin/reassign_partitions still names
+    preferred_election_pending: bool = False  # /admin/preferred_replica_election not yet taken up
+    on_disk: dict[int, list[str]] = Field(default_factory=dict)  # broker -> the partitions it has a log for
 
 
 class CheckReport(Record):

@@ -41,7 +41,7 @@ from actors.records import (
 )
 from coordination import admin, zkdata
 from coordination.zkdata import TopicPartition
-from jobs import failovers, partition_phases, rejoin, rundir, waits
+from jobs import admin_actions, failovers, partition_phases, rejoin, rundir, waits
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
 from jobs.disk_faults import DISK_FAULTS, describe
 from jobs.check import check_replication, check_run
@@ -243,21 +243,34 @@ class ExperimentRun:
         begin = time.monotonic()
         threads, next_progress = [], 0.0
         pending = list(enumerate(faults, 1))
+        actions = list(enumerate(sorted(exp.actions, key=lambda a: a.at_s), 1))
         self._recovery_queue = [i for i, spec in pending if spec.after_recovery]
         self._returns_of = returns_awaited(faults)
         # a fault that waited for recovery keeps the load going as long after it as the schedule planned, and
         # at least the horizon, through which the client's waits are observed
         tail = max(exp.duration_s - faults[-1].at_s, exp.horizon_s) if faults else 0.0
-        while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or any(t.is_alive() for t in threads) \
+        while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or actions \
+                or any(t.is_alive() for t in threads) \
                 or time.monotonic() < self._last_injected + tail:
             while pending and pending[0][1].at_s <= elapsed:
                 fault_id, spec = pending.pop(0)
                 threads.append(threading.Thread(target=self._inject, args=(fault_id, spec), daemon=True))
                 threads[-1].start()
+            while actions and actions[0][1].at_s <= elapsed:
+                threads.append(threading.Thread(target=self._act_admin, args=actions.pop(0), daemon=True))
+                threads[-1].start()
             if elapsed >= next_progress:
                 self.progress(self._progress_line(elapsed, len(faults)))
                 next_progress += PROGRESS_EVERY_S
             time.sleep(0.05)
+
+    def _act_admin(self, action_id: int, spec) -> None:
+        """One admin action (in the order the schedule gives them, each in its thread), recorded."""
+        record = admin_actions.perform(self.zk, spec, action_id, self.exp.broker_ids, self.rng)
+        self.writer.write(rundir.ACTIONS, [record])
+        self.progress(f"Admin action {spec.action.value} {spec.topic}" +
+                      (f" refused: {record.error}" if record.error else f" done in "
+                       f"{record.done_ms - record.started_ms:.0f} ms"))
 
     def _finish(self) -> None:
         exp = self.exp
@@ -451,7 +464,8 @@ class ExperimentRun:
             record.detail = f"server {chaos.zk_restart(spec.seconds)}"
             record.ended_ms = now_ms()
         elif kind is FaultKind.FLAKY_ZOOKEEPER:
-            record.injected_ms = chaos.flaky_zookeeper(spec.seconds, self.exp.session_timeout_ms, self.rng)
+            record.injected_ms, drops = chaos.flaky_zookeeper(spec.seconds, self.exp.session_timeout_ms, self.rng)
+            record.detail = f"{drops} ZooKeeper links dropped"
             record.ended_ms = now_ms()
         elif kind in LINK_FAULTS:
             record.target, settings, record.injected_ms = chaos.link_fault(kind, target, spec.slow)
@@ -518,14 +532,40 @@ class ExperimentRun:
         return [tp for tp in self.partitions if tp.topic not in idle]
 
     def _assignments(self) -> dict[TopicPartition, list[int]]:
+        """Every topic's (the load's, those the admin actions made)."""
         return {TopicPartition(name, p): replicas for name, topic in
-                self.zk.get_topic_znodes({tp.topic for tp in self.partitions}).items()
+                self.zk.get_topic_znodes(self.zk.get_all_topics()).items()
                 for p, replicas in topic.assignment().items()}
 
     def _zk_leaderships(self) -> dict[str, rundir.PartitionLeadership]:
         return {tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
                     leader=r.state.leader, leader_epoch=r.state.leader_epoch, isr=sorted(r.state.isr))
-                for tp, r in self.zk.get_partition_states(self.partitions).items()}
+                for tp, r in self.zk.get_partition_states(self._assignments()).items()}
+
+    def _admin_state(self) -> dict:
+        """What the admin actions' check reads at the end: every topic ZooKeeper knows of (its znode, its
+        config, its deletion request), the pending reassignment and election, each broker's logs."""
+        names = self.zk.get_all_topics() | set(self.zk.children(zkdata.DELETE_TOPICS)) | \
+            set(self.zk.children(zkdata.CONFIG_TOPICS))
+        znodes = self.zk.get_topic_znodes(names)
+        marked = set(self.zk.children(zkdata.DELETE_TOPICS))
+        topics = {}
+        for name in sorted(names):
+            config = self.zk.get_znode(zkdata.TopicConfigZNode, zkdata.topic_config_path(name))
+            topics[name] = rundir.TopicFinal(partitions=len(znodes[name].partitions) if name in znodes else 0,
+                                             config=config.config if config else {}, marked_for_deletion=name in marked)
+        reassigning = self.zk.get_znode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS)
+        with self._lock:
+            handles = dict(self.cluster.brokers)
+        on_disk = {}
+        for broker_id, handle in handles.items():
+            try:
+                on_disk[broker_id] = ray.get(handle.partitions_on_disk.remote(), timeout=10)
+            except Exception:  # not answering: its logs are not known (the checker names the brokers it has)
+                continue
+        return dict(topics=topics, on_disk=on_disk,
+                    reassigning=[tp_key(p.topic, p.partition) for p in reassigning.partitions] if reassigning else [],
+                    preferred_election_pending=self.zk.get(zkdata.PREFERRED_REPLICA_ELECTION) is not None)
 
     def _caches(self) -> dict[int, rundir.BrokerCache]:
         out = {}
@@ -544,16 +584,19 @@ class ExperimentRun:
 
     def _reading(self) -> tuple[rundir.FinalState, bool]:
         """ZooKeeper and every broker's cache, and whether they agree at one moment with every broker
-        back and every partition fully replicated: ZooKeeper is read before and after the caches and
+        back, every partition fully replicated and no admin work (reassignment, election, deletion)
+        pending: ZooKeeper is read before and after the caches and
         must not have changed meanwhile (leaders may still be moving: the auto leader rebalance goes on)."""
         live, before = self.zk.get_all_broker_ids(), self._zk_leaderships()
         caches = self._caches()
         after = self._zk_leaderships()
         final = rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches, assignments={
-            tp_key(tp.topic, tp.partition): replicas for tp, replicas in self._assignments().items()})
+            tp_key(tp.topic, tp.partition): replicas for tp, replicas in self._assignments().items()},
+            **self._admin_state())
         agreed = before == after and live == self.exp.broker_ids and len(caches) == len(live) \
             and all(c.partitions == after and c.brokers == live for c in caches.values()) \
-            and check_replication(final).count == 0
+            and check_replication(final).count == 0 and not final.reassigning \
+            and not final.preferred_election_pending and not any(t.marked_for_deletion for t in final.topics.values())
         return final, agreed
 
     def _progress_line(self, elapsed: float, faults: int) -> str:

@@ -396,6 +396,17 @@ class BrokerActor:
         return self._on_loop(lambda: {tp: role(r, self.broker_id) for tp, r in self.replica_manager.replicas.items()})
 
     @ray.method(concurrency_group="control")
+    def partitions_on_disk(self) -> list[str]:
+        """Every partition this broker has a log directory for, in its live log dirs ("topic-partition"):
+        what a topic's deletion must leave none of."""
+        found = set()
+        for d in self.replica_manager.log_dirs.live:
+            with contextlib.suppress(OSError):
+                found.update(f"{tp.topic}-{tp.partition}" for e in d.iterdir()
+                             if (tp := parse_log_dir_name(e.name)) and e.is_dir())
+        return sorted(found)
+
+    @ray.method(concurrency_group="control")
     def listener(self) -> tuple[str, int]:
         """(host, port) this broker advertises to clients: what their bootstrap.servers name."""
         return self.endpoints[CLIENT_LISTENER]

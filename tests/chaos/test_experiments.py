@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobs import rundir
-from jobs.check import main as check_main
+from jobs.check import INVARIANTS, main as check_main
 from jobs.experiment import Experiment, FaultSpec, RandomFaults, load_experiment
 from jobs.rundir import FaultKind, FaultRecord
 from jobs.runner import report, run_experiment
@@ -46,7 +46,7 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
         duration_s=32, settle_s=30, horizon_s=6, seed=3)
     run_dir, summary = run(experiment, tmp_path)
     invariants = summary.check.invariants
-    assert invariants == {name: 0 for name in invariants} and len(invariants) == 8
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
     faults = [json.loads(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()]
     assert [f["kind"] for f in sorted(faults, key=lambda f: f["fault_id"])] == [s.fault.value for s in experiment.schedule]
     assert not [f for f in faults if f["detail"].startswith("failed")]
@@ -88,7 +88,7 @@ def test_link_faults_in_a_short_experiment_keep_every_invariant(environment, tmp
         duration_s=51, settle_s=40, horizon_s=5, seed=5)
     run_dir, summary = run(experiment, tmp_path)
     invariants = summary.check.invariants
-    assert invariants == {name: 0 for name in invariants} and len(invariants) == 8
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
     faults = sorted((json.loads(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()),
                     key=lambda f: f["fault_id"])
     assert [f["kind"] for f in faults] == [s.fault.value for s in experiment.schedule]
@@ -168,7 +168,7 @@ def test_power_losses_with_leaders_killed_at_the_victims_return_lose_nothing(env
     short = full.model_copy(update={"schedule": full.schedule[:4], "duration_s": 10, "horizon_s": 6})
     run_dir, summary = run(Experiment.model_validate(short.model_dump()), tmp_path)
     invariants = summary.check.invariants
-    assert invariants == {name: 0 for name in invariants} and len(invariants) == 8
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
     faults = sorted((rundir.FaultRecord.model_validate_json(line)
                      for line in (run_dir / rundir.FAULTS).read_text().splitlines()), key=lambda f: f.fault_id)
     assert [f.kind for f in faults] == [s.fault for s in short.schedule]
@@ -193,7 +193,7 @@ def test_disk_faults_lose_no_acknowledged_record(environment, tmp_path):
         duration_s=28, settle_s=30, horizon_s=6, seed=4)  # the last broker back ~7 s before the end
     run_dir, summary = run(experiment, tmp_path)
     invariants = summary.check.invariants
-    assert invariants == {name: 0 for name in invariants} and len(invariants) == 8
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
     faults = sorted((rundir.FaultRecord.model_validate_json(line)
                      for line in (run_dir / rundir.FAULTS).read_text().splitlines()), key=lambda f: f.fault_id)
     assert [f.kind for f in faults] == [s.fault for s in experiment.schedule]
@@ -215,3 +215,52 @@ def test_disk_faults_lose_no_acknowledged_record(environment, tmp_path):
                    for s in samples), f"broker {fault.target} did not rejoin every ISR after {fault.kind.value}"
     assert summary.acked > 5000
     assert check_main([str(run_dir)]) == 0
+
+
+def flaky_zookeeper_keeps_every_invariant_and_every_session(experiment: Experiment, tmp_path) -> None:
+    """The flaky-zookeeper run: every invariant (no record lost, no controller event failed, every admin
+    action done), no session expired (one controller epoch, each broker registered once), the drops
+    made, every action recorded without an error."""
+    run_dir, summary = run(experiment, tmp_path)
+    invariants = summary.check.invariants
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
+    assert summary.check.counts["controller_epochs"] == 1
+    [fault] = [rundir.FaultRecord.model_validate_json(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()]
+    assert int(fault.detail.split()[0]) >= experiment.schedule[0].seconds / 2  # a drop every 0.5-2.5 s
+    registered = [e for e in (json.loads(line) for line in (run_dir / "broker_events.jsonl").read_text().splitlines())
+                  if e["kind"] == "registered"]
+    assert sorted(e["broker_id"] for e in registered) == experiment.broker_ids
+    actions = [rundir.ActionRecord.model_validate_json(line)
+               for line in (run_dir / rundir.ACTIONS).read_text().splitlines()]
+    assert sorted(a.kind for a in actions) == sorted(a.action for a in experiment.actions)
+    assert [a.error for a in actions if a.error] == []
+    final = rundir.FinalState.model_validate_json((run_dir / rundir.FINAL_STATE).read_text())
+    assert "scratch" in final.topics and final.topics["audit"].partitions == max(
+        a.partitions for a in experiment.actions if a.topic == "audit" and a.partitions)
+    assert summary.acked > 1000 and check_main([str(run_dir)]) == 0
+
+
+def test_flaky_zookeeper_with_admin_actions_loses_no_event_and_no_session(environment, tmp_path):
+    """experiments/flaky-zookeeper.yaml's shape, shortened to 20 s of drops with every kind of admin
+    action among them (the file itself: the slow test below)."""
+    full = load_experiment(REPO / "experiments" / "flaky-zookeeper.yaml")
+    actions = [{"at_s": 2, "action": "create-topic", "topic": "audit", "partitions": 20},
+               {"at_s": 4, "action": "create-topic", "topic": "scratch", "partitions": 6, "replication_factor": 2},
+               {"at_s": 6, "action": "add-partitions", "topic": "audit", "partitions": 24},
+               {"at_s": 8, "action": "reassign-partitions", "topic": "audit"},
+               {"at_s": 11, "action": "alter-config", "topic": "audit", "config": {"retention.ms": "3600000"}},
+               {"at_s": 13, "action": "delete-topic", "topic": "scratch"},
+               {"at_s": 15, "action": "preferred-election", "topic": "audit"},
+               {"at_s": 17, "action": "create-topic", "topic": "scratch", "partitions": 3},
+               {"at_s": 19, "action": "unclean-election", "topic": "scratch"}]
+    short = Experiment.model_validate(full.model_dump() | {
+        "name": "flaky-zookeeper-short", "schedule": [{"at_s": 1, "fault": "flaky-zookeeper", "seconds": 20}],
+        "actions": actions, "load": full.load.model_dump() | {"rate": 600}, "duration_s": 22, "settle_s": 40,
+        "horizon_s": 5})
+    flaky_zookeeper_keeps_every_invariant_and_every_session(short, tmp_path)
+
+
+@pytest.mark.slow  # about two minutes
+def test_the_flaky_zookeeper_experiment_loses_no_event_and_no_session(environment, tmp_path):
+    flaky_zookeeper_keeps_every_invariant_and_every_session(
+        load_experiment(REPO / "experiments" / "flaky-zookeeper.yaml"), tmp_path)

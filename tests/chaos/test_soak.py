@@ -12,6 +12,7 @@ import pytest
 from actors.records import JsonlReader
 from coordination.server import ZooKeeperEnsemble, ZooKeeperSettings
 from jobs import rundir
+from jobs.check import INVARIANTS
 from jobs.experiment import Experiment, RandomFaults
 from jobs.rundir import FaultKind
 from jobs.runner import ExperimentRun, report
@@ -35,7 +36,7 @@ def test_soak_with_every_fault_kind(ray_session, tmp_path):
         summary = ExperimentRun(experiment, run_dir, ensemble.connect_string, ensemble, print).run()
     print(report(run_dir))
     invariants = summary.check.invariants
-    assert invariants == {name: 0 for name in invariants} and len(invariants) == 8
+    assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
     faults = [json.loads(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()]
     assert {f["kind"] for f in faults} == {k.value for k in FaultKind}  # every kind drawn at least once
     assert len(faults) >= SOAK_S / 30

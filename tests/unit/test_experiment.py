@@ -225,6 +225,37 @@ BAD = [
      "schedule: [{at_s: 1, fault: kill-controller}, {at_s: 2, fault: kill-controller, after_recovery: true}]\n"
      "controller: {leader_imbalance_check_interval_seconds: 5}\n",
      ["topic b: after_fault counts the schedule's faults, which random_faults would interleave"]),
+    ("action-on-a-load-topic", "name: x\nactions: [{at_s: 1, action: create-topic, topic: load, partitions: 3}]\n",
+     ["action create-topic load at 1s: load is a topic of the load"]),
+    ("action-before-its-topic", "name: x\nactions: [{at_s: 1, action: delete-topic, topic: a}, "
+     "{at_s: 2, action: create-topic, topic: a, partitions: 1}]\n",
+     ["action delete-topic a at 1s: needs an earlier create-topic of a"]),
+    ("action-after-its-topics-deletion", "name: x\nactions: [{at_s: 1, action: create-topic, topic: a, partitions: 1}, "
+     "{at_s: 2, action: delete-topic, topic: a}, {at_s: 3, action: add-partitions, topic: a, partitions: 2}]\n",
+     ["action add-partitions a at 3s: needs an earlier create-topic of a (not deleted since)"]),
+    ("topic-created-twice", "name: x\nactions: [{at_s: 1, action: create-topic, topic: a, partitions: 1}, "
+     "{at_s: 2, action: create-topic, topic: a, partitions: 1}]\n",
+     ["action create-topic a at 2s: the topic exists already"]),
+    ("action-after-duration", "name: x\nduration_s: 5\nactions: [{at_s: 5, action: create-topic, topic: a, "
+     "partitions: 1}]\n", ["action create-topic a at 5s is not within duration_s=5.0"]),
+    ("create-without-partitions", "name: x\nactions: [{at_s: 1, action: create-topic, topic: a}]\n",
+     ["actions.0", "create-topic a: needs partitions"]),
+    ("alter-config-without-config", "name: x\nactions: [{at_s: 1, action: create-topic, topic: a, partitions: 1}, "
+     "{at_s: 2, action: alter-config, topic: a}]\n", ["actions.1", "alter-config a: needs config"]),
+    ("delete-with-partitions", "name: x\nactions: [{at_s: 1, action: delete-topic, topic: a, partitions: 3}]\n",
+     ["actions.0", "delete-topic a: takes no partitions"]),
+    ("replicas-on-an-election", "name: x\nactions: [{at_s: 1, action: preferred-election, topic: a, "
+     "replicas: {0: [1]}}]\n", ["actions.0", "preferred-election a: takes no replicas"]),
+    ("action-replication-over-brokers", "name: x\nbrokers: 2\ntopics: [{name: l, replication_factor: 2}]\n"
+     "actions: [{at_s: 1, action: create-topic, topic: a, partitions: 1, replication_factor: 3}]\n",
+     ["action create-topic a at 1s: replication factor 3 larger than the 2 brokers"]),
+    ("reassign-to-a-broker-not-there", "name: x\nactions: [{at_s: 1, action: create-topic, topic: a, partitions: 1}, "
+     "{at_s: 2, action: reassign-partitions, topic: a, replicas: {0: [1, 4]}}]\n",
+     ["partition 0's replicas [1, 4] must be distinct brokers of 1..3"]),
+    ("action-topic-name", "name: x\nactions: [{at_s: 1, action: create-topic, topic: 'a b', partitions: 1}]\n",
+     ["actions.0.topic", 'Topic name "a b" is illegal']),
+    ("unknown-action", "name: x\nactions: [{at_s: 1, action: rename-topic, topic: a}]\n",
+     ["actions.0.action: Input should be 'create-topic'"]),
 ]
 
 
@@ -427,6 +458,24 @@ def test_a_topic_may_be_created_during_the_run_before_a_fault_that_waits_for_rec
                      schedule=[{"at_s": at, **kill} for at in (9, 3, 6)],  # counted in time order
                      controller={"leader_imbalance_check_interval_seconds": 5})
     assert [t.after_fault for t in exp.topics] == [0, 2]
+
+
+def test_admin_actions_load_in_order_with_their_fields_and_flaky_zookeeper_turns_the_proxies_on(tmp_path):
+    exp = load_experiment(write(tmp_path, """
+name: x
+schedule: [{at_s: 1, fault: flaky-zookeeper, seconds: 5}]
+actions:
+  - {at_s: 2, action: create-topic, topic: a, partitions: 4, config: {retention.ms: "1000"}}
+  - {at_s: 3, action: reassign-partitions, topic: a, replicas: {0: [3, 2, 1]}}
+  - {at_s: 4, action: add-partitions, topic: a, partitions: 6}
+  - {at_s: 5, action: unclean-election, topic: a}
+  - {at_s: 6, action: delete-topic, topic: a}
+  - {at_s: 7, action: create-topic, topic: a, partitions: 1}
+"""))
+    assert [a.action.value for a in exp.actions] == ["create-topic", "reassign-partitions", "add-partitions",
+                                                     "unclean-election", "delete-topic", "create-topic"]
+    assert exp.actions[0].config == {"retention.ms": "1000"} and exp.actions[1].replicas == {0: [3, 2, 1]}
+    assert exp.link_faults
 
 
 def test_link_faults_turn_the_proxies_on_and_slow_replication_has_a_default_slowness(tmp_path):
