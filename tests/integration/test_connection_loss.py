@@ -150,3 +150,31 @@ def test_a_write_fails_if_its_session_expired_while_disconnected_and_a_read_goes
     finally:
         client.close()
         table.close()
+
+
+class NoBrokers:
+    """The controller's links to brokers, in a cluster that has none."""
+
+    def send(self, requests) -> None:
+        assert not requests
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_controller_event_that_fails_is_answered_with_its_error_and_the_controller_moves(chroot_connect):
+    """An event whose handler raises (here: its ZooKeeper client closed under it) is not dropped
+    silently: `process` gives its error (the actor counts it and writes it in controller_events.jsonl)
+    and the controller resigns and gives /controller up, so that the next one starts from ZooKeeper."""
+    from actors.controller.controller import KafkaController
+    from actors.controller.events import ControllerChange, ControllerEventManager, Startup, TopicChange
+
+    zk = KrayZkClient(chroot_connect).start()
+    zk.ensure_persistent_paths()
+    controller = KafkaController(1, zk, ControllerEventManager("test-inbox", lambda event: None),
+                                 channel_factory=lambda epoch: NoBrokers())
+    assert controller.process(Startup()) is None and controller.process(ControllerChange()) is None
+    assert controller.active and zk.get_controller_id() == 1
+    zk.close()
+    error = controller.process(TopicChange())
+    assert error is not None and error.startswith("ConnectionClosedError") and not controller.active
