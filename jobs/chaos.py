@@ -21,10 +21,10 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | bridge-brokers, slow-replication N, cut-controller-broker N, cut-clients N, slow-clients N,         |
 | drop-broker-zookeeper N, drop-controller-zookeeper: link faults for S seconds, then healed         |
 | (actors/links/shapes.py)                                                                            |
-| flaky-zookeeper            | for S seconds, one ZooKeeper link after another (a random broker's or   |
-|                            | the active controller's) dropped for 0.3-1.5 s (at most a quarter of the|
-|                            | session timeout), 0.2-1 s apart: a stalled or restarting ZooKeeper seen |
-|                            | by clients whose sessions live on                                       |
+| flaky-zookeeper            | for S seconds, every ZooKeeper link at once or one of them (a broker's  |
+|                            | or the active controller's) stalled for 0.1-0.5 s, then dropped for     |
+|                            | 0.3-1.5 s (both within a quarter of the session timeout), 0.2-1 s apart:|
+|                            | a stalled ZooKeeper seen by clients whose sessions live on              |
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import LocalCluster, send_signal
 from actors.links.faults import ZOOKEEPER_LINK, Direction, LinkFault
-from actors.links.shapes import DROP, SLOW, LinkSetting, Role, Shape, every_link, healed, plan
+from actors.links.shapes import CUT, DROP, SLOW, LinkSetting, Role, Shape, every_link, healed, plan
 from actors.names import is_request_sender_to, request_sender_name
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
@@ -67,7 +67,8 @@ LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_B
                FaultKind.SLOW_CLIENTS: Shape.SLOW_CLIENTS, FaultKind.DROP_BROKER_ZOOKEEPER: Shape.DROP_ZOOKEEPER,
                FaultKind.DROP_CONTROLLER_ZOOKEEPER: Shape.DROP_ZOOKEEPER}
 ON_THE_CONTROLLER = {FaultKind.CUT_CONTROLLER_ZOOKEEPER, FaultKind.DROP_CONTROLLER_ZOOKEEPER}  # its candidate's link
-FLAKY_DROP_S = (0.3, 1.5)  # flaky-zookeeper: how long each drop lasts (capped at a quarter of the session timeout)
+FLAKY_STALL_S = (0.1, 0.5)  # flaky-zookeeper: how long a link's bytes are held before it drops,
+FLAKY_DROP_S = (0.3, 1.5)  # how long it is dropped (the two within a quarter of the session timeout),
 FLAKY_GAP_S = (0.2, 1.0)  # and how long the links stay healthy between two drops
 SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # link faults that take a LinkFault
 # faults after which a new incarnation of their broker registers: what a fault `at_return` waits for
@@ -220,28 +221,32 @@ class Chaos:
         return target, settings, self.apply_links(settings)
 
     def flaky_zookeeper(self, seconds: float, session_timeout_ms: int, rng: random.Random) -> tuple[float, int]:
-        """Drop one ZooKeeper link after another for `seconds`: each a random broker's or the active
-        controller's, for FLAKY_DROP_S (at most a quarter of the session timeout, so that every
-        session lives), FLAKY_GAP_S apart. (When it started, how many drops); each drop is logged."""
+        """For `seconds`, round after round, every ZooKeeper link at once (the server stalls) or one
+        of them (a broker's, or the active controller's) stalls for FLAKY_STALL_S (its bytes held: a
+        server too busy to answer) and is then dropped for FLAKY_DROP_S (closed and refused: the client
+        gave up on it), healed FLAKY_GAP_S before the next round. A request sent during the stall is in flight when the connection drops; the
+        stall and the drop together stay within a quarter of the session timeout, so every session
+        lives. (When it started, how many drops); each drop is logged."""
         started, drops = time.time() * 1000, 0
         deadline = time.monotonic() + seconds
-        longest = min(FLAKY_DROP_S[1], session_timeout_ms / 4000)
+        longest = session_timeout_ms / 4000
         while time.monotonic() < deadline:
-            brokers = sorted(self.cluster.brokers)
             controller = self.zk.get_controller_id()
-            if controller is not None and rng.random() < 1 / (len(brokers) + 1):
-                setting = LinkSetting(Role.CANDIDATE, controller, ZOOKEEPER_LINK, DROP)
-            else:
-                setting = LinkSetting(Role.BROKER, rng.choice(brokers), ZOOKEEPER_LINK, DROP)
-            drop_s = rng.uniform(min(FLAKY_DROP_S[0], longest), longest)
-            log.info("flaky-zookeeper: dropping the ZooKeeper link of %s %d for %.2f s", setting.role.value,
-                     setting.broker_id, drop_s)
-            self.apply_links([setting])
-            drops += 1
+            links = [LinkSetting(Role.BROKER, b, ZOOKEEPER_LINK, CUT) for b in sorted(self.cluster.brokers)] + \
+                ([LinkSetting(Role.CANDIDATE, controller, ZOOKEEPER_LINK, CUT)] if controller is not None else [])
+            stalled = links if rng.random() < 0.5 else [rng.choice(links)]  # the server, or one client's link
+            stall_s = min(rng.uniform(*FLAKY_STALL_S), longest / 3)
+            drop_s = min(rng.uniform(*FLAKY_DROP_S), longest - stall_s)
+            log.info("flaky-zookeeper: the ZooKeeper links of %s stalled for %.2f s, then dropped for %.2f s",
+                     ", ".join(f"{s.role.value} {s.broker_id}" for s in stalled), stall_s, drop_s)
+            self.apply_links(stalled)
+            drops += len(stalled)
             try:
+                time.sleep(stall_s)
+                self.apply_links([s._replace(fault=DROP) for s in stalled])
                 time.sleep(drop_s)
             finally:
-                self.apply_links(healed([setting]))
+                self.apply_links(healed(stalled))
             time.sleep(min(rng.uniform(*FLAKY_GAP_S), max(0.0, deadline - time.monotonic())))
         return started, drops
 

@@ -566,7 +566,7 @@ def chaos(args) -> None:
                 import random
 
                 _, drops = c.flaky_zookeeper(args.seconds, config.zk_session_timeout_ms, random.Random())
-                done = f"Dropped {drops} ZooKeeper links one after another over {args.seconds:g} s"
+                done = f"Stalled and dropped {drops} ZooKeeper links over {args.seconds:g} s"
             case fault if fault in DISK_FAULT_HELP:
                 from jobs.disk_faults import describe
                 from jobs.rundir import FaultKind
@@ -751,8 +751,8 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--loss", type=float, default=0.0, help="share of chunks lost once (0-1)")
             s.add_argument("--rate", type=float, default=None, help="bytes/s")
         s.set_defaults(func=chaos)
-    s = ch.add_parser("flaky-zookeeper", help="drop one ZooKeeper link after another (a random broker's or the "
-                      "controller's) for 0.3-1.5 s each, for --seconds")
+    s = ch.add_parser("flaky-zookeeper", help="stall, then drop, every ZooKeeper link at once or one of them (a "
+                      "broker's or the controller's), round after round, for --seconds")
     s.add_argument("--seconds", type=float, default=30.0)
     s.set_defaults(func=chaos)
     ch.add_parser("heal", help="heal every link").set_defaults(func=chaos)

@@ -244,14 +244,14 @@ def test_flaky_zookeeper_with_admin_actions_loses_no_event_and_no_session(enviro
     """experiments/flaky-zookeeper.yaml's shape, shortened to 20 s of drops with every kind of admin
     action among them (the file itself: the slow test below)."""
     full = load_experiment(REPO / "experiments" / "flaky-zookeeper.yaml")
-    actions = [{"at_s": 2, "action": "create-topic", "topic": "audit", "partitions": 20},
-               {"at_s": 4, "action": "create-topic", "topic": "scratch", "partitions": 6, "replication_factor": 2},
-               {"at_s": 6, "action": "add-partitions", "topic": "audit", "partitions": 24},
+    actions = [{"at_s": 2, "action": "create-topic", "topic": "audit", "partitions": 200},
+               {"at_s": 4, "action": "create-topic", "topic": "scratch", "partitions": 60, "replication_factor": 2},
+               {"at_s": 6, "action": "add-partitions", "topic": "audit", "partitions": 240},
                {"at_s": 8, "action": "reassign-partitions", "topic": "audit"},
                {"at_s": 11, "action": "alter-config", "topic": "audit", "config": {"retention.ms": "3600000"}},
                {"at_s": 13, "action": "delete-topic", "topic": "scratch"},
                {"at_s": 15, "action": "preferred-election", "topic": "audit"},
-               {"at_s": 17, "action": "create-topic", "topic": "scratch", "partitions": 3},
+               {"at_s": 17, "action": "create-topic", "topic": "scratch", "partitions": 30},
                {"at_s": 19, "action": "unclean-election", "topic": "scratch"}]
     short = Experiment.model_validate(full.model_dump() | {
         "name": "flaky-zookeeper-short", "schedule": [{"at_s": 1, "fault": "flaky-zookeeper", "seconds": 20}],
