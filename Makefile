@@ -9,7 +9,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.installed
 TOOLS  := .venv-tools
 
-.PHONY: setup demo test bench clean system-packages
+.PHONY: setup demo test test-unit bench clean system-packages
 
 setup: system-packages $(STAMP) $(TOOLS)/.installed
 
@@ -42,6 +42,9 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -q
+
+test-unit: setup
+	$(VENV)/bin/python -m pytest -q tests/unit
 
 bench: setup
 	$(VENV)/bin/python -m benchmarks.bench_controller

@@ -23,7 +23,8 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | (actors/links/shapes.py)                                                                            |
 | flaky-zookeeper            | for S seconds, every ZooKeeper link at once or one of them (a broker's  |
 |                            | or the active controller's) stalled for 0.1-0.5 s, then dropped for     |
-|                            | 0.3-1.5 s (both within a quarter of the session timeout), 0.2-1 s apart:|
+|                            | 0.3-1.5 s (both within a quarter of the session timeout), 1.5-2.5 s     |
+|                            | apart (a client reconnects in between):                                 |
 |                            | a stalled ZooKeeper seen by clients whose sessions live on              |
 """
 from __future__ import annotations
@@ -69,7 +70,9 @@ LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_B
 ON_THE_CONTROLLER = {FaultKind.CUT_CONTROLLER_ZOOKEEPER, FaultKind.DROP_CONTROLLER_ZOOKEEPER}  # its candidate's link
 FLAKY_STALL_S = (0.1, 0.5)  # flaky-zookeeper: how long a link's bytes are held before it drops,
 FLAKY_DROP_S = (0.3, 1.5)  # how long it is dropped (the two within a quarter of the session timeout),
-FLAKY_GAP_S = (0.2, 1.0)  # and how long the links stay healthy between two drops
+FLAKY_GAP_S = (1.5, 2.5)  # and how long the links stay healthy between two rounds: longer than kazoo's longest
+# reconnect delay (1 s +/- 40%, coordination/zkclient.py), so that every session is heard from again before its
+# link can stall anew (back-to-back rounds on one link would add up to an expiry)
 SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # link faults that take a LinkFault
 # faults after which a new incarnation of their broker registers: what a fault `at_return` waits for
 RETURNING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.CONTROLLED_SHUTDOWN,
@@ -224,9 +227,10 @@ class Chaos:
         """For `seconds`, round after round, every ZooKeeper link at once (the server stalls) or one
         of them (a broker's, or the active controller's) stalls for FLAKY_STALL_S (its bytes held: a
         server too busy to answer) and is then dropped for FLAKY_DROP_S (closed and refused: the client
-        gave up on it), healed FLAKY_GAP_S before the next round. A request sent during the stall is in flight when the connection drops; the
-        stall and the drop together stay within a quarter of the session timeout, so every session
-        lives. (When it started, how many drops); each drop is logged."""
+        gave up on it), healed FLAKY_GAP_S before the next round. A request sent during the stall is in
+        flight when the connection drops. The stall and the drop stay within a quarter of the session
+        timeout and each client reconnects before the next round, so every session lives. (When it
+        started, how many links dropped); each round is logged."""
         started, drops = time.time() * 1000, 0
         deadline = time.monotonic() + seconds
         longest = session_timeout_ms / 4000

@@ -16,6 +16,7 @@ from collections import deque
 from typing import Callable
 
 from kazoo.client import KazooState
+from kazoo.exceptions import ConnectionClosedError, SessionExpiredError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from actors.config import ControllerConfig
@@ -134,7 +135,9 @@ class KafkaController:
         else None: an active controller that fails an event moves (KRaft's renounce on an unexpected
         error, where Kafka's ZooKeeper-mode controller only logs it and goes on with a context the event
         may have left half-changed): it resigns and gives /controller up, and the next controller
-        (perhaps this one again) starts from what ZooKeeper holds."""
+        (perhaps this one again) starts from what ZooKeeper holds. A write that found its session
+        expired is not a failure but the session's end: the controller resigns, as the Expire event
+        queued behind it would have it do."""
         self._event, self._event_started_ms, self.timeline = event, now_ms(), None
         self.ctx.leaderships_synced.clear()
         self.ctx.leaderships_written.clear()
@@ -158,13 +161,25 @@ class KafkaController:
             log.warning("%s Controller moved to another broker: %s", self.prefix, e)
             self.resign("controller moved")
             preempt(event)
-        except Exception as e:
-            log.exception("%s Error processing event %s; moving the controller", self.prefix, type(event).__name__)
+        except SessionExpiredError as e:
+            if isinstance(e, ConnectionClosedError):  # not an expiry: the client was closed under the event
+                return self._failed(event, e)
+            log.warning("%s ZooKeeper session expired during event %s: %s", self.prefix, type(event).__name__, e)
             if self.active:
-                self._trigger_controller_move(f"event {type(event).__name__} failed")
+                self.resign("session expired")  # as the Expire event queued behind it would
             preempt(event)
-            return f"{type(e).__name__}: {e}"
+        except Exception as e:
+            return self._failed(event, e)
         return None
+
+    def _failed(self, event: ControllerEvent, e: Exception) -> str:
+        """An event that raised: logged, the controller moved (see `process`); its error."""
+        log.error("%s Error processing event %s; moving the controller", self.prefix, type(event).__name__,
+                  exc_info=e)
+        if self.active:
+            self._trigger_controller_move(f"event {type(event).__name__} failed")
+        preempt(event)
+        return f"{type(e).__name__}: {e}"
 
     def _process_election_event(self, event: ControllerEvent) -> None:
         match event:

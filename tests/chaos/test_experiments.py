@@ -226,7 +226,7 @@ def flaky_zookeeper_keeps_every_invariant_and_every_session(experiment: Experime
     assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
     assert summary.check.counts["controller_epochs"] == 1
     [fault] = [rundir.FaultRecord.model_validate_json(line) for line in (run_dir / rundir.FAULTS).read_text().splitlines()]
-    assert int(fault.detail.split()[0]) >= experiment.schedule[0].seconds / 2  # a drop every 0.5-2.5 s
+    assert int(fault.detail.split()[0]) >= experiment.schedule[0].seconds / 5  # a round every 2-4.5 s
     registered = [e for e in (json.loads(line) for line in (run_dir / "broker_events.jsonl").read_text().splitlines())
                   if e["kind"] == "registered"]
     assert sorted(e["broker_id"] for e in registered) == experiment.broker_ids
