@@ -24,10 +24,10 @@ errors that name the field. Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from actors.broker.batches import batch_size_bound
 from actors.config import BrokerConfig, ControllerConfig
@@ -40,12 +40,23 @@ from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
 Target = int | Literal["random", "controller", "non-controller", "leader"]  # leader: of the first topic's partition 0
 
 
+def _topic_name(name: str) -> str:
+    try:
+        validate_topic_name(name)
+    except KrayError as e:
+        raise ValueError(str(e)) from None
+    return name
+
+
+TopicName = Annotated[str, AfterValidator(_topic_name)]  # Kafka's topic name rules, as a pydantic error
+
+
 class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TopicSpec(Spec):
-    name: str = "load"
+    name: TopicName = "load"
     partitions: int = Field(12, ge=1, le=100_000)
     replication_factor: int = Field(3, ge=1)
     after_fault: int = Field(0, ge=0, description="0: created before the load. N: created during the run, once "
@@ -60,15 +71,6 @@ class TopicSpec(Spec):
         if self.load == "once" and self.after_fault:
             raise ValueError(f"topic {self.name}: a topic loaded once is created before the load (after_fault 0)")
         return self
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, name: str) -> str:
-        try:
-            validate_topic_name(name)
-        except KrayError as e:
-            raise ValueError(str(e)) from None
-        return name
 
 
 class LoadSpec(Spec):
@@ -138,7 +140,7 @@ class ActionSpec(Spec):
 
     at_s: float = Field(ge=0, description="seconds after the load started")
     action: ActionKind
-    topic: str
+    topic: TopicName
     partitions: int | None = Field(None, ge=1, le=100_000, description="create-topic: how many; add-partitions: "
                                    "the topic's new total")
     replication_factor: int = Field(3, ge=1, description="create-topic")
@@ -146,15 +148,6 @@ class ActionSpec(Spec):
     replicas: dict[int, list[int]] | None = Field(None, description="reassign-partitions: partition -> its new "
                                                   "replicas (default: every partition moved as "
                                                   "kafka-reassign-partitions --generate proposes)")
-
-    @field_validator("topic")
-    @classmethod
-    def _valid_topic(cls, topic: str) -> str:
-        try:
-            validate_topic_name(topic)
-        except KrayError as e:
-            raise ValueError(str(e)) from None
-        return topic
 
     @model_validator(mode="after")
     def _fields_fit_the_action(self) -> "ActionSpec":
