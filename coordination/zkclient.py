@@ -26,7 +26,7 @@ from typing import Callable, Iterable, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError,
                               OperationTimeoutError, SessionExpiredError)
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 from kazoo.retry import KazooRetry
 
@@ -150,6 +150,8 @@ class KrayZkClient:
         with another session (a write: the ephemerals and the role it was made for are gone); a read
         is answered in any session. The caller checks a write that may have landed before the loss."""
         session = self._session()
+        if same_session and not session:  # between an expired session and the next: not this write's
+            raise SessionExpiredError("no ZooKeeper session: the last one expired")
         while True:
             try:
                 return request()
@@ -201,8 +203,9 @@ class KrayZkClient:
     def _await_connected(self, session: int | None) -> None:
         with self._state_changed:
             while True:
-                if self.kazoo._stopped.is_set():
-                    raise ConnectionClosedError("the ZooKeeper client was closed")
+                if self.kazoo._stopped.is_set() or self.kazoo.client_state in (KeeperState.CLOSED,
+                                                                             KeeperState.AUTH_FAILED):
+                    raise ConnectionClosedError(f"the ZooKeeper client is {self.kazoo.client_state}")
                 current = self._session()
                 if session and current and current != session:
                     raise SessionExpiredError(f"ZooKeeper session 0x{session:x} expired while disconnected")

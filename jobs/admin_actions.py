@@ -21,7 +21,8 @@ UNCLEAN = {"unclean.leader.election.enable": "true"}
 def perform(zk: KrayZkClient, spec: ActionSpec, action_id: int, broker_ids: list[int],
             rng: random.Random) -> ActionRecord:
     """Do one action; its record. A refusal (bad input, another reassignment or election in progress)
-    is recorded as the action's error, for the check to report: the schedule asked for it."""
+    or any other error is recorded as the action's error, for the check to report: the schedule asked
+    for it."""
     started = time.time() * 1000
     expected: dict = {}
     error = None
@@ -54,7 +55,7 @@ def perform(zk: KrayZkClient, spec: ActionSpec, action_id: int, broker_ids: list
             case ActionKind.ALTER_CONFIG:
                 admin.alter_topic_config(zk, topic, spec.config, [])
                 expected = {"config": spec.config}
-    except KrayError as e:
+    except Exception as e:  # refused (KrayError), or ZooKeeper's own error: recorded, never lost with its thread
         error = f"{type(e).__name__}: {e}"
     return ActionRecord(action_id=action_id, kind=spec.action, topic=topic, started_ms=started,
                         done_ms=time.time() * 1000, error=error, **expected)

@@ -41,6 +41,7 @@ produced.jsonl is streamed against it.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -59,6 +60,7 @@ from actors.records import (
 )
 from jobs.rundir import (
     ACTIONS,
+    EXPERIMENT,
     FINAL_STATE,
     PARTITION_STATES,
     ActionKind,
@@ -287,36 +289,32 @@ def check_replication(final_state: FinalState) -> Violations:
     return v
 
 
-def check_actions(actions: list[ActionRecord], final: FinalState) -> Violations:
-    """Each action's outcome in the final state; a topic's last create or delete says whether it should
-    exist, and the configs its actions set are merged in their order."""
+def check_actions(actions: list[ActionRecord], final: FinalState, asked: int | None = None) -> Violations:
+    """Each action's outcome in the final state (`asked`: how many the schedule had; an action with no
+    record is a violation too). A topic's last create or delete says whether it should exist; its
+    configs merge in order, and its last reassignment since its creation says its replicas."""
     v = Violations()
     topics = final.topics or {}
     exists: dict[str, bool] = {}
     partitions: dict[str, int] = {}
     configs: dict[str, dict[str, str]] = {}
+    targets: dict[str, dict[int, list[int]]] = {}
+    if asked is not None and len(actions) < asked:
+        recorded = {a.action_id for a in actions}
+        v.add(f"actions {[i for i in range(1, asked + 1) if i not in recorded]} of the schedule have no record")
     for a in sorted(actions, key=lambda a: a.started_ms):
-        what = f"{a.kind.value} {a.topic}"
         if a.error is not None:
-            v.add(f"{what}: refused: {a.error}")
+            v.add(f"{a.kind.value} {a.topic}: refused: {a.error}")
             continue
-        if a.kind is ActionKind.CREATE_TOPIC:
-            exists[a.topic], configs[a.topic] = True, {}
-        elif a.kind is ActionKind.DELETE_TOPIC:
-            exists[a.topic] = False
+        if a.kind in (ActionKind.CREATE_TOPIC, ActionKind.DELETE_TOPIC):
+            exists[a.topic] = a.kind is ActionKind.CREATE_TOPIC
+            configs[a.topic], targets[a.topic] = {}, {}
         if a.partitions is not None:
             partitions[a.topic] = a.partitions
         configs.setdefault(a.topic, {}).update(a.config or {})
-        if a.kind is ActionKind.REASSIGN_PARTITIONS and topics.get(a.topic) is not None:
-            for p, target in sorted((a.replicas or {}).items()):
-                key = tp_key(a.topic, p)
-                replicas = (final.assignments or {}).get(key)
-                if key in final.reassigning:
-                    v.add(f"{what}: {key} still reassigning (replicas {replicas}, target {target})")
-                elif replicas != target:
-                    v.add(f"{what}: {key} has replicas {replicas}, not {target}")
+        targets.setdefault(a.topic, {}).update(a.replicas or {})
         if a.kind is ActionKind.PREFERRED_ELECTION and final.preferred_election_pending:
-            v.add(f"{what}: /admin/preferred_replica_election was not taken up")
+            v.add(f"preferred-election {a.topic}: /admin/preferred_replica_election was not taken up")
     for topic, should in sorted(exists.items()):
         found = topics.get(topic)
         if not should:
@@ -339,6 +337,13 @@ def check_actions(actions: list[ActionRecord], final: FinalState) -> Violations:
         wrong = {k: found.config.get(k) for k, value in configs[topic].items() if found.config.get(k) != value}
         if wrong:
             v.add(f"{topic}: configs {wrong}, not {{{', '.join(f'{k}: {configs[topic][k]}' for k in wrong)}}}")
+        for p, target in sorted(targets[topic].items()):
+            key = tp_key(topic, p)
+            replicas = (final.assignments or {}).get(key)
+            if key in final.reassigning:
+                v.add(f"reassign-partitions {topic}: {key} still reassigning (replicas {replicas}, target {target})")
+            elif replicas != target:
+                v.add(f"reassign-partitions {topic}: {key} has replicas {replicas}, not {target}")
     return v
 
 
@@ -366,7 +371,9 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     results["caches_not_converged"] = check_caches(final_state) if final_state else Violations()
     results["under_replicated"] = check_replication(final_state) if final_state else Violations()
     actions = list(reader.lines(ACTIONS, ActionRecord))
-    results["admin_actions_not_done"] = check_actions(actions, final_state) if final_state else Violations()
+    experiment = Path(run_dir) / EXPERIMENT
+    asked = len(json.loads(experiment.read_text()).get("actions", [])) if experiment.exists() else None
+    results["admin_actions_not_done"] = check_actions(actions, final_state, asked) if final_state else Violations()
     if actions and final_state and final_state.topics is None:
         notes.append(f"no topics in {FINAL_STATE}: the admin actions' outcomes not checked")
     if final_state and final_state.assignments is None:

@@ -244,33 +244,37 @@ class ExperimentRun:
         threads, next_progress = [], 0.0
         pending = list(enumerate(faults, 1))
         actions = list(enumerate(sorted(exp.actions, key=lambda a: a.at_s), 1))
+        if actions:  # one after another at their times, each waiting for the one before
+            threads.append(threading.Thread(target=self._act_admin, args=(actions, begin), name="admin-actions",
+                                            daemon=True))
+            threads[-1].start()
         self._recovery_queue = [i for i, spec in pending if spec.after_recovery]
         self._returns_of = returns_awaited(faults)
         # a fault that waited for recovery keeps the load going as long after it as the schedule planned, and
         # at least the horizon, through which the client's waits are observed
         tail = max(exp.duration_s - faults[-1].at_s, exp.horizon_s) if faults else 0.0
-        while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or actions \
-                or any(t.is_alive() for t in threads) \
+        while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or any(t.is_alive() for t in threads) \
                 or time.monotonic() < self._last_injected + tail:
             while pending and pending[0][1].at_s <= elapsed:
                 fault_id, spec = pending.pop(0)
                 threads.append(threading.Thread(target=self._inject, args=(fault_id, spec), daemon=True))
-                threads[-1].start()
-            while actions and actions[0][1].at_s <= elapsed:
-                threads.append(threading.Thread(target=self._act_admin, args=actions.pop(0), daemon=True))
                 threads[-1].start()
             if elapsed >= next_progress:
                 self.progress(self._progress_line(elapsed, len(faults)))
                 next_progress += PROGRESS_EVERY_S
             time.sleep(0.05)
 
-    def _act_admin(self, action_id: int, spec) -> None:
-        """One admin action (in the order the schedule gives them, each in its thread), recorded."""
-        record = admin_actions.perform(self.zk, spec, action_id, self.exp.broker_ids, self.rng)
-        self.writer.write(rundir.ACTIONS, [record])
-        self.progress(f"Admin action {spec.action.value} {spec.topic}" +
-                      (f" refused: {record.error}" if record.error else f" done in "
-                       f"{record.done_ms - record.started_ms:.0f} ms"))
+    def _act_admin(self, actions: list, begin: float) -> None:
+        """The admin actions in schedule order, each at its time or once the one before is done, with
+        random draws of their own (the faults' threads draw from the run's), each recorded."""
+        rng = random.Random(self.exp.seed + 1)
+        for action_id, spec in actions:
+            time.sleep(max(0.0, begin + spec.at_s - time.monotonic()))
+            record = admin_actions.perform(self.zk, spec, action_id, self.exp.broker_ids, rng)
+            self.writer.write(rundir.ACTIONS, [record])
+            self.progress(f"Admin action {spec.action.value} {spec.topic}" +
+                          (f" refused: {record.error}" if record.error else f" done in "
+                           f"{record.done_ms - record.started_ms:.0f} ms"))
 
     def _finish(self) -> None:
         exp = self.exp
@@ -292,7 +296,8 @@ class ExperimentRun:
         if not agreed:  # the checker reports what differs
             self.progress(f"Not converged after {exp.settle_s:.0f} s")
         self._stop_sampling.set()
-        self.writer.document(rundir.FINAL_STATE, state or self._reading()[0])
+        state = state or self._reading()[0]
+        self.writer.document(rundir.FINAL_STATE, state.model_copy(update={"on_disk": self._on_disk()}))
         self.progress("Reading every partition back from offset 0")
         chunk: list[str] = []
         for record in read_back(self.config, self.partitions):
@@ -537,35 +542,43 @@ class ExperimentRun:
                 self.zk.get_topic_znodes(self.zk.get_all_topics()).items()
                 for p, replicas in topic.assignment().items()}
 
-    def _zk_leaderships(self) -> dict[str, rundir.PartitionLeadership]:
+    def _zk_leaderships(self, assignments: dict[TopicPartition, list[int]] | None = None
+                        ) -> dict[str, rundir.PartitionLeadership]:
         return {tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
                     leader=r.state.leader, leader_epoch=r.state.leader_epoch, isr=sorted(r.state.isr))
-                for tp, r in self.zk.get_partition_states(self._assignments()).items()}
+                for tp, r in self.zk.get_partition_states(assignments or self._assignments()).items()}
 
     def _admin_state(self) -> dict:
         """What the admin actions' check reads at the end: every topic ZooKeeper knows of (its znode, its
-        config, its deletion request), the pending reassignment and election, each broker's logs."""
-        names = self.zk.get_all_topics() | set(self.zk.children(zkdata.DELETE_TOPICS)) | \
-            set(self.zk.children(zkdata.CONFIG_TOPICS))
-        znodes = self.zk.get_topic_znodes(names)
+        config, its deletion request), the pending reassignment and election."""
         marked = set(self.zk.children(zkdata.DELETE_TOPICS))
+        names = sorted(self.zk.get_all_topics() | marked | set(self.zk.children(zkdata.CONFIG_TOPICS)))
+        znodes = self.zk.get_topic_znodes(names)
+        configs = self.zk.get_many(zkdata.topic_config_path(name) for name in names)
         topics = {}
-        for name in sorted(names):
-            config = self.zk.get_znode(zkdata.TopicConfigZNode, zkdata.topic_config_path(name))
+        for name in names:
+            got = configs[zkdata.topic_config_path(name)]
+            config = zkdata.decode(zkdata.TopicConfigZNode, zkdata.topic_config_path(name), got[0]).config \
+                if got and got[0] else {}
             topics[name] = rundir.TopicFinal(partitions=len(znodes[name].partitions) if name in znodes else 0,
-                                             config=config.config if config else {}, marked_for_deletion=name in marked)
+                                             config=config, marked_for_deletion=name in marked)
         reassigning = self.zk.get_znode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS)
-        with self._lock:
-            handles = dict(self.cluster.brokers)
-        on_disk = {}
-        for broker_id, handle in handles.items():
-            try:
-                on_disk[broker_id] = ray.get(handle.partitions_on_disk.remote(), timeout=10)
-            except Exception:  # not answering: its logs are not known (the checker names the brokers it has)
-                continue
-        return dict(topics=topics, on_disk=on_disk,
+        return dict(topics=topics,
                     reassigning=[tp_key(p.topic, p.partition) for p in reassigning.partitions] if reassigning else [],
                     preferred_election_pending=self.zk.get(zkdata.PREFERRED_REPLICA_ELECTION) is not None)
+
+    def _on_disk(self) -> dict[int, list[str]]:
+        """Each broker's partitions with a log on its disks, asked of all at once."""
+        with self._lock:
+            handles = dict(self.cluster.brokers)
+        refs = {broker_id: handle.partitions_on_disk.remote() for broker_id, handle in handles.items()}
+        on_disk = {}
+        for broker_id, ref in refs.items():
+            try:
+                on_disk[broker_id] = ray.get(ref, timeout=10)
+            except Exception:  # not answering: its logs are not known (the checker names the brokers it has)
+                continue
+        return on_disk
 
     def _caches(self) -> dict[int, rundir.BrokerCache]:
         out = {}
@@ -587,11 +600,12 @@ class ExperimentRun:
         back, every partition fully replicated and no admin work (reassignment, election, deletion)
         pending: ZooKeeper is read before and after the caches and
         must not have changed meanwhile (leaders may still be moving: the auto leader rebalance goes on)."""
-        live, before = self.zk.get_all_broker_ids(), self._zk_leaderships()
+        assignments = self._assignments()
+        live, before = self.zk.get_all_broker_ids(), self._zk_leaderships(assignments)
         caches = self._caches()
-        after = self._zk_leaderships()
+        after = self._zk_leaderships(assignments)
         final = rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches, assignments={
-            tp_key(tp.topic, tp.partition): replicas for tp, replicas in self._assignments().items()},
+            tp_key(tp.topic, tp.partition): replicas for tp, replicas in assignments.items()},
             **self._admin_state())
         agreed = before == after and live == self.exp.broker_ids and len(caches) == len(live) \
             and all(c.partitions == after and c.brokers == live for c in caches.values()) \

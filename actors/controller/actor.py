@@ -77,16 +77,19 @@ class ControllerActor:
         state = controller_state(event)
         self.metrics.event_started(state)
         started = time.time() * 1000
-        epoch = self.controller.ctx.epoch  # a failed event's: the controller resigns after it
+        epoch, was_active = self.controller.ctx.epoch, self.controller.active  # a failed event resigns
         error = self.controller.process(event)
         c = self.controller
+        if error is not None and self._stopped.is_set():
+            error = None  # its ZooKeeper client closed under it as the candidate shut down: no failure
         if error is not None:
             self.failed_events += 1
             self.metrics.event_failed()
         if self.sink.enabled:
             self.sink.emit(records.CONTROLLER_EVENTS, records.ControllerEventRecord(
                 controller_id=self.broker_id, controller_epoch=c.ctx.epoch if error is None else epoch,
-                active=c.active or error is not None, event=type(event).__name__, enqueued_ms=event.enqueued_ms,
+                active=c.active or (error is not None and was_active), event=type(event).__name__,
+                enqueued_ms=event.enqueued_ms,
                 started_ms=started, finished_ms=time.time() * 1000, error=error))
         self.metrics.event_processed(state, self.inbox.last_queue_time_ms, time.time() * 1000 - started,
                                      self.inbox.depth(), c.scope.psm.unclean_elections)

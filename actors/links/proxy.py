@@ -75,6 +75,10 @@ class LinkProxy:
         except OSError:  # the target is down: so is the connection through the link
             down_writer.close()
             return
+        if any(f.drop for f in self.faults.values()):  # dropped while it connected
+            for w in (down_writer, up_writer):
+                w.transport.abort()
+            return
         self._writers |= {down_writer, up_writer}
         try:
             await asyncio.gather(self._pump(down_reader, up_writer, Direction.FORWARD),
