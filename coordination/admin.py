@@ -33,7 +33,7 @@ from coordination.errors import (
     UnknownTopicOrPartitionException,
 )
 from coordination.topic_config import parse_topic_config
-from coordination.zkclient import KrayZkClient
+from coordination.zkclient import Attempts, KrayZkClient
 from coordination.zkdata import PartitionReassignment, TopicPartition
 
 M = TypeVar("M", bound=BaseModel)
@@ -116,11 +116,8 @@ def create_topic(zk: KrayZkClient, topic: str, partitions: int, replication_fact
     znode = zkdata.TopicZNode.from_assignment(assignment, zkdata.new_topic_id())
     config_path = zkdata.topic_config_path(topic)
     config_data = zkdata.TopicConfigZNode(config=config or {}).encode()
-    tries = 0
 
     def commit() -> list:
-        nonlocal tries
-        tries += 1
         txn = zk.kazoo.transaction()
         if zk.exists(config_path):
             txn.set_data(config_path, config_data)
@@ -128,9 +125,10 @@ def create_topic(zk: KrayZkClient, topic: str, partitions: int, replication_fact
             txn.create(config_path, config_data)
         txn.create(zkdata.topic_path(topic), znode.encode())
         return txn.commit()
-    failure = next((r for r in zk.until_connected(commit) if isinstance(r, Exception)), None)
+    send = Attempts(commit)
+    failure = next((r for r in zk.until_connected(send) if isinstance(r, Exception)), None)
     if failure is not None:  # lost a race with another creator, unless it was our first try, its answer lost
-        got = zk.get(zkdata.topic_path(topic)) if tries > 1 else None
+        got = zk.get(zkdata.topic_path(topic)) if send.again else None
         if got is None or got[0] != znode.encode():
             raise TopicExistsException(f"Topic '{topic}' already exists.")
     return assignment

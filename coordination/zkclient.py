@@ -35,7 +35,8 @@ from coordination.errors import ControllerMovedException, KrayError, MalformedZN
 from coordination.zkdata import TopicPartition
 from coordination.zkprotocol import CreateOp, DeleteOp, FencedMulti, MultiRead, SetDataOp, ZkOp
 
-__all__ = ["CreateOp", "DeleteOp", "KrayZkClient", "OpResult", "PartitionStateRecord", "SetDataOp", "ZkOp"]
+__all__ = ["Attempts", "CreateOp", "DeleteOp", "KrayZkClient", "OpResult", "PartitionStateRecord", "SetDataOp",
+           "ZkOp"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,22 @@ SECURE_ACL = CREATOR_ALL_ACL + READ_ACL_UNSAFE  # Kafka's zookeeper.set.acl: kra
 def credential_from_env() -> str | None:
     """kray's ZooKeeper credential as the environment gives it (the one place that reads it)."""
     return os.environ.get(CREDENTIAL_ENV) or None
+
+
+class Attempts:
+    """A request that counts how often it was sent: sent again, an earlier try may have landed with only
+    its answer lost, which the caller checks when the retry meets a conflict."""
+
+    def __init__(self, request: Callable[[], T]):
+        self.request, self.count = request, 0
+
+    def __call__(self) -> T:
+        self.count += 1
+        return self.request()
+
+    @property
+    def again(self) -> bool:
+        return self.count > 1
 
 
 class NotAttemptedError(BadVersionError):
@@ -169,16 +186,12 @@ class KrayZkClient:
         the znode holds `data` (and, ephemeral, is this session's): the first try landed, only its
         answer was lost (Kafka treats NODEEXISTS after a retry so). A sequential create sent again may
         make a second znode: only notifications are sequential, and one twice is harmless."""
-        tries = 0
-
-        def send() -> str:
-            nonlocal tries
-            tries += 1
-            return self.kazoo.create(path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
+        send = Attempts(lambda: self.kazoo.create(path, data, ephemeral=ephemeral, sequence=sequence,
+                                                  makepath=makepath))
         try:
             return self.until_connected(send)
         except NodeExistsError:
-            got = self.get(path) if tries > 1 else None
+            got = self.get(path) if send.again else None
             if got is None or got[0] != data or (ephemeral and got[1].ephemeralOwner != self.session_id):
                 raise
             return path
@@ -186,16 +199,11 @@ class KrayZkClient:
     def set(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
         """A conditional set sent until connected. BadVersionError after it was sent again counts as
         done when the znode holds `data` at the version after `version`: its stat."""
-        tries = 0
-
-        def send() -> ZnodeStat:
-            nonlocal tries
-            tries += 1
-            return self.kazoo.set(path, data, version=version)
+        send = Attempts(lambda: self.kazoo.set(path, data, version=version))
         try:
             return self.until_connected(send)
         except BadVersionError:
-            got = self.get(path) if tries > 1 else None
+            got = self.get(path) if send.again else None
             if got is None or got[0] != data or got[1].version != version + 1:
                 raise
             return got[1]

@@ -29,7 +29,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 from actors.broker.replica_manager import ReplicaManager
 from coordination import zkdata
 from coordination.errors import MalformedZNodeError
-from coordination.zkclient import KrayZkClient
+from coordination.zkclient import Attempts, KrayZkClient
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -183,15 +183,12 @@ class IsrManager:
         with the version read (always 0: a registration is never rewritten). One deleted and made again
         within the milliseconds between the two passes, as a new incarnation would need a new session
         first."""
-        tries = 0
         if joining is not None:
             registration = self.zk.exists(zkdata.broker_path(joining))
             if registration is None or registration.czxid != broker_epoch:
                 raise _NotRegistered
 
         def commit() -> list:
-            nonlocal tries
-            tries += 1
             txn = self.zk.kazoo.transaction()
             if joining is not None:
                 txn.check(zkdata.broker_path(joining), registration.version)
@@ -199,7 +196,8 @@ class IsrManager:
                 txn.set_data(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(
                     state.leader, state.leader_epoch, state.controller_epoch, isr), version=state.zk_version)
             return txn.commit()
-        results = self.zk.until_connected(commit)
+        send = Attempts(commit)
+        results = self.zk.until_connected(send)
         checked, written = (results[0], results[1:]) if joining is not None else (None, results)
         if isinstance(checked, NoNodeError):
             raise _NotRegistered
@@ -207,10 +205,10 @@ class IsrManager:
             raise checked  # the check failed otherwise (no access?): as a failed set would
         for i, result in enumerate(written):
             if isinstance(result, (BadVersionError, NoNodeError)):
-                return None, i, tries > 1
+                return None, i, send.again
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 raise result
-        return written, None, tries > 1
+        return written, None, send.again
 
     def propagate(self) -> None:
         """One /isr_change_notification/isr_change_N znode for everything changed since the last one.
