@@ -16,6 +16,7 @@ from actors.clients.producer import Producer
 from actors.cluster import LocalCluster, poll as wait_until
 from actors.config import BrokerConfig, ClusterConfig, ControllerConfig
 from coordination import zkdata
+from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 from jobs.local import fresh_chroot
@@ -37,20 +38,145 @@ def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), broker: BrokerConfig | 
     return cluster, zk
 
 
+@pytest.fixture(scope="module")
+def shared_clusters(zk_connect, ray_session):
+    """The module's shared clusters, one per set of settings (`SharedClusters`)."""
+    pool = SharedClusters(zk_connect)
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def new_cluster(zk_connect, ray_session):
-    """Start a cluster of brokers with a ControllerConfig of the test's choosing; stopped afterwards."""
-    started = []
+def new_cluster(shared_clusters, zk_connect):
+    """A cluster of brokers with settings of the test's choosing: the module's shared one for those
+    settings (started once, put back as found after each test and checked, see `SharedClusters`), or with
+    `own=True` one of the test's own (stopped afterwards), for a test whose assertions need a cluster with
+    no history (first epochs, counters) or that leaves it in a state no test could undo."""
+    started, shared = [], []
 
     def start(broker_ids=(1, 2, 3), broker: BrokerConfig | None = None, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-              link_faults: bool = False, **controller) -> tuple[LocalCluster, KrayZkClient]:
-        started.append(start_cluster(zk_connect, broker_ids, broker, session_timeout_ms, link_faults, **controller))
-        return started[-1]
+              link_faults: bool = False, own: bool = False, **controller) -> tuple[LocalCluster, KrayZkClient]:
+        args = (tuple(broker_ids), broker, session_timeout_ms, link_faults)
+        if own:
+            started.append(start_cluster(zk_connect, *args, **controller))
+            return started[-1]
+        key, cluster, zk = shared_clusters.get(args, controller)
+        shared.append(key)
+        return cluster, zk
 
     yield start
     for cluster, zk in started:
         cluster.stop(delete_logs=True)
         zk.close()
+    for key in dict.fromkeys(shared):
+        shared_clusters.put_back(key)
+
+
+class SharedClusters:
+    """One module's shared clusters, one per set of settings: started for the first test that asks for
+    its settings, used by the following tests that ask for the same, ended with the module (the least
+    recently used first, when more than `MAX_SHARED` would be up).
+
+    After each test a cluster it used is put back as it was found: link faults healed, brokers that were
+    killed or shut down started again, every registration and controller candidate back, the test's
+    topics deleted (off every broker's disk too); then checked: the same brokers registered and in every
+    cache, no topic, no pending admin request, the same znodes as when it started. A test that left it
+    otherwise fails in its teardown, naming what was left, and the next test gets a new cluster."""
+
+    MAX_SHARED = 3
+
+    def __init__(self, zk_connect: str):
+        self.zk_connect = zk_connect
+        self.clusters: dict[tuple, tuple[LocalCluster, KrayZkClient, set[str]]] = {}
+
+    def get(self, args: tuple, controller: dict) -> tuple[tuple, LocalCluster, KrayZkClient]:
+        broker_ids, broker, *rest = args
+        key = (broker_ids, broker and broker.model_dump_json(), *rest, tuple(sorted(controller.items())))
+        if key not in self.clusters:
+            while len(self.clusters) >= self.MAX_SHARED:
+                self.close(next(iter(self.clusters)))
+            cluster, zk = start_cluster(self.zk_connect, *args, **controller)
+            self.clusters[key] = (cluster, zk, znode_tree(zk))
+        self.clusters[key] = self.clusters.pop(key)  # the most recently used last
+        return key, *self.clusters[key][:2]
+
+    def put_back(self, key: tuple) -> None:
+        cluster, zk, znodes = self.clusters[key]
+        try:
+            put_back(cluster, zk)
+            assert_as_found(cluster, zk, znodes)
+        except BaseException:
+            self.close(key)  # the next test starts afresh
+            raise
+
+    def close(self, key: tuple | None = None) -> None:
+        for k in [key] if key is not None else list(self.clusters):
+            cluster, zk, _ = self.clusters.pop(k)
+            cluster.stop(delete_logs=True)
+            zk.close()
+
+
+def put_back(cluster: LocalCluster, zk: KrayZkClient, timeout: float = 60.0) -> None:
+    """Undo what a test did to a cluster: heal its links, bring back its brokers (with their candidates),
+    delete its topics; return once the controller has finished (nothing on any broker's disk)."""
+    import ray
+
+    from coordination import admin
+    from jobs.chaos import Chaos
+
+    if cluster.config.link_faults_enable:
+        Chaos(cluster, zk).heal_links()
+    for b in cluster.broker_ids:
+        if b not in cluster.brokers:  # killed for good or shut down
+            cluster.start_broker(b, timeout=timeout)
+    wait_until(lambda: zk.get_all_broker_ids() == sorted(cluster.broker_ids), timeout=timeout,
+               what="every broker registered again")
+    wait_until(lambda: len(ray.get([cluster.controller_actor(b).status.remote() for b in cluster.brokers],
+                                   timeout=5)) == len(cluster.brokers),
+               timeout=timeout, what="every controller candidate answering")  # one killed starts after a backoff
+    cluster.wait_for_controller(zk, timeout=timeout)
+    for topic in zk.get_all_topics() - set(zk.children(zkdata.DELETE_TOPICS)):
+        admin.delete_topic(zk, topic)
+
+    def deleted() -> bool:
+        brokers = list(cluster.brokers.values())
+        return (not zk.get_all_topics() and not zk.children(zkdata.DELETE_TOPICS)
+                and not any(ray.get([h.partitions_on_disk.remote() for h in brokers], timeout=5))
+                and not any(c["partitions"] for c in ray.get([h.metadata.remote() for h in brokers], timeout=5)))
+    wait_until(deleted, timeout=timeout, what="the test's topics deleted, from every broker's disk and cache too")
+
+
+def assert_as_found(cluster: LocalCluster, zk: KrayZkClient, znodes: set[str], timeout: float = 10.0) -> None:
+    """The shared cluster is as the next test expects it (notifications the controller consumes may
+    still be in flight: waited for); what `put_back` could not undo is named."""
+    import ray
+
+    def as_found() -> bool:
+        caches = ray.get([h.metadata.remote() for h in cluster.brokers.values()], timeout=10)
+        return all(c["brokers"] == sorted(cluster.broker_ids) for c in caches) and znode_tree(zk) == znodes
+    try:
+        wait_until(as_found, timeout=timeout, what="the shared cluster as the test found it")
+    except KrayError:
+        caches = ray.get([h.metadata.remote() for h in cluster.brokers.values()], timeout=10)
+        now = znode_tree(zk)
+        raise AssertionError(f"the test left the shared cluster changed: brokers in the caches "
+                             f"{[c['brokers'] for c in caches]} (expected {sorted(cluster.broker_ids)}), znodes "
+                             f"added {sorted(now - znodes)}, removed {sorted(znodes - now)}") from None
+
+
+def znode_tree(zk: KrayZkClient) -> set[str]:
+    """Every znode's path in the cluster's chroot, but what any use of a cluster leaves for good, as in
+    Kafka: config change notifications (purged after 15 minutes) and the producer id block."""
+    skip = {zkdata.CONFIG_CHANGES, zkdata.LATEST_PRODUCER_ID_BLOCK, "/zookeeper"}
+    paths, stack = set(), ["/"]
+    while stack:
+        path = stack.pop()
+        for child in zk.children(path):
+            full = f"{path.rstrip('/')}/{child}"
+            if full not in skip:
+                paths.add(full)
+                stack.append(full)
+    return paths
 
 
 def zk_states(zk: KrayZkClient, topic: str) -> dict[TopicPartition, zkdata.PartitionStateZNode]:
@@ -145,6 +271,7 @@ class AckedLoad:
         self.topic, self.batch = topic, batch
         self.acked: list[tuple[TopicPartition, int, bytes]] = []
         self.last_send: list[bytes] = []
+        self.error: Exception | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="acked-load", daemon=True)
         self._thread.start()
@@ -154,16 +281,26 @@ class AckedLoad:
         while not self._stop.is_set():
             values = [f"r{n + i}".encode() for i in range(self.batch)]
             self.last_send = values
-            for meta, value in zip(self.producer.send(self.topic, values), values):
+            try:
+                sent = self.producer.send(self.topic, values)
+            except Exception as e:  # kept for the test: a load that stopped says why
+                self.error = e
+                return
+            for meta, value in zip(sent, values):
                 self.acked.append((TopicPartition(meta.topic, meta.partition), meta.offset, value))
             n += len(values)
+
+    def waiting(self) -> str:
+        """Why the load may not be moving: its error, or where librdkafka holds its records."""
+        return f"load error: {self.error!r}" if self.error else \
+            f"{self.producer.in_flight()} records unacknowledged, {self.producer.stuck()}"
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(120)
         assert not self._thread.is_alive(), (
-            f"the producer did not finish its last send of {len(self.last_send)} records in 120 s: "
-            f"{self.producer.in_flight()} records still unacknowledged, {self.producer.stuck()}")
+            f"the producer did not finish its last send of {len(self.last_send)} records in 120 s: {self.waiting()}")
+        assert self.error is None, f"the load stopped on an error: {self.error!r}"
 
     def lost(self, cluster: LocalCluster, partitions: int) -> list[tuple[TopicPartition, int, bytes]]:
         """Acknowledged records that are not in the log where their acknowledgement said."""

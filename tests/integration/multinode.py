@@ -19,6 +19,7 @@ from ray.cluster_utils import Cluster
 from actors.cluster import LocalCluster
 from actors.config import BrokerConfig, ClusterConfig
 from coordination import admin
+from coordination.errors import KrayError
 from jobs.local import fresh_chroot
 from tests.integration.conftest import AckedLoad, wait_until, zk_states
 
@@ -81,7 +82,11 @@ def main(connect: str) -> dict:
                    timeout=60, what="leaders and ISRs without the removed node's broker")
         out["node_failure"]["detected_after_ms"] = failure["detected_ms"] - removed_at
         count = len(load.acked)
-        wait_until(lambda: len(load.acked) > count + 100, timeout=60, what="records acknowledged after the node's removal")
+        try:
+            wait_until(lambda: len(load.acked) > count + 100, timeout=60,
+                       what="records acknowledged after the node's removal")
+        except KrayError as e:
+            raise KrayError(f"{e} ({len(load.acked) - count} since; {load.waiting()})") from None
         load.stop()
         out["acked"] = len(load.acked)
         out["lost"] = len(load.lost(kray, 6))

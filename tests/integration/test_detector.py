@@ -25,9 +25,11 @@ from tests.integration.conftest import create_topic_and_wait, caches_match_zooke
 LONG_SESSION_MS = 30_000
 
 
-def broker_failures(cluster, controller_id: int) -> list[dict]:
+def broker_failures(cluster, controller_id: int, since_ms: float = 0) -> list[dict]:
+    """The controller's broker-failure timelines, those detected from `since_ms` on (a shared cluster
+    keeps the earlier tests')."""
     return [t for t in ray.get(cluster.controller_actor(controller_id).timelines.remote())
-            if t["kind"] == "broker_failure"]
+            if t["kind"] == "broker_failure" and t["detected_ms"] >= since_ms]
 
 
 def test_a_killed_broker_is_handled_before_its_session_expires(new_cluster):
@@ -37,8 +39,8 @@ def test_a_killed_broker_is_handled_before_its_session_expires(new_cluster):
     victim = next(b for b in cluster.brokers if b != controller_id)
     killed_ms = time.time() * 1000
     cluster.kill_broker(victim)  # for good: only Ray can tell
-    wait_until(lambda: broker_failures(cluster, controller_id), timeout=10, what="the broker failure handled")
-    failure = broker_failures(cluster, controller_id)[0]
+    wait_until(lambda: broker_failures(cluster, controller_id, killed_ms), timeout=10, what="the broker failure handled")
+    failure = broker_failures(cluster, controller_id, killed_ms)[0]
     assert failure["brokers"] == [victim]
     assert failure["detected_ms"] - killed_ms < LONG_SESSION_MS / 3  # Ray's report, not the session timeout
     assert victim not in zk.get_all_broker_ids()  # ZooKeeper says so too
@@ -56,8 +58,8 @@ def test_a_restarted_broker_registers_again_at_once_and_gets_its_replicas_back(n
     cluster.kill_broker(victim, restart=True)
     # its old registration is removed on Ray's word: the new incarnation need not wait out the session
     # (how soon it registers is the time a new worker process takes to start, seconds on a busy machine)
-    wait_until(lambda: broker_failures(cluster, controller_id), timeout=20, what="the broker failure handled")
-    assert broker_failures(cluster, controller_id)[0]["detected_ms"] - killed_ms < LONG_SESSION_MS / 3
+    wait_until(lambda: broker_failures(cluster, controller_id, killed_ms), timeout=20, what="the broker failure handled")
+    assert broker_failures(cluster, controller_id, killed_ms)[0]["detected_ms"] - killed_ms < LONG_SESSION_MS / 3
     wait_until(lambda: ray.get(cluster.brokers[victim].info.remote())["broker_epoch"] > before["broker_epoch"],
                timeout=LONG_SESSION_MS / 1000, what="the restarted broker to register (its old registration removed)")
     wait_until(lambda: all(victim in s.isr for s in zk_states(zk, "t").values()), timeout=30,
@@ -72,13 +74,14 @@ def test_a_paused_broker_is_not_suspected(new_cluster):
     victim = next(b for b in cluster.brokers if b != controller_id)
     epoch = ray.get(cluster.brokers[victim].info.remote())["broker_epoch"]
     pid = ray.get(cluster.brokers[victim].info.remote())["pid"]
+    paused_ms = time.time() * 1000
     os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(3)
         assert victim in zk.get_all_broker_ids()
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert broker_failures(cluster, controller_id) == []
+    assert broker_failures(cluster, controller_id, since_ms=paused_ms) == []
     assert ray.get(cluster.brokers[victim].info.remote())["broker_epoch"] == epoch
 
 
@@ -162,21 +165,22 @@ def test_the_broker_that_hosted_the_controller_is_handled_by_the_next_one_before
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     pids = [ray.get(cluster.brokers[old_id].info.remote())["pid"],
             ray.get(cluster.controller_actor(old_id).status.remote())["pid"]]
-    killed = time.monotonic()
+    killed, killed_ms = time.monotonic(), time.time() * 1000
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     cluster.brokers.pop(old_id)
     new_id, _ = cluster.wait_for_controller(zk, min_epoch=old_epoch + 1, timeout=20)
-    wait_until(lambda: broker_failures(cluster, new_id), timeout=20, what="the broker failure handled")
+    wait_until(lambda: broker_failures(cluster, new_id, killed_ms), timeout=20, what="the broker failure handled")
     assert time.monotonic() - killed < LONG_SESSION_MS / 1000 / 3  # Ray's word, not the session timeout
-    assert [f["brokers"] for f in broker_failures(cluster, new_id)] == [[old_id]]
+    assert [f["brokers"] for f in broker_failures(cluster, new_id, killed_ms)] == [[old_id]]
     assert old_id not in zk.get_all_broker_ids()
     assert all(s.leader != old_id and old_id not in s.isr for s in zk_states(zk, "t").values())
 
 
 def test_with_the_detector_off_deaths_wait_for_the_session(new_cluster):
     """Kafka's behaviour: a killed broker stays registered until its session times out."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, ray_failure_detector_enable=False)
+    # its own: its killed broker's registration would hold a shared cluster's return up for the whole session
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, ray_failure_detector_enable=False, own=True)
     controller_id, _ = cluster.wait_for_controller(zk)
     victim = next(b for b in cluster.brokers if b != controller_id)
     cluster.kill_broker(victim)

@@ -29,8 +29,9 @@ TOPIC, PARTITIONS = "kip112", 6
 
 
 def test_a_failed_log_dir_moves_its_leaderships_only_and_the_broker_serves_from_the_other(new_cluster):
+    # its own: the failed log dir stays failed (an offline dir comes back only with its broker's restart)
     cluster, zk = new_cluster(broker=BrokerConfig(log_dirs_per_broker=2, min_insync_replicas=2,
-                                                  replica_high_watermark_checkpoint_interval_ms=200))
+                                                  replica_high_watermark_checkpoint_interval_ms=200), own=True)
     create_topic_and_wait(cluster, zk, TOPIC, PARTITIONS, 3)
     victim = 1
     info = ray.get(cluster.brokers[victim].info.remote())
@@ -84,7 +85,8 @@ def test_a_failed_log_dir_moves_its_leaderships_only_and_the_broker_serves_from_
 def test_the_last_log_dir_failing_stops_the_broker_as_kafka_halts(new_cluster):
     """One log dir: its failure halts the broker (Kafka's LogManager: Exit.halt(1)); to the controller, a
     broker that died. Its restart by Ray fails on the same dir, as a Kafka broker's would."""
-    cluster, zk = new_cluster(broker=BrokerConfig(replica_high_watermark_checkpoint_interval_ms=200))
+    # its own: the halted broker cannot start again on its failed dir
+    cluster, zk = new_cluster(broker=BrokerConfig(replica_high_watermark_checkpoint_interval_ms=200), own=True)
     create_topic_and_wait(cluster, zk, TOPIC, 3, 3)
     victim = 1
     pid = ray.get(cluster.brokers[victim].info.remote())["pid"]
