@@ -78,13 +78,23 @@ def zk_status(args) -> None:
 RAY = str(Path(sys.executable).parent / "ray")  # the venv's ray, whether or not it is on PATH
 
 
-def _ray_connect() -> None:
+def _ray_connect() -> bool:
+    """Join the running Ray for a command: True. False in a process on Ray already (a notebook, a test
+    calling `main`), which keeps its connection after the command (`_ray_leave`)."""
     import ray
+    if ray.is_initialized():
+        return False
     ray.init(address="auto", namespace="kray", log_to_driver=False, configure_logging=False)
+    return True
+
+
+def _ray_leave(joined: bool) -> None:
+    import ray
+    if joined:
+        ray.shutdown()
 
 
 def cluster_up(args) -> None:
-    import ray
     from actors.cluster import LocalCluster
     from actors.config import ClusterConfig
 
@@ -94,7 +104,7 @@ def cluster_up(args) -> None:
     if started_ray:
         subprocess.run([RAY, "start", "--head", "--include-dashboard=false", "--disable-usage-stats"],
                        check=True, capture_output=True)
-    _ray_connect()
+    joined = _ray_connect()
     config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
                            zk_session_timeout_ms=args.session_timeout_ms, link_faults_enable=args.link_faults,
                            broker=broker, controller=controller)
@@ -107,7 +117,7 @@ def cluster_up(args) -> None:
                                   "started_ray": started_ray})
     print(f"{args.brokers} brokers up in Ray namespace {config.namespace}; controller is broker {controller} "
           f"(epoch {epoch}); bootstrap.servers={servers}")
-    ray.shutdown()
+    _ray_leave(joined)
 
 
 def _server_overrides(pairs: list[str], log_dirs: str):
@@ -135,7 +145,6 @@ def _server_overrides(pairs: list[str], log_dirs: str):
 
 
 def cluster_down(args) -> None:
-    import ray
     from actors.cluster import LocalCluster
     from actors.config import ClusterConfig
 
@@ -144,9 +153,9 @@ def cluster_down(args) -> None:
         print("No kray cluster was started here (kray cluster up)")
         return
     try:
-        _ray_connect()
+        joined = _ray_connect()
         LocalCluster.attach(ClusterConfig(**state["config"])).stop()
-        ray.shutdown()
+        _ray_leave(joined)
     except (ConnectionError, ValueError):
         pass  # Ray is already gone
     local.clear_state("cluster")
@@ -281,7 +290,7 @@ def _ask_controller(args, method: str, *call_args):
 
     namespace = args.namespace or (local.read_state("cluster") or {}).get("config", {}).get("namespace", "kray")
     try:
-        _ray_connect()
+        joined = _ray_connect()
     except ConnectionError:
         raise KrayError("no Ray cluster is running here (kray cluster up)") from None
     deadline = time.monotonic() + CONTROLLER_WAIT_S
@@ -313,7 +322,7 @@ def _ask_controller(args, method: str, *call_args):
                     raise problem
                 time.sleep(CONTROLLER_RETRY_BACKOFF_S)
     finally:
-        ray.shutdown()
+        _ray_leave(joined)
 
 
 # -- kray reassign (kafka-reassign-partitions) -------------------------------
@@ -450,16 +459,15 @@ def _started_cluster():
 
 
 def broker_shutdown(args) -> None:
-    import ray
     from actors.cluster import LocalCluster
 
     config = _started_cluster()
-    _ray_connect()
+    joined = _ray_connect()
     with config.zk_client().start() as zk:
         if args.broker_id not in zk.get_all_broker_ids():
             raise KrayError(f"broker {args.broker_id} is not registered")
         result = LocalCluster.attach(config).controlled_shutdown(args.broker_id)
-    ray.shutdown()
+    _ray_leave(joined)
     if result["succeeded"]:
         print(f"Broker {args.broker_id} shut down after moving its leaderships ({result['attempts']} attempt(s))")
     else:
@@ -526,7 +534,6 @@ def _link_fault(c, args) -> str:
 
 def chaos(args) -> None:
     """One fault against the cluster `kray cluster up` started."""
-    import ray
     from actors.cluster import LocalCluster
     from jobs.chaos import Chaos
 
@@ -540,7 +547,7 @@ def chaos(args) -> None:
         zk_start(argparse.Namespace(tick_time_ms=zk_state.get("tick_time_ms", 500), port=zk_state["port"]))
         print(f"Restarted ZooKeeper after {args.seconds:g} s down")
         return
-    _ray_connect()
+    joined = _ray_connect()
     with config.zk_client().start() as zk:
         c = Chaos(LocalCluster.attach(config), zk)
         match args.fault:
@@ -578,7 +585,7 @@ def chaos(args) -> None:
                 done = f"{fault} {args.broker_id}: {describe(damages)}; started again after {args.seconds:g} s"
             case _:  # a link fault
                 done = _link_fault(c, args)
-    ray.shutdown()
+    _ray_leave(joined)
     print(done)
 
 

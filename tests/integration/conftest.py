@@ -83,7 +83,7 @@ class SharedClusters:
     cache, no topic, no pending admin request, the same znodes as when it started. A test that left it
     otherwise fails in its teardown, naming what was left, and the next test gets a new cluster."""
 
-    MAX_SHARED = 3
+    MAX_SHARED = 4
 
     def __init__(self, zk_connect: str):
         self.zk_connect = zk_connect
