@@ -39,7 +39,7 @@ class ControllerConfig(BaseModel):
                                 "started (a 10,000-partition failover under load took twice as long)")
     control_plane_niceness: int = Field(
         0, ge=-20, le=19, description="kray only: the nice value of the controller candidates and RequestSenders. "
-                                      "Ray starts its worker processes at 15, brokers and load clients included; at "
+                                      "The brokers and load clients run at 15 (Ray's default for its workers); at "
                                       "0 the control plane gets the CPU ahead of the data plane on a shared host "
                                       "(KIP-291's aim). Below 0 needs root or CAP_SYS_NICE (else it stays at 0)")
 

@@ -17,6 +17,7 @@ import ray
 from pydantic import BaseModel
 
 from actors.records import JsonlWriter
+from actors.runtime import configure_actor_process
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ class RunRecorder:
     """Appends lines to the files of one run directory (on the node the recorder runs on)."""
 
     def __init__(self, run_dir: str):
+        configure_actor_process()
         self.writer = JsonlWriter(Path(run_dir))
         self._lock = threading.Lock()
         self.closed = False

@@ -18,21 +18,27 @@ from coordination.errors import KrayError
 # of the event's time (measured on a broker failure); at 50,000 it is a handful.
 GC_THRESHOLDS = (50_000, 20, 20)
 
-# glibc gives threads that allocate at once their own malloc arenas (up to 8 per core) and keeps what
-# is freed in each: a broker's ~120 threads (its concurrency groups, Ray's and kazoo's) grew its
-# resident memory by 40 MB of arenas in minutes. Two arenas keep it near its working set
-# (BENCHMARKS.md, "Soak and memory"). Set for the process before it starts, hence Ray's runtime_env
-# (which the actors a broker creates, its controller candidate and RequestSenders, inherit).
-MANY_THREADS_ENV = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
+# What every Ray worker process of kray starts with, from the raylet's environment (`ray_worker_environment`:
+# each place that starts Ray for kray sets it first), so that kray's actors need no runtime_env: one cost
+# each actor 0.3-0.4 s more to start on this machine, a cluster's start 5.0 s where 4.0 s does without
+# (BENCHMARKS.md, "The test suite's time").
+# - MALLOC_ARENA_MAX=2: glibc gives threads that allocate at once their own malloc arenas (up to 8 per core)
+#   and keeps what is freed in each: a broker's ~120 threads (its concurrency groups, Ray's and kazoo's) grew
+#   its resident memory by 40 MB of arenas in minutes. Two arenas keep it near its working set (BENCHMARKS.md,
+#   "Soak and memory"). Read by glibc once, at the process's first arena: it must be there at its start.
+# - RAY_worker_niceness=0: Ray starts its workers at nice 15 by default, so that its own daemons come first.
+#   kray's control plane (controller candidates, RequestSenders) runs at `control_plane_niceness`, 0 by
+#   default, which a process started at 15 cannot go back to without privilege; so workers start at 0, and
+#   the data plane (brokers, load clients) lowers its own priority to DATA_PLANE_NICENESS, which needs none.
+RAY_WORKER_ENV = {"MALLOC_ARENA_MAX": "2", "RAY_worker_niceness": "0"}
+DATA_PLANE_NICENESS = 15
 
 
-def control_plane_env(niceness: int) -> dict:
-    """The runtime_env of the controller candidates and RequestSenders. Ray starts a worker process at
-    nice 15 (its `worker_niceness`, so that Ray's own daemons come first), brokers and load clients
-    included; the control plane starts at `niceness` instead, 0 by default as Ray does for its job
-    supervisor, and so gets the CPU ahead of the data plane on a shared host. Below 0 (root or
-    CAP_SYS_NICE) is set once the process runs (`configure_actor_process`)."""
-    return {"env_vars": {**MANY_THREADS_ENV["env_vars"], "RAY_worker_niceness": str(max(niceness, 0))}}
+def ray_worker_environment() -> dict[str, str]:
+    """Put RAY_WORKER_ENV in this process's environment, for the Ray it is about to start (`ray.init`, a
+    `ray start` child): its raylet, and every worker the raylet starts, inherit it. The environment."""
+    os.environ.update(RAY_WORKER_ENV)
+    return dict(os.environ)
 
 
 def rss_mb() -> float:
@@ -105,13 +111,20 @@ def die_with(pid: int, what: str) -> None:
     threading.Thread(target=target, args=args, name=f"die-with-{pid}", daemon=True).start()
 
 
-def configure_actor_process(niceness: int = 0) -> None:
-    """`niceness` below 0: raise this process's priority (a value of 0 or more was set by Ray at its start,
-    `control_plane_env`)."""
+def configure_actor_process(niceness: int = DATA_PLANE_NICENESS) -> None:
+    """Kafka-style logs, the GC thresholds, and this process's nice value: the data plane's by default, the
+    control plane's `control_plane_niceness`. A Ray not started with RAY_WORKER_ENV (by hand, not by kray)
+    is told in a warning: its workers start at 15, which the control plane cannot undo without privilege,
+    and with glibc's default malloc arenas."""
     configure_logging()
     gc.set_threshold(*GC_THRESHOLDS)
-    if niceness < 0:
+    if os.getpriority(os.PRIO_PROCESS, 0) != niceness:
         set_niceness(niceness)
+    missing = {k: v for k, v in RAY_WORKER_ENV.items() if os.environ.get(k) != v}
+    if missing:
+        logging.getLogger(__name__).warning(
+            "This Ray's workers started without %s: start Ray with them in its environment, as kray does "
+            "(kray cluster up, cluster.yaml)", " ".join(f"{k}={v}" for k, v in missing.items()))
 
 
 def set_niceness(niceness: int) -> bool:

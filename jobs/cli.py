@@ -97,13 +97,14 @@ def _ray_leave(joined: bool) -> None:
 def cluster_up(args) -> None:
     from actors.cluster import LocalCluster
     from actors.config import ClusterConfig
+    from actors.runtime import ray_worker_environment
 
     broker, controller = _server_overrides(args.override, log_dirs=str(local.kray_home() / "logs" / args.namespace))
     connect = local.zk_connect(args.zookeeper)
     started_ray = subprocess.run([RAY, "status"], capture_output=True).returncode != 0
     if started_ray:
         subprocess.run([RAY, "start", "--head", "--include-dashboard=false", "--disable-usage-stats"],
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, env=ray_worker_environment())
     joined = _ray_connect()
     config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
                            zk_session_timeout_ms=args.session_timeout_ms, link_faults_enable=args.link_faults,

@@ -75,6 +75,7 @@ def embedded_zookeeper_and_ray(step=lambda message: None, zk_heap_mb: int | None
     server's heap (ZooKeeperSettings' default when None)."""
     import ray
 
+    from actors.runtime import ray_worker_environment
     from coordination.server import ZooKeeperServer, ZooKeeperSettings
 
     main = threading.current_thread() is threading.main_thread()
@@ -95,6 +96,8 @@ def embedded_zookeeper_and_ray(step=lambda message: None, zk_heap_mb: int | None
             address = os.environ.get("RAY_ADDRESS")
             step(f"ZooKeeper at {connect}; " + (f"joining the Ray cluster at {address}" if address
                                                else "starting a local Ray"))
+            if not address:
+                ray_worker_environment()
             ray.init(address=address, include_dashboard=False if not address else None, log_to_driver=False,
                      configure_logging=False)
             if main:  # again: ray.init sets its own

@@ -43,9 +43,11 @@ def zk(chroot_connect):
 def ray_session():
     import ray
 
+    from actors.runtime import ray_worker_environment
     from coordination.server import free_port
 
     port = free_port()
+    ray_worker_environment()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
              namespace="kray-tests", _metrics_export_port=port)
     ray.metrics_export_port = port  # where tests scrape the Prometheus metrics

@@ -42,10 +42,8 @@ from actors.links.faults import CLIENTS_LINK, Direction, LinkFault, broker_link,
 from actors.links.proxy import LinkTable
 from actors.recording import RecordSink
 from actors.runtime import (
-    MANY_THREADS_ENV,
     beside_this_actor,
     configure_actor_process,
-    control_plane_env,
     poll,
     ray_says_this_actor_lives,
     rss_mb,
@@ -73,7 +71,7 @@ T = TypeVar("T")
 LISTENERS_FILE = "listeners.json"  # kray only: the ports this broker advertised, for its next incarnation
 
 
-@ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={"control": 8}, runtime_env=MANY_THREADS_ENV)
+@ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={"control": 8})
 class BrokerActor:
     def __init__(self, broker_id: int, config: ClusterConfig, links_at_start: dict[str, LinkFault] | None = None):
         """`links_at_start`: link faults (both directions) this incarnation starts with, before its first
@@ -153,7 +151,6 @@ class BrokerActor:
         name = controller_actor_name(self.broker_id)
         return poll(lambda: ControllerActor.options(
             name=name, namespace=self.config.namespace, max_restarts=0, scheduling_strategy=beside_this_actor(),
-            runtime_env=control_plane_env(self.config.controller.control_plane_niceness),
         ).remote(self.broker_id, self.config, os.getpid()), timeout=60, tolerate=(ValueError,), interval=0.1,
             what=f"{name}'s name to be free (a killed incarnation's candidate is still being stopped)")
 

@@ -28,7 +28,7 @@ from actors.links.calls import CallLinks
 from actors.links.faults import Direction, LinkFault, broker_link, faultable
 from actors.names import broker_actor_name, replacement_sender_name, request_sender_name
 from actors.protocol import ControllerRequestT, ControllerResponse
-from actors.runtime import BROKER_ACTOR_MODULE, beside_this_actor, configure_actor_process, control_plane_env, preload
+from actors.runtime import BROKER_ACTOR_MODULE, beside_this_actor, configure_actor_process, preload
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +138,8 @@ def start_request_sender(broker_id: int, config: ClusterConfig, controller_id: i
     a killed one (`replacement_sender_name`)."""
     name = request_sender_name(broker_id) if controller_id is None else \
         replacement_sender_name(broker_id, controller_id)
-    return RequestSender.options(name=name, namespace=config.namespace, scheduling_strategy=beside_this_actor(),
-                                 runtime_env=control_plane_env(config.controller.control_plane_niceness),
-                                 ).remote(broker_id, config)
+    return RequestSender.options(name=name, namespace=config.namespace,
+                                 scheduling_strategy=beside_this_actor()).remote(broker_id, config)
 
 
 class ControllerChannelManager:

@@ -18,6 +18,7 @@ from ray.cluster_utils import Cluster
 
 from actors.cluster import LocalCluster
 from actors.config import BrokerConfig, ClusterConfig
+from actors.runtime import ray_worker_environment
 from coordination import admin
 from coordination.errors import KrayError
 from jobs.local import fresh_chroot
@@ -25,6 +26,7 @@ from tests.integration.conftest import AckedLoad, wait_until, zk_states
 
 
 def main(connect: str) -> dict:
+    ray_worker_environment()
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     workers = [nodes.add_node(num_cpus=1) for _ in range(3)]
     nodes.wait_for_nodes()

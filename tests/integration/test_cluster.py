@@ -9,10 +9,11 @@ import contextlib
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
-from actors.runtime import poll
+from actors.runtime import DATA_PLANE_NICENESS, poll
 from actors.protocol import LeaderAndIsrRequest, PartitionState, UpdateMetadataRequest
 from coordination import admin, zkdata
 from coordination.errors import Errors
@@ -147,8 +148,9 @@ def test_a_killed_request_sender_is_replaced_by_one_of_the_controllers_and_reque
 
 
 def test_the_control_plane_runs_ahead_of_the_data_plane_on_the_cpu(env):
-    """Ray starts its worker processes at nice 15; the controller candidates and the RequestSenders
-    (the brokers' own and one a controller started) run every thread at control_plane_niceness, 0."""
+    """The controller candidates and the RequestSenders (the brokers' own and one a controller started)
+    run every thread at control_plane_niceness, 0, the brokers at 15; all of them with two malloc arenas,
+    from the environment the tests' Ray gave its workers (no runtime_env)."""
     ray, cluster = env["ray"], env["cluster"]
 
     def nice_values(pid: int) -> set[int]:
@@ -158,13 +160,19 @@ def test_the_control_plane_runs_ahead_of_the_data_plane_on_the_cpu(env):
                 values.add(os.getpriority(os.PRIO_PROCESS, int(tid)))
         return values
 
+    def arenas(pid: int) -> str | None:
+        environ = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+        return environ.get("MALLOC_ARENA_MAX")
+
     names = request_senders(env)
     assert any(n.startswith("RequestSender-to-broker-2-of-controller-") for n in names)  # started by the test above
     for sender in [ray.get_actor(name, namespace=cluster.config.namespace) for name in names]:
-        assert nice_values(ray.get(sender.process.remote())["pid"]) == {0}
+        pid = ray.get(sender.process.remote())["pid"]
+        assert nice_values(pid) == {0} and arenas(pid) == "2"
     for b, status in statuses(env).items():
-        assert nice_values(status["pid"]) == {0}
-        assert 15 in nice_values(ray.get(cluster.brokers[b].info.remote())["pid"])  # Ray's worker_niceness
+        assert nice_values(status["pid"]) == {0} and arenas(status["pid"]) == "2"
+        broker = ray.get(cluster.brokers[b].info.remote())["pid"]
+        assert nice_values(broker) == {DATA_PLANE_NICENESS} and arenas(broker) == "2"
 
 
 def test_controller_resigns_when_its_session_expires(env):

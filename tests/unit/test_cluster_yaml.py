@@ -110,6 +110,11 @@ def test_cluster_yaml_is_valid_for_ray_up_and_fits_kray():
     assert "--dashboard-host=0.0.0.0" in head_start
     assert config["worker_start_ray_commands"][0] == "ray stop"
     assert "ray start --address=$RAY_HEAD_IP:6379" in "\n".join(config["worker_start_ray_commands"])
+    # with the environment kray's actors expect of Ray's workers, on every node
+    from actors.runtime import RAY_WORKER_ENV
+    env = " ".join(f"{k}={v}" for k, v in RAY_WORKER_ENV.items())
+    assert all(f"{env} ray start" in cmd for cmd in config["head_start_ray_commands"][1:]
+               + config["worker_start_ray_commands"][1:])
 
 
 def test_every_command_is_valid_bash():
