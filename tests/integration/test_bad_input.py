@@ -12,7 +12,14 @@ from actors.clients.producer import Producer, ProducerError
 from coordination import admin, zkdata
 from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
-from tests.integration.conftest import caches_match_zookeeper, wait_until, zk_states
+from tests.integration.conftest import (
+    assert_as_found,
+    caches_match_zookeeper,
+    put_back,
+    wait_until,
+    znode_tree,
+    zk_states,
+)
 
 GARBAGE = b"{not json at all"
 
@@ -110,3 +117,22 @@ def test_a_topic_deleted_and_made_again_takes_its_own_configs_not_the_old_ones(n
     admin.create_topic(zk, "t", 1, 3)
     cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
     assert [m.offset for m in producer.send("t", [b"x" * 5000])] == [0]
+
+
+def test_what_a_test_leaves_on_a_shared_cluster_is_put_back_or_named(new_cluster):
+    """The shared cluster's teardown (tests/integration/conftest.py): a broker killed for good and a topic
+    are put back (the broker started again, the topic deleted everywhere); a znode that nothing puts back
+    is named by the check, which so fails the test that left it."""
+    cluster, zk = new_cluster()
+    found = znode_tree(zk)
+    admin.create_topic(zk, "left", 2, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 2)
+    victim = next(b for b in cluster.brokers if b != zk.get_controller_id())
+    cluster.kill_broker(victim)
+    zk.kazoo.create("/left-behind", b"")
+    put_back(cluster, zk)
+    assert sorted(cluster.brokers) == sorted(cluster.broker_ids) and zk.get_all_topics() == set()
+    with pytest.raises(AssertionError, match="znodes added \\['/left-behind'\\], removed \\[\\]"):
+        assert_as_found(cluster, zk, found, timeout=1)
+    zk.kazoo.delete("/left-behind")
+    assert_as_found(cluster, zk, found)
