@@ -34,11 +34,10 @@ RAY_WORKER_ENV = {"MALLOC_ARENA_MAX": "2", "RAY_worker_niceness": "0"}
 DATA_PLANE_NICENESS = 15
 
 
-def ray_worker_environment() -> dict[str, str]:
+def ray_worker_environment() -> None:
     """Put RAY_WORKER_ENV in this process's environment, for the Ray it is about to start (`ray.init`, a
-    `ray start` child): its raylet, and every worker the raylet starts, inherit it. The environment."""
+    `ray start` child): its raylet, and every worker the raylet starts, inherit it."""
     os.environ.update(RAY_WORKER_ENV)
-    return dict(os.environ)
 
 
 def rss_mb() -> float:

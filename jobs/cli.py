@@ -103,8 +103,9 @@ def cluster_up(args) -> None:
     connect = local.zk_connect(args.zookeeper)
     started_ray = subprocess.run([RAY, "status"], capture_output=True).returncode != 0
     if started_ray:
+        ray_worker_environment()
         subprocess.run([RAY, "start", "--head", "--include-dashboard=false", "--disable-usage-stats"],
-                       check=True, capture_output=True, env=ray_worker_environment())
+                       check=True, capture_output=True)
     joined = _ray_connect()
     config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
                            zk_session_timeout_ms=args.session_timeout_ms, link_faults_enable=args.link_faults,

@@ -131,9 +131,10 @@ def put_back(cluster: LocalCluster, zk: KrayZkClient, timeout: float = 60.0) -> 
             cluster.start_broker(b, timeout=timeout)
     wait_until(lambda: zk.get_all_broker_ids() == sorted(cluster.broker_ids), timeout=timeout,
                what="every broker registered again")
-    wait_until(lambda: len(ray.get([cluster.controller_actor(b).status.remote() for b in cluster.brokers],
-                                   timeout=5)) == len(cluster.brokers),
-               timeout=timeout, what="every controller candidate answering")  # one killed starts after a backoff
+    def candidates_answer() -> bool:  # one killed starts after a backoff: until then get_actor raises
+        ray.get([cluster.controller_actor(b).status.remote() for b in cluster.brokers], timeout=5)
+        return True
+    wait_until(candidates_answer, timeout=timeout, what="every controller candidate answering")
     cluster.wait_for_controller(zk, timeout=timeout)
     for topic in zk.get_all_topics() - set(zk.children(zkdata.DELETE_TOPICS)):
         admin.delete_topic(zk, topic)
