@@ -74,6 +74,11 @@ class BrokerConfig(BaseModel):
         5000, ge=10, description="replica.high.watermark.checkpoint.interval.ms")
     isr_change_propagation_interval_ms: int = Field(2500, ge=10, description="how often ISR changes are "
                                                                              "announced under /isr_change_notification")
+    num_partitions: int = Field(1, ge=1, description="num.partitions: a topic's partitions when CreateTopics "
+                                                     "asks for the default (-1)")
+    default_replication_factor: int = Field(1, ge=1, description="default.replication.factor: a topic's "
+                                                                 "replication factor when CreateTopics asks for the "
+                                                                 "default (-1)")
 
 
 class ClusterConfig(BaseModel):

@@ -99,9 +99,33 @@ def assign_replicas_to_brokers(broker_ids: list[int], n_partitions: int, replica
     return assignment
 
 
+def validate_replica_assignment(assignment: Mapping[int, Sequence[int]]) -> None:
+    """Kafka's AdminZkClient.validateTopicCreate for an assignment the request names: no broker twice in
+    a partition, one replication factor, partitions numbered 0..n-1."""
+    if not assignment:
+        raise InvalidReplicaAssignmentException("The replica assignment names no partitions")
+    for replicas in assignment.values():
+        if not replicas:
+            raise InvalidReplicaAssignmentException("Empty replica list in the replica assignment")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentException(
+                f"Duplicate replica assignment found: {_format_assignment(assignment)}")
+    if len({len(r) for r in assignment.values()}) != 1:
+        raise InvalidReplicaAssignmentException("All partitions should have the same number of replicas")
+    if sorted(assignment) != list(range(len(assignment))):
+        raise InvalidReplicaAssignmentException("Partitions should be a consecutive 0-based integer sequence")
+
+
+def _format_assignment(assignment: Mapping[int, Sequence[int]]) -> str:
+    return "Map(" + ", ".join(f"{p} -> List({', '.join(map(str, r))})" for p, r in sorted(assignment.items())) + ")"
+
+
 def create_topic(zk: KrayZkClient, topic: str, partitions: int, replication_factor: int,
-                 config: dict[str, str] | None = None) -> dict[int, list[int]]:
-    """Validate, assign replicas over the live brokers and write the topic's znodes atomically."""
+                 config: dict[str, str] | None = None, assignment: Mapping[int, Sequence[int]] | None = None,
+                 validate_only: bool = False, topic_id: str | None = None) -> dict[int, list[int]]:
+    """Validate, assign replicas over the live brokers (or take `assignment`, as CreateTopics may name
+    one) and write the topic's znodes atomically, under `topic_id` (a new one by default); with
+    `validate_only` (CreateTopics'), stop before the write. The assignment."""
     validate_topic_name(topic)
     existing = zk.get_all_topics()
     if topic in existing:
@@ -112,8 +136,14 @@ def create_topic(zk: KrayZkClient, topic: str, partitions: int, replication_fact
     if zk.get(zkdata.delete_topic_path(topic)) is not None:
         raise TopicExistsException(f"Topic '{topic}' is marked for deletion.")
     parse_topic_config(config or {})
-    assignment = assign_replicas_to_brokers(zk.get_all_broker_ids(), partitions, replication_factor)
-    znode = zkdata.TopicZNode.from_assignment(assignment, zkdata.new_topic_id())
+    if assignment is None:
+        assignment = assign_replicas_to_brokers(zk.get_all_broker_ids(), partitions, replication_factor)
+    else:
+        validate_replica_assignment(assignment)
+        assignment = {p: list(r) for p, r in sorted(assignment.items())}
+    if validate_only:
+        return assignment
+    znode = zkdata.TopicZNode.from_assignment(assignment, topic_id or zkdata.new_topic_id())
     config_path = zkdata.topic_config_path(topic)
     config_data = zkdata.TopicConfigZNode(config=config or {}).encode()
 
@@ -224,22 +254,40 @@ def format_describe(descriptions: list[TopicDescription], report: str | None = N
     return "\n".join(lines)
 
 
-def alter_topic_config(zk: KrayZkClient, topic: str, set_configs: dict[str, str],
-                       delete_configs: list[str] = ()) -> dict[str, str]:
-    """`kafka-configs --alter --entity-type topics` in ZooKeeper mode (AdminZkClient.changeTopicConfig):
-    validate the topic's new configs, write /config/topics/T, then announce it with a sequential
-    /config/changes/config_change_N ({"version":2,"entity_path":"topics/T"}) that every broker
-    watches. Bad input changes nothing. The configs now in force."""
+def topic_config(zk: KrayZkClient, topic: str) -> dict[str, str]:
+    """The topic's overrides in /config/topics/T; UnknownTopicOrPartitionException for no such topic."""
     if topic not in zk.get_all_topics():
         raise UnknownTopicOrPartitionException(f"Topic '{topic}' does not exist.")
     path = zkdata.topic_config_path(topic)
     got = zk.get(path)
-    current = zkdata.decode(zkdata.TopicConfigZNode, path, got[0]).config if got and got[0] else {}
+    return zkdata.decode(zkdata.TopicConfigZNode, path, got[0]).config if got and got[0] else {}
+
+
+def alter_topic_config(zk: KrayZkClient, topic: str, set_configs: dict[str, str],
+                       delete_configs: list[str] = ()) -> dict[str, str]:
+    """`kafka-configs --alter --entity-type topics` in ZooKeeper mode: the configs set and deleted
+    (deleting one that is not set is refused, as the tool does). The configs now in force."""
+    current = topic_config(zk, topic)
     missing = [name for name in delete_configs if name not in current]
     if missing:
         raise InvalidConfigurationException(f"Invalid config(s): {','.join(missing)} (not set on topic {topic})")
     configs = {k: v for k, v in {**current, **set_configs}.items() if k not in delete_configs}
+    change_topic_config(zk, topic, configs)
+    return configs
+
+
+def change_topic_config(zk: KrayZkClient, topic: str, configs: dict[str, str], validate_only: bool = False) -> None:
+    """Kafka's AdminZkClient.changeTopicConfig: validate the topic's whole new set of overrides, write
+    /config/topics/T, then announce it with a sequential /config/changes/config_change_N
+    ({"version":2,"entity_path":"topics/T"}) that every broker watches. Bad input changes nothing;
+    `validate_only` (the admin API's) stops before the write."""
+    if topic not in zk.get_all_topics():
+        raise UnknownTopicOrPartitionException(f"Topic '{topic}' does not exist.")
     parse_topic_config(configs)
+    if validate_only:
+        return
+    path = zkdata.topic_config_path(topic)
+    got = zk.get(path)
     data = zkdata.TopicConfigZNode(config=configs).encode()
     if got is None:
         zk.create(path, data, makepath=True)
@@ -247,7 +295,6 @@ def alter_topic_config(zk: KrayZkClient, topic: str, set_configs: dict[str, str]
         zk.set(path, data, version=got[1].version)
     zk.create(f"{zkdata.CONFIG_CHANGES}/{zkdata.CONFIG_CHANGE_PREFIX}",
               zkdata.ConfigChangeNotificationZNode(entity_path=f"topics/{topic}").encode(), sequence=True)
-    return configs
 
 
 def delete_topic(zk: KrayZkClient, topic: str) -> None:
@@ -260,8 +307,12 @@ def delete_topic(zk: KrayZkClient, topic: str) -> None:
         raise TopicExistsException(f"Topic {topic} is already marked for deletion.") from None
 
 
-def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int) -> dict[int, list[int]]:
-    """Grow a topic to `total_partitions` (Kafka's AdminZkClient.createPartitions); returns the new ones."""
+def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int,
+                   assignment: Sequence[Sequence[int]] | None = None,
+                   validate_only: bool = False) -> dict[int, list[int]]:
+    """Grow a topic to `total_partitions` (Kafka's AdminZkClient.createPartitions), its new partitions
+    assigned as the topic's first one was, or as `assignment` (CreatePartitions', one replica list per
+    new partition) says; `validate_only` stops before the write. The new partitions."""
     validate_topic_name(topic)
     got = zk.get(zkdata.topic_path(topic))
     if got is None:
@@ -274,10 +325,28 @@ def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int) -> dict[
         raise InvalidPartitionsException(
             f"Topic currently has {len(existing)} partitions, {total_partitions} would not be an increase.")
     brokers = zk.get_all_broker_ids()
-    first = existing[0][0]
-    start_index = next((i for i, b in enumerate(brokers) if b >= first), 0)
-    new = assign_replicas_to_brokers(brokers, total_partitions - len(existing), len(existing[0]),
-                                     start_index, len(existing))
+    increase = total_partitions - len(existing)
+    if assignment is None:
+        first = existing[0][0]
+        start_index = next((i for i, b in enumerate(brokers) if b >= first), 0)
+        new = assign_replicas_to_brokers(brokers, increase, len(existing[0]), start_index, len(existing))
+    else:
+        unknown = sorted({b for r in assignment for b in r} - set(brokers))
+        if unknown:
+            raise InvalidReplicaAssignmentException(
+                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+        if len(assignment) != increase:
+            raise InvalidReplicaAssignmentException(
+                f"Increasing the number of partitions by {increase} but {len(assignment)} assignments provided.")
+        new = {len(existing) + i: list(r) for i, r in enumerate(assignment)}
+        validate_replica_assignment({p - len(existing): r for p, r in new.items()})
+        if len(new[len(existing)]) != len(existing[0]):
+            raise InvalidReplicaAssignmentException(
+                f"Inconsistent replication factor between partitions, partition 0 has {len(existing[0])} "
+                f"while partitions [{', '.join(map(str, new))}] have replication factors "
+                f"[{', '.join(str(len(r)) for r in new.values())}], respectively.")
+    if validate_only:
+        return new
     updated = zkdata.TopicZNode(partitions={**znode.partitions, **{str(p): r for p, r in new.items()}},
                                 adding_replicas=znode.adding_replicas, removing_replicas=znode.removing_replicas,
                                 topic_id=znode.topic_id)

@@ -400,7 +400,8 @@ def reassign_cancel(args) -> None:
     if not moving:
         print("None of the specified partition reassignments are active.")
         return
-    errors = {tp: e for tp, e in _ask_controller(args, "cancel_partition_reassignments", moving).items() if e}
+    errors = {tp: e for tp, e in _ask_controller(args, "alter_partition_reassignments",
+                                                            [(tp, None) for tp in moving]).items() if e}
     if errors:
         raise AdminCommandFailedException(f"Error cancelling partition reassignment{_plural(errors)} for: " +
                                           "; ".join(f"{tp}: {e.exception()}" for tp, e in sorted(errors.items())))

@@ -25,6 +25,7 @@ import uvloop
 from pydantic import Field, TypeAdapter, ValidationError
 
 from actors import records
+from actors.broker.admin_apis import AdminApis
 from actors.broker.events import BrokerEvents
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
@@ -108,8 +109,10 @@ class BrokerActor:
             lambda d: self.loop.call_soon_threadsafe(self._handle_log_dir_failure, d)
         self.isr = IsrManager(broker_id, self.zk, self.replica_manager, self._on_loop)
         self.producer_ids = ProducerIdManager(self.zk, broker_id)
+        self.admin = AdminApis(broker_id, self.zk, self.metadata_cache, config, lambda: self.cluster_id,
+                               lambda: self.controller, self.replica_manager.describe_log_dirs)
         self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
-                              self.producer_ids.generate_producer_id)
+                              self.producer_ids.generate_producer_id, self.admin)
         self.requests: Counter[str] = Counter()  # served, per API: the listeners' and the controller's
         self.servers = {name: SocketServer(self.apis.handle, config.bind_host, 0, listener=name, requests=self.requests,
                                            max_request_bytes=config.broker.socket_request_max_bytes)
@@ -359,6 +362,7 @@ class BrokerActor:
                 changed = self.metadata_cache.incarnations_since(before)
                 if changed:
                     self._on_loop(lambda: self.replica_manager.forget_followers(changed))
+                self.loop.call_soon_threadsafe(self.admin.waits.changed)
                 state_change_log.debug("[Broker id=%d] Cached %d partition states and live brokers %s from "
                                        "UpdateMetadata of controller %d epoch %d with correlation id %d",
                                        self.broker_id, len(request.partition_states),

@@ -3,8 +3,9 @@
 Versions are Kafka 2.8's (what its ApiVersionsResponse lists), with Fetch capped at v12 so that no
 client fetches by topic id. Minimum versions start where v2 record batches and kafka-python's
 message definitions do (Produce 3, Fetch 4, ListOffsets 1, OffsetForLeaderEpoch 2, OffsetCommit 2,
-OffsetFetch 1): older versions carry the message formats v0/v1 that kray does not store, and Kafka
-3/4 dropped them too (KIP-896).
+OffsetFetch 1, CreateTopics 2, DeleteTopics 1, DescribeConfigs 1, DescribeLogDirs 1): older versions
+carry the message formats v0/v1 that kray does not store, or fields Kafka 3/4 dropped with them
+(KIP-896).
 
 kray has no group coordinator: consumers assign() partitions. The group APIs are still listed, so
 that a client using a group gets an answer it reports (COORDINATOR_NOT_AVAILABLE) rather than a
@@ -12,7 +13,23 @@ connection closed on an unknown API key.
 """
 from __future__ import annotations
 
-from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListPartitionReassignmentsRequest,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -47,7 +64,11 @@ API_VERSIONS = {cls.API_KEY: (cls, low, high) for cls, low, high in [
     (OffsetCommitRequest, 2, 8), (OffsetFetchRequest, 1, 7), (FindCoordinatorRequest, 0, 3),
     (JoinGroupRequest, 0, 7), (HeartbeatRequest, 0, 4), (LeaveGroupRequest, 0, 4), (SyncGroupRequest, 0, 5),
     (DescribeGroupsRequest, 0, 5), (ListGroupsRequest, 0, 4), (ApiVersionsRequest, 0, 3),
-    (InitProducerIdRequest, 0, 4), (OffsetForLeaderEpochRequest, 2, 4)]}
+    (InitProducerIdRequest, 0, 4), (OffsetForLeaderEpochRequest, 2, 4),
+    (CreateTopicsRequest, 2, 7), (DeleteTopicsRequest, 1, 6), (CreatePartitionsRequest, 0, 3),
+    (DescribeConfigsRequest, 1, 4), (AlterConfigsRequest, 0, 2), (IncrementalAlterConfigsRequest, 0, 1),
+    (AlterPartitionReassignmentsRequest, 0, 0), (ListPartitionReassignmentsRequest, 0, 0),
+    (ElectLeadersRequest, 0, 2), (DescribeLogDirsRequest, 1, 2), (DescribeClusterRequest, 0, 0)]}
 
 GROUP_APIS = {cls.API_KEY for cls in (OffsetCommitRequest, OffsetFetchRequest, FindCoordinatorRequest,
                                       JoinGroupRequest, HeartbeatRequest, LeaveGroupRequest, SyncGroupRequest,

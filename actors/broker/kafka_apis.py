@@ -5,7 +5,7 @@ into the response of the request's version.
 Runs on the broker's event loop; a connection's requests start in order (the SocketServer's). The
 responses of the replication round (Produce v9, Fetch v12) are written by `wire`, the rest by
 kafka-python.
-ApiVersions is the SocketServer's own; the group APIs get a clean error (kray has no group
+The admin API's requests are admin_apis.py's. ApiVersions is the SocketServer's own; the group APIs get a clean error (kray has no group
 coordinator: consumers assign() partitions). Producer ids come in blocks from ZooKeeper, claimed off
 the loop.
 """
@@ -27,6 +27,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from actors.broker import wire
+from actors.broker.admin_apis import AdminApis
 from actors.broker.api_versions import group_error_response, is_group_api
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network import CloseConnection, RequestContext
@@ -42,7 +43,7 @@ NO_LEADER = -1
 
 class KafkaApis:
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 cluster_id: Callable[[], str | None], producer_id: Callable[[], int]):
+                 cluster_id: Callable[[], str | None], producer_id: Callable[[], int], admin: AdminApis | None = None):
         self.broker_id = broker_id
         self.rm, self.cache = replica_manager, metadata_cache
         self.cluster_id = cluster_id
@@ -50,7 +51,8 @@ class KafkaApis:
         self._handlers = {ProduceRequest.API_KEY: self.produce, FetchRequest.API_KEY: self.fetch,
                           ListOffsetsRequest.API_KEY: self.list_offsets, MetadataRequest.API_KEY: self.metadata,
                           OffsetForLeaderEpochRequest.API_KEY: self.offset_for_leader_epoch,
-                          InitProducerIdRequest.API_KEY: self.init_producer_id}
+                          InitProducerIdRequest.API_KEY: self.init_producer_id,
+                          **(admin.handlers if admin is not None else {})}
 
     async def handle(self, ctx: RequestContext, request):
         if is_group_api(ctx.api_key):

@@ -225,6 +225,20 @@ class ReplicaManager:
     def _dir_of(self, partition: Partition) -> Path:
         return partition.log.dir.parent
 
+    def describe_log_dirs(self, wanted: set[TopicPartition] | None = None
+                          ) -> list[tuple[Path, Errors, dict[TopicPartition, tuple[int, int]]]]:
+        """Kafka's describeLogDirs: per log dir, its error (KAFKA_STORAGE_ERROR once failed) and each
+        replica in it (those `wanted`, all when None) with its size and its lag (the HW past its LEO)."""
+        out = []
+        for d in self.log_dirs.dirs:
+            if d in self.log_dirs.offline:
+                out.append((d, Errors.KAFKA_STORAGE_ERROR, {}))
+                continue
+            out.append((d, Errors.NONE, {tp: (p.log.size_in_bytes, max(0, p.high_watermark - p.log.log_end_offset))
+                                         for tp, p in self.partitions.items()
+                                         if self._dir_of(p) == d and (wanted is None or tp in wanted)}))
+        return out
+
     def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
         """Kafka's ReplicaManager.handleLogDirFailure with LogManager's: every replica in the directory goes
         offline (its waiting produces and fetches answer, its log's files are closed); the replicas that

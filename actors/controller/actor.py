@@ -22,10 +22,11 @@ from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
 from actors.controller.metrics import GAUGE_REFRESH_S, ControllerMetrics
 from actors.controller.events import (
-    CancelPartitionReassignments,
+    ApiPartitionReassignment,
     ControlledShutdown,
     ControllerEventManager,
     DescribeController,
+    ListPartitionReassignments,
     ReplicaLeaderElection,
     RequestSenderDied,
     ResponseReceived,
@@ -139,10 +140,24 @@ class ControllerActor:
         return self._ask(ReplicaLeaderElection(partitions=None if partitions is None else tuple(partitions),
                                                election_type=election_type, reply=Future()), timeout)
 
-    def cancel_partition_reassignments(self, partitions: list[tuple[str, int]], timeout: float = 60.0):
-        """KIP-455's AlterPartitionReassignments with no target: the moves revert to their original
-        replicas; per partition None or its ApiError."""
-        return self._ask(CancelPartitionReassignments(partitions=tuple(partitions), reply=Future()), timeout)
+    def alter_partition_reassignments(self, reassignments: list[tuple[tuple[str, int], list[int] | None]],
+                                      timeout: float = 60.0):
+        """KIP-455's AlterPartitionReassignments: per partition its target replicas, or None to cancel its
+        move; per partition None or its ApiError (or NOT_CONTROLLER)."""
+        return self._ask(ApiPartitionReassignment(reassignments=tuple((tuple(tp), None if t is None else tuple(t))
+                                                                      for tp, t in reassignments), reply=Future()),
+                         timeout)
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None = None, timeout: float = 60.0):
+        """KIP-455's ListPartitionReassignments: the ReplicaAssignment of each partition named (all when
+        None) that is being moved (or NOT_CONTROLLER)."""
+        return self._ask(ListPartitionReassignments(partitions=None if partitions is None else tuple(partitions),
+                                                    reply=Future()), timeout)
+
+    def is_active(self) -> bool:
+        """Whether this candidate is the active controller now (Kafka's KafkaController.isActive), read
+        outside the inbox: its broker asks before it serves a request only the controller may."""
+        return self.controller.active
 
     def enable_topic_unclean_leader_election(self, topic: str) -> None:
         """Kafka's enableTopicUncleanLeaderElection: the topic's offline partitions are elected again,

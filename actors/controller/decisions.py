@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from actors.controller.context import ControllerContext, ReplicaAssignment
 from coordination import zkdata
-from coordination.errors import Errors
+from coordination.errors import ApiError, Errors
 from coordination.zkdata import TopicPartition
 
 
@@ -94,6 +94,24 @@ def reassignment_error(ctx: ControllerContext, tp: TopicPartition, target: tuple
         return "UNKNOWN_TOPIC_OR_PARTITION: the partition does not exist"
     if not target or len(set(target)) != len(target):
         return "INVALID_REPLICA_ASSIGNMENT: empty or duplicate replicas"
+    return None
+
+
+def api_reassignment_error(ctx: ControllerContext, tp: TopicPartition, target: tuple[int, ...]) -> ApiError | None:
+    """Kafka's validateReplicas, on the admin API's path: a target that is empty, names a broker twice
+    or a negative id, or adds a replica on a broker that is not alive, is refused."""
+    if not target:
+        return ApiError(Errors.INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment.")
+    if len(set(target)) != len(target):
+        return ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                        f"Duplicate replica ids in partition reassignment replica list: {list(target)}")
+    if any(r < 0 for r in target):
+        return ApiError(Errors.INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {list(target)}")
+    adding = ReplicaAssignment.for_reassignment(ctx.partition_full_assignment(tp).original_replicas, target).adding
+    if not set(adding) <= ctx.live_broker_ids:
+        return ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                        f"Replica assignment has brokers that are not alive. Replica list: {list(adding)}, live "
+                        f"broker list: {sorted(ctx.live_broker_ids)}")
     return None
 
 

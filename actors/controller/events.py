@@ -158,11 +158,21 @@ class ReplicaLeaderElection(ControllerEvent):
 
 
 @dataclass(frozen=True)
-class CancelPartitionReassignments(ControllerEvent):
-    """KIP-455's AlterPartitionReassignments with no target replicas (kray reassign --cancel); `reply`
-    gets per-partition errors."""
+class ApiPartitionReassignment(ControllerEvent):
+    """KIP-455's AlterPartitionReassignments: per partition ((topic, partition), target replicas), a
+    target of None cancelling the partition's move (kray reassign --cancel); `reply` gets per-partition
+    errors."""
 
-    partitions: tuple = ()
+    reassignments: tuple = ()
+    reply: Future | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ListPartitionReassignments(ControllerEvent):
+    """KIP-455's ListPartitionReassignments: the partitions named (all when None) that are being moved;
+    `reply` gets their assignments."""
+
+    partitions: tuple | None = None
     reply: Future | None = field(default=None, compare=False)
 
 
@@ -201,6 +211,8 @@ _STATE_OF = {  # each event's ControllerState, as Kafka's event of that kind dec
     "PartitionReassignmentIsrChange": "AlterPartitionReassignment",
     "AutoPreferredReplicaLeaderElection": "AutoLeaderBalance", "PreferredReplicaElection": "ManualLeaderBalance",
     "ReplicaLeaderElection": "ManualLeaderBalance", "ControlledShutdown": "ControlledShutdown",
+    "ApiPartitionReassignment": "AlterPartitionReassignment",
+    "ListPartitionReassignments": "ListPartitionReassignment",
     "IsrChangeNotification": "IsrChange", "LogDirEventNotification": "LogDirChange",
     "TopicUncleanLeaderElectionEnable": "TopicUncleanLeaderElectionEnable",
     "ShutdownEventThread": "ControllerShutdown",

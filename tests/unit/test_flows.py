@@ -19,15 +19,16 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from actors.config import ControllerConfig
 from actors.controller.controller import FLOW_MODULES
-from actors.controller.context import ControllerContext, LeaderAndIsr
+from actors.controller.context import ControllerContext, LeaderAndIsr, ReplicaAssignment
 from actors.controller.events import (
     ELECTION_EVENTS,
+    ApiPartitionReassignment,
     BrokerActorDied,
     BrokerChange,
-    CancelPartitionReassignments,
     ControlledShutdown,
     ControllerEvent,
     IsrChangeNotification,
+    ListPartitionReassignments,
     LogDirEventNotification,
     PartitionModifications,
     PartitionReassignment,
@@ -580,7 +581,7 @@ def test_a_cancelled_reassignment_goes_back_to_the_original_replicas_and_leaves_
     reassign(c, T0, [3, 2])
     phase_a_epoch = c.state(T0).leader_epoch
     reply = Future()
-    sent = c.run(CancelPartitionReassignments(partitions=(("t", 0),), reply=reply))
+    sent = c.run(ApiPartitionReassignment(reassignments=((("t", 0), None),), reply=reply))
     assert reply.result() == {T0: None}
     # Kafka's originReplicas: RS without AR, in RS's order (TRS first), so the preferred replica may
     # change; the leader stays
@@ -593,9 +594,49 @@ def test_a_cancelled_reassignment_goes_back_to_the_original_replicas_and_leaves_
     stop = partitions(of(sent, StopReplicaRequest)[3])[T0]
     assert stop.delete_partition and stop.leader_epoch == phase_a_epoch
     again = Future()
-    c.run(CancelPartitionReassignments(partitions=(("t", 0), ("t", 7)), reply=again))
+    c.run(ApiPartitionReassignment(reassignments=((("t", 0), None), (("t", 7), None)), reply=again))
     assert {tp: e.error for tp, e in again.result().items()} == {
         T0: Errors.NO_REASSIGNMENT_IN_PROGRESS, TopicPartition("t", 7): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+def test_a_reassignment_through_the_api_is_validated_as_kafkas_then_moves_as_one_through_zookeeper():
+    c = Cluster([1, 2, 3], {"t": {0: [1, 2], 1: [2, 3]}})  # broker 4 is not alive
+    reply = Future()
+    c.run(ApiPartitionReassignment(reassignments=(
+        (("t", 0), (3, 2)), (("t", 1), ()), (("t", 1), (3, 3)), (("t", 1), (-1, 2)), (("t", 1), (4, 2)),
+        (("u", 0), (1, 2))), reply=reply))
+    errors = {tp: e.error if e else None for tp, e in reply.result().items()}
+    # one answer per partition: the last request for t-1 (a dead broker added) is the one answered
+    assert errors == {T0: None, TopicPartition("t", 1): Errors.INVALID_REPLICA_ASSIGNMENT,
+                      TopicPartition("u", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+    znode = c.zk.model(zkdata.TopicZNode, zkdata.topic_path("t"))
+    assert (znode.partitions["0"], znode.adding_replicas, znode.removing_replicas) == ([3, 2, 1], {"0": [3]},
+                                                                                       {"0": [1]})
+    assert zkdata.REASSIGN_PARTITIONS not in c.zk.nodes  # nothing written there: the API's moves live in the context
+    listed = Future()
+    c.run(ListPartitionReassignments(reply=listed))
+    assert {tp: (a.replicas, a.adding, a.removing) for tp, a in listed.result().items()} == {T0: ((3, 2, 1), (3,), (1,))}
+    c.leader_changes_isr(T0, [1, 2, 3])
+    c.run(PartitionReassignmentIsrChange(topic_partition=T0))
+    assert c.zk.model(zkdata.TopicZNode, zkdata.topic_path("t")).partitions["0"] == [3, 2]
+    none = Future()
+    c.run(ListPartitionReassignments(partitions=(("t", 0), ("t", 1)), reply=none))
+    assert none.result() == {}
+
+
+def test_an_api_reassignment_replaces_a_move_written_to_zookeeper_for_its_partition():
+    c = Cluster([1, 2, 3, 4], {"t": {0: [1, 2], 1: [2, 3]}})
+    c.zk.create(zkdata.REASSIGN_PARTITIONS, zkdata.ReassignPartitionsZNode(partitions=[
+        zkdata.PartitionReplicas(topic="t", partition=0, replicas=[3, 4]),
+        zkdata.PartitionReplicas(topic="t", partition=1, replicas=[1, 4])]).encode())
+    c.run(PartitionReassignment())
+    reply = Future()
+    c.run(ApiPartitionReassignment(reassignments=((("t", 0), (4, 2)),), reply=reply))
+    assert reply.result() == {T0: None}
+    # the API's target starts from the original replicas; t-1's move through ZooKeeper goes on
+    assert c.ctx.partition_full_assignment(T0) == ReplicaAssignment((4, 2, 1), (4,), (1,))
+    remaining = c.zk.model(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS)
+    assert remaining.topic_partitions() == [TopicPartition("t", 1)]
 
 
 def test_a_topic_deleted_during_its_reassignment_waits_for_the_reassignment_then_is_deleted():
