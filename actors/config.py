@@ -79,6 +79,22 @@ class BrokerConfig(BaseModel):
     default_replication_factor: int = Field(1, ge=1, description="default.replication.factor: a topic's "
                                                                  "replication factor when CreateTopics asks for the "
                                                                  "default (-1)")
+    offsets_topic_num_partitions: int = Field(50, ge=1, description="offsets.topic.num.partitions: the "
+                                                                    "partitions of __consumer_offsets, made by the "
+                                                                    "first FindCoordinator")
+    offsets_topic_replication_factor: int = Field(3, ge=1, description="offsets.topic.replication.factor: "
+                                                                       "__consumer_offsets is not made while fewer "
+                                                                       "brokers are alive (COORDINATOR_NOT_AVAILABLE)")
+    offsets_commit_timeout_ms: int = Field(5000, ge=1, description="offsets.commit.timeout.ms: how long a commit "
+                                                                   "(or a group's metadata) waits for the ISR")
+    offset_metadata_max_bytes: int = Field(4096, ge=0, description="offset.metadata.max.bytes")
+    group_initial_rebalance_delay_ms: int = Field(3000, ge=0, description="group.initial.rebalance.delay.ms: an "
+                                                                          "empty group's first rebalance waits this "
+                                                                          "long for more members (and again while "
+                                                                          "they come, up to the rebalance timeout)")
+    group_min_session_timeout_ms: int = Field(6000, ge=0, description="group.min.session.timeout.ms")
+    group_max_session_timeout_ms: int = Field(1_800_000, ge=0, description="group.max.session.timeout.ms")
+    group_max_size: int = Field(2 ** 31 - 1, ge=1, description="group.max.size: members a group may have")
 
 
 class ClusterConfig(BaseModel):

@@ -27,6 +27,9 @@ from pydantic import Field, TypeAdapter, ValidationError
 from actors import records
 from actors.broker.admin_apis import AdminApis
 from actors.broker.events import BrokerEvents
+from actors.broker.group_apis import GroupApis
+from actors.broker.group_coordinator import GroupCoordinator
+from actors.broker.group_records import GROUP_METADATA_TOPIC
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
 from actors.broker.log_config import LogConfig
@@ -111,8 +114,11 @@ class BrokerActor:
         self.producer_ids = ProducerIdManager(self.zk, broker_id)
         self.admin = AdminApis(broker_id, self.zk, self.metadata_cache, config, lambda: self.cluster_id,
                                lambda: self.controller, self.replica_manager.describe_log_dirs)
+        self.groups = GroupCoordinator(broker_id, config.broker, self._append_for_groups, self._read_for_groups,
+                                       self._offsets_partitions)
         self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
-                              self.producer_ids.generate_producer_id, self.admin)
+                              self.producer_ids.generate_producer_id, self.admin,
+                              GroupApis(broker_id, self.zk, self.metadata_cache, config.broker, self.groups))
         self.requests: Counter[str] = Counter()  # served, per API: the listeners' and the controller's
         self.servers = {name: SocketServer(self.apis.handle, config.bind_host, 0, listener=name, requests=self.requests,
                                            max_request_bytes=config.broker.socket_request_max_bytes)
@@ -236,6 +242,25 @@ class BrokerActor:
         log.info("[KafkaServer id=%d] Serving requests on %s: metadata received from the controller",
                  self.broker_id, ", ".join(f"{name}://{h}:{p}" for name, (h, p) in self.endpoints.items()))
 
+    # -- the group coordinator's log ------------------------------------------
+
+    async def _append_for_groups(self, tp: TopicPartition, batch: bytes, timeout_ms: int) -> Errors:
+        """A batch of group records appended to its offsets partition with acks=all (Kafka's
+        appendForGroup), whether it reached the ISR."""
+        (result,) = await self.replica_manager.append_records(-1, timeout_ms, [(tp, batch)])
+        return Errors(result.error_code)
+
+    def _read_for_groups(self, tp: TopicPartition, offset: int) -> tuple[bytes, int]:
+        """Whole batches of an offsets partition from `offset`, and its log end, for the coordinator's load."""
+        partition = self.replica_manager.partition(tp)
+        if partition is None:
+            return b"", 0
+        return partition.log.read(offset, 1 << 20), partition.log.log_end_offset
+
+    def _offsets_partitions(self) -> int:
+        """How many partitions __consumer_offsets has (the configured count before it exists)."""
+        return self.metadata_cache.partition_count(GROUP_METADATA_TOPIC) or self.config.broker.offsets_topic_num_partitions
+
     def _log_config(self, topic: str) -> LogConfig:
         """The topic's LogConfig: as last announced, or read from /config/topics/T when its first replica
         is created here (as Kafka's LogManager does; a topic created after the broker started)."""
@@ -291,6 +316,8 @@ class BrokerActor:
         offline = self.replica_manager.handle_log_dir_failure(log_dir)
         for tp in offline:
             self.fetchers.unfollow(tp)
+            if tp.topic == GROUP_METADATA_TOPIC:
+                self.groups.on_resigned(tp.partition)
         if not self.replica_manager.log_dirs.live:
             log.critical("[Broker id=%d] Halting: all log dirs have failed", self.broker_id)
             logging.shutdown()
@@ -341,6 +368,11 @@ class BrokerActor:
                     self.fetchers.unfollow(tp)
                 else:
                     self.fetchers.follow(tp, self.replica_manager.partition(tp), st.leader)
+                if st.topic == GROUP_METADATA_TOPIC:  # Kafka's onLeadershipChange: the groups follow the leader
+                    if st.leader == self.broker_id:
+                        self.groups.on_elected(st.partition, st.leader_epoch)
+                    else:
+                        self.groups.on_resigned(st.partition, st.leader_epoch)
             return response
         self._count("LeaderAndIsr")
         with self._lock:
@@ -377,6 +409,8 @@ class BrokerActor:
             for p, result in zip(request.partitions, response.partition_errors):
                 if result.error_code == Errors.NONE:  # the partition is stopped: its fetcher ignores it already
                     self.fetchers.unfollow(TopicPartition(p.topic, p.partition))
+                    if p.topic == GROUP_METADATA_TOPIC:
+                        self.groups.on_resigned(p.partition)
             return response
         self._count("StopReplica")
         with self._lock:

@@ -28,7 +28,8 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 
 from actors.broker import wire
 from actors.broker.admin_apis import AdminApis
-from actors.broker.api_versions import group_error_response, is_group_api
+from actors.broker.group_apis import GroupApis
+from actors.broker.group_records import GROUP_METADATA_TOPIC
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network import CloseConnection, RequestContext
 from actors.broker.replica_manager import ReplicaManager
@@ -43,7 +44,8 @@ NO_LEADER = -1
 
 class KafkaApis:
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 cluster_id: Callable[[], str | None], producer_id: Callable[[], int], admin: AdminApis | None = None):
+                 cluster_id: Callable[[], str | None], producer_id: Callable[[], int], admin: AdminApis | None = None,
+                 groups: GroupApis | None = None):
         self.broker_id = broker_id
         self.rm, self.cache = replica_manager, metadata_cache
         self.cluster_id = cluster_id
@@ -52,11 +54,10 @@ class KafkaApis:
                           ListOffsetsRequest.API_KEY: self.list_offsets, MetadataRequest.API_KEY: self.metadata,
                           OffsetForLeaderEpochRequest.API_KEY: self.offset_for_leader_epoch,
                           InitProducerIdRequest.API_KEY: self.init_producer_id,
-                          **(admin.handlers if admin is not None else {})}
+                          **(admin.handlers if admin is not None else {}),
+                          **(groups.handlers if groups is not None else {})}
 
     async def handle(self, ctx: RequestContext, request):
-        if is_group_api(ctx.api_key):
-            return group_error_response(request, ctx.api_version)
         return await self._handlers[ctx.api_key](ctx, request)
 
     # -- Metadata ------------------------------------------------------------
@@ -90,7 +91,8 @@ class KafkaApis:
                 leader_id=st.leader if st.leader in nodes else NO_LEADER,
                 leader_epoch=st.leader_epoch, replica_nodes=list(st.replicas), isr_nodes=list(st.isr),
                 offline_replicas=list(st.offline_replicas)) for st in sorted(states, key=lambda s: s.partition)]
-            topics.append(R.MetadataResponseTopic(error_code=0, name=name, is_internal=False, partitions=partitions))
+            topics.append(R.MetadataResponseTopic(error_code=0, name=name, is_internal=name == GROUP_METADATA_TOPIC,
+                                                  partitions=partitions))
         return R(throttle_time_ms=0, brokers=[R.MetadataResponseBroker(node_id=b.id, host=b.host, port=b.port,
                                                                       rack=b.rack)
                                               for _, b in sorted(nodes.items())],

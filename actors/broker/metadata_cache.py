@@ -5,6 +5,7 @@ for metadata) never wait for the broker's controller requests and never see half
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple
 
 from actors.protocol import LEADER_DURING_DELETE, LiveBroker, PartitionState, UpdateMetadataRequest
@@ -21,6 +22,7 @@ class Snapshot(NamedTuple):
 class MetadataCache:
     def __init__(self):
         self.snapshot = Snapshot()
+        self._partition_counts: Counter[str] = Counter()  # per topic, of the snapshot
 
     @property
     def controller_id(self) -> int | None:
@@ -60,9 +62,15 @@ class MetadataCache:
                 deleted.append(tp)
             else:
                 partitions[tp] = st
+        counts = Counter(tp.topic for tp in partitions)
         self.snapshot = Snapshot(request.controller_id, request.controller_epoch,
                                  {b.id: b for b in request.live_brokers}, partitions)
+        self._partition_counts = counts
         return deleted
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions the topic has (0: none known)."""
+        return self._partition_counts[topic]
 
     def leader_and_isr(self, snapshot: Snapshot | None = None) -> dict[TopicPartition, tuple[int, int, list[int]]]:
         """(leader, leader_epoch, isr) per partition, of `snapshot` or the current one: what clients read."""
