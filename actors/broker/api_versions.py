@@ -2,7 +2,7 @@
 
 Versions are Kafka 2.8's (what its ApiVersionsResponse lists), with Fetch capped at v12 so that no
 client fetches by topic id. Minimum versions start where v2 record batches and kafka-python's
-message definitions do (Produce 3, Fetch 4, ListOffsets 1, OffsetForLeaderEpoch 2, OffsetCommit 2,
+message definitions do (Produce 3, Fetch 4, OffsetForLeaderEpoch 2, OffsetCommit 2,
 OffsetFetch 1, CreateTopics 2, DeleteTopics 1, DescribeConfigs 1, DescribeLogDirs 1): older versions
 carry the message formats v0/v1 that kray does not store, or fields Kafka 3/4 dropped with them
 (KIP-896).
@@ -43,7 +43,7 @@ from coordination.errors import Errors
 
 # api key -> (request class, min version, max version)
 API_VERSIONS = {cls.API_KEY: (cls, low, high) for cls, low, high in [
-    (ProduceRequest, 3, 9), (FetchRequest, 4, 12), (ListOffsetsRequest, 1, 6), (MetadataRequest, 0, 11),
+    (ProduceRequest, 3, 9), (FetchRequest, 4, 12), (ListOffsetsRequest, 0, 6), (MetadataRequest, 0, 11),
     (OffsetCommitRequest, 2, 8), (OffsetFetchRequest, 1, 7), (FindCoordinatorRequest, 0, 3),
     (JoinGroupRequest, 0, 7), (HeartbeatRequest, 0, 4), (LeaveGroupRequest, 0, 4), (SyncGroupRequest, 0, 5),
     (DescribeGroupsRequest, 0, 5), (ListGroupsRequest, 0, 4), (ApiVersionsRequest, 0, 3),

@@ -138,6 +138,9 @@ class KafkaApis:
     # -- offsets -------------------------------------------------------------
 
     async def list_offsets(self, ctx: RequestContext, request) -> ListOffsetsResponse:
+        """v0 (still Kafka 2.8's, and what older tools send) answers a list of offsets, at most
+        max_num_offsets: the earliest or the latest, or for a timestamp the first offset at or after it
+        (where Kafka 2.8 lists the segments' base offsets older than it)."""
         R = ListOffsetsResponse
         topics = []
         for t in request.topics:
@@ -152,7 +155,7 @@ class KafkaApis:
                     timestamp, offset, epoch, error = -1, -1, -1, e.error
                 partitions.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                     partition_index=p.partition_index, error_code=int(error), timestamp=timestamp, offset=offset,
-                    leader_epoch=epoch))
+                    leader_epoch=epoch, old_style_offsets=[offset][:p.max_num_offsets] if offset >= 0 else []))
             topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=partitions))
         return R(throttle_time_ms=0, topics=topics)
 

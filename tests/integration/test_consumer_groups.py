@@ -1,45 +1,351 @@
 """Consumer groups through real clients: kafka-python's KafkaConsumer and confluent-kafka's Consumer with
 a group.id, and Debian's kcat -G; the coordinator on the leader of the group's __consumer_offsets
-partition, groups and offsets kept there (real ZooKeeper, real Ray, loopback TCP)."""
+partition, groups and offsets kept there (real ZooKeeper, real Ray, loopback TCP).
+
+Each client's test: three consumers share a topic, one leaves and one joins; every record is read
+once; commits survive a restart of every consumer; the group's offsets are reset."""
 from __future__ import annotations
 
+import re
+import subprocess
+import threading
 import time
+from collections import Counter
+from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
+from confluent_kafka import Consumer, KafkaException, TopicPartition as CTopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition as KTopicPartition
+from kafka.admin import OffsetSpec
+from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 from actors.broker.group_records import GROUP_METADATA_TOPIC
 from actors.config import BrokerConfig
 from coordination import admin
-from tests.integration.conftest import wait_until
 from tests.integration.test_kafka_clients import produce
 
 GROUPS = BrokerConfig(replica_lag_time_max_ms=2000, replica_fetch_wait_max_ms=200,
                       isr_change_propagation_interval_ms=200, replica_fetch_backoff_ms=200,
                       group_initial_rebalance_delay_ms=300, offsets_topic_num_partitions=10)
+TOPIC, PARTITIONS = "orders", 6
 
 
 @pytest.fixture
 def cluster(new_cluster):
     cluster, zk = new_cluster(broker=GROUPS)
-    admin.create_topic(zk, "orders", 3, 3)
-    cluster.wait_for_metadata(lambda m: len([tp for tp in m["partitions"] if tp.topic == "orders"]) == 3)
+    admin.create_topic(zk, TOPIC, PARTITIONS, 3)
+    cluster.wait_for_metadata(lambda m: len([tp for tp in m["partitions"] if tp.topic == TOPIC]) == PARTITIONS)
     return cluster, zk
 
 
-def test_a_kafka_python_group_consumer_reads_everything_and_commits(cluster):
+def produce_all(servers: str, per_partition: int, start: int = 0) -> list[bytes]:
+    values = []
+    for p in range(PARTITIONS):
+        batch = [f"{p}-{i}".encode() for i in range(start, start + per_partition)]
+        produce(servers, TOPIC, batch, partition=p)
+        values += batch
+    return values
+
+
+class Member(threading.Thread):
+    """A group consumer polling on a thread of its own, as an application runs one, committing what each
+    poll read. (kafka-python's, polled in turn from one thread, sends a new JoinGroup whenever the last
+    one's answer came between two polls, and a leader's new JoinGroup starts another rebalance.) A commit
+    refused because the group is rebalancing is the client's to retry: those records may be read again
+    (at least once), so the tests count records read only while the group is stable."""
+
+    def __init__(self, client_id: str, seen: Counter):
+        super().__init__(daemon=True, name=f"consumer-{client_id}")
+        self.seen, self.lock = seen, threading.Lock()
+        self.stopping, self.error = threading.Event(), None
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                values = self.poll()
+                with self.lock:
+                    self.seen.update(values)
+                self.commit()
+        except Exception as e:  # the test reports it
+            self.error = e
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+
+
+class PythonMember(Member):
+    def __init__(self, servers: str, group: str, client_id: str, seen: Counter):
+        super().__init__(client_id, seen)
+        self.consumer = KafkaConsumer(TOPIC, group_id=group, bootstrap_servers=servers, auto_offset_reset="earliest",
+                                      enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
+                                      max_poll_interval_ms=10_000, client_id=client_id)
+        self.start()
+
+    def poll(self) -> list[bytes]:
+        return [r.value for records in self.consumer.poll(timeout_ms=1000).values() for r in records]
+
+    def commit(self) -> None:
+        try:
+            self.consumer.commit()
+        except (CommitFailedError, RebalanceInProgressError):
+            pass
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def partitions(self) -> list[int]:
+        return sorted(tp.partition for tp in self.consumer.assignment())
+
+
+class ConfluentMember(Member):
+    """librdkafka's consumer, subscribed, with the assignor asked for (eager `range` or
+    `cooperative-sticky`, which moves only the partitions that change owner). Its assignment is read from
+    its rebalance callbacks, on its own thread: librdkafka's assignment() waits while consume() runs."""
+
+    def __init__(self, servers: str, group: str, client_id: str, seen: Counter, strategy: str = "range"):
+        super().__init__(client_id, seen)
+        self.assigned: set[int] = set()
+        self.consumer = Consumer({"bootstrap.servers": servers, "group.id": group, "client.id": client_id,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+                                  "max.poll.interval.ms": 10_000, "partition.assignment.strategy": strategy})
+        self.consumer.subscribe([TOPIC], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
+        self.start()
+
+    def _assigned(self, consumer, partitions) -> None:
+        self.assigned |= {tp.partition for tp in partitions}  # cooperative: what is added; eager: everything
+
+    def _revoked(self, consumer, partitions) -> None:
+        self.assigned -= {tp.partition for tp in partitions}
+
+    def poll(self) -> list[bytes]:
+        msgs = self.consumer.consume(500, timeout=0.5)
+        return [m.value() for m in msgs if not m.error()]
+
+    def commit(self) -> None:
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException:  # nothing new to commit, or the group is rebalancing
+            pass
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def partitions(self) -> list[int]:
+        return sorted(self.assigned)
+
+
+def wait_for(members: list[Member], done, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        errors = [m.error for m in members if m.error is not None]
+        assert not errors, errors
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; assignments " \
+                                            f"{[m.partitions() for m in members]}"
+        time.sleep(0.1)
+
+
+def covers(seen: Counter, values: list[bytes]) -> bool:
+    return set(values) <= set(seen)
+
+
+def shared(members: list[Member]) -> bool:
+    """Every partition assigned to exactly one of them, and each of them has some."""
+    assigned = [m.partitions() for m in members]
+    return all(assigned) and sorted(p for ps in assigned for p in ps) == list(range(PARTITIONS))
+
+
+def test_kafka_python_group_shares_rebalances_commits_resumes_and_resets(cluster):
     cluster, zk = cluster
     servers = cluster.bootstrap_servers()
-    for p in range(3):
-        produce(servers, "orders", [f"{p}-{i}".encode() for i in range(100)], partition=p)
-    consumer = KafkaConsumer("orders", group_id="g1", bootstrap_servers=servers, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=20_000)
-    got = []
-    deadline = time.monotonic() + 60
-    while len(got) < 300 and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=1000).values():
-            got.extend(r.value for r in records)
-    consumer.commit()
-    consumer.close()
-    assert sorted(got) == sorted(f"{p}-{i}".encode() for p in range(3) for i in range(100))
-    assert GROUP_METADATA_TOPIC in zk.get_all_topics()
+    seen: Counter = Counter()
+    members = [PythonMember(servers, "g-python", f"c{i}", seen) for i in range(3)]
+    try:
+        # three share the topic: each partition read by one of them, every record once
+        wait_for(members, lambda: shared(members), "three members sharing the topic")
+        sent = produce_all(servers, 50)
+        wait_for(members, lambda: covers(seen, sent), "every record read")
+        assert seen == Counter(sent)
+        assert GROUP_METADATA_TOPIC in zk.get_all_topics()
+        # one leaves: the two others take its partitions over; one joins: three again
+        members.pop().stop()
+        wait_for(members, lambda: shared(members), "two members sharing the topic")
+        members.append(PythonMember(servers, "g-python", "c3", seen))
+        wait_for(members, lambda: shared(members), "three members again")
+        more = produce_all(servers, 20, start=50)
+        wait_for(members, lambda: covers(seen, sent + more), "the new records read")
+        assert set(seen) == set(sent + more)
+    finally:
+        for m in members:
+            m.stop()
+    # the commits survive a restart of every consumer: the next ones read only what came after
+    last = produce_all(servers, 10, start=70)
+    seen = Counter()
+    members = [PythonMember(servers, "g-python", f"again{i}", seen) for i in range(3)]
+    try:
+        wait_for(members, lambda: covers(seen, last), "the records after the commits")
+        time.sleep(1)  # anything read beyond them would show now
+        assert set(seen) == set(last)
+    finally:
+        for m in members:
+            m.stop()
+    # the offsets reset (the group is empty now) to the earliest: a consumer reads everything again
+    client = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        committed = client.list_group_offsets("g-python")["g-python"]
+        assert {tp.partition: o.offset for tp, o in committed.items()} == dict.fromkeys(range(PARTITIONS), 80)
+        reset = client.reset_group_offsets("g-python", {KTopicPartition(TOPIC, p): OffsetSpec.EARLIEST
+                                                         for p in range(PARTITIONS)})
+        assert {r["offset"] for r in reset.values()} == {0}
+    finally:
+        client.close()
+    seen = Counter()
+    members = [PythonMember(servers, "g-python", "after-reset", seen)]
+    try:
+        wait_for(members, lambda: covers(seen, sent + more + last), "everything read again")
+        assert set(seen) == set(sent + more + last)
+    finally:
+        members[0].stop()
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_confluent_kafka_group_shares_rebalances_commits_resumes_and_resets(cluster, strategy):
+    """librdkafka's group, with an eager assignor and with a cooperative one: the broker does not care which."""
+    cluster, zk = cluster
+    servers, group = cluster.bootstrap_servers(), f"g-confluent-{strategy}"
+    seen: Counter = Counter()
+    members = [ConfluentMember(servers, group, f"c{i}", seen, strategy) for i in range(3)]
+    try:
+        wait_for(members, lambda: shared(members), "three members sharing the topic")
+        sent = produce_all(servers, 50)
+        wait_for(members, lambda: covers(seen, sent), "every record read")
+        assert seen == Counter(sent)
+        members.pop().stop()
+        wait_for(members, lambda: shared(members), "two members sharing the topic")
+        members.append(ConfluentMember(servers, group, "c3", seen, strategy))
+        wait_for(members, lambda: shared(members), "three members again")
+        more = produce_all(servers, 20, start=50)
+        wait_for(members, lambda: covers(seen, sent + more), "the new records read")
+        assert set(seen) == set(sent + more)
+    finally:
+        for m in members:
+            m.stop()
+    last = produce_all(servers, 10, start=70)
+    seen = Counter()
+    members = [ConfluentMember(servers, group, f"again{i}", seen, strategy) for i in range(3)]
+    try:
+        wait_for(members, lambda: covers(seen, last), "the records after the commits")
+        time.sleep(1)
+        assert set(seen) == set(last)
+    finally:
+        for m in members:
+            m.stop()
+    client = AdminClient({"bootstrap.servers": servers})
+    listed = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=30)
+    assert {tp.partition: tp.offset for tp in listed.topic_partitions} == dict.fromkeys(range(PARTITIONS), 80)
+    client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [
+        CTopicPartition(TOPIC, p, 70) for p in range(PARTITIONS)])])[group].result(timeout=30)
+    seen = Counter()
+    members = [ConfluentMember(servers, group, "after-reset", seen, strategy)]
+    try:
+        wait_for(members, lambda: covers(seen, last), "the records after the reset offsets")
+        assert set(seen) == set(last)
+    finally:
+        members[0].stop()
+
+
+class KcatMember(Member):
+    """Debian's kcat -G (librdkafka's balanced consumer, committing by itself): its records from its
+    stdout, its assignment from the rebalance lines it prints on stderr; stopped with SIGTERM, after which
+    it leaves the group and commits what it read."""
+
+    ASSIGNED = re.compile(r"rebalanced .*: (assigned|revoked): (.*)")
+
+    def __init__(self, servers: str, group: str, client_id: str, seen: Counter):
+        super().__init__(client_id, seen)
+        self.assigned: set[int] = set()
+        self.process = subprocess.Popen(
+            ["kcat", "-b", servers, "-G", group, "-u", "-f", "%s\\n", "-X", "auto.offset.reset=earliest",
+             "-X", f"client.id={client_id}", "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=300",
+             "-X", "auto.commit.interval.ms=100", "-X", "max.poll.interval.ms=10000", TOPIC],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self.start()
+
+    def _read_stderr(self) -> None:
+        for line in self.process.stderr:
+            if m := self.ASSIGNED.search(line):
+                parts = {int(p) for p in re.findall(r"\[(\d+)\]", m.group(2))}
+                self.assigned = parts if m.group(1) == "assigned" else self.assigned - parts
+
+    def run(self) -> None:
+        for line in self.process.stdout:
+            with self.lock:
+                self.seen[line.rstrip("\n").encode()] += 1
+
+    def partitions(self) -> list[int]:
+        return sorted(self.assigned)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+        self.join(30)
+
+
+def test_kcat_balanced_consumers_share_rebalance_commit_and_resume(cluster):
+    cluster, zk = cluster
+    servers = cluster.bootstrap_servers()
+    seen: Counter = Counter()
+    members = [KcatMember(servers, "g-kcat", f"k{i}", seen) for i in range(3)]
+    try:
+        wait_for(members, lambda: shared(members), "three kcat members sharing the topic")
+        sent = produce_all(servers, 50)
+        wait_for(members, lambda: covers(seen, sent), "every record read")
+        assert seen == Counter(sent)
+        members.pop().stop()
+        wait_for(members, lambda: shared(members), "two members sharing the topic")
+        members.append(KcatMember(servers, "g-kcat", "k3", seen))
+        wait_for(members, lambda: shared(members), "three members again")
+        more = produce_all(servers, 20, start=50)
+        wait_for(members, lambda: covers(seen, sent + more), "the new records read")
+        assert set(seen) == set(sent + more)
+        time.sleep(0.5)  # an auto-commit interval or more
+    finally:
+        for m in members:
+            m.stop()
+    last = produce_all(servers, 10, start=70)
+    seen = Counter()
+    members = [KcatMember(servers, "g-kcat", "again", seen)]
+    try:
+        wait_for(members, lambda: covers(seen, last), "the records after the commits")
+        time.sleep(1)
+        assert set(seen) == set(last)
+    finally:
+        members[0].stop()
+
+
+def test_kafka_utils_reads_the_groups_commits_from_consumer_offsets(cluster, tmp_path):
+    """A third-party reader of __consumer_offsets, Yelp's kafka-consumer-manager list_groups (its own venv,
+    kafka-python 1.4): it consumes the topic and decodes each offset commit's key and value itself."""
+    cluster, zk = cluster
+    servers = cluster.bootstrap_servers()
+    produce_all(servers, 5)
+    seen: Counter = Counter()
+    members = [PythonMember(servers, "g-read-by-yelp", "y", seen)]
+    try:
+        wait_for(members, lambda: len(seen) >= 5 * PARTITIONS, "every record read")
+    finally:
+        members[0].stop()
+    tool = Path(__file__).resolve().parents[2] / ".venv-tools" / "bin" / "kafka-consumer-manager"
+    brokers = "".join(f'\n      - "{s}"' for s in servers.split(","))
+    (tmp_path / "kray.yaml").write_text(f'clusters:\n  c:\n    broker_list:{brokers}\n'
+                                        f'    zookeeper: "{cluster.config.zk_connect}"\nlocal_config:\n  cluster: c\n')
+    done = subprocess.run([str(tool), "--cluster-type", "kray", "--discovery-base-path", str(tmp_path), "list_groups"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "\tg-read-by-yelp\n" in done.stdout, (done.stdout, done.stderr[-2000:])
