@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh Debian machine:
 #   make demo   - set up, then run the main job on an embedded ZooKeeper + local Ray
 #   make test   - set up, then run the test suite (real ZooKeeper, real Ray)
-# Set-up: a virtualenv in .venv with the project, Debian's zookeeper package, a Java check, Debian's chromium.
+# Set-up: a virtualenv in .venv with the project, Debian's zookeeper package, a Java check, Debian's chromium,
+# and kafkajs (Debian's nodejs and npm, kafkajs from the npm registry into tests/kafkajs).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +12,15 @@ TOOLS  := .venv-tools
 
 .PHONY: setup demo test test-unit bench clean system-packages
 
-setup: system-packages $(STAMP) $(TOOLS)/.installed
+KAFKAJS := tests/kafkajs/node_modules/.installed
+
+setup: system-packages $(STAMP) $(TOOLS)/.installed $(KAFKAJS)
+
+# kafkajs, a Kafka client in another language that the tests drive, at the version package-lock.json names
+$(KAFKAJS): tests/kafkajs/package.json tests/kafkajs/package-lock.json
+	cd tests/kafkajs && npm ci --no-audit --no-fund --loglevel=error
+	node -e "require('./tests/kafkajs/node_modules/kafkajs')"
+	touch $(KAFKAJS)
 
 # Kafka tools the tests drive that cannot share the project's venv: Yelp's kafka-utils pins kafka-python < 1.5
 $(TOOLS)/.installed:
@@ -30,6 +39,8 @@ system-packages:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq kcat; }
 	@command -v chromium >/dev/null || { echo "Installing Debian's chromium (the run timeline page's browser tests)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo "Installing Debian's nodejs and npm (kafkajs)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -50,4 +61,4 @@ bench: setup
 	$(VENV)/bin/python -m benchmarks.bench_controller
 
 clean:
-	rm -rf $(VENV) $(TOOLS) *.egg-info
+	rm -rf $(VENV) $(TOOLS) *.egg-info tests/kafkajs/node_modules

@@ -22,6 +22,17 @@ from coordination.zkdata import TopicPartition
 from jobs.local import fresh_chroot
 
 SESSION_TIMEOUT_MS = 3000
+# what Kafka's own test harness gives its brokers (TestUtils.createBrokerConfig): a small __consumer_offsets,
+# one replica each, no initial rebalance delay. Every librdkafka consumer with a group.id (the tests'
+# read-backs too) finds its coordinator, and the first FindCoordinator creates the topic. A test's own
+# BrokerConfig that sets these keeps its values (the consumer group tests use Kafka's replication).
+TEST_GROUP_SETTINGS = {"offsets_topic_num_partitions": 5, "offsets_topic_replication_factor": 1,
+                       "group_initial_rebalance_delay_ms": 0}
+
+
+def with_test_group_settings(broker: BrokerConfig | None) -> BrokerConfig:
+    broker = broker or BrokerConfig()
+    return broker.model_copy(update={k: v for k, v in TEST_GROUP_SETTINGS.items() if k not in broker.model_fields_set})
 
 
 def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), broker: BrokerConfig | None = None,
@@ -29,7 +40,7 @@ def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), broker: BrokerConfig | 
                   **controller) -> tuple[LocalCluster, KrayZkClient]:
     """Brokers in a fresh chroot and Ray namespace, up with a controller whose UpdateMetadata reached all."""
     config = ClusterConfig(zk_connect=fresh_chroot(zk_connect, "kray-test"), namespace=f"test-{uuid.uuid4().hex[:8]}",
-                           zk_session_timeout_ms=session_timeout_ms, broker=broker or BrokerConfig(),
+                           zk_session_timeout_ms=session_timeout_ms, broker=with_test_group_settings(broker),
                            link_faults_enable=link_faults,
                            controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
     zk = KrayZkClient(config.zk_connect).start()
