@@ -74,18 +74,21 @@ class BrokerEvent(Record):
     broker_id: int
     ts_ms: float
     kind: str  # BrokerEvents' kinds: registered, leader_and_isr, update_metadata, isr_change, truncation,
-    # follower_fetch, client_append, hw_moved, produce_error
+    # follower_fetch, client_append, hw_moved, produce_error, group_loaded, group_stabilized, group_synced,
+    # coordinator_found
     partition: str | None = None
     leader_epoch: int | None = None
-    replica: int | None = None  # follower_fetch: the follower
+    replica: int | None = None  # follower_fetch: the follower; coordinator_found: the coordinator named
     isr: list[int] | None = None  # isr_change: the ISR written
     detail: str = ""  # registered: the broker epoch; isr_change: Shrinking/Expanding from what; truncation: from and
     # to; produce_error: the error
     leaders: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions led now -> leader epoch
     isrs: dict[str, list[int]] = Field(default_factory=dict)  # leader_and_isr: partitions led now -> their ISR
     followers: dict[str, int] = Field(default_factory=dict)  # leader_and_isr: partitions followed now -> epoch
-    partitions: int = 0  # update_metadata: partition states in it
+    partitions: int = 0  # update_metadata: partition states in it; group_loaded: groups; group_stabilized: members
     controller_epoch: int | None = None
+    group: str | None = None  # group_stabilized, group_synced, coordinator_found
+    generation: int | None = None  # group_stabilized, group_synced
 
 
 class ProduceError(Record):

@@ -115,7 +115,7 @@ class BrokerActor:
         self.admin = AdminApis(broker_id, self.zk, self.metadata_cache, config, lambda: self.cluster_id,
                                lambda: self.controller, self.replica_manager.describe_log_dirs)
         self.groups = GroupCoordinator(broker_id, config.broker, self._append_for_groups, self._read_for_groups,
-                                       self._offsets_partitions)
+                                       self._offsets_partitions, self.replica_manager.events)
         self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
                               self.producer_ids.generate_producer_id, self.admin,
                               GroupApis(broker_id, self.zk, self.metadata_cache, config.broker, self.groups))

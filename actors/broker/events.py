@@ -11,7 +11,13 @@ records.BrokerEvent): jobs/partition_phases.py lines each partition's recovery u
 - client_append: the first client batch this leader appended in a leader epoch;
 - hw_moved: the first move of this leader's high watermark after each change of its leadership or ISR,
   and after the first client append of each epoch (the move that can acknowledge it);
-- produce_error: an error a produce was answered with, at most once a second per partition and error.
+- produce_error: an error a produce was answered with, at most once a second per partition and error;
+- group_loaded: the group coordinator loaded an offsets partition it was made leader of (how many groups,
+  how long the load took);
+- group_stabilized: a group's rebalance completed here (its generation and members: JoinGroup answered);
+- group_synced: a group's assignment stored here, its members answered (SyncGroup done);
+- coordinator_found: this broker answered a group's FindCoordinator with a coordinator it had not named
+  for that group before.
 
 The firsts are what make it cheap: a hot path pays a dict lookup, and a broker writes a few lines per
 partition per failover. Without a recorder (ClusterConfig.recorder None) nothing is kept.
@@ -44,6 +50,7 @@ class BrokerEvents:
         self._last_hw: dict[TopicPartition, int] = {}  # the HW last seen, leader or follower
         self._hw_recorded: dict[TopicPartition, int] = {}  # the HW last recorded: one move is recorded once
         self._errors: dict[tuple[TopicPartition, int], float] = {}  # (partition, error) -> when last recorded
+        self._coordinators: dict[str, int] = {}  # group -> the coordinator this broker last named for it
 
     def _emit(self, kind: str, tp: TopicPartition | None = None, **fields) -> None:
         self.sink.emit(records.BROKER_EVENTS, BrokerEvent(
@@ -128,3 +135,21 @@ class BrokerEvents:
         if now - self._errors.get((tp, int(error)), -ERROR_EVERY_MS) >= ERROR_EVERY_MS:
             self._errors[(tp, int(error))] = now
             self._emit("produce_error", tp, detail=Errors(error).name)
+
+    def group_loaded(self, tp: TopicPartition, leader_epoch: int, groups: int, took_ms: float) -> None:
+        if self.enabled:
+            self._emit("group_loaded", tp, leader_epoch=leader_epoch, partitions=groups, detail=f"{took_ms:.0f} ms")
+
+    def group_stabilized(self, group: str, generation: int, members: int) -> None:
+        if self.enabled:
+            self._emit("group_stabilized", group=group, generation=generation, partitions=members)
+
+    def group_synced(self, group: str, generation: int) -> None:
+        if self.enabled:
+            self._emit("group_synced", group=group, generation=generation)
+
+    def coordinator_found(self, group: str, coordinator: int) -> None:
+        """Recorded when the coordinator named for the group changes (the first answer, and after a move)."""
+        if self.enabled and self._coordinators.get(group) != coordinator:
+            self._coordinators[group] = coordinator
+            self._emit("coordinator_found", group=group, replica=coordinator)

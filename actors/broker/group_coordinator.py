@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from actors.broker.batches import build, decode_records
+from actors.broker.events import BrokerEvents
 from actors.broker.group_metadata import GroupMetadata, GroupState, MemberMetadata
 from actors.broker.group_records import (
     GROUP_METADATA_TOPIC,
@@ -104,16 +105,18 @@ class GroupCoordinator:
     def __init__(self, broker_id: int, config: BrokerConfig,
                  append: Callable[[TopicPartition, bytes, int], Awaitable[Errors]],
                  read_log: Callable[[TopicPartition, int], tuple[bytes, int]],
-                 offsets_partitions: Callable[[], int]):
+                 offsets_partitions: Callable[[], int], events: BrokerEvents | None = None):
         """`append(tp, batch, timeout_ms)`: the batch appended with acks=all, its error; `read_log(tp,
         offset)`: whole batches from an offset and the log end offset; `offsets_partitions()`: how many
-        partitions __consumer_offsets has."""
+        partitions __consumer_offsets has; `events`: the run directory's account of loads and rebalances."""
         self.broker_id, self.config = broker_id, config
+        self.events = events or BrokerEvents(broker_id)
         self.append, self.read_log, self.offsets_partitions = append, read_log, offsets_partitions
         self.groups: dict[str, GroupMetadata] = {}
         self.owned: set[int] = set()  # offsets partitions whose groups are here
         self.loading: set[int] = set()
-        self.epochs: dict[int, int] = {}  # offsets partition -> the leader epoch it was last elected or resigned at
+        self.epochs: dict[int, int] = {}  # offsets partition -> the newest leader epoch seen for it
+        self._terms: dict[int, int] = {}  # offsets partition -> leaderships here so far: a load counts for its own
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (group, member) -> its session's end
         self._join_timers: dict[str, asyncio.TimerHandle] = {}  # group -> its rebalance's end
         self._initial: set[str] = set()  # groups whose rebalance is in its initial delay
@@ -136,20 +139,26 @@ class GroupCoordinator:
         return None
 
     def on_elected(self, partition: int, epoch: int) -> None:
-        """This broker leads offsets partition `partition` from leader epoch `epoch`: load its groups."""
-        if self.epochs.get(partition, -1) > epoch or partition in self.owned and self.epochs[partition] == epoch:
-            return
+        """This broker leads offsets partition `partition` at leader epoch `epoch`: load its groups, unless
+        they are here or loading already (a new epoch of the same leadership keeps them, as Kafka keeps
+        the groups it has cached)."""
+        if self.epochs.get(partition, -1) > epoch:
+            return  # an older LeaderAndIsr than one seen
         self.epochs[partition] = epoch
-        self.owned.discard(partition)
+        if partition in self.owned or partition in self.loading:
+            return
+        self._terms[partition] = self._terms.get(partition, 0) + 1
         self.loading.add(partition)
-        asyncio.get_running_loop().create_task(self._load(partition, epoch))
+        asyncio.get_running_loop().create_task(self._load(partition, self._terms[partition]))
 
     def on_resigned(self, partition: int, epoch: int | None = None) -> None:
-        """This broker no longer leads `partition`: its groups go (their members find the new coordinator)."""
+        """This broker no longer leads `partition` (as of `epoch`, when the request gave one): its groups
+        go, their waiting requests answered NOT_COORDINATOR, and a load under way is abandoned."""
         if epoch is not None:
             if self.epochs.get(partition, -1) > epoch:
                 return
             self.epochs[partition] = epoch
+        self._terms[partition] = self._terms.get(partition, 0) + 1
         self.loading.discard(partition)
         self.owned.discard(partition)
         gone = [g for g in self.groups.values() if self.partition_of(g.group_id) == partition]
@@ -158,7 +167,7 @@ class GroupCoordinator:
         if gone:
             log.info("%s Unloaded %d groups of %s-%d", self.prefix, len(gone), GROUP_METADATA_TOPIC, partition)
 
-    async def _load(self, partition: int, epoch: int) -> None:
+    async def _load(self, partition: int, term: int) -> None:
         """Kafka's doLoadGroupsAndOffsets: replay the partition's records to its log end, the last record
         of a key winning and a tombstone deleting."""
         started = time.monotonic()
@@ -191,8 +200,8 @@ class GroupCoordinator:
         except Exception:
             log.exception("%s Error loading offsets from %s", self.prefix, tp)
             return
-        if self.epochs.get(partition) != epoch or partition not in self.loading:
-            return  # resigned, or elected again, while loading
+        if self._terms.get(partition) != term or partition not in self.loading:
+            return  # resigned (perhaps elected again) while loading: that term's load stands
         now = now_ms()
         for group_id in set(offsets) | set(metadata):
             if metadata.get(group_id) is None and not offsets.get(group_id):
@@ -204,9 +213,10 @@ class GroupCoordinator:
                 self._heartbeat(group, member)
         self.loading.discard(partition)
         self.owned.add(partition)
+        took_ms, groups = (time.monotonic() - started) * 1000, sum(self.partition_of(g) == partition for g in self.groups)
+        self.events.group_loaded(tp, self.epochs.get(partition, -1), groups, took_ms)
         log.info("%s Finished loading offsets and group metadata from %s in %d milliseconds (%d groups)",
-                 self.prefix, tp, (time.monotonic() - started) * 1000,
-                 sum(self.partition_of(g) == partition for g in self.groups))
+                 self.prefix, tp, took_ms, groups)
 
     def _unload(self, group: GroupMetadata, error: Errors) -> None:
         for member in list(group.members.values()):
@@ -416,6 +426,7 @@ class GroupCoordinator:
             return
         log.info("%s Stabilized group %s generation %d (%s-%d) with %d members", self.prefix, group.group_id,
                  group.generation, GROUP_METADATA_TOPIC, self.partition_of(group.group_id), len(group.members))
+        self.events.group_stabilized(group.group_id, group.generation, len(group.members))
         for member in group.members.values():
             self._answer_join(member, self._join_result(group, member))
             self._heartbeat(group, member)
@@ -463,6 +474,7 @@ class GroupCoordinator:
                     self._maybe_prepare_rebalance(group, f"error {error.name} when storing group assignment")
                 else:
                     group.transition(S.STABLE, now_ms())
+                    self.events.group_synced(group_id, group.generation)
                     for m in group.members.values():
                         self._answer_sync(m, SyncResult(Errors.NONE, group.protocol_type, group.protocol, m.assignment))
         return await waiter

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from actors.broker.batches import assign_offsets, decode_records, iter_batches
+from actors.broker.events import BrokerEvents
 from actors.broker.group_coordinator import GroupCoordinator, JoinResult
 from actors.broker.group_metadata import GroupMetadata, GroupState, IllegalGroupTransition
 from actors.broker.group_records import GROUP_METADATA_TOPIC, OffsetAndMetadata, partition_for, read_key
@@ -251,3 +252,38 @@ def test_the_group_states_allow_only_kafkas_moves():
         group.transition(state, 0)
     with pytest.raises(IllegalGroupTransition):
         group.transition(GroupState.EMPTY, 0)
+
+
+def test_loads_rebalances_and_syncs_are_recorded_for_the_run_directory():
+    class Sink:
+        enabled = True
+
+        def __init__(self):
+            self.records = []
+
+        def emit(self, name, record):
+            self.records.append(record)
+
+    async def run():
+        sink = Sink()
+        log = InMemoryLog()
+        c = GroupCoordinator(1, CONFIG, log.append, log.read, lambda: PARTITIONS, BrokerEvents(1, sink))
+        await elected(c)
+        await two_members(c)
+        return [(r.kind, r.group, r.generation, r.partitions) for r in sink.records]
+    assert asyncio.run(run()) == [("group_loaded", None, None, 0), ("group_stabilized", G, 1, 2),
+                                  ("group_synced", G, 1, 0)]
+
+
+def test_a_new_epoch_of_the_same_leadership_keeps_the_groups_and_their_waiting_members():
+    async def run():
+        c = coordinator(InMemoryLog())
+        await elected(c)
+        first = await join(c)
+        waiting = asyncio.ensure_future(join(c, first.member_id))  # in the rebalance's initial delay
+        await asyncio.sleep(0)
+        c.on_elected(partition_for(G, PARTITIONS), 1)  # the leader epoch moved (an ISR change, a reassignment)
+        assert (await waiting).generation == 1 and c.groups[G].members
+        c.on_resigned(partition_for(G, PARTITIONS), 0)  # an older request: ignored
+        assert partition_for(G, PARTITIONS) in c.owned
+    asyncio.run(run())
