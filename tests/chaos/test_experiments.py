@@ -70,6 +70,7 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
     assert check_main([str(run_dir)]) == 0
 
 
+@pytest.mark.slow  # about 65 s; tests/integration/test_links.py covers each link fault in the default run
 def test_link_faults_in_a_short_experiment_keep_every_invariant(environment, tmp_path):
     """Every link-fault shape once, each healed after its seconds, under acks=all load."""
     experiment = Experiment(
@@ -155,6 +156,7 @@ def test_long_chaos_experiment_with_random_faults(environment, tmp_path):
     assert summary.faults >= 20 and summary.failovers >= 10
 
 
+@pytest.mark.slow  # about 35 s; tests/integration/test_power_loss.py covers the returning victim in the default run
 def test_power_losses_with_leaders_killed_at_the_victims_return_lose_nothing(environment, tmp_path):
     """experiments/power-loss.yaml in its short form (its first two pairs): a follower's power loss, then
     a leader's torn write, each followed by a leader's kill the moment the victim registers again, under

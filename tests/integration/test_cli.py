@@ -244,6 +244,10 @@ def _unclean_election(ok, fails, run, home):
     from actors.config import ClusterConfig
     from tests.integration.conftest import wait_until
 
+    # both brokers in every ISR first: the chaos before may have left broker 1 catching up, and a broker 2
+    # alone in u-0's ISR could not hand its leadership over at its shutdown
+    wait_until(lambda: ok("topics", "describe", "--under-replicated-partitions") == "", timeout=60,
+               what="every partition fully replicated")
     plan = home / "u.json"  # broker 2 first: a preferred replica that lives but is out of the ISR
     plan.write_text('{"version":1,"partitions":[{"topic":"u","partition":0,"replicas":[2,1]}]}')
     assert "Successfully started" in ok("reassign", "--execute", "--reassignment-json-file", str(plan))
