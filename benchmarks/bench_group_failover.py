@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
                     partitions = len(zk.get_znode(zkdata.TopicZNode, zkdata.topic_path(GROUP_METADATA_TOPIC)).assignment())
                     offsets_tp = f"{GROUP_METADATA_TOPIC}-{partition_for(GROUP, partitions)}"
                 fault = cluster.kill_broker(victim)
+                print(f"kill {kill}: SIGKILL of broker {victim}, the group's coordinator", flush=True)
                 time.sleep(args.horizon_s)
                 events = broker_events(run_dir)
                 elected = first_after(events, fault, lambda r: r["kind"] == "leader_and_isr" and offsets_tp in
