@@ -96,8 +96,6 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from confluent_kafka.admin import AdminClient
-
     from actors.broker.group_records import GROUP_METADATA_TOPIC, partition_for
     from actors.cluster import LocalCluster
     from actors.config import ClusterConfig
@@ -131,25 +129,23 @@ def main(argv: list[str] | None = None) -> None:
         members = [Member(servers, i, consumed) for i in range(3)]
         for thread in (load, *members):
             thread.start()
-        client = AdminClient({"bootstrap.servers": servers})
         offsets_tp = None
         try:
             for kill in range(1, args.kills + 1):
                 poll(lambda: len({p for p, _, t in consumed if t > now_ms() - 2000}) == args.partitions, 120,
                      "the group consuming every partition")
-                described = client.describe_consumer_groups([GROUP])[GROUP].result(timeout=30)
-                victim = described.coordinator.id
                 if offsets_tp is None:
                     partitions = len(zk.get_znode(zkdata.TopicZNode, zkdata.topic_path(GROUP_METADATA_TOPIC)).assignment())
-                    offsets_tp = f"{GROUP_METADATA_TOPIC}-{partition_for(GROUP, partitions)}"
+                    offsets_tp = TopicPartition(GROUP_METADATA_TOPIC, partition_for(GROUP, partitions))
+                victim = zk.get_partition_states([offsets_tp])[offsets_tp].state.leader  # the group's coordinator
                 fault = cluster.kill_broker(victim)
                 print(f"kill {kill}: SIGKILL of broker {victim}, the group's coordinator", flush=True)
                 time.sleep(args.horizon_s)
                 events = broker_events(run_dir)
-                elected = first_after(events, fault, lambda r: r["kind"] == "leader_and_isr" and offsets_tp in
+                key = f"{offsets_tp.topic}-{offsets_tp.partition}"
+                elected = first_after(events, fault, lambda r: r["kind"] == "leader_and_isr" and key in
                                       r.get("leaders", {}))
-                loaded = first_after(events, fault, lambda r: r["kind"] == "group_loaded" and r["partition"] ==
-                                     offsets_tp)
+                loaded = first_after(events, fault, lambda r: r["kind"] == "group_loaded" and r["partition"] == key)
                 found = first_after(events, fault, lambda r: r["kind"] == "coordinator_found" and
                                     r["group"] == GROUP and r["replica"] != victim)
                 rejoined = first_after(events, fault, lambda r: r["kind"] == "group_synced" and r["group"] == GROUP)

@@ -11,9 +11,12 @@ from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
 
 NO_GROUP = "kray-assign"  # confluent-kafka needs a group.id even for assign(); nothing joins it
+# asked again: a leader that moved or died. _DESTROY_BROKER is librdkafka's answer to a request queued for a
+# broker it decommissions when the broker leaves the cluster's metadata (a killed one, not back)
 RETRIED = {confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION, confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
            confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART, confluent_kafka.KafkaError._TIMED_OUT,
-           confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError.FENCED_LEADER_EPOCH}
+           confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError.FENCED_LEADER_EPOCH,
+           confluent_kafka.KafkaError._DESTROY_BROKER}
 
 
 class ConsumedRecord(NamedTuple):

@@ -124,3 +124,22 @@ def test_a_wait_ends_when_the_metadata_shows_it_or_at_its_timeout():
         assert await waits.until(lambda: False, 20) is False
         assert await waits.until(lambda: False, 0) is False  # a timeout of 0 answers at once
     asyncio.run(run())
+
+
+def test_broker_resources_name_this_broker_and_its_settings_cannot_be_altered():
+    from actors.broker.admin_apis import BROKER, AdminApis
+    from actors.broker.metadata_cache import MetadataCache
+    from actors.config import ClusterConfig
+
+    apis = AdminApis(1, None, MetadataCache(), ClusterConfig(zk_connect="127.0.0.1:2181"), lambda: "cluster",
+                     lambda: None, lambda wanted: [])
+    assert {e.name for e in apis._described(BROKER, "1")} >= {"min.insync.replicas", "num.partitions"}
+    assert apis._described(BROKER, "") == []  # the cluster's dynamic defaults: kray has none
+    for name, message in [("2", "Unexpected broker id, expected 1"), ("x", "must be an integer")]:
+        with pytest.raises(InvalidRequestException, match=message):
+            apis._described(BROKER, name)
+    with pytest.raises(InvalidRequestException, match="Cannot update these configs dynamically"):
+        apis._alter(BROKER, "1", lambda current: {"log.retention.ms": "5"}, False)
+    apis._alter(BROKER, "1", lambda current: {}, False)  # nothing to change: nothing refused
+    with pytest.raises(InvalidRequestException, match="Unsupported resource type"):
+        apis._described(8, "1")

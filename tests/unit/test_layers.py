@@ -18,7 +18,7 @@ PURE = [
         "context", "state_machines", "election", "changes", "decisions", "timeline", "events", "request_batch")),
     *(f"actors.broker.{m}" for m in (
         "batches", "replication", "fetch_session", "producer_state", "leader_epochs", "checkpoints", "log_config",
-        "api_versions", "wire", "errors")),
+        "api_versions", "wire", "errors", "group_records", "group_metadata")),
     *(f"coordination.{m}" for m in ("zkdata", "errors", "topic_config")),
     "jobs.failovers", "jobs.timeline_page", "jobs.disk_faults",
 ]
