@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition as CTopicPartition
@@ -161,33 +162,35 @@ def shared(members: list[Member]) -> bool:
     return all(assigned) and sorted(p for ps in assigned for p in ps) == list(range(PARTITIONS))
 
 
-def test_kafka_python_group_shares_rebalances_commits_resumes_and_resets(cluster):
-    cluster, zk = cluster
-    servers = cluster.bootstrap_servers()
+def share_leave_join_resume(member: Callable[[str, Counter], Member], produce: Callable[[int, int], list[bytes]],
+                            commit_interval_s: float = 0.0) -> list[bytes]:
+    """What every client's group test runs: three members share the topic (each partition read by one of
+    them), every record read once; one leaves and the two others take its partitions over; one joins and
+    the three share again; then every member stopped, and new ones resume from the commits, reading only
+    what came after. `member(client id, seen)` starts a member; `produce(count, start)` sends `count`
+    records to each partition; a client that commits by itself gets `commit_interval_s` to do so. Every
+    record sent, in order."""
     seen: Counter = Counter()
-    members = [PythonMember(servers, "g-python", f"c{i}", seen) for i in range(3)]
+    members = [member(f"c{i}", seen) for i in range(3)]
     try:
-        # three share the topic: each partition read by one of them, every record once
         wait_for(members, lambda: shared(members), "three members sharing the topic")
-        sent = produce_all(servers, 50)
+        sent = produce(50, 0)
         wait_for(members, lambda: covers(seen, sent), "every record read")
         assert seen == Counter(sent)
-        assert GROUP_METADATA_TOPIC in zk.get_all_topics()
-        # one leaves: the two others take its partitions over; one joins: three again
         members.pop().stop()
         wait_for(members, lambda: shared(members), "two members sharing the topic")
-        members.append(PythonMember(servers, "g-python", "c3", seen))
+        members.append(member("c3", seen))
         wait_for(members, lambda: shared(members), "three members again")
-        more = produce_all(servers, 20, start=50)
+        more = produce(20, 50)
         wait_for(members, lambda: covers(seen, sent + more), "the new records read")
         assert set(seen) == set(sent + more)
+        time.sleep(commit_interval_s)
     finally:
         for m in members:
             m.stop()
-    # the commits survive a restart of every consumer: the next ones read only what came after
-    last = produce_all(servers, 10, start=70)
+    last = produce(10, 70)
     seen = Counter()
-    members = [PythonMember(servers, "g-python", f"again{i}", seen) for i in range(3)]
+    members = [member(f"again{i}", seen) for i in range(3)]
     try:
         wait_for(members, lambda: covers(seen, last), "the records after the commits")
         # a partition is read in order from the committed offset: a record before `last` would have come first
@@ -195,6 +198,24 @@ def test_kafka_python_group_shares_rebalances_commits_resumes_and_resets(cluster
     finally:
         for m in members:
             m.stop()
+    return sent + more + last
+
+
+def read_once_more(member: Member, seen: Counter, expected: list[bytes]) -> None:
+    """A member started after an offset reset reads exactly `expected`."""
+    try:
+        wait_for([member], lambda: covers(seen, expected), "the records after the reset offsets")
+        assert set(seen) == set(expected)
+    finally:
+        member.stop()
+
+
+def test_kafka_python_group_shares_rebalances_commits_resumes_and_resets(cluster):
+    cluster, zk = cluster
+    servers = cluster.bootstrap_servers()
+    everything = share_leave_join_resume(lambda client_id, seen: PythonMember(servers, "g-python", client_id, seen),
+                                         lambda count, start: produce_all(servers, count, start))
+    assert GROUP_METADATA_TOPIC in zk.get_all_topics()
     # the offsets reset (the group is empty now) to the earliest: a consumer reads everything again
     client = KafkaAdminClient(bootstrap_servers=servers)
     try:
@@ -205,13 +226,8 @@ def test_kafka_python_group_shares_rebalances_commits_resumes_and_resets(cluster
         assert {r["offset"] for r in reset.values()} == {0}
     finally:
         client.close()
-    seen = Counter()
-    members = [PythonMember(servers, "g-python", "after-reset", seen)]
-    try:
-        wait_for(members, lambda: covers(seen, sent + more + last), "everything read again")
-        assert set(seen) == set(sent + more + last)
-    finally:
-        members[0].stop()
+    seen: Counter = Counter()
+    read_once_more(PythonMember(servers, "g-python", "after-reset", seen), seen, everything)
 
 
 def test_confluent_kafka_group_shares_rebalances_commits_resumes_and_resets(cluster, strategy="cooperative-sticky"):
@@ -219,45 +235,17 @@ def test_confluent_kafka_group_shares_rebalances_commits_resumes_and_resets(clus
     below is librdkafka's with the eager `range`, kafka-python's too): the broker does not care which."""
     cluster, zk = cluster
     servers, group = cluster.bootstrap_servers(), f"g-confluent-{strategy}"
-    seen: Counter = Counter()
-    members = [ConfluentMember(servers, group, f"c{i}", seen, strategy) for i in range(3)]
-    try:
-        wait_for(members, lambda: shared(members), "three members sharing the topic")
-        sent = produce_all(servers, 50)
-        wait_for(members, lambda: covers(seen, sent), "every record read")
-        assert seen == Counter(sent)
-        members.pop().stop()
-        wait_for(members, lambda: shared(members), "two members sharing the topic")
-        members.append(ConfluentMember(servers, group, "c3", seen, strategy))
-        wait_for(members, lambda: shared(members), "three members again")
-        more = produce_all(servers, 20, start=50)
-        wait_for(members, lambda: covers(seen, sent + more), "the new records read")
-        assert set(seen) == set(sent + more)
-    finally:
-        for m in members:
-            m.stop()
-    last = produce_all(servers, 10, start=70)
-    seen = Counter()
-    members = [ConfluentMember(servers, group, f"again{i}", seen, strategy) for i in range(3)]
-    try:
-        wait_for(members, lambda: covers(seen, last), "the records after the commits")
-        # a partition is read in order from the committed offset: a record before `last` would have come first
-        assert set(seen) == set(last)
-    finally:
-        for m in members:
-            m.stop()
+    everything = share_leave_join_resume(
+        lambda client_id, seen: ConfluentMember(servers, group, client_id, seen, strategy),
+        lambda count, start: produce_all(servers, count, start))
     client = AdminClient({"bootstrap.servers": servers})
     listed = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=30)
     assert {tp.partition: tp.offset for tp in listed.topic_partitions} == dict.fromkeys(range(PARTITIONS), 80)
     client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [
         CTopicPartition(TOPIC, p, 70) for p in range(PARTITIONS)])])[group].result(timeout=30)
-    seen = Counter()
-    members = [ConfluentMember(servers, group, "after-reset", seen, strategy)]
-    try:
-        wait_for(members, lambda: covers(seen, last), "the records after the reset offsets")
-        assert set(seen) == set(last)
-    finally:
-        members[0].stop()
+    seen: Counter = Counter()
+    read_once_more(ConfluentMember(servers, group, "after-reset", seen, strategy), seen,
+                   [v for v in everything if int(v.split(b"-")[1]) >= 70])
 
 
 class KcatMember(Member):
@@ -301,33 +289,8 @@ class KcatMember(Member):
 def test_kcat_balanced_consumers_share_rebalance_commit_and_resume(cluster):
     cluster, zk = cluster
     servers = cluster.bootstrap_servers()
-    seen: Counter = Counter()
-    members = [KcatMember(servers, "g-kcat", f"k{i}", seen) for i in range(3)]
-    try:
-        wait_for(members, lambda: shared(members), "three kcat members sharing the topic")
-        sent = produce_all(servers, 50)
-        wait_for(members, lambda: covers(seen, sent), "every record read")
-        assert seen == Counter(sent)
-        members.pop().stop()
-        wait_for(members, lambda: shared(members), "two members sharing the topic")
-        members.append(KcatMember(servers, "g-kcat", "k3", seen))
-        wait_for(members, lambda: shared(members), "three members again")
-        more = produce_all(servers, 20, start=50)
-        wait_for(members, lambda: covers(seen, sent + more), "the new records read")
-        assert set(seen) == set(sent + more)
-        time.sleep(0.5)  # an auto-commit interval or more
-    finally:
-        for m in members:
-            m.stop()
-    last = produce_all(servers, 10, start=70)
-    seen = Counter()
-    members = [KcatMember(servers, "g-kcat", "again", seen)]
-    try:
-        wait_for(members, lambda: covers(seen, last), "the records after the commits")
-        # a partition is read in order from the committed offset: a record before `last` would have come first
-        assert set(seen) == set(last)
-    finally:
-        members[0].stop()
+    share_leave_join_resume(lambda client_id, seen: KcatMember(servers, "g-kcat", client_id, seen),
+                            lambda count, start: produce_all(servers, count, start), commit_interval_s=0.5)
 
 
 def test_kafka_utils_reads_the_groups_commits_from_consumer_offsets(cluster, tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from coordination import admin, zkdata
 from tests.integration.conftest import wait_until
-from tests.integration.test_consumer_groups import GROUPS, PARTITIONS, TOPIC, Member, covers, shared, wait_for
+from tests.integration.test_consumer_groups import GROUPS, PARTITIONS, TOPIC, Member, share_leave_join_resume
 
 CLIENT = Path(__file__).resolve().parents[1] / "kafkajs" / "client.js"
 
@@ -102,29 +101,5 @@ def test_kafkajs_group_shares_rebalances_and_resumes_from_its_commits(cluster):
     admin.create_topic(zk, TOPIC, PARTITIONS, 3)
     cluster.wait_for_metadata(lambda m: len([tp for tp in m["partitions"] if tp.topic == TOPIC]) == PARTITIONS)
     servers = cluster.bootstrap_servers()
-    seen: Counter = Counter()
-    members = [NodeMember(servers, "g-kafkajs", f"j{i}", seen) for i in range(3)]
-    try:
-        wait_for(members, lambda: shared(members), "three kafkajs members sharing the topic")
-        sent = produce(servers, 50)
-        wait_for(members, lambda: covers(seen, sent), "every record read")
-        assert seen == Counter(sent)
-        members.pop().stop()
-        wait_for(members, lambda: shared(members), "two members sharing the topic")
-        members.append(NodeMember(servers, "g-kafkajs", "j3", seen))
-        wait_for(members, lambda: shared(members), "three members again")
-        more = produce(servers, 20, start=50)
-        wait_for(members, lambda: covers(seen, sent + more), "the new records read")
-        time.sleep(0.5)  # an auto-commit interval or more
-    finally:
-        for m in members:
-            m.stop()
-    last = produce(servers, 10, start=70)
-    seen = Counter()
-    members = [NodeMember(servers, "g-kafkajs", "again", seen)]
-    try:
-        wait_for(members, lambda: covers(seen, last), "the records after the commits")
-        # a partition is read in order from the committed offset: a record before `last` would have come first
-        assert set(seen) == set(last)
-    finally:
-        members[0].stop()
+    share_leave_join_resume(lambda client_id, seen: NodeMember(servers, "g-kafkajs", client_id, seen),
+                            lambda count, start: produce(servers, count, start), commit_interval_s=0.5)
