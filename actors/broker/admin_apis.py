@@ -376,15 +376,20 @@ class AdminApis:
         else:
             raise InvalidRequestException(f"Unsupported resource type: {resource_type}")
 
-    async def _alter_each(self, request, change_of: Callable[[object], Callable[[dict], dict]]) -> list[tuple]:
-        out = []
+    async def _alter_each(self, request, response: type, change_of: Callable[[object], Callable[[dict], dict]]):
+        """Each resource of an (Incremental)AlterConfigs changed by `change_of(resource)`; the `response`
+        class's answer."""
+        results = []
         for r in request.resources:
             try:
                 await self._off_loop(self._alter, r.resource_type, r.resource_name, change_of(r), request.validate_only)
-                out.append((r, None))
+                error = None
             except Exception as e:
-                out.append((r, api_error(e)))
-        return out
+                error = api_error(e)
+            results.append(response.AlterConfigsResourceResponse(
+                error_code=int(error.error) if error else 0, error_message=error.message if error else None,
+                resource_type=r.resource_type, resource_name=r.resource_name))
+        return response(throttle_time_ms=0, responses=results)
 
     async def alter_configs(self, ctx: RequestContext, request) -> AlterConfigsResponse:
         """The resource's overrides replaced by the request's (Kafka's legacy AlterConfigs)."""
@@ -395,11 +400,7 @@ class AdminApis:
                     raise InvalidRequestException(f"Null value not supported for : {','.join(nulls)}")
                 return configs
             return change
-        return AlterConfigsResponse(throttle_time_ms=0, responses=[
-            AlterConfigsResponse.AlterConfigsResourceResponse(
-                error_code=int(error.error) if error else 0, error_message=error.message if error else None,
-                resource_type=r.resource_type, resource_name=r.resource_name)
-            for r, error in await self._alter_each(request, change_of)])
+        return await self._alter_each(request, AlterConfigsResponse, change_of)
 
     async def incremental_alter_configs(self, ctx: RequestContext, request) -> IncrementalAlterConfigsResponse:
         """Each config set, deleted, or a list config appended to or subtracted from (KIP-339)."""
@@ -407,11 +408,7 @@ class AdminApis:
             def change(current: dict[str, str]) -> dict[str, str]:
                 return incremental_change(current, [(c.name, c.config_operation, c.value) for c in r.configs])
             return change
-        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
-            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
-                error_code=int(error.error) if error else 0, error_message=error.message if error else None,
-                resource_type=r.resource_type, resource_name=r.resource_name)
-            for r, error in await self._alter_each(request, change_of)])
+        return await self._alter_each(request, IncrementalAlterConfigsResponse, change_of)
 
     # -- the controller's ----------------------------------------------------
 

@@ -248,7 +248,23 @@ def test_confluent_kafka_group_shares_rebalances_commits_resumes_and_resets(clus
                    [v for v in everything if int(v.split(b"-")[1]) >= 70])
 
 
-class KcatMember(Member):
+class ProcessMember(Member):
+    """A member in a process of its own (kcat, node): its assignment as it last reported it; stopped with
+    SIGTERM, after which it leaves the group and commits what it read."""
+
+    assigned: set[int] | list[int] = ()
+    process: subprocess.Popen
+
+    def partitions(self) -> list[int]:
+        return sorted(self.assigned)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+        self.join(30)
+
+
+class KcatMember(ProcessMember):
     """Debian's kcat -G (librdkafka's balanced consumer, committing by itself): its records from its
     stdout, its assignment from the rebalance lines it prints on stderr; stopped with SIGTERM, after which
     it leaves the group and commits what it read."""
@@ -276,14 +292,6 @@ class KcatMember(Member):
         for line in self.process.stdout:
             with self.lock:
                 self.seen[line.rstrip("\n").encode()] += 1
-
-    def partitions(self) -> list[int]:
-        return sorted(self.assigned)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
-        self.join(30)
 
 
 def test_kcat_balanced_consumers_share_rebalance_commit_and_resume(cluster):

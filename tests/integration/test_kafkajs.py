@@ -13,7 +13,7 @@ import pytest
 
 from coordination import admin, zkdata
 from tests.integration.conftest import wait_until
-from tests.integration.test_consumer_groups import GROUPS, PARTITIONS, TOPIC, Member, share_leave_join_resume
+from tests.integration.test_consumer_groups import GROUPS, PARTITIONS, TOPIC, ProcessMember, share_leave_join_resume
 
 CLIENT = Path(__file__).resolve().parents[1] / "kafkajs" / "client.js"
 
@@ -68,7 +68,7 @@ def test_kafkajs_admin_creates_grows_configures_moves_and_deletes(cluster):
     wait_until(lambda: not zk.get_all_topics(), timeout=30, what="the topic's znodes deleted")
 
 
-class NodeMember(Member):
+class NodeMember(ProcessMember):
     """A kafkajs group member in its own process: its records and assignments from its JSON lines."""
 
     def __init__(self, servers: str, group: str, client_id: str, seen: Counter):
@@ -87,13 +87,6 @@ class NodeMember(Member):
                 with self.lock:
                     self.seen[event["value"].encode()] += 1
 
-    def partitions(self) -> list[int]:
-        return sorted(self.assigned)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
-        self.join(30)
 
 
 def test_kafkajs_group_shares_rebalances_and_resumes_from_its_commits(cluster):
