@@ -24,6 +24,7 @@ CONTROLLER_REQUESTS = "controller_requests.jsonl"
 PRODUCE_ERRORS = "produce_errors.jsonl"
 CLIENT_STATS = "client_stats.jsonl"
 BROKER_EVENTS = "broker_events.jsonl"
+GROUP_COMMITS = "group_commits.jsonl"
 PROBE_PRODUCER = "probe"  # the probe producer's name: its record ids are "probe-<sequence>"
 
 
@@ -144,6 +145,22 @@ class Consumed(Record):
     leader_epoch: int
     ts_ms: float
     final: bool = False  # read back from the start after the run, rather than by the live consumer
+    group: str | None = None  # delivered to a member of this consumer group (subscribe), not to an assign() reader
+    member: str | None = None  # the group member's client id
+
+
+class GroupCommit(Record):
+    """A consumer group's committed offset for one partition: one a member was told the coordinator stored
+    (stored_offset None), or one read back from the group's __consumer_offsets partition after the run (in
+    log order: stored_offset is the commit record's offset in that log)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int  # the next record the group will read
+    ts_ms: float  # when the member heard; for one read back, the commit's timestamp in the record
+    member: str | None = None
+    stored_offset: int | None = None
 
 
 class ControllerEventRecord(Record):

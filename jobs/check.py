@@ -34,6 +34,16 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
                                every broker's log dirs; a reassignment complete with its target
                                replicas; an election request taken up; a config in force. A refused
                                action is a violation too: the schedule asked for it.
+    group_commits_backwards    A consumer group's committed offset for a partition never goes back: in
+                               the group's __consumer_offsets log (read back after the run,
+                               group_commits.jsonl) each commit of a partition is at or past the one
+                               before; and each commit a member was told was stored is in that log (one
+                               lost would send the group back).
+    group_not_delivered        Every acknowledged record below the group's final committed offset of its
+                               partition was delivered to a member of the group at least once.
+    group_delivered_unacked    Nothing was delivered to the group that was never acknowledged: each record
+                               a member was given is one a producer was told is at that offset (two
+                               records given at one offset: one of them was not).
 
 Memory is linear in the run: the final read-back is indexed by (topic, partition, offset) and
 produced.jsonl is streamed against it.
@@ -46,15 +56,19 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from typing import Callable, NamedTuple
+
 from actors.records import (
     CONSUMED,
     CONTROLLER_EVENTS,
     CONTROLLER_REQUESTS,
+    GROUP_COMMITS,
     PRODUCED,
     Ack,
     Consumed,
     ControllerEventRecord,
     ControllerRequestRecord,
+    GroupCommit,
     JsonlReader,
     tp_key,
 )
@@ -72,7 +86,8 @@ from jobs.rundir import (
 )
 
 INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "failed_controller_events", "multiple_leaders",
-              "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated", "admin_actions_not_done")
+              "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated", "admin_actions_not_done",
+              "group_commits_backwards", "group_not_delivered", "group_delivered_unacked")
 MAX_EXAMPLES = 5
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -96,21 +111,29 @@ def _at(key: Key) -> str:
     return f"{tp_key(topic, partition)}@{offset}"
 
 
-def read_final(reader: JsonlReader) -> tuple[dict[Key, str], int, list[Key]]:
-    """The final read-back by location, the live-consumed count, and offsets read more than once."""
+class ReadBack(NamedTuple):
+    final: dict[Key, str]  # the final read-back by location
+    live: int  # records consumed live
+    repeats: list[Key]  # offsets read more than once in the final read-back
+    delivered: dict[str, dict[Key, set[str]]]  # group -> location -> the record ids its members were given there
+
+
+def read_consumed(reader: JsonlReader) -> ReadBack:
     final: dict[Key, str] = {}
     repeats: list[Key] = []
+    delivered: dict[str, dict[Key, set[str]]] = defaultdict(lambda: defaultdict(set))
     live = 0
     for c in reader.lines(CONSUMED, Consumed):
+        key = (sys.intern(c.topic), c.partition, c.offset)
+        if c.group is not None:
+            delivered[c.group][key].add(sys.intern(c.record_id))
         if not c.final:
             live += 1
-            continue
-        key = (sys.intern(c.topic), c.partition, c.offset)
-        if key in final:
+        elif key in final:
             repeats.append(key)
         else:
             final[key] = c.record_id
-    return final, live, repeats
+    return ReadBack(final, live, repeats, delivered)
 
 
 def check_duplicated(final: dict[Key, str]) -> Violations:
@@ -140,9 +163,10 @@ def check_dense(final: dict[Key, str], repeats: list[Key], v: Violations) -> Non
             expected = offset + 1
 
 
-def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
-               notes: list[str]) -> tuple[Violations, Violations, Violations, int]:
-    """Streams produced.jsonl once: lost, per-producer order, and one leader per leader epoch.
+def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool, notes: list[str],
+               on_ack: Callable[[Ack], None] = lambda a: None) -> tuple[Violations, Violations, Violations, int]:
+    """Streams produced.jsonl once: lost, per-producer order, and one leader per leader epoch; each Ack
+    handed to `on_ack` too (the groups' checks).
 
     Returns (lost, reordered, multiple_leaders, acks read)."""
     lost, reordered, leaders = Violations(), Violations(), Violations()
@@ -152,6 +176,7 @@ def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
     acked = unparsed = unplaced = 0
     for a in reader.lines(PRODUCED, Ack):
         acked += 1
+        on_ack(a)
         topic = sys.intern(a.topic)
         if a.offset is None:  # delivered as a duplicate of an earlier send: only its partition is known
             unplaced += 1
@@ -193,6 +218,66 @@ def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool,
         if len(brokers) > 1:
             leaders.add(f"{tp_key(topic, partition)} leader epoch {epoch} acked by brokers {sorted(brokers)}")
     return lost, reordered, leaders, acked
+
+
+class GroupChecks:
+    """The consumer groups' three invariants, over what their members were given (ReadBack.delivered) and
+    the commits (group_commits.jsonl: those the members were told were stored, and the groups' logs read
+    back), with every Ack streamed through `on_ack`."""
+
+    def __init__(self, delivered: dict[str, dict[Key, set[str]]], commits: list[GroupCommit], notes: list[str]):
+        self.delivered = delivered
+        self.backwards, self.undelivered, self.unacked = Violations(), Violations(), Violations()
+        stored: dict[tuple[str, str, int], list[GroupCommit]] = defaultdict(list)
+        told: list[GroupCommit] = []
+        for c in commits:
+            (told if c.stored_offset is None else stored[(c.group, c.topic, c.partition)]).append(c)
+        self.committed: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)  # group -> partition -> final
+        for (group, topic, partition), log in sorted(stored.items()):
+            log.sort(key=lambda c: c.stored_offset)
+            for before, after in zip(log, log[1:]):
+                if after.offset < before.offset:
+                    self.backwards.add(f"group {group} {tp_key(topic, partition)}: commit {after.offset} (log offset "
+                                       f"{after.stored_offset}) after {before.offset} (log offset {before.stored_offset})")
+            self.committed[group][(sys.intern(topic), partition)] = log[-1].offset
+        logged = {(c.group, c.topic, c.partition, c.offset) for log in stored.values() for c in log}
+        unread = sorted({c.group for c in told} - {group for group, _, _ in stored})
+        if unread:
+            notes.append(f"groups {unread}: no commits read back from __consumer_offsets: the final committed "
+                         "offsets are the last the members were told, stored commits not checked")
+        for c in sorted(told, key=lambda c: c.ts_ms):
+            if c.group in unread:
+                final = self.committed[c.group]
+                final[(sys.intern(c.topic), c.partition)] = max(c.offset, final.get((c.topic, c.partition), 0))
+            elif (c.group, c.topic, c.partition, c.offset) not in logged:
+                self.backwards.add(f"group {c.group} {tp_key(c.topic, c.partition)}: commit {c.offset} acknowledged "
+                                   f"to member {c.member} at {c.ts_ms:.0f} is not in the group's log")
+        self.matched: dict[tuple[str, Key], str] = {}  # (group, location) -> the record given there acked there
+        self.placeless: dict[tuple[str, int], set[str]] = defaultdict(set)  # offset-less acks' ids per partition
+
+    def on_ack(self, a: Ack) -> None:
+        """An acknowledged record: given to each group where it is, or owed to it below its final commit (an
+        ack without its offset only vouches for its record, wherever the group was given it)."""
+        if a.offset is None:
+            self.placeless[(a.topic, a.partition)].add(a.record_id)
+            return
+        key = (a.topic, a.partition, a.offset)
+        for group, given in self.delivered.items():
+            if a.record_id in given.get(key, ()):
+                self.matched[(group, key)] = a.record_id
+            elif a.offset < (final := self.committed[group].get((a.topic, a.partition), 0)):
+                self.undelivered.add(f"group {group}: record {a.record_id} acked at {_at(key)}, below the group's "
+                                     f"final commit {final}, never given to it")
+
+    def finish(self) -> tuple[Violations, Violations, Violations]:
+        """(commits backwards, not delivered, delivered unacknowledged), once every Ack went through on_ack."""
+        for group, given in sorted(self.delivered.items()):
+            for key, ids in sorted(given.items()):
+                vouched = self.placeless.get(key[:2], set()) | {self.matched.get((group, key))}
+                for record_id in sorted(ids - vouched):
+                    self.unacked.add(f"group {group}: given record {record_id} at {_at(key)}, which no producer "
+                                     "was told is there")
+        return self.backwards, self.undelivered, self.unacked
 
 
 def check_controllers(reader: JsonlReader) -> tuple[Violations, Violations, int]:
@@ -352,10 +437,13 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     notes: list[str] = []
     results: dict[str, Violations] = {}
 
-    final, consumed_live, repeats = read_final(reader)
+    final, consumed_live, repeats, delivered = read_consumed(reader)
     if not final:
         notes.append("no final read-back in consumed.jsonl: lost, duplicated and log density not checked")
-    lost, reordered, leaders, acked = check_acks(reader, final, bool(final), notes)
+    groups = GroupChecks(delivered, list(reader.lines(GROUP_COMMITS, GroupCommit)), notes)
+    lost, reordered, leaders, acked = check_acks(reader, final, bool(final), notes, groups.on_ack)
+    results["group_commits_backwards"], results["group_not_delivered"], results["group_delivered_unacked"] = \
+        groups.finish()
     check_dense(final, repeats, reordered)
     results["lost"] = lost
     results["duplicated"] = check_duplicated(final)

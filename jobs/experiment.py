@@ -8,11 +8,12 @@ errors that name the field. Example:
     session_timeout_ms: 6000
     detector: true                 # the Ray-based failure detector (false: Kafka's behaviour)
     topics: [{name: orders, partitions: 30, replication_factor: 3}]
-    load: {producers: 2, rate: 2000, record_size: 100, acks: all}
+    load: {producers: 2, rate: 2000, record_size: 100, acks: all, group_members: 3}
     schedule:
       - {at_s: 5, fault: kill-broker, target: non-controller, seconds: 5}
       - {at_s: 15, fault: pause-broker, target: random, seconds: 2}
       - {at_s: 25, fault: kill-controller}
+      - {at_s: 28, fault: kill-broker, target: coordinator}             # the consumer group's coordinator
       - {at_s: 30, fault: cut-replication, target: leader, seconds: 5}   # a link fault: the cluster
     actions:                                                             # routes links through proxies
       - {at_s: 8, action: create-topic, topic: audit, partitions: 6, replication_factor: 3}
@@ -37,7 +38,9 @@ from jobs.rundir import ActionKind, FaultKind
 from actors.links.faults import LinkFault
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
 
-Target = int | Literal["random", "controller", "non-controller", "leader"]  # leader: of the first topic's partition 0
+# leader: of the first topic's partition 0; coordinator: the load's consumer group's coordinator (the leader of its
+# __consumer_offsets partition)
+Target = int | Literal["random", "controller", "non-controller", "leader", "coordinator"]
 
 
 def _topic_name(name: str) -> str:
@@ -80,6 +83,12 @@ class LoadSpec(Spec):
     acks: Literal["all", 0, 1, -1] = "all"
     records_per_partition: int = Field(1, ge=1, description="records to each partition in each producer call")
     consumers: int = Field(1, ge=0, description="consumer actors reading every partition as it is written")
+    group_members: int = Field(0, ge=0, description="members of a consumer group (real clients with group.id, "
+                               "subscribed to the streamed topics, committing every commit_interval_ms); "
+                               "`kray check` checks the group's invariants, the run records the coordinator's "
+                               "failovers")
+    group: str = Field("load-group", min_length=1, max_length=249, description="the consumer group's id")
+    commit_interval_ms: int = Field(1000, ge=10, description="the group members' auto.commit.interval.ms")
     probe_partitions: int = Field(60, ge=0, description="partitions a probe producer writes beside the load, one "
                                   "record in flight each (spread evenly over the streamed partitions; 0: no probes)")
     probe_interval_ms: float = Field(100, gt=0, description="a probed partition's next record goes this long after "
@@ -245,6 +254,9 @@ class Experiment(Spec):
                                  f"in the schedule that waits for recovery (after_recovery: true)")
         self._actions_possible()
         for f in self.schedule:
+            if f.target == "coordinator" and not self.load.group_members:
+                raise ValueError(f"fault {f.fault.value} at {f.at_s}s: target coordinator needs a consumer group "
+                                 f"(load.group_members)")
             if f.at_s >= self.duration_s:
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s is not within duration_s={self.duration_s}")
             if isinstance(f.target, int) and not 1 <= f.target <= self.brokers:

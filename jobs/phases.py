@@ -13,6 +13,10 @@ PHASE_SPANS = {"detection_ms": ("fault_injected_ms", "detected_ms"),
                "inbox_wait_ms": ("detected_ms", "processing_started_ms"),
                "election_zk_ms": ("processing_started_ms", "zk_written_ms"),
                "propagation_ms": ("zk_written_ms", "requests_acked_ms")}
+# the consumer group's coordinator through a fault on its broker, one value per such fault: each step's ms after
+# the fault (jobs/group_failovers.py; they overlap, so they are not added up)
+COORDINATOR_STEPS = {"elected_ms": "led again", "loaded_ms": "loaded", "found_ms": "found", "rejoined_ms": "rejoined",
+                     "committed_ms": "committed", "consumed_first_ms": "first read", "consumed_all_ms": "all read"}
 # the client's, one value per partition and fault (jobs/waits.py)
 MEASURES = ["recovery_ms", "worst_wait_ms"]
 # a partition's way from the fault to its recovery: the steps seen, in time order, each phase named by

@@ -6,13 +6,18 @@ model per line, and a summary.
                  /actions.jsonl            every admin action of the schedule, with what it asked (ActionRecord)
                  /failovers.jsonl          one per failover the controller handled (FailoverRecord)
                  /waits.jsonl              each partition through each fault, as the client saw it (PartitionWait)
+                 /group_failovers.jsonl    the consumer group's coordinator through each fault on its broker
+                                           (GroupFailoverRecord)
                  /timelines.jsonl          the controllers' own failover timelines, as recorded (TimelineRecord)
                  /load.jsonl               periodic load samples (LoadSample)
                  /produced.jsonl           every acknowledged produce, the load's and the probes' (Ack)
                  /produce_errors.jsonl     every record a producer gave up on (ProduceError)
                  /broker_events.jsonl      the brokers' steps a failover waits on (BrokerEvent)
                  /client_stats.jsonl       each producer's librdkafka statistics, once a second (ClientStats)
-                 /consumed.jsonl           every record consumed, live and in the final read-back (Consumed)
+                 /consumed.jsonl           every record consumed, live, by the group's members and in the final
+                                           read-back (Consumed)
+                 /group_commits.jsonl      the group's commits: as its members were told, and its log read back
+                                           (GroupCommit)
                  /controller_events.jsonl  every controller event: queue wait, processing time (ControllerEventRecord)
                  /controller_requests.jsonl a broker accepting a controller epoch for the first time (ControllerRequestRecord)
                  /partition_states.jsonl   periodic ZooKeeper snapshots: live brokers, leader/epoch/ISR (StateSample)
@@ -36,6 +41,7 @@ from actors.records import Record
 FAULTS = "faults.jsonl"
 ACTIONS = "actions.jsonl"
 FAILOVERS = "failovers.jsonl"
+GROUP_FAILOVERS = "group_failovers.jsonl"
 WAITS = "waits.jsonl"
 LOAD = "load.jsonl"
 PARTITION_STATES = "partition_states.jsonl"
@@ -169,9 +175,33 @@ class FailoverRecord(Record):
     load: LoadAtFault
 
 
+class GroupFailoverRecord(Record):
+    """The consumer group's coordinator through a fault on its broker (jobs/group_failovers.py): each step,
+    in wall-clock ms (None: not seen within the horizon)."""
+
+    fault_id: int
+    fault_kind: FaultKind
+    group: str
+    coordinator: int  # the broker that coordinated the group when the fault struck it
+    offsets_partition: str  # the group's partition of __consumer_offsets
+    fault_injected_ms: float
+    detector: bool
+    new_coordinator: int | None = None
+    elected_ms: float | None = None  # the offsets partition's new leader applied its LeaderAndIsr
+    loaded_ms: float | None = None  # the new coordinator loaded the group from that partition
+    found_ms: float | None = None  # a broker answered the group's FindCoordinator with the new coordinator
+    rejoined_ms: float | None = None  # the members rejoined and synced (None too: the move needed no rebalance)
+    committed_ms: float | None = None  # a member was first told a commit was stored
+    consumed_first_ms: float | None = None  # the first record sent at or after the fault that the group was given
+    consumed_all_ms: float | None = None  # every partition the group reads had given it such a record
+    partitions: int = 0  # the group's partitions measured through the fault
+    censored: int = 0  # of them, those not given such a record within the horizon
+
+
 class Source(str, Enum):
     LOAD = "load"  # the load generators' records: the client's queue included
     PROBE = "probe"  # one record in flight per partition (actors/clients/load.py: Prober)
+    GROUP = "group"  # every acknowledged record, delivered when a member of the consumer group is given it
 
 
 class Role(str, Enum):

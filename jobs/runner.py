@@ -18,7 +18,8 @@ from typing import Callable
 
 import ray
 
-from actors.clients.load import ConsumerWorker, LoadGenerator, Prober, read_back
+from actors.broker.group_records import GROUP_METADATA_TOPIC, partition_for
+from actors.clients.load import ConsumerWorker, GroupMember, LoadGenerator, Prober, read_back, read_commits
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.controller.changes import imbalanced_leaderships
@@ -28,11 +29,14 @@ from actors.recording import RunRecorder
 from actors.records import (
     BROKER_EVENTS,
     CONSUMED,
+    GROUP_COMMITS,
     PRODUCE_ERRORS,
     PRODUCED,
     TIMELINES,
     Ack,
     BrokerEvent,
+    Consumed,
+    GroupCommit,
     JsonlReader,
     JsonlWriter,
     ProduceError,
@@ -41,14 +45,14 @@ from actors.records import (
 )
 from coordination import admin, zkdata
 from coordination.zkdata import TopicPartition
-from jobs import admin_actions, failovers, partition_phases, rejoin, rundir, waits
+from jobs import admin_actions, failovers, group_failovers, partition_phases, rejoin, rundir, waits
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
 from jobs.disk_faults import DISK_FAULTS, describe
 from jobs.check import check_replication, check_run
 from jobs.experiment import Experiment, FaultSpec
 from jobs.waits import percentile
 from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
-from jobs.phases import PHASE_LABELS
+from jobs.phases import COORDINATOR_STEPS, PHASE_LABELS
 from jobs.rundir import FaultKind, FaultRecord
 from jobs.timeline_page import write_timeline
 
@@ -199,6 +203,9 @@ class ExperimentRun:
         k = min(load.probe_partitions, len(streamed))
         self.probers = [Prober.remote(self.config, [streamed[i * len(streamed) // k] for i in range(k)],
                                       load.probe_interval_ms, load.record_size)] if k else []
+        self.members = [GroupMember.remote(self.config, load.group, sorted({tp.topic for tp in streamed}), i,
+                                           load.commit_interval_ms) for i in range(load.group_members)]
+        self.consumers = self.consumers + self.members
         ray.get([a.start.remote() for a in self.generators + self.probers + self.consumers], timeout=60)
         self.chaos = Chaos(self.cluster, self.zk, self.zk_server)
         threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
@@ -227,7 +234,8 @@ class ExperimentRun:
         rate = load.rate * len(self._streamed()) / self._first_partitions / n if n else 0
         ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators[:n])], timeout=60)
         consumers = [ConsumerWorker.remote(self.config, new[i::c], len(self.consumers) + i) for i in range(c)]
-        ray.get([w.start.remote() for w in consumers], timeout=60)
+        ray.get([w.start.remote() for w in consumers] +
+                [m.subscribe.remote([t.name for t in topics if t.load == "stream"]) for m in self.members], timeout=60)
         self.consumers = self.consumers + consumers
         deadline = time.monotonic() + timeout_s
         while n and time.monotonic() < deadline and sum(
@@ -306,6 +314,11 @@ class ExperimentRun:
                 self.recorder.write.remote(CONSUMED, chunk)
                 chunk = []
         ray.get(self.recorder.write.remote(CONSUMED, chunk))
+        if self.members:
+            self.progress(f"Reading group {exp.load.group}'s commits from {GROUP_METADATA_TOPIC}")
+            self.offsets_partition = self._offsets_partition()
+            commits = read_commits(self.config, exp.load.group, self.offsets_partition)
+            ray.get(self.recorder.write.remote(GROUP_COMMITS, [c.model_dump_json() for c in commits]))
         time.sleep(1.0)  # the actors' record sinks flush every 0.2 s
         ray.get(self.recorder.close.remote())
 
@@ -318,11 +331,11 @@ class ExperimentRun:
             return spec.target
         if spec.target == "controller":
             return self.chaos.controller_id()
-        if spec.target == "leader":
-            first = TopicPartition(self.exp.topics[0].name, 0)
-            state = self.zk.get_partition_states([first]).get(first)  # that one state, not every partition's
+        if spec.target in ("leader", "coordinator"):
+            tp = TopicPartition(self.exp.topics[0].name, 0) if spec.target == "leader" else self._offsets_partition()
+            state = self.zk.get_partition_states([tp]).get(tp)  # that one state, not every partition's
             if state is None or state.state.leader < 0:
-                raise RuntimeError(f"{first} has no leader to pick")
+                raise RuntimeError(f"{tp} has no leader to pick")
             return state.state.leader
         candidates = up if spec.target == "random" else [b for b in up if b != self.zk.get_controller_id()]
         if not candidates:
@@ -531,6 +544,13 @@ class ExperimentRun:
         self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(
             ts_ms=ts, live_brokers=live, partitions=self._zk_leaderships())])
 
+    def _offsets_partition(self) -> TopicPartition:
+        """The load group's partition of __consumer_offsets (made by the members' first FindCoordinator)."""
+        topic = self.zk.get_topic_znodes([GROUP_METADATA_TOPIC]).get(GROUP_METADATA_TOPIC)
+        if topic is None:
+            raise RuntimeError(f"no {GROUP_METADATA_TOPIC} yet: the group has no coordinator")
+        return TopicPartition(GROUP_METADATA_TOPIC, partition_for(self.exp.load.group, len(topic.partitions)))
+
     def _streamed(self) -> list[TopicPartition]:
         """The partitions under the load (not those of topics loaded once)."""
         idle = {t.name for t in self.exp.topics if t.load == "once"}
@@ -625,10 +645,13 @@ class ExperimentRun:
         reader = JsonlReader(self.run_dir)
         faults = list(reader.lines(rundir.FAULTS, FaultRecord))
         samples = []  # every acknowledged record's (source, sent, latency), from the same read that indexes them
+        given = self._given(reader)
 
         def acks():
             for ack in reader.lines(PRODUCED, Ack):
                 samples.append((waits.source_of(ack.record_id), ack.sent_ms, ack.acked_ms - ack.sent_ms))
+                if ack.record_id in given:
+                    samples.append((rundir.Source.GROUP, ack.sent_ms, given[ack.record_id][1] - ack.sent_ms))
                 yield ack
         records = failovers.compose(list(reader.lines(TIMELINES, TimelineRecord)), faults,
                                     list(reader.lines(rundir.LOAD, rundir.LoadSample)), self.exp.session_timeout_ms,
@@ -636,11 +659,18 @@ class ExperimentRun:
         self.writer.write(rundir.FAILOVERS, records)
         load_ended = getattr(self, "load_ended_ms", now_ms())
         measured = waits.partition_waits(
-            faults, waits.deliveries_of(acks(), reader.lines(PRODUCE_ERRORS, ProduceError)),
+            faults, waits.deliveries_of(acks(), reader.lines(PRODUCE_ERRORS, ProduceError), given),
             list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)), self.exp.horizon_s * 1000, load_ended,
             final.assignments if (final := reader.document(rundir.FINAL_STATE, rundir.FinalState)) else None)
         measured = partition_phases.explain(measured, faults, records, reader.lines(BROKER_EVENTS, BrokerEvent))
         self.writer.write(rundir.WAITS, measured)
+        offsets = getattr(self, "offsets_partition", None)
+        if offsets is not None:
+            self.writer.write(rundir.GROUP_FAILOVERS, group_failovers.compose(
+                faults, list(reader.lines(rundir.PARTITION_STATES, rundir.StateSample)),
+                reader.lines(BROKER_EVENTS, BrokerEvent), reader.lines(GROUP_COMMITS, GroupCommit), measured,
+                self.exp.load.group, tp_key(offsets.topic, offsets.partition), self.exp.horizon_s * 1000,
+                self.exp.detector))
         check = check_run(self.run_dir)
         away = waits.latency_away(samples, faults)
         latency = sorted(latency for source, _, latency in samples if source is rundir.Source.LOAD)
@@ -656,6 +686,17 @@ class ExperimentRun:
         self.writer.close()
         write_timeline(self.run_dir)
         return summary
+
+
+    def _given(self, reader: JsonlReader) -> dict[str, tuple[str, float]]:
+        """Each record the load's group was given: its partition and when a member was first given it."""
+        out: dict[str, tuple[str, float]] = {}
+        for c in reader.lines(CONSUMED, Consumed):
+            if c.group == self.exp.load.group and not c.final:
+                at = out.get(c.record_id)
+                if at is None or c.ts_ms < at[1]:
+                    out[c.record_id] = (tp_key(c.topic, c.partition), c.ts_ms)
+        return out
 
 
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
@@ -710,6 +751,19 @@ def report(run_dir: Path) -> str:
                      + "".join(f"{sum(w.phases.get(p, 0.0) for w in mine) / len(mine):>7.0f}" for p in short)
                      + f"{sum(w.unexplained_ms or 0.0 for w in mine) / len(mine):>8.0f}"
                      + (f"{share:>7.0%}" if share is not None else f"{'-':>7}"))
+    coordinators = list(reader.lines(rundir.GROUP_FAILOVERS, rundir.GroupFailoverRecord))
+    if coordinators:
+        lines += ["", "The consumer group's coordinator through each fault on its broker, ms after the fault "
+                  "(jobs/group_failovers.py): its offsets partition led again, the group loaded, FindCoordinator "
+                  "answered, the members rejoined ('-' too when no rebalance was needed), a commit stored, the "
+                  "first record sent after the fault consumed, every partition's",
+                  f"{'fault':<28}{'group':<14}{'coordinator':>12}" + "".join(f"{n:>11}" for n in COORDINATOR_STEPS.values())]
+        for g in coordinators:
+            fault = faults.get(g.fault_id)
+            moved = f"{g.coordinator}->{g.new_coordinator if g.new_coordinator is not None else '?'}"
+            lines.append(f"{fault.label if fault else g.fault_id:<28}{g.group[:13]:<14}{moved:>12}" + "".join(
+                f"{_fmt(None if getattr(g, step) is None else getattr(g, step) - g.fault_injected_ms):>11}"
+                for step in COORDINATOR_STEPS))
     back = rejoin.of_run(reader, list(faults.values()), summary.ended_ms if summary else float("inf"))
     if back:
         lines += ["", "Back in the ISRs it left, per fault: from the broker's registration to the last leader's "

@@ -18,7 +18,10 @@ in flight or sent in its window: `Role` says whether the fault's broker led it (
 sample before the fault), followed it (one of its replicas), or neither; every partition is CLUSTER
 for a fault with no broker or one on the active controller alone. The load's records and the probes' are measured apart
 (`Source`): a probe has one record in flight per partition, so its figures are the partition's, not
-the load client's queue. Pure: deliveries in, PartitionWait out.
+the load client's queue. A run with a consumer group measures the group as a third source, each
+record's delivery being its giving to a member: its recovery is the first record sent at or after the
+fault that the group was given, end to end through the producer, the leader and the group's
+coordinator and members. Pure: deliveries in, PartitionWait out.
 """
 from __future__ import annotations
 
@@ -61,10 +64,10 @@ class Deliveries:
     """Every record's send and acknowledgement (or failure), per (source, partition), in send order."""
 
     def __init__(self, rows: Iterable[tuple]):
-        """rows: (partition, record id, sent ms, acked ms or math.inf, acked or failed ms[, offset])."""
+        """rows: (partition, record id or its Source, sent ms, acked ms or math.inf, acked or failed ms[, offset])."""
         by: dict[tuple[Source, str], list[Delivery]] = defaultdict(list)
         for tp, record_id, *delivery in rows:
-            by[(source_of(record_id), tp)].append(Delivery(*delivery))
+            by[(record_id if isinstance(record_id, Source) else source_of(record_id), tp)].append(Delivery(*delivery))
         self.deliveries = {key: sorted(ds) for key, ds in by.items()}
         self.sent = {key: [d.sent_ms for d in ds] for key, ds in self.deliveries.items()}
         self.acked = {key: sorted(d.acked_ms for d in ds if d.acked_ms < math.inf) for key, ds in self.deliveries.items()}
@@ -195,9 +198,21 @@ def percentile(values: list[float], p: float) -> float | None:
     return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
 
 
-def deliveries_of(acks, errors) -> Deliveries:
-    """Deliveries from acknowledgements (Ack) and failed deliveries (ProduceError)."""
-    return Deliveries([*((tp_key(a.topic, a.partition), a.record_id, a.sent_ms, a.acked_ms, a.acked_ms, a.offset)
-                         for a in acks),
-                       *((tp_key(e.topic, e.partition), e.record_id, e.sent_ms, math.inf, e.failed_ms)
-                         for e in errors)])
+def deliveries_of(acks, errors, given: dict[str, tuple[str, float]] | None = None) -> Deliveries:
+    """Deliveries from acknowledgements (Ack) and failed deliveries (ProduceError); with `given` (record id ->
+    its partition and when a member of the run's consumer group was first given it), each acknowledged record of a partition
+    the group was given records of is a delivery to the group too (Source.GROUP), done when given (never:
+    math.inf)."""
+    given = given or {}
+    read = {tp for tp, _ in given.values()} if given else set()
+
+    def rows():
+        for a in acks:
+            tp = tp_key(a.topic, a.partition)
+            yield tp, a.record_id, a.sent_ms, a.acked_ms, a.acked_ms, a.offset
+            if tp in read:
+                at = given[a.record_id][1] if a.record_id in given else math.inf
+                yield tp, Source.GROUP, a.sent_ms, at, at, a.offset
+        for e in errors:
+            yield tp_key(e.topic, e.partition), e.record_id, e.sent_ms, math.inf, e.failed_ms
+    return Deliveries(rows())

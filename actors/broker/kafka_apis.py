@@ -5,9 +5,8 @@ into the response of the request's version.
 Runs on the broker's event loop; a connection's requests start in order (the SocketServer's). The
 responses of the replication round (Produce v9, Fetch v12) are written by `wire`, the rest by
 kafka-python.
-The admin API's requests are admin_apis.py's. ApiVersions is the SocketServer's own; the group APIs get a clean error (kray has no group
-coordinator: consumers assign() partitions). Producer ids come in blocks from ZooKeeper, claimed off
-the loop.
+The admin API's requests are admin_apis.py's, the group coordinator's group_apis.py's. ApiVersions is
+the SocketServer's own. Producer ids come in blocks from ZooKeeper, claimed off the loop.
 """
 from __future__ import annotations
 

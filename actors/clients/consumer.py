@@ -1,6 +1,6 @@
 """A consumer of assigned partitions for tests, tools and the final read-back: confluent-kafka
-(librdkafka) with assign() and explicit offsets, no group (kray has no group coordinator;
-confluent-kafka insists on a group.id, which is never joined or committed to)."""
+(librdkafka) with assign() and explicit offsets, no group (confluent-kafka insists on a group.id,
+which is never joined or committed to). Group members of the load are in load.py."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -27,6 +27,21 @@ class ConsumedRecord(NamedTuple):
     timestamp_ms: int
 
 
+def records_of(messages: list[confluent_kafka.Message]) -> list[tuple[TopicPartition, ConsumedRecord]]:
+    """The records among librdkafka's messages; a fatal error raised, a transient one (a leader moved,
+    which librdkafka retries) passed over."""
+    out = []
+    for msg in messages:
+        if msg.error() is not None:
+            if msg.error().fatal():
+                raise KrayError(f"consumer: {msg.error().name()}: {msg.error().str()}")
+            continue
+        epoch = msg.leader_epoch()
+        out.append((TopicPartition(msg.topic(), msg.partition()), ConsumedRecord(
+            msg.offset(), msg.key(), msg.value(), -1 if epoch is None else epoch, msg.timestamp()[1])))
+    return out
+
+
 def consumer_config(bootstrap_servers: str, max_wait_ms: int = 500, **overrides) -> dict:
     return {"bootstrap.servers": bootstrap_servers, "group.id": NO_GROUP, "enable.auto.commit": False,
             "enable.auto.offset.store": False, "fetch.wait.max.ms": max_wait_ms, "auto.offset.reset": "earliest",
@@ -44,16 +59,7 @@ class Consumer:
 
     def poll(self, timeout_s: float = 0.5, max_records: int = 10_000) -> list[tuple[TopicPartition, ConsumedRecord]]:
         """The records that arrived, in offset order per partition."""
-        out = []
-        for msg in self._consumer.consume(max_records, timeout_s):
-            if msg.error() is not None:
-                if msg.error().fatal():
-                    raise KrayError(f"consumer: {msg.error().name()}: {msg.error().str()}")
-                continue  # transient (a leader moved): librdkafka retries
-            epoch = msg.leader_epoch()
-            out.append((TopicPartition(msg.topic(), msg.partition()), ConsumedRecord(
-                msg.offset(), msg.key(), msg.value(), -1 if epoch is None else epoch, msg.timestamp()[1])))
-        return out
+        return records_of(self._consumer.consume(max_records, timeout_s))
 
     def high_watermarks(self, timeout_s: float = 60) -> dict[TopicPartition, int]:
         """Each assigned partition's high watermark, from its leader (ListOffsets latest), asked again

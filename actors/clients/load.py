@@ -12,8 +12,11 @@ record the client gave up on (produce_errors.jsonl), and librdkafka's statistics
 leader it knows and the records waiting). A Prober sends one record at a time to each of its
 partitions beside the load, so that a partition's availability is measured apart from the load
 client's queue (jobs/waits.py). A ConsumerWorker follows the same partitions from offset 0
-and records every record it reads (consumed.jsonl). `read_back` reads partitions from the start to
-their high watermark, for the final check.
+and records every record it reads (consumed.jsonl). A GroupMember is one of a consumer group
+subscribed to the load's topics: it records what it was given (consumed.jsonl, its group named) and
+each commit the coordinator acknowledged (group_commits.jsonl). `read_back` reads partitions from the
+start to their high watermark, for the final check; `read_commits` a group's commits as its
+coordinator's log holds them.
 
 Each record's id, "<producer>-<sequence>", is its key; its value starts with it, padded to the
 record size.
@@ -30,7 +33,8 @@ import confluent_kafka
 import ray
 
 from actors import records
-from actors.clients.consumer import Consumer, ConsumedRecord
+from actors.broker import group_records
+from actors.clients.consumer import Consumer, ConsumedRecord, consumer_config, records_of
 from actors.clients.producer import client_stats, producer_config
 from actors.config import ClusterConfig
 from actors.recording import RecordSink
@@ -242,10 +246,75 @@ class ConsumerWorker:
         return {"name": self.name, "consumed": self.consumed, "rss_mb": rss_mb()}
 
 
-def consumed(tp: TopicPartition, record: ConsumedRecord, ts_ms: float, final: bool) -> records.Consumed:
+@ray.remote(num_cpus=0, max_concurrency=4)
+class GroupMember:
+    """A member of consumer group `group` (librdkafka's subscribe, its default assignors, offsets reset to
+    the earliest) that commits what it was given every `commit_interval_ms` (enable.auto.commit: the
+    offsets of the records consume() returned, and at close). Its client id is its name, "g<index>"."""
+
+    def __init__(self, config: ClusterConfig, group: str, topics: list[str], index: int,
+                 commit_interval_ms: int = 1000):
+        configure_actor_process()
+        self.name, self.group = f"g{index}", group
+        self.consumer = confluent_kafka.Consumer(consumer_config(
+            bootstrap_servers(config), 200, **{"group.id": group, "client.id": self.name,
+                                               "enable.auto.commit": True, "enable.auto.offset.store": True,
+                                               "auto.commit.interval.ms": commit_interval_ms,
+                                               "on_commit": self._on_commit}))
+        self.topics = list(topics)
+        self.sink = RecordSink(config.recorder, config.namespace)
+        self.consumed = self.commits = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"member-{self.name}", daemon=True)
+
+    def start(self) -> None:
+        self.consumer.subscribe(self.topics)
+        self._thread.start()
+
+    def subscribe(self, topics: list[str]) -> None:
+        """Follow these topics too (created during the run): the group rebalances."""
+        self.topics = sorted(set(self.topics) | set(topics))
+        self.consumer.subscribe(self.topics)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                got = records_of(self.consumer.consume(10_000, 0.2))
+            except Exception as e:  # a fatal client error: log it and go on polling
+                log.warning("Group member %s: %s: %s", self.name, type(e).__name__, e)
+                self._stopped.wait(0.2)
+                continue
+            ts = now_ms()
+            for tp, r in got:
+                self.sink.emit(records.CONSUMED, consumed(tp, r, ts, final=False, group=self.group, member=self.name))
+            self.consumed += len(got)
+
+    def _on_commit(self, err, partitions) -> None:
+        """librdkafka's answer to a commit: each partition it stored (served on the consuming thread)."""
+        ts = now_ms()
+        for tp in partitions:
+            if tp.error is None and tp.offset >= 0 and err is None:
+                self.commits += 1
+                self.sink.emit(records.GROUP_COMMITS, records.GroupCommit(
+                    group=self.group, topic=tp.topic, partition=tp.partition, offset=tp.offset, ts_ms=ts,
+                    member=self.name))
+
+    def stop(self) -> int:
+        self._stopped.set()
+        self._thread.join(timeout=30)
+        self.consumer.close()  # commits what it was given, and leaves the group
+        self.sink.close()
+        return self.consumed
+
+    def stats(self) -> dict:
+        return {"name": self.name, "consumed": self.consumed, "commits": self.commits, "rss_mb": rss_mb()}
+
+
+def consumed(tp: TopicPartition, record: ConsumedRecord, ts_ms: float, final: bool, group: str | None = None,
+             member: str | None = None) -> records.Consumed:
     return records.Consumed(topic=tp.topic, partition=tp.partition, offset=record.offset,
                             record_id=record_id_of(record.key, record.value), leader_epoch=record.leader_epoch,
-                            ts_ms=ts_ms, final=final)
+                            ts_ms=ts_ms, final=final, group=group, member=member)
 
 
 def read_back(config: ClusterConfig, partitions: list[TopicPartition]):
@@ -257,3 +326,21 @@ def read_back(config: ClusterConfig, partitions: list[TopicPartition]):
         consumer.close()
     ts = now_ms()
     yield from (consumed(tp, r, ts, final=True) for tp, r in got)
+
+
+def read_commits(config: ClusterConfig, group: str, offsets: TopicPartition) -> list[records.GroupCommit]:
+    """The commits of `group` in its partition of __consumer_offsets (`offsets`), in log order: every
+    offset-commit record of the group, a tombstone (a deleted commit) left out."""
+    consumer = Consumer(bootstrap_servers(config), max_wait_ms=100)
+    try:
+        got = consumer.read_to_end([offsets])
+    finally:
+        consumer.close()
+    out = []
+    for _, r in got:
+        key = group_records.read_key(r.key)
+        if isinstance(key, group_records.OffsetKey) and key.group == group and r.value is not None:
+            value = group_records.read_offset_value(r.value)
+            out.append(records.GroupCommit(group=group, topic=key.topic, partition=key.partition, offset=value.offset,
+                                           ts_ms=value.commit_timestamp, stored_offset=r.offset))
+    return out

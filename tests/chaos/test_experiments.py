@@ -33,17 +33,19 @@ def run(experiment: Experiment, tmp_path):
 
 
 def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
+    """With a consumer group of three beside the load, its coordinator killed last."""
     experiment = Experiment(
-        name="short", brokers=3, session_timeout_ms=3000, broker=FAST_BROKERS,
+        name="short", brokers=3, session_timeout_ms=3000, broker={**FAST_BROKERS, "offsets_topic_num_partitions": 10},
         topics=[{"name": "orders", "partitions": 12, "replication_factor": 3}],
-        load={"producers": 2, "rate": 600, "acks": "all"},
+        load={"producers": 2, "rate": 600, "acks": "all", "group_members": 3},
         schedule=[FaultSpec(at_s=3, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3),
                   FaultSpec(at_s=9, fault=FaultKind.RESTART_BROKER, target="non-controller"),
                   FaultSpec(at_s=14, fault=FaultKind.KILL_CONTROLLER),
                   FaultSpec(at_s=20, fault=FaultKind.PAUSE_BROKER, target="random", seconds=1.5),
                   FaultSpec(at_s=24, fault=FaultKind.EXPIRE_BROKER_SESSION, target="non-controller"),
-                  FaultSpec(at_s=28, fault=FaultKind.KILL_REQUEST_SENDER, target="random")],
-        duration_s=32, settle_s=30, horizon_s=6, seed=3)
+                  FaultSpec(at_s=28, fault=FaultKind.KILL_REQUEST_SENDER, target="random"),
+                  FaultSpec(at_s=32, fault=FaultKind.KILL_BROKER, target="coordinator", seconds=2)],
+        duration_s=36, settle_s=30, horizon_s=6, seed=3)
     run_dir, summary = run(experiment, tmp_path)
     invariants = summary.check.invariants
     assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
@@ -68,6 +70,16 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
     assert summary.waits[rundir.Source.PROBE].partitions > 0
     assert 0 < summary.produce_latency_ms_p50 <= summary.produce_latency_ms_p99
     assert check_main([str(run_dir)]) == 0
+    # the group: given every record, its commits in its log; its coordinator's failover step by step
+    assert summary.check.counts["consumed_live"] > summary.acked and summary.waits[rundir.Source.GROUP].partitions
+    commits = [json.loads(line) for line in (run_dir / "group_commits.jsonl").read_text().splitlines()]
+    assert any(c["stored_offset"] is None for c in commits) and any(c["stored_offset"] is not None for c in commits)
+    [moved] = [rundir.GroupFailoverRecord.model_validate_json(line)
+               for line in (run_dir / rundir.GROUP_FAILOVERS).read_text().splitlines() if '"fault_id":7' in line]
+    assert moved.new_coordinator not in (None, moved.coordinator) and moved.partitions == 12
+    assert moved.fault_injected_ms < moved.elected_ms <= moved.loaded_ms and moved.found_ms is not None
+    assert moved.consumed_all_ms is not None and moved.committed_ms is not None
+    assert "The consumer group's coordinator through each fault on its broker" in report(run_dir)
 
 
 @pytest.mark.slow  # about 65 s; tests/integration/test_links.py covers each link fault in the default run

@@ -10,11 +10,13 @@ from actors.records import (
     CONSUMED,
     CONTROLLER_EVENTS,
     CONTROLLER_REQUESTS,
+    GROUP_COMMITS,
     PRODUCED,
     Ack,
     Consumed,
     ControllerEventRecord,
     ControllerRequestRecord,
+    GroupCommit,
     JsonlWriter,
     tp_key,
 )
@@ -45,6 +47,7 @@ class Run:
     requests: list[ControllerRequestRecord] = field(default_factory=list)
     events: list[ControllerEventRecord] = field(default_factory=list)
     samples: list[StateSample] = field(default_factory=list)
+    commits: list[GroupCommit] = field(default_factory=list)
     final_state: FinalState | None = None
 
     def final(self, topic: str, partition: int, offset: int) -> Consumed:
@@ -67,6 +70,7 @@ class Run:
         w.write(CONTROLLER_REQUESTS, self.requests)
         w.write(CONTROLLER_EVENTS, self.events)
         w.write(PARTITION_STATES, self.samples)
+        w.write(GROUP_COMMITS, self.commits)
         if self.final_state is not None:
             w.document(FINAL_STATE, self.final_state)
         w.close()
@@ -87,7 +91,18 @@ def clean_run() -> Run:
                                 broker_id=broker, leader_epoch=epoch, sent_ms=t + offset, acked_ms=t + offset + 5))
             run.consumed.append(Consumed(topic=topic, partition=partition, offset=offset, record_id=record_id,
                                          leader_epoch=epoch, ts_ms=t + offset + 10))
-    run.consumed += [c.model_copy(update={"final": True, "ts_ms": c.ts_ms + 60_000}) for c in list(run.consumed)]
+    live = list(run.consumed)
+    run.consumed += [c.model_copy(update={"final": True, "ts_ms": c.ts_ms + 60_000}) for c in live]
+    # a consumer group given every record (orders-1 from offset 2 twice: a member took it over), committing
+    # half-way and at the end; its log (read back) holds both commits of each partition
+    run.consumed += [c.model_copy(update={"group": GROUP, "member": "g0", "ts_ms": c.ts_ms + 20}) for c in live]
+    run.consumed += [c.model_copy(update={"group": GROUP, "member": "g1", "ts_ms": c.ts_ms + 900}) for c in live
+                     if (c.topic, c.partition) == ("orders", 1) and c.offset >= 2]
+    for i, (topic, partition) in enumerate(PARTITIONS):
+        for n, offset in enumerate((4, RECORDS_PER_PARTITION)):
+            told = GroupCommit(group=GROUP, topic=topic, partition=partition, offset=offset, ts_ms=t + 100 * n,
+                               member="g0")
+            run.commits += [told, told.model_copy(update={"member": None, "stored_offset": 2 * i + n})]
     for epoch, controller in ((1, 0), (2, 1)):
         for broker in BROKERS:
             run.requests.append(ControllerRequestRecord(broker_id=broker, controller_id=controller,
@@ -114,6 +129,9 @@ def clean_run() -> Run:
     return run
 
 
+GROUP = "load-group"
+
+
 def only(name: str) -> dict[str, int]:
     return {n: int(n == name) for n in check.INVARIANTS}
 
@@ -128,7 +146,7 @@ def test_clean_run_has_no_violations(tmp_path, capsys):
     assert report.invariants == NONE
     assert report.examples == {n: [] for n in check.INVARIANTS}
     assert report.notes == [] and report.malformed_lines == {}
-    assert report.counts == {"acked": ACKED, "consumed_final": ACKED, "consumed_live": ACKED,
+    assert report.counts == {"acked": ACKED, "consumed_final": ACKED, "consumed_live": 2 * ACKED + 6,
                              "state_samples": 5, "controller_epochs": 2}
     assert report.ok
     assert check.main([str(tmp_path)]) == 0
@@ -165,7 +183,9 @@ def duplicate_across_partitions(run):
 def swap_producer_order(run):  # p1's first two records of orders-0 at offsets 0 and 2, swapped
     for offset, record_id in ((0, "p1-1"), (2, "p1-0")):
         run.ack("orders", 0, offset).record_id = record_id
-        run.final("orders", 0, offset).record_id = record_id
+        for c in run.consumed:
+            if (c.topic, c.partition, c.offset) == ("orders", 0, offset):
+                c.record_id = record_id
 
 
 def gap_in_log(run):
@@ -175,7 +195,7 @@ def gap_in_log(run):
 
 def log_not_from_zero(run):
     for c in run.consumed:
-        if c.final and (c.topic, c.partition) == ("orders", 1):
+        if (c.topic, c.partition) == ("orders", 1):
             c.offset += 3
     for a in run.acks:
         if (a.topic, a.partition) == ("orders", 1):
@@ -241,6 +261,23 @@ def stale_cache_brokers(run):
     run.final_state.caches[1].brokers = [0, 1]
 
 
+def commit_back(run):  # the group's log: orders-0 committed at 8, then at 6
+    run.commits.append(GroupCommit(group=GROUP, topic="orders", partition=0, offset=6, ts_ms=1.0, stored_offset=9))
+
+
+def lose_told_commit(run):  # a member was told 6 was stored; the log has no such commit
+    run.commits.append(GroupCommit(group=GROUP, topic="my-events", partition=0, offset=6, ts_ms=1.0, member="g1"))
+
+
+def group_skips_record(run):  # orders-0@2, below the final commit 8, never given to the group
+    run.consumed.remove(next(c for c in run.consumed if c.group and (c.topic, c.partition, c.offset) == ("orders", 0, 2)))
+
+
+def group_given_unacked(run):  # a record given at orders-1@3 besides the one acknowledged there
+    given = next(c for c in run.consumed if c.group and (c.topic, c.partition, c.offset) == ("orders", 1, 3))
+    run.consumed.append(given.model_copy(update={"record_id": "p9-0"}))
+
+
 BREAKS = [
     ("lost", lose_last_record, "p2-103 acked at orders-1@7"),
     ("lost", lose_to_overwrite, "holds p3-0"),
@@ -263,6 +300,11 @@ BREAKS = [
     ("caches_not_converged", cache_missing_partition, "broker 1 caches orders-0 as absent"),
     ("caches_not_converged", stale_cache_brokers, "broker 1 caches brokers [0, 1], live brokers are [0, 1, 2]"),
     ("under_replicated", final_isr_short_of_the_assignment, "my-events-0: ISR [1, 2], replicas [0, 1, 2]"),
+    ("group_commits_backwards", commit_back, "group load-group orders-0: commit 6 (log offset 9) after 8 (log offset 1)"),
+    ("group_commits_backwards", lose_told_commit, "group load-group my-events-0: commit 6 acknowledged to member g1"),
+    ("group_not_delivered", group_skips_record, "group load-group: record p1-1 acked at orders-0@2, below the "
+                                                "group's final commit 8, never given to it"),
+    ("group_delivered_unacked", group_given_unacked, "group load-group: given record p9-0 at orders-1@3"),
 ]
 
 
@@ -380,7 +422,7 @@ def test_missing_final_read_back_is_a_note(tmp_path, drop_file):
     assert report.invariants == NONE
     assert len(report.notes) == 1 and "no final read-back" in report.notes[0]
     assert report.counts["consumed_final"] == 0
-    assert report.counts["consumed_live"] == (0 if drop_file else ACKED)
+    assert report.counts["consumed_live"] == (0 if drop_file else 2 * ACKED + 6)
     assert check.main([str(tmp_path)]) == 0
 
 
@@ -503,3 +545,14 @@ ONLINE = final_with({"a": TopicFinal(partitions=2, config={"retention.ms": "5"})
 def test_each_admin_actions_outcome_is_checked_in_the_final_state(actions, final, expected):
     v = check.check_actions(actions, final, asked=3 if expected and "no record" in expected[0] else len(actions))
     assert v.examples == expected and v.count == len(expected)
+
+
+def test_a_group_whose_log_was_not_read_back_is_judged_by_the_commits_its_members_were_told(tmp_path):
+    run = clean_run()
+    run.commits = [c for c in run.commits if c.stored_offset is None]
+    report = check.check_run(run.write(tmp_path / "told"))
+    assert report.invariants == NONE
+    assert len(report.notes) == 1 and "no commits read back from __consumer_offsets" in report.notes[0]
+    group_skips_record(run)
+    report = check.check_run(run.write(tmp_path / "skipped"))
+    assert report.invariants == only("group_not_delivered")

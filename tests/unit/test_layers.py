@@ -20,7 +20,7 @@ PURE = [
         "batches", "replication", "fetch_session", "producer_state", "leader_epochs", "checkpoints", "log_config",
         "api_versions", "wire", "errors", "group_records", "group_metadata")),
     *(f"coordination.{m}" for m in ("zkdata", "errors", "topic_config")),
-    "jobs.failovers", "jobs.timeline_page", "jobs.disk_faults",
+    "jobs.failovers", "jobs.timeline_page", "jobs.disk_faults", "jobs.group_failovers",
 ]
 RUNTIMES = ("ray", "kazoo")
 

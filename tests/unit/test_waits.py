@@ -179,8 +179,8 @@ def test_the_latency_away_from_the_faults_and_the_share_left_unexplained_of_the_
               FaultRecord(fault_id=2, kind=FaultKind.KILL_BROKER, target=2, injected_ms=14_000)]
     samples = [(Source.LOAD, 7_900, 5.0), (Source.LOAD, 8_000, 900.0), (Source.LOAD, 21_999, 800.0),  # in
                (Source.LOAD, 22_000, 7.0), (Source.LOAD, 23_999, 700.0),  # 2 s before fault 2: excluded too
-               (Source.LOAD, 24_000, 9.0), (Source.PROBE, 30_000, 3.0)]
-    assert latency_away(samples, faults) == {Source.LOAD: [5.0, 9.0], Source.PROBE: [3.0]}
+               (Source.LOAD, 24_000, 9.0), (Source.PROBE, 30_000, 3.0), (Source.GROUP, 30_000, 40.0)]
+    assert latency_away(samples, faults) == {Source.LOAD: [5.0, 9.0], Source.PROBE: [3.0], Source.GROUP: [40.0]}
 
     def wait(recovery, unexplained, source=Source.LOAD, censored=False):
         return PartitionWait(fault_id=1, fault_kind=FaultKind.KILL_BROKER, partition="t-0", source=source,
@@ -191,3 +191,29 @@ def test_the_latency_away_from_the_faults_and_the_share_left_unexplained_of_the_
     assert unexplained_share(ws) == 330 / 1230
     assert unexplained_share(ws, {Source.LOAD: 50.0, Source.PROBE: 50.0}) == 300 / 1200  # 30 ms is no outage
     assert unexplained_share([wait(30, 30)], {Source.LOAD: 50.0}) is None
+
+
+def test_a_consumer_group_is_measured_as_a_third_source_from_its_members_deliveries():
+    """Each acknowledged record of a partition the group reads is the group's too, delivered when a member
+    was first given it: its recovery is the first record sent at or after the fault that the group got;
+    a record it was never given waited to the end of the observation (censored)."""
+    from actors.records import Ack
+    from jobs.waits import deliveries_of
+
+    def ack(tp: str, n: int, sent: float, acked: float) -> Ack:
+        topic, _, partition = tp.rpartition("-")
+        return Ack(topic=topic, partition=int(partition), offset=n, record_id=f"p0-{n}", broker_id=-1,
+                   leader_epoch=-1, sent_ms=sent, acked_ms=acked)
+    acks = [ack("t-0", 0, 0, 5), ack("t-0", 1, 900, 950), ack("t-0", 2, 1000, 1300), ack("t-0", 3, 1100, 1350),
+            ack("u-0", 0, 0, 5), ack("u-0", 1, 1000, 1010)]
+    given = {"p0-0": ("t-0", 20), "p0-1": ("t-0", 960), "p0-2": ("t-0", 4000), "p0-3": ("t-0", 4000)}
+    got = {(w.source, w.partition): w for w in partition_waits(
+        [fault(1, 1000)], deliveries_of(acks, [], given), [], HORIZON, 100_000.0)}
+    assert set(got) == {(Source.LOAD, "t-0"), (Source.LOAD, "u-0"), (Source.GROUP, "t-0")}  # u-0: not the group's
+    group = got[(Source.GROUP, "t-0")]
+    assert (group.recovery_ms, group.recovery_offset, group.worst_wait_ms) == (3000, 2, 3000)
+    assert got[(Source.LOAD, "t-0")].recovery_ms == 300
+    given.pop("p0-3")  # never given: waited past the horizon
+    group = only([w for w in partition_waits([fault(1, 1000)], deliveries_of(acks, [], given), [], HORIZON,
+                                             100_000.0) if w.source is Source.GROUP])
+    assert (group.recovery_ms, group.worst_wait_censored) == (3000, True)
