@@ -38,8 +38,8 @@ from typing import Callable, NamedTuple
 
 from coordination.errors import KrayError
 from jobs import rundir
-from jobs.phases import (BUCKET_EDGES, CONTROLLER_PHASES, FEATURES, MEASURES, PARTITION_PHASES, PHASE_SPANS,
-                         UNEXPLAINED, Analysis, bucket_label, bucket_order)
+from jobs.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
+                         PHASE_SPANS, UNEXPLAINED, Analysis, bucket_label, bucket_order)
 from jobs.report import summary_table, write_report
 from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_hosts, spark_on_ray
 
@@ -62,6 +62,7 @@ class RunInput(NamedTuple):
     path: Path
     failovers: Path | None  # None: no failovers.jsonl
     waits: Path | None  # None: no waits.jsonl (a run cut short, or one from before the client was measured)
+    coordinators: Path | None  # None: no group_failovers.jsonl (a run without a consumer group)
     detector: bool | None  # the experiment's (experiment.json), None when it does not say
     session_timeout_ms: int | None
 
@@ -78,10 +79,11 @@ def find_runs(paths: list[str | Path]) -> list[RunInput]:
             raise KrayError(f"{p}: neither a run directory nor a directory of run directories "
                             f"(no {rundir.EXPERIMENT} or {rundir.FAILOVERS} found)")
         for c in candidates:
-            f, w = c / rundir.FAILOVERS, c / rundir.WAITS
+            f, w, g = c / rundir.FAILOVERS, c / rundir.WAITS, c / rundir.GROUP_FAILOVERS
             settings = _settings(c / rundir.EXPERIMENT)
             runs.append(RunInput(c.name, c, f if f.is_file() else None, w if w.is_file() else None,
-                                 settings.get("detector"), settings.get("session_timeout_ms")))
+                                 g if g.is_file() else None, settings.get("detector"),
+                                 settings.get("session_timeout_ms")))
     if len({r.run_id for r in runs}) != len(runs):
         raise KrayError("two run directories have the same name: " + ", ".join(sorted(
             {r.run_id for r in runs if sum(x.run_id == r.run_id for x in runs) > 1})))
@@ -131,6 +133,18 @@ def wait_schema():
         StructField("worst_wait_censored", BooleanType()), StructField("records", LongType()),
         StructField("rate", DoubleType()), StructField("phases", MapType(StringType(), DoubleType())),
         StructField("unexplained_ms", DoubleType()), StructField(CORRUPT, StringType())])
+
+
+def coordinator_schema():
+    """group_failovers.jsonl as Spark reads it (rundir.GroupFailoverRecord), plus the corrupt-record column."""
+    from pyspark.sql.types import BooleanType, DoubleType, IntegerType, LongType, StringType, StructField, StructType
+    return StructType([
+        StructField("fault_id", LongType()), StructField("fault_kind", StringType()), StructField("group", StringType()),
+        StructField("coordinator", IntegerType()), StructField("offsets_partition", StringType()),
+        StructField("fault_injected_ms", DoubleType()), StructField("detector", BooleanType()),
+        StructField("new_coordinator", IntegerType()),
+        *(StructField(step, DoubleType()) for step in COORDINATOR_STEPS),
+        StructField("partitions", LongType()), StructField("censored", LongType()), StructField(CORRUPT, StringType())])
 
 
 def _read(spark, schema, files: list[str], required: list[str]):
@@ -189,12 +203,8 @@ def wait_table(spark, runs: list[RunInput], failovers):
 
     raw = _read(spark, wait_schema(), [str(r.waits) for r in runs if r.waits is not None], REQUIRED_WAIT)
     good = raw.where(F.col(CORRUPT).isNull())
-    first = (failovers.withColumn("_n", F.row_number().over(  # jobs/failovers.py: of_faults
-        Window.partitionBy("run_id", "fault_id").orderBy(F.col("kind") != "broker_failure", "detected_ms")))
-        .where("_n = 1")
-        .select("run_id", "fault_id", *(F.col(c).alias(f"_f_{c}") for c in (
-            "partitions_affected", "partitions_total", "inbox_depth", "sender_queue_depth", "session_timeout_ms",
-            "detector"))))
+    first = _of_faults(failovers, ["partitions_affected", "partitions_total", "inbox_depth", "sender_queue_depth",
+                                   "session_timeout_ms", "detector"])
     per_fault = good.groupBy("run_id", "fault_id").agg(
         F.sum(F.when(F.col("source") == "load", F.col("rate")).otherwise(0.0)).alias("_rate"),
         F.countDistinct("partition").alias("_partitions"))
@@ -222,37 +232,71 @@ def wait_table(spark, runs: list[RunInput], failovers):
     return table.withColumn("bucket", _bucket("partitions_affected")), raw
 
 
-def input_report(failovers_raw, waits_raw, runs: list[RunInput], examples: int = 3) -> list[dict]:
+def _of_faults(failovers, columns: list[str]):
+    """Each fault's failover (its broker failure, else its first: jobs/failovers.py's of_faults), its
+    `columns` named _f_<column>."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    return (failovers.withColumn("_n", F.row_number().over(
+        Window.partitionBy("run_id", "fault_id").orderBy(F.col("kind") != "broker_failure", "detected_ms")))
+        .where("_n = 1").select("run_id", "fault_id", *(F.col(c).alias(f"_f_{c}") for c in columns)))
+
+
+def coordinator_table(spark, runs: list[RunInput], failovers):
+    """One row per fault on the consumer group's coordinator: each step's ms after the fault
+    (COORDINATOR_STEPS), the detector, and the fault's load bucket (from its failover)."""
+    from pyspark.sql import functions as F
+
+    raw = _read(spark, coordinator_schema(), [str(r.coordinators) for r in runs if r.coordinators is not None],
+                ["fault_id", "fault_injected_ms", "detector"])
+    table = (raw.where(F.col(CORRUPT).isNull()).join(_of_faults(failovers, ["partitions_affected"]),
+                                                     ["run_id", "fault_id"], "left")
+             .select("run_id", "fault_id", "fault_kind", "coordinator", "new_coordinator",
+                     F.col("detector").cast("int").alias("detector"),
+                     *((F.col(step) - F.col("fault_injected_ms")).alias(step) for step in COORDINATOR_STEPS),
+                     F.coalesce(F.col("_f_partitions_affected"), F.lit(0)).alias("partitions_affected")))
+    return table.withColumn("bucket", _bucket("partitions_affected")), raw
+
+
+def input_report(failovers_raw, waits_raw, runs: list[RunInput], coordinators_raw=None,
+                 examples: int = 3) -> list[dict]:
+    """Per run: its failovers, partition-fault rows and coordinator failovers read, its malformed lines
+    (of the three files) with examples, its failovers without a fault, its status."""
     from pyspark.sql import functions as F
 
     counts = {r["run_id"]: r for r in failovers_raw.groupBy("run_id").agg(
         F.count(F.lit(1)).alias("lines"), F.count(CORRUPT).alias("malformed"),
         F.sum(F.when(F.col(CORRUPT).isNull() & F.col("fault_injected_ms").isNull(), 1).otherwise(0))
         .alias("unexplained")).collect()}
-    wait_counts = {r["run_id"]: r for r in waits_raw.groupBy("run_id").agg(
-        F.count(F.lit(1)).alias("lines"), F.count(CORRUPT).alias("malformed")).collect()}
+    wait_counts, coordinator_counts = ({r["run_id"]: r for r in raw.groupBy("run_id").agg(
+        F.count(F.lit(1)).alias("lines"), F.count(CORRUPT).alias("malformed")).collect()} if raw is not None else {}
+        for raw in (waits_raw, coordinators_raw))
     bad: dict[str, list[str]] = {}
-    for raw in (failovers_raw, waits_raw):
+    for raw in (failovers_raw, waits_raw, *([coordinators_raw] if coordinators_raw is not None else [])):
         for row in raw.where(F.col(CORRUPT).isNotNull()).select("run_id", CORRUPT).limit(1000).collect():
             bad.setdefault(row["run_id"], []).append(row[CORRUPT][:200])
     out = []
     for r in runs:
-        c, w = counts.get(r.run_id), wait_counts.get(r.run_id)
+        c, w, g = counts.get(r.run_id), wait_counts.get(r.run_id), coordinator_counts.get(r.run_id)
         lines, malformed, unexplained = (c["lines"], c["malformed"], c["unexplained"]) if c else (0, 0, 0)
         wait_lines, wait_malformed = (w["lines"], w["malformed"]) if w else (0, 0)
+        group_lines, group_malformed = (g["lines"], g["malformed"]) if g else (0, 0)
         failovers = lines - malformed - unexplained
         missing = [name for name, path in ((rundir.FAILOVERS, r.failovers), (rundir.WAITS, r.waits)) if path is None]
         status = (f"partial: no {' or '.join(missing)}" if missing else
                   "no failovers" if failovers == 0 and wait_lines == wait_malformed else "ok")
         out.append({"run_id": r.run_id, "failovers": failovers, "waits": wait_lines - wait_malformed,
-                    "malformed": malformed + wait_malformed, "unexplained": unexplained, "status": status,
+                    "coordinators": group_lines - group_malformed, "malformed": malformed + wait_malformed + group_malformed,
+                    "unexplained": unexplained, "status": status,
                     "examples": bad.get(r.run_id, [])[:examples]})
     return out
 
 
-def percentiles(failovers, waits) -> list[dict]:
-    """The controller's phases per failover (source "controller"), the per-partition measures and phases
-    per source over the partitions the faults touched; each per detector and load bucket."""
+def percentiles(failovers, waits, coordinators=None) -> list[dict]:
+    """The controller's phases per failover (source "controller"), the consumer group's coordinator's steps
+    per fault on its broker (source "coordinator"), the per-partition measures and phases per source over
+    the partitions the faults touched; each per detector and load bucket."""
     from pyspark.sql import functions as F
 
     def rows(table, keys: list[str], columns: list[str], fixed: dict) -> list[dict]:
@@ -273,8 +317,10 @@ def percentiles(failovers, waits) -> list[dict]:
         return out
 
     out = rows(failovers, ["detector", "bucket"], CONTROLLER_PHASES, {"source": "controller"})
+    if coordinators is not None:
+        out += rows(coordinators, ["detector", "bucket"], list(COORDINATOR_STEPS), {"source": "coordinator"})
     out += rows(waits.where("touched"), ["source", "detector", "bucket"], PER_PARTITION, {})
-    order = ["controller", "load", "probe"]
+    order = ["controller", "coordinator", "load", "probe", "group"]
     return sorted(out, key=lambda r: (order.index(r["source"]) if r["source"] in order else 9, r["detector"] or False,
                                       bucket_order(r["bucket"]), r["measure"]))
 
@@ -424,11 +470,12 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     failovers = failovers.cache()
     waits, waits_raw = wait_table(spark, runs, failovers)
     waits = waits.cache()
-    inputs = input_report(failovers_raw, waits_raw, runs)
+    coordinators, coordinators_raw = coordinator_table(spark, runs, failovers)
+    inputs = input_report(failovers_raw, waits_raw, runs, coordinators_raw)
     n, partitions = failovers.count(), waits.count()
     progress(f"{n} failovers, {partitions} partition-fault rows; {sum(i['malformed'] for i in inputs)} malformed "
              f"lines; computing percentiles")
-    pct = percentiles(failovers, waits)
+    pct = percentiles(failovers, waits, coordinators)
     progress("Correlations (Pearson, Spearman) with confidence intervals")
     corr = correlations(waits)
     progress("Linear regressions")
@@ -436,6 +483,7 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     progress(f"Writing Parquet tables and the report to {out}")
     failovers.write.mode("overwrite").parquet(str(out / "failovers.parquet"))
     waits.write.mode("overwrite").parquet(str(out / "waits.parquet"))
+    coordinators.write.mode("overwrite").parquet(str(out / "coordinators.parquet"))
     for name, rows in (("percentiles", pct), ("correlations", corr), ("inputs", inputs), ("regressions", reg)):
         _write_rows(rows, out / f"{name}.parquet")
     points = waits.where("touched").select("partitions_affected", "worst_wait_ms", "recovery_ms", "role", "source",
@@ -443,7 +491,7 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     sample = points.sample(fraction=min(1.0, CHART_POINTS / max(partitions, 1)), seed=1).collect()
     result = Analysis(n, partitions, inputs, pct, corr, reg, out, runs_on_ray(spark))
     write_report(result, [r.asDict() for r in sample])
-    for frame in (failovers_raw, waits_raw, failovers, waits):
+    for frame in (failovers_raw, waits_raw, coordinators_raw, failovers, waits):
         frame.unpersist()
     return result
 

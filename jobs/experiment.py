@@ -39,8 +39,9 @@ from actors.links.faults import LinkFault
 from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
 
 # leader: of the first topic's partition 0; coordinator: the load's consumer group's coordinator (the leader of its
-# __consumer_offsets partition)
-Target = int | Literal["random", "controller", "non-controller", "leader", "coordinator"]
+# __consumer_offsets partition); coordinator-unless-controller: it, or a non-controller when it is the controller's
+# broker (a kill that moves the group without moving the controller)
+Target = int | Literal["random", "controller", "non-controller", "leader", "coordinator", "coordinator-unless-controller"]
 
 
 def _topic_name(name: str) -> str:
@@ -254,8 +255,8 @@ class Experiment(Spec):
                                  f"in the schedule that waits for recovery (after_recovery: true)")
         self._actions_possible()
         for f in self.schedule:
-            if f.target == "coordinator" and not self.load.group_members:
-                raise ValueError(f"fault {f.fault.value} at {f.at_s}s: target coordinator needs a consumer group "
+            if isinstance(f.target, str) and f.target.startswith("coordinator") and not self.load.group_members:
+                raise ValueError(f"fault {f.fault.value} at {f.at_s}s: target {f.target} needs a consumer group "
                                  f"(load.group_members)")
             if f.at_s >= self.duration_s:
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s is not within duration_s={self.duration_s}")

@@ -17,6 +17,7 @@ PHASE_SPANS = {"detection_ms": ("fault_injected_ms", "detected_ms"),
 # the fault (jobs/group_failovers.py; they overlap, so they are not added up)
 COORDINATOR_STEPS = {"elected_ms": "led again", "loaded_ms": "loaded", "found_ms": "found", "rejoined_ms": "rejoined",
                      "committed_ms": "committed", "consumed_first_ms": "first read", "consumed_all_ms": "all read"}
+PER_FAULT_SOURCES = ("controller", "coordinator")  # the analysis's sources of one row per fault, not per partition
 # the client's, one value per partition and fault (jobs/waits.py)
 MEASURES = ["recovery_ms", "worst_wait_ms"]
 # a partition's way from the fault to its recovery: the steps seen, in time order, each phase named by

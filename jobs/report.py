@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.phases import (CONTROLLER_PHASES, FEATURES, MEASURES, PARTITION_PHASES, UNEXPLAINED, Analysis,
-                         bucket_order)
+from jobs.phases import (CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
+                         PER_FAULT_SOURCES, UNEXPLAINED, Analysis, bucket_order)
 
 
 def _fmt(v, digits: int = 0) -> str:
@@ -20,7 +20,7 @@ def summary_table(a: Analysis) -> str:
     """Per source, detector and load bucket: partition-faults touched, censored, recovery and worst wait
     p50/p99 ms; and the controller's phases p50/p99 per failover."""
     by = {(r["source"], r["detector"], r["bucket"], r["measure"]): r for r in a.percentiles}
-    keys = sorted({k[:3] for k in by if k[0] != "controller"},
+    keys = sorted({k[:3] for k in by if k[0] not in PER_FAULT_SOURCES},
                   key=lambda k: (k[0], bool(k[1]), bucket_order(k[2])))
     head = ["source", "detector", "partitions affected", "partition-faults", "censored",
             *(f"{m[:-3].replace('_', ' ')} p50/p99" for m in MEASURES)]
@@ -36,6 +36,13 @@ def summary_table(a: Analysis) -> str:
             [["on" if d else "off", b, str(by[("controller", d, b, CONTROLLER_PHASES[0])]["n"]),
               *(f"{_fmt(by[('controller', d, b, p)]['p50'])}/{_fmt(by[('controller', d, b, p)]['p99'])}"
                 for p in CONTROLLER_PHASES)] for d, b in controller])
+    coordinator = sorted({k[1:3] for k in by if k[0] == "coordinator"}, key=lambda k: (bool(k[0]), bucket_order(k[1])))
+    if coordinator:
+        lines += ["", "The consumer group's coordinator, ms after a fault on its broker:"] + _columns(
+            ["detector", "partitions affected", "faults", *(f"{s} p50/p99" for s in COORDINATOR_STEPS.values())],
+            [["on" if d else "off", b, str(by[("coordinator", d, b, next(iter(COORDINATOR_STEPS)))]["n"]),
+              *(f"{_fmt(by[('coordinator', d, b, s)]['p50'])}/{_fmt(by[('coordinator', d, b, s)]['p99'])}"
+                for s in COORDINATOR_STEPS)] for d, b in coordinator])
     bad = sum(i["malformed"] for i in a.inputs)
     lines.append(f"{a.partitions} partition-fault rows and {a.failovers} failovers from {len(a.inputs)} runs; {bad} "
                  f"malformed lines; Spark on Ray: {'yes' if a.on_ray else 'no'}. Report: {a.out / 'report.md'}")
@@ -58,7 +65,11 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
              "within the horizon; a *censored* partition had not recovered within the horizon (its value is a "
              "lower bound). Statistics over the partitions a fault touched (led or followed by its broker, or all "
              "for a fault with no broker). The *load* source is the load client's records (its queue included), "
-             "the *probe* source one record in flight per partition.", ""]
+             "the *probe* source one record in flight per partition, the *group* source a consumer group's members "
+             "(a record's delivery is its being given to a member: the recovery is the first record sent at or after "
+             "the fault that the group was given). The *controller* rows are its phases per failover, the "
+             "*coordinator* rows the group's coordinator through each fault on its broker, each step in ms after "
+             "the fault: " + "; ".join(f"`{s}` {what}" for s, what in COORDINATOR_STEPS.items()) + ".", ""]
     lines += [f"![{title}]({name})" for name, title in charts] + [""]
     lines += ["## Percentiles per load bucket", "",
               "| source | detector | partitions affected | measure | n | censored | mean | p50 | p95 | p99 |",
@@ -98,12 +109,12 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
             coefficients += f" (left out, a linear combination of the others: {', '.join(r['dropped'])})"
         lines.append(f"| {r['source']} | {r['measure']} | {r['n']} | {_fmt(r['r2'], 3)} | {_fmt(r['intercept'], 1)} | "
                      f"{coefficients} |")
-    lines += ["", "## Input", "", "| run | failovers | partition-faults | malformed lines | without a fault | status | "
-              "examples |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "## Input", "", "| run | failovers | partition-faults | coordinator failovers | malformed lines | "
+              "without a fault | status | examples |", "|---|---|---|---|---|---|---|---|"]
     for i in a.inputs:
         examples = "<br>".join(f"`{e[:80]}`" for e in i["examples"])
-        lines.append(f"| {i['run_id']} | {i['failovers']} | {i['waits']} | {i['malformed']} | {i['unexplained']} | "
-                     f"{i['status']} | {examples} |")
+        lines.append(f"| {i['run_id']} | {i['failovers']} | {i['waits']} | {i.get('coordinators', 0)} | "
+                     f"{i['malformed']} | {i['unexplained']} | {i['status']} | {examples} |")
     path = a.out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -129,7 +140,7 @@ def _charts(a: Analysis, sample: list[dict]) -> list[tuple[str, str]]:
             ax.legend()
         made.append(_save(fig, a.out / "waits_vs_partitions.png", "recovery and worst wait against load"))
     means = {(r["source"], r["detector"], r["bucket"], r["measure"]): r["mean"] or 0 for r in a.percentiles
-             if r["source"] != "controller"}
+             if r["source"] not in PER_FAULT_SOURCES}
     keys = sorted({k[:3] for k in means}, key=lambda k: (k[0], bool(k[1]), bucket_order(k[2])))
     if keys:
         fig, ax = plt.subplots(figsize=(8, 4.5))

@@ -207,8 +207,22 @@ class ExperimentRun:
                                            load.commit_interval_ms) for i in range(load.group_members)]
         self.consumers = self.consumers + self.members
         ray.get([a.start.remote() for a in self.generators + self.probers + self.consumers], timeout=60)
+        if self.members and self.generators:
+            self._await_group()
         self.chaos = Chaos(self.cluster, self.zk, self.zk_server)
         threading.Thread(target=self._sample_loop, name="sampler", daemon=True).start()
+
+    def _await_group(self, timeout_s: float = 60) -> None:
+        """Until every member of the group has been given records (its first rebalance waits for
+        group.initial.rebalance.delay.ms), so that the schedule's first fault finds the group consuming."""
+        began, deadline = time.monotonic(), time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(s["consumed"] for s in ray.get([m.stats.remote() for m in self.members], timeout=10)):
+                self.progress(f"Group {self.exp.load.group}: {len(self.members)} members consuming after "
+                              f"{time.monotonic() - began:.1f} s")
+                return
+            time.sleep(0.2)
+        self.progress(f"Group {self.exp.load.group}: not every member consuming after {timeout_s:.0f} s; going on")
 
     def _grow(self, done: int, timeout_s: float) -> None:
         """Create the topics due once `done` faults are done (after_fault), as soon as every broker is
@@ -324,23 +338,27 @@ class ExperimentRun:
 
     # -- faults --------------------------------------------------------------
 
-    def _target(self, spec: FaultSpec) -> int | None:
+    def _target(self, spec: FaultSpec) -> tuple[int | None, str]:
+        """The fault's broker, and a note for its record when it is not the one asked for."""
         with self._lock:
             up = sorted(b for b in self.cluster.brokers if b not in self._down)
         if spec.target is None or isinstance(spec.target, int):
-            return spec.target
+            return spec.target, ""
         if spec.target == "controller":
-            return self.chaos.controller_id()
-        if spec.target in ("leader", "coordinator"):
+            return self.chaos.controller_id(), ""
+        note = ""
+        if spec.target in ("leader", "coordinator", "coordinator-unless-controller"):
             tp = TopicPartition(self.exp.topics[0].name, 0) if spec.target == "leader" else self._offsets_partition()
             state = self.zk.get_partition_states([tp]).get(tp)  # that one state, not every partition's
             if state is None or state.state.leader < 0:
                 raise RuntimeError(f"{tp} has no leader to pick")
-            return state.state.leader
+            if spec.target != "coordinator-unless-controller" or state.state.leader != self.zk.get_controller_id():
+                return state.state.leader, ""
+            note = f"the coordinator, broker {state.state.leader}, is the controller's: a non-controller instead; "
         candidates = up if spec.target == "random" else [b for b in up if b != self.zk.get_controller_id()]
         if not candidates:
             raise RuntimeError(f"no broker to pick as {spec.target}")
-        return self.rng.choice(candidates)
+        return self.rng.choice(candidates), note
 
     def _inject(self, fault_id: int, spec: FaultSpec) -> None:
         if spec.at_return:
@@ -392,8 +410,8 @@ class ExperimentRun:
                     self._awaited = {}
                     note = f"injected without the cluster recovered after {spec.recovery_timeout_s:g} s; "
                     self.progress(f"Fault {fault_id}: the cluster has not recovered; injecting anyway")
-            target = self._target(spec)
-            record.target = target
+            target, picked = self._target(spec)
+            record.target, note = target, note + picked
             if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, *DISK_FAULTS):
                 self._awaited = {key: s.leader_epoch for key, s in states.items() if target in s.isr}
             if spec.fault in RETURNING_FAULTS:  # what a fault timed at its victim's return waits for

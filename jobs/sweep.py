@@ -5,7 +5,8 @@ Spark analysis over all of them.
 
 Without a file it runs the quick sweep (QUICK, what `make demo` runs, under 5 minutes on a 2-core
 machine): one experiment per detector setting whose load grows from 60 to 300 to 1,000 partitions,
-a broker kill at each. `--full` runs the full grid (`Sweep()`: an experiment per partition count and
+a broker kill at each, and a consumer group of three reading the load (the second kill is of its
+coordinator's broker). `--full` runs the full grid (`Sweep()`: an experiment per partition count and
 detector setting, six kills each; about 10 minutes there).
 
 A sweep file is YAML; unknown fields and impossible values are errors that name the field:
@@ -16,7 +17,10 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
     brokers: [3]
     detector: [true, false]
     session_timeout_ms: 2000
-    kills: 6                         # broker kills per experiment (a non-controller, back after down_s)
+    kills: 6                         # broker kills per experiment, back after down_s: a non-controller,
+                                     # every second one the consumer group's coordinator
+                                     # (unless it is the controller's broker)
+    group_members: 3                 # a consumer group beside the load (0: none)
     down_s: 2
     spacing_s: 6                     # seconds between kills (more is added with the detector off);
                                      # a kill also waits until the cluster has recovered from the last
@@ -61,6 +65,9 @@ class Sweep(BaseModel):
     session_timeout_ms: int = Field(2000, ge=1000)
     replication_factor: int = Field(3, ge=1)
     kills: int = Field(6, ge=1)
+    group_members: int = Field(3, ge=0, description="members of a consumer group beside the load: the group is "
+                               "measured as a source of its own and every second kill is of its coordinator's "
+                               "broker (0: no group, every kill a non-controller)")
     down_s: float = Field(2.0, gt=0)
     spacing_s: float = Field(6.0, gt=0)
     settle_s: float = Field(30.0, ge=0)
@@ -106,11 +113,16 @@ class Sweep(BaseModel):
                 broker={"min_insync_replicas": min(2, self.replication_factor)},
                 controller={"leader_imbalance_check_interval_seconds": max(1, int(spacing / 2))},
                 topics=self._topics(stage),
-                load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0},
-                schedule=[FaultSpec(at_s=3 + i * spacing, fault=FaultKind.KILL_BROKER, target="non-controller",
+                load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0, "group_members": self.group_members},
+                schedule=[FaultSpec(at_s=3 + i * spacing, fault=FaultKind.KILL_BROKER, target=self._target(i),
                                     seconds=self.down_s, after_recovery=True) for i in range(kills)],
                 duration_s=3 + kills * spacing, settle_s=self.settle_s, horizon_s=self.horizon_s, seed=self.seed))
         return out
+
+    def _target(self, kill: int) -> str:
+        """A non-controller broker; with a group, every second kill its coordinator's broker, unless the
+        controller is there too (the sweep's kills leave the controller where it is: then a non-controller)."""
+        return "coordinator-unless-controller" if self.group_members and kill % 2 else "non-controller"
 
     def _topics(self, stage: list[int]) -> list[dict]:
         """Topic `load` of the first count's partitions; with more counts (grow_partitions), a topic
@@ -177,6 +189,7 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
                 counts = list(itertools.accumulate(t.partitions for t in experiment.topics))
                 step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of "
                      f"load, {len(experiment.schedule)} broker kills" +
+                     (f", a group of {experiment.load.group_members}" if experiment.load.group_members else "") +
                      (f"; partitions {' -> '.join(f'{c:,}' for c in counts)})" if len(counts) > 1 else ")"))
                 run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line),
                                                   load_stopped=start_spark if i == len(experiments) else None)

@@ -249,8 +249,13 @@ class ConsumerWorker:
 @ray.remote(num_cpus=0, max_concurrency=4)
 class GroupMember:
     """A member of consumer group `group` (librdkafka's subscribe, its default assignors, offsets reset to
-    the earliest) that commits what it was given every `commit_interval_ms` (enable.auto.commit: the
-    offsets of the records consume() returned, and at close). Its client id is its name, "g<index>"."""
+    the earliest) that commits what it was given every `commit_interval_ms`, and as it stops. Its client
+    id is its name, "g<index>".
+
+    It commits synchronously, on its consuming thread (Kafka's commitSync): librdkafka's asynchronous
+    commits (enable.auto.commit) may be sent again after a newer one when the coordinator moves (one
+    held while there is none, or retried), and its coordinator, Kafka's as kray's, stores what comes in
+    order, so the group's log would go back through no doing of the coordinator's."""
 
     def __init__(self, config: ClusterConfig, group: str, topics: list[str], index: int,
                  commit_interval_ms: int = 1000):
@@ -258,10 +263,9 @@ class GroupMember:
         self.name, self.group = f"g{index}", group
         self.consumer = confluent_kafka.Consumer(consumer_config(
             bootstrap_servers(config), 200, **{"group.id": group, "client.id": self.name,
-                                               "enable.auto.commit": True, "enable.auto.offset.store": True,
-                                               "auto.commit.interval.ms": commit_interval_ms,
-                                               "on_commit": self._on_commit}))
+                                               "enable.auto.offset.store": True}))
         self.topics = list(topics)
+        self.commit_interval_s = commit_interval_ms / 1000
         self.sink = RecordSink(config.recorder, config.namespace)
         self.consumed = self.commits = 0
         self._stopped = threading.Event()
@@ -277,6 +281,7 @@ class GroupMember:
         self.consumer.subscribe(self.topics)
 
     def _run(self) -> None:
+        committed = time.monotonic()
         while not self._stopped.is_set():
             try:
                 got = records_of(self.consumer.consume(10_000, 0.2))
@@ -288,12 +293,22 @@ class GroupMember:
             for tp, r in got:
                 self.sink.emit(records.CONSUMED, consumed(tp, r, ts, final=False, group=self.group, member=self.name))
             self.consumed += len(got)
+            if time.monotonic() - committed >= self.commit_interval_s:
+                self._commit()
+                committed = time.monotonic()
+        self._commit()
 
-    def _on_commit(self, err, partitions) -> None:
-        """librdkafka's answer to a commit: each partition it stored (served on the consuming thread)."""
+    def _commit(self) -> None:
+        """Commit the offsets of what consume() returned; each partition the coordinator stored is recorded."""
+        try:
+            stored = self.consumer.commit(asynchronous=False)
+        except confluent_kafka.KafkaException as e:  # nothing new to commit, a rebalance, no coordinator yet
+            if e.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
+                log.info("Group member %s: commit: %s", self.name, e.args[0].str())
+            return
         ts = now_ms()
-        for tp in partitions:
-            if tp.error is None and tp.offset >= 0 and err is None:
+        for tp in stored or []:
+            if tp.error is None and tp.offset >= 0:
                 self.commits += 1
                 self.sink.emit(records.GROUP_COMMITS, records.GroupCommit(
                     group=self.group, topic=tp.topic, partition=tp.partition, offset=tp.offset, ts_ms=ts,
@@ -302,7 +317,7 @@ class GroupMember:
     def stop(self) -> int:
         self._stopped.set()
         self._thread.join(timeout=30)
-        self.consumer.close()  # commits what it was given, and leaves the group
+        self.consumer.close()  # leaves the group
         self.sink.close()
         return self.consumed
 

@@ -14,8 +14,8 @@ from jobs import rundir
 from jobs.analysis import analyse, find_runs, fisher_interval, t_quantile
 from jobs.report import summary_table
 from jobs.sweep import Sweep, run_sweep
-from jobs.phases import (BUCKET_EDGES, CONTROLLER_PHASES, FEATURES, MEASURES, PARTITION_PHASES, UNEXPLAINED,
-                         bucket_label)
+from jobs.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
+                         UNEXPLAINED, bucket_label)
 from coordination.errors import KrayError
 
 RNG_SEED = 11
@@ -64,13 +64,28 @@ def fabricate(rng: np.random.Generator, fault_id: int, detector: bool):
     return failover, waits
 
 
+def fabricate_coordinator(rng: np.random.Generator, failover: rundir.FailoverRecord) -> rundir.GroupFailoverRecord:
+    """The group's coordinator through the same fault: its steps after the controller's, some not seen."""
+    t0 = failover.fault_injected_ms
+    elected = failover.requests_acked_ms + float(rng.uniform(0, 10))
+    steps = {"elected_ms": elected, "loaded_ms": elected + float(rng.uniform(1, 30)),
+             "found_ms": elected + float(rng.uniform(100, 900)), "rejoined_ms": None if rng.uniform() < 0.5 else
+             elected + float(rng.uniform(500, 3000)), "committed_ms": elected + float(rng.uniform(500, 1500)),
+             "consumed_first_ms": elected + float(rng.uniform(10, 200))}
+    steps["consumed_all_ms"] = steps["consumed_first_ms"] + float(rng.uniform(0, 500))
+    return rundir.GroupFailoverRecord(
+        fault_id=failover.fault_id, fault_kind=failover.fault_kind, group="g", coordinator=2, new_coordinator=1,
+        offsets_partition="__consumer_offsets-3", fault_injected_ms=t0, detector=failover.load.detector,
+        partitions=8, **steps)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Three good runs (60 failovers and their waits), one with malformed lines, one partial, one without
     failovers."""
     root = tmp_path_factory.mktemp("sweep")
     rng = np.random.default_rng(RNG_SEED)
-    records, all_waits = [], []
+    records, all_waits, all_coordinators = [], [], []
     for r in range(3):
         d = root / f"run-{r}"
         d.mkdir()
@@ -86,6 +101,9 @@ def runs(tmp_path_factory):
             lines.append(first.model_dump_json())
         (d / rundir.FAILOVERS).write_text("\n".join(lines) + "\n")
         (d / rundir.WAITS).write_text("\n".join(w.model_dump_json() for w in waits) + "\n")
+        coordinators = [fabricate_coordinator(rng, f) for f in batch[::2]]  # every second fault hit the coordinator
+        all_coordinators += [(f, c) for f, c in zip(batch[::2], coordinators)]
+        (d / rundir.GROUP_FAILOVERS).write_text("\n".join(c.model_dump_json() for c in coordinators) + "\n")
     bad = root / "run-bad"
     bad.mkdir()
     (bad / rundir.EXPERIMENT).write_text("{}")
@@ -102,6 +120,7 @@ def runs(tmp_path_factory):
     no_role = {k: v for k, v in json.loads(good_waits[0].model_dump_json()).items() if k != "role"}
     (bad / rundir.WAITS).write_text("\n".join([*(w.model_dump_json() for w in good_waits), json.dumps(no_role),
                                                '{"fault_id": 3, "partit']) + "\n")
+    (bad / rundir.GROUP_FAILOVERS).write_text('{"fault_id": 900, "fault_kind": "kill-br\n')
     partial = root / "run-partial"
     partial.mkdir()
     (partial / rundir.EXPERIMENT).write_text("{}")
@@ -109,7 +128,7 @@ def runs(tmp_path_factory):
     empty.mkdir()
     (empty / rundir.FAILOVERS).write_text("")
     (empty / rundir.WAITS).write_text("")
-    return root, records, all_waits
+    return root, records, all_waits, all_coordinators
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +141,7 @@ def spark(ray_session):
 
 @pytest.fixture(scope="module")
 def result(spark, runs, tmp_path_factory):
-    root, _, _ = runs
+    root, *_ = runs
     return analyse(spark, [root], tmp_path_factory.mktemp("analysis"))
 
 
@@ -190,7 +209,7 @@ def test_spark_ran_on_ray_through_raydp(spark, result):
 
 
 def test_percentiles_per_bucket_match_numpy(runs, result):
-    _, records, waits = runs
+    _, records, waits, _ = runs
     got = {(r["source"], r["detector"], r["bucket"], r["measure"]): r for r in result.percentiles}
     ref = controller_reference(records)
     buckets = np.array([bucket_label(int(a)) for a in ref["partitions_affected"]])
@@ -217,6 +236,17 @@ def test_percentiles_per_bucket_match_numpy(runs, result):
                 assert row["mean"] == pytest.approx(values.mean(), rel=1e-9)
                 for q in (50, 95, 99):
                     assert row[f"p{q}"] == pytest.approx(np.percentile(values, q), rel=1e-9, abs=1e-9)
+    coordinators = runs[3]
+    for detector, bucket in {(f.load.detector, bucket_label(f.load.partitions_affected)) for f, _ in coordinators}:
+        mine = [(f, c) for f, c in coordinators
+                if (f.load.detector, bucket_label(f.load.partitions_affected)) == (detector, bucket)]
+        for step in COORDINATOR_STEPS:
+            values = np.array([getattr(c, step) - c.fault_injected_ms for _, c in mine if getattr(c, step) is not None])
+            row = got[("coordinator", detector, bucket, step)]
+            assert row["n"] == len(values)
+            if len(values):
+                assert row["p50"] == pytest.approx(np.percentile(values, 50), rel=1e-9)
+                assert row["p99"] == pytest.approx(np.percentile(values, 99), rel=1e-9)
     censored = sum(w.recovery_censored for _, w in waits if w.role is not rundir.Role.OTHER
                    and w.source is rundir.Source.LOAD)
     assert censored and sum(r["censored"] for r in result.percentiles
@@ -226,9 +256,9 @@ def test_percentiles_per_bucket_match_numpy(runs, result):
 
 
 def test_correlations_with_intervals_match_numpy(runs, result):
-    _, records, waits = runs
+    _, records, waits, _ = runs
     got = {(c["source"], c["method"], c["measure"], c["feature"]): c for c in result.correlations}
-    assert len(got) == 2 * 2 * len(PER_PARTITION) * len(FEATURES)
+    assert len(got) == len(rundir.Source) * 2 * len(PER_PARTITION) * len(FEATURES)
     for source in rundir.Source:
         ref = reference(records, waits, source, censored=False)
         n = len(ref["recovery_ms"])
@@ -254,7 +284,7 @@ def test_correlations_with_intervals_match_numpy(runs, result):
 
 
 def test_regressions_with_intervals_match_numpy_least_squares(runs, result):
-    _, records, waits = runs
+    _, records, waits, _ = runs
     for source in rundir.Source:
         ref = reference(records, waits, source, censored=False)
         n = len(ref["recovery_ms"])
@@ -283,7 +313,8 @@ def test_regressions_with_intervals_match_numpy_least_squares(runs, result):
 
 def test_bad_input_is_counted_and_reported(result):
     inputs = {i["run_id"]: i for i in result.inputs}
-    assert inputs["run-bad"]["failovers"] == 1 and inputs["run-bad"]["malformed"] == 7
+    assert inputs["run-bad"]["failovers"] == 1 and inputs["run-bad"]["malformed"] == 8  # one coordinator line
+    assert inputs["run-0"]["coordinators"] == 10 and inputs["run-bad"]["coordinators"] == 0
     assert any("{not json" in e for e in inputs["run-bad"]["examples"])
     assert inputs["run-partial"]["status"] == "partial: no failovers.jsonl or waits.jsonl"
     assert inputs["run-empty"]["status"] == "no failovers" and inputs["run-empty"]["failovers"] == 0
@@ -294,7 +325,7 @@ def test_bad_input_is_counted_and_reported(result):
 
 
 def test_outputs_are_parquet_tables_charts_and_a_report(spark, result):
-    for name in ("failovers", "waits", "percentiles", "correlations", "regressions", "inputs"):
+    for name in ("failovers", "waits", "coordinators", "percentiles", "correlations", "regressions", "inputs"):
         assert spark.read.parquet(str(result.out / f"{name}.parquet")).count() > 0
     for chart in ("waits_vs_partitions.png", "phases_per_bucket.png", "correlations.png"):
         assert (result.out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -363,5 +394,14 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, m
     killed = [w for w in waits if w["touched"] and w["source"] == "load"]
     assert {(w["run_id"], w["fault_id"]) for w in killed} == {(r.name, i) for r in runs for i in (1, 2)}
     assert all(w["recovery_ms"] > 0 and w["worst_wait_ms"] >= 0 for w in killed)
-    assert {w["source"] for w in waits} == {"load", "probe"}  # the probes measured beside the load
+    assert {w["source"] for w in waits} == {"load", "probe", "group"}  # the probes and the group beside the load
+    # the second kill of each run was of the group's coordinator (unless the controller's broker coordinated it,
+    # which the fault's record says): its failover beside the producers'
+    moved = [r.name for r in runs if not any(
+        json.loads(line)["fault_id"] == 2 and "is the controller's" in json.loads(line)["detail"]
+        for line in (r / rundir.FAULTS).read_text().splitlines())]
+    coordinators = pq.read_table(result.out / "coordinators.parquet").to_pylist()
+    assert sorted((row["run_id"], row["fault_id"]) for row in coordinators) == [(name, 2) for name in moved]
+    assert all(row["elected_ms"] > 0 and row["consumed_all_ms"] is not None for row in coordinators)
+    assert ("The consumer group's coordinator, ms after a fault on its broker" in summary_table(result)) == bool(moved)
     assert "report.md" in summary_table(result) and (result.out / "report.md").exists()

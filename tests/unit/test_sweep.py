@@ -16,10 +16,17 @@ def test_the_grid_has_one_experiment_per_combination_smallest_load_first():
     assert len({e.name for e in experiments}) == len(experiments)
     for e in experiments:
         assert [f.fault for f in e.schedule] == [FaultKind.KILL_BROKER] * 4
-        assert all(f.target == "non-controller" and f.seconds == sweep.down_s and f.after_recovery for f in e.schedule)
+        assert [f.target for f in e.schedule] == ["non-controller", "coordinator-unless-controller"] * 2  # the group's, every second
+        assert all(f.seconds == sweep.down_s and f.after_recovery for f in e.schedule)
+        assert e.load.group_members == 3
         gaps = {round(b.at_s - a.at_s, 6) for a, b in zip(e.schedule, e.schedule[1:])}
         assert gaps == {sweep.spacing_s + (0 if e.detector else sweep.session_timeout_ms / 1000)}
         assert e.schedule[-1].at_s < e.duration_s
+
+
+def test_without_a_group_every_kill_is_of_a_non_controller():
+    [e] = Sweep(partitions=[100], detector=[True], kills=4, group_members=0).experiments()
+    assert e.load.group_members == 0 and {f.target for f in e.schedule} == {"non-controller"}
 
 
 def test_the_full_sweep_gives_the_analysis_at_least_30_faults():
@@ -34,7 +41,8 @@ def test_the_quick_sweep_is_one_cluster_per_detector_setting_growing_from_60_to_
         assert [(t.name, t.partitions, t.after_fault) for t in e.topics] == [("load", 60, 0), ("load2", 240, 1),
                                                                            ("load3", 700, 2)]
         assert [f.fault for f in e.schedule] == [FaultKind.KILL_BROKER] * 3  # one at each of 60, 300, 1,000
-        assert all(f.target == "non-controller" and f.after_recovery for f in e.schedule)
+        assert [f.target for f in e.schedule] == ["non-controller", "coordinator-unless-controller", "non-controller"]
+        assert all(f.after_recovery for f in e.schedule)
 
 
 def test_growing_partitions_tops_each_count_up_with_a_topic_and_keeps_the_other_dimensions():
