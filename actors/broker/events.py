@@ -50,7 +50,7 @@ class BrokerEvents:
         self._last_hw: dict[TopicPartition, int] = {}  # the HW last seen, leader or follower
         self._hw_recorded: dict[TopicPartition, int] = {}  # the HW last recorded: one move is recorded once
         self._errors: dict[tuple[TopicPartition, int], float] = {}  # (partition, error) -> when last recorded
-        self._coordinators: dict[str, int] = {}  # group -> the coordinator this broker last named for it
+        self._coordinators: dict[str, tuple[int, int]] = {}  # group -> (coordinator, leader epoch) it last named
 
     def _emit(self, kind: str, tp: TopicPartition | None = None, **fields) -> None:
         self.sink.emit(records.BROKER_EVENTS, BrokerEvent(
@@ -148,8 +148,9 @@ class BrokerEvents:
         if self.enabled:
             self._emit("group_synced", group=group, generation=generation)
 
-    def coordinator_found(self, group: str, coordinator: int) -> None:
-        """Recorded when the coordinator named for the group changes (the first answer, and after a move)."""
-        if self.enabled and self._coordinators.get(group) != coordinator:
-            self._coordinators[group] = coordinator
-            self._emit("coordinator_found", group=group, replica=coordinator)
+    def coordinator_found(self, group: str, coordinator: int, leader_epoch: int) -> None:
+        """Recorded when this broker first names a coordinator for the group in a leader epoch of its offsets
+        partition (the first answer, and after each move, back to a broker named before too)."""
+        if self.enabled and self._coordinators.get(group) != (coordinator, leader_epoch):
+            self._coordinators[group] = (coordinator, leader_epoch)
+            self._emit("coordinator_found", group=group, replica=coordinator, leader_epoch=leader_epoch)

@@ -95,7 +95,7 @@ class GroupApis:
         node = leader.node(ctx.listener) if leader is not None else None
         if node is None:
             return answer(Errors.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
-        self.coordinator.events.coordinator_found(request.key, state.leader)
+        self.coordinator.events.coordinator_found(request.key, state.leader, state.leader_epoch)
         return answer(Errors.NONE, "NONE", node)
 
     async def _create_offsets_topic(self, alive: int) -> Errors:

@@ -252,10 +252,11 @@ class GroupMember:
     the earliest) that commits what it was given every `commit_interval_ms`, and as it stops. Its client
     id is its name, "g<index>".
 
-    It commits synchronously, on its consuming thread (Kafka's commitSync): librdkafka's asynchronous
-    commits (enable.auto.commit) may be sent again after a newer one when the coordinator moves (one
-    held while there is none, or retried), and its coordinator, Kafka's as kray's, stores what comes in
-    order, so the group's log would go back through no doing of the coordinator's."""
+    It keeps one commit in flight at most (asynchronous, the next once the last is answered), where
+    librdkafka's auto-commit sends one per interval whatever became of the last: a commit held while
+    the coordinator moves, or retried, may then go after a newer one, and a coordinator, Kafka's as
+    kray's, stores what comes in order, so the group's log would go back through no doing of the
+    coordinator's. A commit waiting for a new coordinator does not hold up the fetching."""
 
     def __init__(self, config: ClusterConfig, group: str, topics: list[str], index: int,
                  commit_interval_ms: int = 1000):
@@ -263,11 +264,12 @@ class GroupMember:
         self.name, self.group = f"g{index}", group
         self.consumer = confluent_kafka.Consumer(consumer_config(
             bootstrap_servers(config), 200, **{"group.id": group, "client.id": self.name,
-                                               "enable.auto.offset.store": True}))
+                                               "enable.auto.offset.store": True, "on_commit": self._on_commit}))
         self.topics = list(topics)
         self.commit_interval_s = commit_interval_ms / 1000
         self.sink = RecordSink(config.recorder, config.namespace)
         self.consumed = self.commits = 0
+        self._committing = False  # a commit sent, not yet answered (answers come on the consuming thread)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"member-{self.name}", daemon=True)
 
@@ -281,33 +283,52 @@ class GroupMember:
         self.consumer.subscribe(self.topics)
 
     def _run(self) -> None:
-        committed = time.monotonic()
+        last = time.monotonic()
         while not self._stopped.is_set():
-            try:
-                got = records_of(self.consumer.consume(10_000, 0.2))
-            except Exception as e:  # a fatal client error: log it and go on polling
-                log.warning("Group member %s: %s: %s", self.name, type(e).__name__, e)
-                self._stopped.wait(0.2)
-                continue
-            ts = now_ms()
-            for tp, r in got:
-                self.sink.emit(records.CONSUMED, consumed(tp, r, ts, final=False, group=self.group, member=self.name))
-            self.consumed += len(got)
-            if time.monotonic() - committed >= self.commit_interval_s:
-                self._commit()
-                committed = time.monotonic()
-        self._commit()
+            self._consume()
+            if not self._committing and time.monotonic() - last >= self.commit_interval_s:
+                last = time.monotonic()
+                self._commit(asynchronous=True)
+        deadline = time.monotonic() + 10
+        while self._committing and time.monotonic() < deadline:  # the last answer, then the final commit
+            self._consume()
+        self._commit(asynchronous=False)
 
-    def _commit(self) -> None:
-        """Commit the offsets of what consume() returned; each partition the coordinator stored is recorded."""
+    def _consume(self) -> None:
         try:
-            stored = self.consumer.commit(asynchronous=False)
+            got = records_of(self.consumer.consume(10_000, 0.2))
+        except Exception as e:  # a fatal client error: log it and go on polling
+            log.warning("Group member %s: %s: %s", self.name, type(e).__name__, e)
+            self._stopped.wait(0.2)
+            return
+        ts = now_ms()
+        for tp, r in got:
+            self.sink.emit(records.CONSUMED, consumed(tp, r, ts, final=False, group=self.group, member=self.name))
+        self.consumed += len(got)
+
+    def _commit(self, asynchronous: bool) -> None:
+        """Commit the offsets of what consume() returned."""
+        self._committing = asynchronous
+        try:
+            stored = self.consumer.commit(asynchronous=asynchronous)
         except confluent_kafka.KafkaException as e:  # nothing new to commit, a rebalance, no coordinator yet
+            self._committing = False
             if e.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
                 log.info("Group member %s: commit: %s", self.name, e.args[0].str())
             return
+        if not asynchronous:
+            self._stored(stored or [])
+
+    def _on_commit(self, err, partitions) -> None:
+        """librdkafka's answer to an asynchronous commit, served by consume()."""
+        self._committing = False
+        if err is None:
+            self._stored(partitions)
+
+    def _stored(self, partitions) -> None:
+        """Each partition the coordinator stored, recorded."""
         ts = now_ms()
-        for tp in stored or []:
+        for tp in partitions:
             if tp.error is None and tp.offset >= 0:
                 self.commits += 1
                 self.sink.emit(records.GROUP_COMMITS, records.GroupCommit(

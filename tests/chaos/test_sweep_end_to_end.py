@@ -13,7 +13,7 @@ def test_a_growing_experiment_adds_a_topic_under_load_between_its_kills(zk_conne
                                                                           tmp_path):
     monkeypatch.setenv("KRAY_ZK_CONNECT", zk_connect)
     [experiment] = Sweep(name="grow", partitions=[6, 18], detector=[True], kills=1, spacing_s=5, down_s=2,
-                         settle_s=20, horizon_s=8, grow_partitions=True).experiments()
+                         settle_s=20, horizon_s=8, grow_partitions=True, group_members=0).experiments()
     lines = []
     run_dir, summary = run_experiment(experiment, tmp_path, progress=lines.append)
     assert not {k: v for k, v in summary.check.invariants.items() if v}, summary.check.render()

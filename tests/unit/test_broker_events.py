@@ -108,3 +108,13 @@ def test_nothing_is_recorded_without_a_recorder(tmp_path):
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=3, isr=(1,))), BROKER_EPOCH)
     run(rm.append_records(1, 1000, [(T0, batch(1))]))
     assert off.lines == [] and not BrokerEvents(BROKER).enabled
+
+
+def test_a_coordinator_named_is_recorded_once_per_leader_epoch_of_its_offsets_partition(sink):
+    """A group's coordinator moves 3 -> 2 -> 3 -> 2: each move is recorded, though this broker named 2 before."""
+    events = BrokerEvents(BROKER, sink)
+    for coordinator, epoch in ((3, 0), (3, 0), (2, 1), (2, 1), (3, 2), (2, 3), (2, 3)):
+        events.coordinator_found("g", coordinator, epoch)
+    events.coordinator_found("other", 2, 3)
+    assert [(e.group, e.replica, e.leader_epoch) for e in sink.kinds("coordinator_found")] == \
+        [("g", 3, 0), ("g", 2, 1), ("g", 3, 2), ("g", 2, 3), ("other", 2, 3)]
