@@ -55,7 +55,6 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
-
 from typing import Callable, NamedTuple
 
 from actors.records import (

@@ -709,6 +709,8 @@ class ExperimentRun:
     def _given(self, reader: JsonlReader) -> dict[str, tuple[str, float]]:
         """Each record the load's group was given: its partition and when a member was first given it."""
         out: dict[str, tuple[str, float]] = {}
+        if not self.exp.load.group_members:
+            return out
         for c in reader.lines(CONSUMED, Consumed):
             if c.group == self.exp.load.group and not c.final:
                 at = out.get(c.record_id)

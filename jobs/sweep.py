@@ -21,6 +21,8 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
                                      # every second one the consumer group's coordinator
                                      # (unless it is the controller's broker)
     group_members: 3                 # a consumer group beside the load (0: none)
+    broker: {}                       # broker settings for every experiment (BrokerConfig's names), over
+                                     # min_insync_replicas 2
     down_s: 2
     spacing_s: 6                     # seconds between kills (more is added with the detector off);
                                      # a kill also waits until the cluster has recovered from the last
@@ -43,7 +45,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -65,6 +67,8 @@ class Sweep(BaseModel):
     session_timeout_ms: int = Field(2000, ge=1000)
     replication_factor: int = Field(3, ge=1)
     kills: int = Field(6, ge=1)
+    broker: dict[str, Any] = Field(default_factory=dict, description="broker settings of every experiment "
+                                   "(BrokerConfig's fields), over min_insync_replicas 2 (or the replication factor)")
     group_members: int = Field(3, ge=0, description="members of a consumer group beside the load: the group is "
                                "measured as a source of its own and every second kill is of its coordinator's "
                                "broker (0: no group, every kill a non-controller)")
@@ -110,7 +114,7 @@ class Sweep(BaseModel):
                 name=f"{self.name}-b{brokers}-p{'.'.join(map(str, stage))}-r{round(rate)}-"
                      f"{'ray' if detector else 'zk'}",
                 brokers=brokers, session_timeout_ms=self.session_timeout_ms, detector=detector,
-                broker={"min_insync_replicas": min(2, self.replication_factor)},
+                broker={"min_insync_replicas": min(2, self.replication_factor), **self.broker},
                 controller={"leader_imbalance_check_interval_seconds": max(1, int(spacing / 2))},
                 topics=self._topics(stage),
                 load={"producers": 1, "rate": rate, "acks": "all", "consumers": 0, "group_members": self.group_members},

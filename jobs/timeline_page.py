@@ -118,8 +118,9 @@ def controller_changes(samples: list[LoadSample]) -> list[LoadSample]:
 
 def waiting_partitions(waits: list[PartitionWait]) -> list[tuple[str, list[PartitionWait]]]:
     """Each partition a fault touched with its waits (the load's, or the probes' where the load has none
-    of that partition and fault), the longest total recovery first."""
-    mine = [w for w in waits if touched(w)]
+    of that partition and fault: the producers', a consumer group's left to the run's report), the longest
+    total recovery first."""
+    mine = [w for w in waits if touched(w) and w.source is not Source.GROUP]
     loaded = {(w.fault_id, w.partition) for w in mine if w.source is Source.LOAD}
     by_partition: dict[str, list[PartitionWait]] = defaultdict(list)
     for w in mine:

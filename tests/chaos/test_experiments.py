@@ -35,7 +35,8 @@ def run(experiment: Experiment, tmp_path):
 def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
     """With a consumer group of three beside the load, its coordinator killed last."""
     experiment = Experiment(
-        name="short", brokers=3, session_timeout_ms=3000, broker={**FAST_BROKERS, "offsets_topic_num_partitions": 10},
+        name="short", brokers=3, session_timeout_ms=3000, broker={**FAST_BROKERS, "offsets_topic_num_partitions": 10,
+                                                         "group_initial_rebalance_delay_ms": 0},
         topics=[{"name": "orders", "partitions": 12, "replication_factor": 3}],
         load={"producers": 2, "rate": 600, "acks": "all", "group_members": 3},
         schedule=[FaultSpec(at_s=3, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3),

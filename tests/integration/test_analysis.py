@@ -371,17 +371,29 @@ def test_bucket_labels(affected, label):
 
 
 def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, monkeypatch, tmp_path):
-    """The main job's path end to end, small: a sweep of two experiments with broker kills (detector on
-    and off) on this test run's ZooKeeper and Ray, then the Spark analysis of their run directories (with
-    this module's Spark session: RayDP takes 30-50 s to start)."""
+    """The main job's path end to end, small: a sweep of two experiments (detector on and off) of the quick
+    sweep's shape, whose partitions grow between their two kills (a topic added under load), with a
+    consumer group, on this test run's ZooKeeper and Ray; then the Spark analysis of their run directories
+    (with this module's Spark session: RayDP takes 30-50 s to start). The group gets Kafka's test-harness
+    settings (5 offsets partitions, no initial rebalance delay)."""
     monkeypatch.setenv("KRAY_ZK_CONNECT", zk_connect)
     lines = []
-    sweep = Sweep(name="tiny", partitions=[12], detector=[True, False], kills=2, spacing_s=5, down_s=2,
-                  settle_s=20, horizon_s=8)
+    offsets = 5
+    sweep = Sweep(name="tiny", partitions=[6, 18], grow_partitions=True, detector=[True, False], kills=1,
+                  spacing_s=5, down_s=2, settle_s=20, horizon_s=6,
+                  broker={"group_initial_rebalance_delay_ms": 0, "offsets_topic_num_partitions": offsets})
     sweep_dir, result = run_sweep(sweep, tmp_path, progress=lines.append, session=spark)
     runs = sorted(p for p in sweep_dir.iterdir() if p.name != "analysis")
-    assert [r.name.rsplit("-", 1)[0].split("-", 2)[2] for r in runs] == ["tiny-b3-p12-r0-ray", "tiny-b3-p12-r0-zk"]
+    assert [r.name.rsplit("-", 1)[0].split("-", 2)[2] for r in runs] == ["tiny-b3-p6.18-r0-ray",
+                                                                         "tiny-b3-p6.18-r0-zk"]
     assert any("every invariant holds" in line for line in lines) and not any("BROKEN" in line for line in lines)
+    assert sum("Topic load2 created after fault 1: 12 partitions more, 18 under load" in line for line in lines) == 2
+    for run in runs:  # the kills' load: the topics' partitions and the group's offsets partitions
+        kills = [json.loads(line) for line in (run / rundir.FAILOVERS).read_text().splitlines()
+                 if json.loads(line)["fault_id"] is not None]
+        assert [f["load"]["partitions_total"] for f in kills] == [6 + offsets, 18 + offsets]
+        assert kills[1]["load"]["partitions_affected"] > 6
+        assert len(json.loads((run / rundir.FINAL_STATE).read_text())["zookeeper"]) == 18 + offsets
     assert any("Spark is up" in line for line in lines)
     assert result.on_ray and result.failovers == 4  # one per kill; the first elections have no fault
     assert {i["run_id"]: i["unexplained"] for i in result.inputs} == {r.name: 1 for r in runs}
@@ -394,6 +406,9 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, m
     killed = [w for w in waits if w["touched"] and w["source"] == "load"]
     assert {(w["run_id"], w["fault_id"]) for w in killed} == {(r.name, i) for r in runs for i in (1, 2)}
     assert all(w["recovery_ms"] > 0 and w["worst_wait_ms"] >= 0 for w in killed)
+    # the new topic was under load before the second kill: its partitions' waits are measured too
+    assert {w["run_id"] for w in killed if w["partition"].startswith("load2-") and w["fault_id"] == 2} == \
+        {r.name for r in runs}
     assert {w["source"] for w in waits} == {"load", "probe", "group"}  # the probes and the group beside the load
     # the second kill of each run was of the group's coordinator (unless the controller's broker coordinated it,
     # which the fault's record says): its failover beside the producers'

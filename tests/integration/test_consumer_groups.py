@@ -241,11 +241,24 @@ def test_confluent_kafka_group_shares_rebalances_commits_resumes_and_resets(clus
     client = AdminClient({"bootstrap.servers": servers})
     listed = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=30)
     assert {tp.partition: tp.offset for tp in listed.topic_partitions} == dict.fromkeys(range(PARTITIONS), 80)
-    client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [
-        CTopicPartition(TOPIC, p, 70) for p in range(PARTITIONS)])])[group].result(timeout=30)
+    alter_once_empty(client, group, [CTopicPartition(TOPIC, p, 70) for p in range(PARTITIONS)])
     seen: Counter = Counter()
     read_once_more(ConfluentMember(servers, group, "after-reset", seen, strategy), seen,
                    [v for v in everything if int(v.split(b"-")[1]) >= 70])
+
+
+def alter_once_empty(client: AdminClient, group: str, offsets: list[CTopicPartition], timeout_s: float = 30) -> None:
+    """The group's offsets set by the admin client, asked again while the coordinator refuses them: a commit
+    without a generation is for an empty group only (UNKNOWN_MEMBER_ID while the last members' LeaveGroup
+    or session is still to come, as Kafka answers), and the refusal is each partition's error in the result."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, offsets)])[group]
+        refused = {tp.partition: tp.error.name() for tp in result.result(timeout=30).topic_partitions if tp.error}
+        if not refused:
+            return
+        assert time.monotonic() < deadline, f"the offsets of {group} not set: {refused}"
+        time.sleep(0.5)
 
 
 class ProcessMember(Member):

@@ -183,8 +183,11 @@ def test_of_a_thousand_partitions_only_the_unavailable_get_bars_longest_first_wi
     bars = re.findall(r'text-anchor="end">(orders-\d+)<title>', html)
     assert bars == [f"orders-{p}" for p in range(99, 99 - MAX_WAITING_ROWS, -1)]
     assert "100 of 1,000 partitions" in html and "60 more partitions waited" in html
-    ws = [wait(fault, "a-0", 10), wait(fault, "b-0", 30), wait(FAULTS[1], "a-0", 25), wait(fault, "c-0", 99, Role.OTHER)]
-    assert [tp for tp, _ in waiting_partitions(ws)] == ["a-0", "b-0"]  # 35 ms in all, then 30; c-0 a bystander
+    ws = [wait(fault, "a-0", 10), wait(fault, "b-0", 30), wait(FAULTS[1], "a-0", 25), wait(fault, "c-0", 99, Role.OTHER),
+          wait(fault, "d-0", 500, source=Source.GROUP), wait(fault, "b-0", 700, source=Source.GROUP)]
+    # 35 ms in all, then 30; c-0 a bystander; a consumer group's waits are not the producers'
+    assert [(tp, [w.source for w in ws]) for tp, ws in waiting_partitions(ws)] == \
+        [("a-0", [Source.LOAD, Source.LOAD]), ("b-0", [Source.LOAD])]
 
 
 def test_write_timeline_reads_the_run_directory(tmp_path):
