@@ -369,41 +369,62 @@ def regressions(waits) -> list[dict]:
     linear combination of the intercept and the features kept before it (a fault's features are the
     same for all its partitions: six faults give at most six independent ones, and a singular design
     has no unique fit); coefficients with 95% intervals (the normal equations' standard errors,
-    Student's t)."""
-    from pyspark.ml.feature import VectorAssembler
-    from pyspark.ml.regression import LinearRegression
+    Student's t). Spark makes one pass per source for the cross-products of the features and the
+    measures (`gram`); every fit is solved from them (`ols`)."""
     from pyspark.sql import functions as F
-
-    def fit(source: str, measure: str, rows, features: list[str], dropped: list[str], spread) -> dict:
-        n = spread["n"]
-        base = {"source": source, "measure": measure, "n": n, "dropped": dropped}
-        if not features or n < len(features) + 2 or spread[measure] < 2:
-            return {**base, "intercept": None, "r2": None, "coefficients": {},
-                    "skipped": f"{n} partitions, {len(features)} independent features, "
-                               f"{'a constant' if spread[measure] < 2 else 'a varying'} {measure}"}
-        data = VectorAssembler(inputCols=features, outputCol="x").transform(rows)
-        model = LinearRegression(featuresCol="x", labelCol=measure, regParam=0.0, elasticNetParam=0.0,
-                                 solver="normal").fit(data)
-        errors = list(model.summary.coefficientStandardErrors)
-        t = t_quantile(n - len(features) - 1)
-        coefficients = {f: _interval(float(c), e, t) for f, c, e in zip(features, model.coefficients, errors)}
-        return {**base, "intercept": float(model.intercept), "r2": float(model.summary.r2),
-                "coefficients": coefficients, "skipped": None}
 
     out = []
     for source in [r["source"] for r in waits.select("source").distinct().collect()]:
         rows = waits.where(waits.touched & (waits.source == source) & ~waits.recovery_censored).dropna(
             subset=[*PER_PARTITION, *FEATURES]).select(*PER_PARTITION, *FEATURES).cache()
-        spread = rows.agg(F.count(F.lit(1)).alias("n"),
-                          *(F.countDistinct(c).alias(c) for c in [*PER_PARTITION, *FEATURES])).head()
-        varying = [f for f in FEATURES if spread[f] > 1]
-        features = independent(varying, gram(rows, varying)) if varying else []
         try:
-            out += [fit(source, m, rows, features, [f for f in varying if f not in features], spread)
-                    for m in PER_PARTITION]
+            spread = rows.agg(F.count(F.lit(1)).alias("n"),
+                              *(F.countDistinct(c).alias(c) for c in [*PER_PARTITION, *FEATURES])).head()
+            varying = [f for f in FEATURES if spread[f] > 1]
+            g = gram(rows, [*varying, *PER_PARTITION]) if spread["n"] else None
+            features = independent(varying, g[:len(varying) + 1, :len(varying) + 1]) if varying and g is not None \
+                else []
         finally:
             rows.unpersist()
+        n = spread["n"]
+        for i, measure in enumerate(PER_PARTITION):
+            base = {"source": source, "measure": measure, "n": n,
+                    "dropped": [f for f in varying if f not in features]}
+            if not features or n < len(features) + 2 or spread[measure] < 2:
+                out.append({**base, "intercept": None, "r2": None, "coefficients": {},
+                            "skipped": f"{n} partitions, {len(features)} independent features, "
+                                       f"{'a constant' if spread[measure] < 2 else 'a varying'} {measure}"})
+                continue
+            x = [1 + varying.index(f) for f in features]
+            intercept, coefficients, errors, r2 = ols(g, x, 1 + len(varying) + i)
+            t = t_quantile(n - len(features) - 1)
+            out.append({**base, "intercept": intercept, "r2": r2, "skipped": None, "coefficients": {
+                f: _interval(c, e, t) for f, c, e in zip(features, coefficients, errors)}})
     return out
+
+
+def ols(g, x: list[int], y: int) -> tuple[float, list[float], list[float], float]:
+    """Least squares of column `y` on the intercept (column 0) and columns `x`, from the Gram matrix `g` of
+    them all: (intercept, coefficients, their standard errors, R²). Solved centred and on the correlation
+    scale, where the normal equations are well conditioned whatever the features' units."""
+    import numpy as np
+
+    n = g[0, 0]
+    idx = [*x, y]
+    mean = g[0, idx] / n
+    centred = g[np.ix_(idx, idx)] - n * np.outer(mean, mean)
+    scale = np.sqrt(np.diag(centred))
+    corr = centred / np.outer(scale, scale)
+    k = len(x)
+    inverse = np.linalg.inv(corr[:k, :k])
+    standardized = inverse @ corr[:k, k]
+    coefficients = standardized * scale[k] / scale[:k]
+    residual = centred[k, k] * (1 - corr[:k, k] @ standardized)
+    variance = max(residual, 0.0) / (n - k - 1)
+    errors = np.sqrt(variance * np.diag(inverse)) / scale[:k]
+    intercept = mean[k] - coefficients @ mean[:k]
+    return float(intercept), [float(c) for c in coefficients], [float(e) for e in errors], \
+        float(1 - residual / centred[k, k])
 
 
 def gram(rows, columns: list[str]):
