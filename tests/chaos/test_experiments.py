@@ -205,7 +205,7 @@ def test_disk_faults_lose_no_acknowledged_record(environment, tmp_path):
         schedule=[FaultSpec(at_s=3, fault=FaultKind.CORRUPT_LOG_TAIL, target="non-controller", seconds=2),
                   FaultSpec(at_s=9, fault=FaultKind.TRUNCATE_LOG_TAIL, target="non-controller", seconds=2),
                   FaultSpec(at_s=15, fault=FaultKind.LOSE_UNFLUSHED_TAIL, target="non-controller", seconds=2)],
-        duration_s=28, settle_s=30, horizon_s=6, seed=4)  # the last broker back ~7 s before the end
+        duration_s=23, settle_s=30, horizon_s=6, seed=4)  # the last broker back ~6 s before the load ends
     run_dir, summary = run(experiment, tmp_path)
     invariants = summary.check.invariants
     assert invariants == {name: 0 for name in invariants} and len(invariants) == len(INVARIANTS)
