@@ -473,7 +473,7 @@ class BrokerActor:
                 "log_dir": str(self.replica_manager.log_dir), "recovered_partitions": self.recovered,
                 "log_dirs": [str(d) for d in self.replica_manager.log_dirs.dirs],
                 "offline_log_dirs": sorted(str(d) for d in self.replica_manager.log_dirs.offline),
-                "rss_mb": rss_mb(), "requests": self._count()}
+                "rss_mb": rss_mb(), "requests": self._count(), "failed_isr_updates": self.isr.failed_isr_updates}
 
     def _count(self, *apis: str) -> dict[str, int]:
         """Count requests served, per API (the listeners' and the controller's); the counts so far."""

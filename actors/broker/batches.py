@@ -111,9 +111,10 @@ def check(buf, pos: int, header: BatchHeader) -> None:
 def validate_produce(records, max_message_bytes: int) -> BatchHeader:
     """A producer's records for one partition, as Kafka 2.8 checks Produce v3+ (ProduceRequest
     .validateRecords, LogValidator): exactly one v2 batch, whole, with a good CRC, a record count that
-    matches its offset deltas, a known codec, not larger than max.message.bytes, and neither a
+    matches its offset deltas, a known codec, not larger than max.message.bytes, neither a
     control nor a transactional batch (kray has no transaction coordinator; Kafka would refuse
-    those without one too, with INVALID_RECORD)."""
+    those without one too, with INVALID_RECORD), and a sequence with its producer id (Kafka's
+    validateBatch: a batch with a producer id and no sequence cannot be told from its retry)."""
     size = len(records)
     if size < BATCH_OVERHEAD:
         raise InvalidRecordException(f"Produce requests must have exactly one record batch ({size} bytes given)")
@@ -136,6 +137,9 @@ def validate_produce(records, max_message_bytes: int) -> BatchHeader:
         raise UnsupportedCompressionTypeException(f"unknown compression codec {header.compression}")
     if header.is_control or header.is_transactional:
         raise InvalidRecordException("kray has no transactions: control and transactional batches are refused")
+    if header.has_producer_id and header.base_sequence < 0:
+        raise InvalidRecordException(f"Invalid sequence number {header.base_sequence} in record batch with "
+                                     f"producerId {header.producer_id}")
     return header
 
 

@@ -2,9 +2,9 @@
 ZooKeeper-mode AlterIsr, and ReplicaManager's ISR change propagation).
 
 A change is written to the partition state znode conditionally on the zkVersion the
-leader was given: if the controller or another leader wrote since, the write fails
-and this broker stops acting as that partition's leader (no produce, no fetches
-served) until a LeaderAndIsr brings it a new state. An expansion also checks, in the
+leader was given: if the controller wrote since, the write is refused and, as Kafka's leader
+does, this one gives up the change and keeps leading with no further ISR change until the
+LeaderAndIsr that follows the controller's write brings it the new state. An expansion also checks, in the
 same multi, that the joining broker's registration is the incarnation whose fetches
 earned it (its czxid is the broker epoch: KIP-903): the controller reads ISRs only after
 a dead broker's registration is gone, so an expansion that would land after that read
@@ -47,6 +47,7 @@ class IsrManager:
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
         self._expanding: set[tuple[TopicPartition, int]] = set()  # queued or being written (Kafka's isInflight)
+        self.failed_isr_updates = 0  # changes refused or failed (Kafka's FailedIsrUpdatesPerSec meter, as a count)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"isr-writer-{broker_id}")  # one change at a time:
         # two at once would fence each other
 
@@ -99,6 +100,7 @@ class IsrManager:
             self._write(decided, verb, joining, epoch)
         except Exception:  # a ZooKeeper hiccup: the next fetch or check tries again
             log.exception("[Broker id=%d] %s ISR of %d partitions failed", self.broker_id, verb, len(decided))
+            self.failed_isr_updates += len(decided)
             self.on_loop(lambda: [partition.isr_change_failed() for _, partition, _, _ in decided])
         finally:
             with self._lock:
@@ -109,7 +111,7 @@ class IsrManager:
 
     def _write(self, decided: list, verb: str, joining: int | None, broker_epoch: int | None) -> None:
         """The conditional writes, MULTI_OPS at a time; a partition whose zkVersion moved is refused alone
-        (the leader stops acting as such) and the rest written again."""
+        (its change given up) and the rest written again."""
         pending = list(decided)
         while pending:
             chunk, pending = pending[:MULTI_OPS], pending[MULTI_OPS:]
@@ -131,17 +133,17 @@ class IsrManager:
     def _refused(self, change, verb: str) -> None:
         """The partition's zkVersion moved. If the znode holds exactly the state this write would make, an
         earlier write of it went through and only its answer was lost (a connection loss): it counts as
-        done, at the version found (Kafka's checkLeaderAndIsrZkData). Otherwise someone else wrote."""
+        done, at the version found (Kafka's checkLeaderAndIsrZkData). Otherwise the controller wrote:
+        give the change up until its LeaderAndIsr arrives (`Partition.give_up_isr_change`)."""
         tp, partition, isr, state = change
         stats = self._landed([change])
         if stats is not None:
             self._applied([change], stats, verb)
             return
-        self.on_loop(partition.isr_change_failed)
-        if self.on_loop(lambda: partition.stop_leading(state.leader_epoch)):
-            log.warning("[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper: not "
-                        "updating the ISR, and no longer acting as leader until a LeaderAndIsr arrives",
-                        tp, self.broker_id, state.zk_version)
+        if self.on_loop(lambda: partition.give_up_isr_change(state.leader_epoch)):
+            self.failed_isr_updates += 1
+            log.info("[Partition %s broker=%d] Failed to update ISR to %s due to invalid version (cached "
+                     "zkVersion %d). Giving up.", tp, self.broker_id, ",".join(map(str, isr)), state.zk_version)
 
     def _landed(self, chunk: list) -> list | None:
         """Each partition's znode stat if every znode holds exactly the state its write would make,

@@ -76,6 +76,7 @@ class Partition:
         self.high_watermark = max(log.log_start_offset, min(high_watermark_, log.log_end_offset))
         self.followers: dict[int, FollowerState] = {}
         self.joining: tuple[int, ...] = ()  # followers whose ISR expansion is being written (Kafka's PendingExpandIsr)
+        self.isr_change_given_up = False  # an ISR write was refused: none until the next LeaderAndIsr
         self.leader_epoch_start_offset = 0
         self.producers = ProducerStateManager(log)
         self.leader_term = 0  # counts the times this replica started or stopped leading
@@ -105,7 +106,7 @@ class Partition:
         was_leader = self.is_leader
         self.leader_term += 0 if was_leader else 1
         self.state = state
-        self.joining = ()
+        self.joining, self.isr_change_given_up = (), False
         self.leader_epoch_start_offset = self.log.log_end_offset
         self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
         kept = self.followers if was_leader else {}
@@ -121,19 +122,21 @@ class Partition:
         """Kafka's makeFollower: record the new leader; the fetcher truncates and then fetches."""
         self.leader_term += 1 if self.is_leader else 0
         self.state = state
-        self.followers, self.joining = {}, ()
+        self.followers, self.joining, self.isr_change_given_up = {}, (), False
         self._changed()  # waiting produces learn they are no longer leader
 
-    def stop_leading(self, leader_epoch: int) -> bool:
-        """This leader's ISR write found a newer partition state in ZooKeeper: someone else (a new
-        controller's election) has moved on, so stop serving as leader until a LeaderAndIsr says
-        otherwise. Ignored when a LeaderAndIsr for another epoch arrived meanwhile."""
+    def give_up_isr_change(self, leader_epoch: int) -> bool:
+        """This leader's ISR write found a newer partition state in ZooKeeper: the controller wrote it (an
+        ISR removal at epoch + 1, an election, a reassignment's epoch bump) and a LeaderAndIsr follows.
+        As Kafka's handleAlterIsrResponse ("Giving up"), keep leading and keep the change pending: an
+        expansion's joining follower still holds the high watermark (the maximal ISR), waiting produces
+        keep waiting, and no other ISR change is tried until the LeaderAndIsr brings ZooKeeper's state.
+        Stopping here instead failed every waiting acks=all produce whose records the LeaderAndIsr then
+        kept and committed: a non-idempotent producer's retries made duplicates. Ignored when a
+        LeaderAndIsr for another epoch arrived meanwhile."""
         if not self.is_leader or self.state.leader_epoch != leader_epoch:
             return False
-        self.leader_term += 1
-        self.state = self.state._replace(leader=-1)
-        self.followers, self.joining = {}, ()
-        self._changed()
+        self.isr_change_given_up = True
         return True
 
     def update_isr(self, isr: tuple[int, ...], zk_version: int, leader_epoch: int | None = None) -> None:
@@ -155,8 +158,9 @@ class Partition:
         return isr
 
     def isr_change_failed(self) -> None:
-        """The expansion being written was refused or failed: the high watermark no longer waits for it
-        (and may move now, completing produces that waited)."""
+        """The expansion being written failed (a ZooKeeper error: a later fetch asks again) or was not
+        written (the joining broker is no longer registered): the high watermark no longer waits for it
+        (and may move now, completing produces that waited). A refused write is `give_up_isr_change`."""
         self.joining = ()
         if self._advance_high_watermark():
             self._changed(hw_only=True)
@@ -166,7 +170,7 @@ class Partition:
         self.stopped = True
         self.leader_term += 1 if self.is_leader else 0
         self.state = self.state._replace(leader=-1)
-        self.followers, self.joining = {}, ()
+        self.followers, self.joining, self.isr_change_given_up = {}, (), False
         self._changed()
 
     # -- leader: produce -----------------------------------------------------
@@ -271,7 +275,7 @@ class Partition:
         this whole log was caught up at its session's latest fetch (its fetches leave such partitions
         unnamed: KIP-227), when that fetch was its incarnation's (`last_session_fetch(r)`: its broker
         epoch and time)."""
-        if not self.is_leader:
+        if not self.is_leader or self.isr_change_given_up:
             return None
         leo = self.log.log_end_offset
 
@@ -288,7 +292,7 @@ class Partition:
         the metadata has it) has caught up, or None when it stays. Asked only for a follower's own
         fetch, as Kafka's maybeExpandIsr is: nothing else adds a replica to an ISR."""
         follower = self.followers.get(replica_id)
-        if not self.is_leader or follower is None or replica_id in self.state.isr \
+        if not self.is_leader or self.isr_change_given_up or follower is None or replica_id in self.state.isr \
                 or not in_sync_again(follower, self.high_watermark, self.leader_epoch_start_offset,
                                      alive_broker_epoch):
             return None
@@ -346,7 +350,7 @@ class Partition:
         self.log.truncate_fully_and_start_at(offset)
         self.on_truncate(leader_epoch, before, -1)  # everything, whatever the offset it starts at
         self.high_watermark = offset
-        self.producers.truncate(self.log, offset)
+        self.producers.truncate_fully_and_start_at(offset)
         return True
 
     # -- consumers and retention ---------------------------------------------
@@ -371,3 +375,17 @@ class Partition:
         if deleted:
             self.producers.truncate_head(self.log.log_start_offset)
         return deleted
+
+    def read_records(self, offset: int, max_bytes: int, fetch_only_from_leader: bool = True) -> FetchResult:
+        """A consumer's read (Kafka's readRecords at FetchHighWatermark), as read_for_consumer, on a
+        follower too unless `fetch_only_from_leader`: a Fetch v11+ consumer may read a follower's
+        replica, below the follower's own high watermark (Kafka's localLogWithEpochOrException with
+        requireLeader false)."""
+        if fetch_only_from_leader and not self.is_leader:
+            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
+        log = self.log
+        if not log.log_start_offset <= offset <= log.log_end_offset:
+            raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: offset {offset} outside "
+                                            f"[{log.log_start_offset}, {log.log_end_offset}]")
+        records = log.read(offset, max_bytes, max_offset=self.high_watermark) if offset < self.high_watermark else b""
+        return FetchResult(records, self.high_watermark, log.log_end_offset, log.log_start_offset)

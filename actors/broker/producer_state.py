@@ -113,6 +113,14 @@ class ProducerStateManager:
         self._next_snapshot = start + self.snapshot_interval
         self.replayed = self._replay(log, start, offset)
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """The whole log was deleted and starts again at `offset` (Kafka's truncateFullyAndStartAt): its
+        producers and snapshots go with it. Kept, a replica that later leads would hold a producer
+        to a sequence from the deleted log and refuse its valid next batch as out of order."""
+        self.producers, self.snapshots = {}, []
+        self._next_snapshot = offset + self.snapshot_interval
+        self.replayed = 0
+
     def truncate_head(self, log_start_offset: int) -> None:
         """Retention moved the log start: producers whose last batch is gone are forgotten (Kafka's
         truncateHead), and so are snapshots below it."""

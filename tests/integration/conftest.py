@@ -253,10 +253,13 @@ def send_to(cluster, broker_id: int, request, version: int):
     return asyncio.run(exchange())
 
 
-def produce_request(topic: str, partition: int, values: list[bytes], acks: int = 1, timeout_ms: int = 30_000):
+def produce_request(topic: str, partition: int, values: list[bytes], acks: int = 1, timeout_ms: int = 30_000,
+                    **batch):
+    """A one-partition ProduceRequest of one batch of `values` (`batch`: `build`'s producer id, epoch and
+    first sequence)."""
     T = ProduceRequest.TopicProduceData
     return ProduceRequest(transactional_id=None, acks=acks, timeout_ms=timeout_ms, topic_data=[
-        T(name=topic, partition_data=[T.PartitionProduceData(index=partition, records=build(values))])])
+        T(name=topic, partition_data=[T.PartitionProduceData(index=partition, records=build(values, **batch))])])
 
 
 def produced(response):

@@ -10,12 +10,16 @@ import ray
 
 from actors.clients.producer import Producer, ProducerError
 from coordination import admin, zkdata
-from coordination.errors import KrayError
+from coordination.errors import Errors, KrayError
 from coordination.zkdata import TopicPartition
 from tests.integration.conftest import (
     assert_as_found,
     caches_match_zookeeper,
+    produce_request,
+    produced,
     put_back,
+    read_all,
+    send_to,
     wait_until,
     znode_tree,
     zk_states,
@@ -80,6 +84,25 @@ def test_a_produce_larger_than_message_max_bytes_is_refused_and_changes_nothing(
     assert [m.offset for m in producer.send("t", [b"after"])] == [1]  # the log did not move for it
     leader = zk_states(zk, "t")[TopicPartition("t", 0)].leader
     assert ray.get(cluster.brokers[leader].info.remote())["broker_id"] == leader
+
+
+def test_a_batch_with_a_producer_id_and_no_sequence_is_refused_each_time_and_appends_nothing(new_cluster):
+    """Kafka's validateBatch refuses it with INVALID_RECORD: a broker cannot tell its retry from a new batch.
+    Before, the first was appended and the second taken for its retry: answered with the first's offsets,
+    its records silently dropped."""
+    cluster, zk = new_cluster()
+    admin.create_topic(zk, "t", 1, 3)
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
+    leader = zk_states(zk, "t")[TopicPartition("t", 0)].leader
+    for values in ([b"first"], [b"second"]):
+        request = produce_request("t", 0, values, acks=-1, producer_id=4242, first_sequence=-1)
+        assert produced(send_to(cluster, leader, request, 9))[0] == Errors.INVALID_RECORD
+    assert read_all(cluster, [TopicPartition("t", 0)]) == {TopicPartition("t", 0): []}  # nothing appended
+    for sequence, offset in ((0, 0), (1, 1), (1, 1)):  # the same producer, now valid; its retry deduplicated
+        request = produce_request("t", 0, [f"s{sequence}".encode()], acks=-1, producer_id=4242,
+                                  first_sequence=sequence)
+        assert produced(send_to(cluster, leader, request, 9)) == (Errors.NONE, offset)
+    assert [r.value for r in read_all(cluster, [TopicPartition("t", 0)])[TopicPartition("t", 0)]] == [b"s0", b"s1"]
 
 
 @pytest.mark.parametrize("plan, error", [

@@ -2,9 +2,11 @@
 lives, the shape of Jepsen's partitions and of KAFKA-6082's zombie controller."""
 from __future__ import annotations
 
+import threading
 import time
 
 import confluent_kafka
+import pytest
 import ray
 
 from actors.clients.producer import Producer, producer_config
@@ -13,10 +15,18 @@ from actors.links.faults import HEALTHY, ZOOKEEPER_LINK, Direction, LinkFault
 from actors.links.shapes import CUT, DROP, LinkSetting, Role, healed
 from actors.runtime import poll
 from coordination import admin
+from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 from jobs.chaos import Chaos
 from jobs.rundir import FaultKind
-from tests.integration.conftest import zk_states
+from tests.integration.conftest import (
+    caches_match_zookeeper,
+    produce_request,
+    produced,
+    read_all,
+    send_to,
+    zk_states,
+)
 
 
 def active_candidates(cluster) -> dict[int, int]:
@@ -258,3 +268,88 @@ def test_clients_cut_off_from_a_leader_wait_while_it_leads_and_replicates_and_ar
     assert producer.flush(60) == 0 and acked[led[0]] == [0, 1, 2]
     assert time.monotonic() - started >= 0.8
     chaos.apply_links(healed(settings))
+
+
+class PlainLoad:
+    """acks=all records from a producer without idempotence (librdkafka retries them itself, as Kafka's
+    producer does), streamed round the partitions from a thread: each record's delivery report kept."""
+
+    def __init__(self, cluster, topic: str, partitions: int):
+        self.producer = confluent_kafka.Producer({**producer_config(cluster.bootstrap_servers(), 1), "acks": "all"})
+        self.topic, self.partitions = topic, partitions
+        self.acked: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset)
+        self.refused: dict[bytes, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="plain-load", daemon=True)
+        self._thread.start()
+
+    def _report(self, err, msg) -> None:
+        if err is None:
+            self.acked[msg.value()] = (msg.partition(), msg.offset())
+        else:
+            self.refused[msg.value()] = err.name()
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            self.producer.produce(self.topic, f"r{n}".encode(), partition=n % self.partitions,
+                                  on_delivery=self._report)
+            self.producer.poll(0.005)
+            n += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self.producer.flush(120) == 0
+
+
+@pytest.mark.parametrize("fault", ["controlled-shutdown", "kill"])
+def test_a_leader_whose_isr_write_is_refused_keeps_leading_and_a_plain_producers_records_are_written_once(
+        new_cluster, fault):
+    """The controller takes follower F out of leader L's ISRs at epoch + 1 (F shut down or died) while
+    its LeaderAndIsr to L is held (the controller's link to L cut), so L's own shrink of F, written on
+    the zkVersion L has, is refused. As Kafka's leader, L gives the change up and keeps leading: it
+    appends, and holds its acks=all produces until the LeaderAndIsr comes, which completes them. Before,
+    L stopped leading and failed them with NOT_LEADER_OR_FOLLOWER: a producer without idempotence sent
+    them again, and the LeaderAndIsr kept and committed the first copies too (duplicates)."""
+    cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
+                                                                      min_insync_replicas=2))
+    chaos = Chaos(cluster, zk)
+    controller, _ = cluster.wait_for_controller(zk)
+    leader, follower = [b for b in sorted(cluster.brokers) if b != controller]
+    admin.create_topic(zk, "t", 4, 3, assignment={p: [leader, follower, controller] for p in range(4)})
+    cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 4)
+    before = zk_states(zk, "t")
+    load = PlainLoad(cluster, "t", 4)
+    poll(lambda: len(load.acked) > 200, timeout=30, what="the load acknowledged")
+
+    _, settings, _ = chaos.link_fault(FaultKind.CUT_CONTROLLER_BROKER, leader)
+    failed = ray.get(cluster.brokers[leader].info.remote(), timeout=30)["failed_isr_updates"]
+    if fault == "kill":
+        cluster.kill_broker(follower)
+    else:
+        cluster.controlled_shutdown(follower)
+    poll(lambda: all(s.leader_epoch == before[tp].leader_epoch + 1 and follower not in s.isr
+                     for tp, s in zk_states(zk, "t").items()), timeout=30, what="the controller's ISR removals")
+    poll(lambda: ray.get(cluster.brokers[leader].info.remote(), timeout=30)["failed_isr_updates"] >= failed + 4,
+         timeout=30, what="the leader's own shrinks refused")
+    probe = produce_request("t", 0, [b"probe"], acks=1)
+    assert produced(send_to(cluster, leader, probe, 9))[0] == Errors.NONE  # still the leader
+
+    chaos.apply_links(healed(settings))
+    poll(lambda: caches_match_zookeeper(cluster, zk, "t"), timeout=30, what="the held LeaderAndIsr applied")
+    acked = len(load.acked)
+    poll(lambda: len(load.acked) > acked + 200, timeout=60, what="the load acknowledged after the LeaderAndIsr")
+    load.stop()
+
+    resent = Producer(cluster.bootstrap_servers(), acks=-1)  # what was refused, sent again (idempotent)
+    for value in load.refused:
+        resent.send("t", [value], partition=int(value[1:]) % 4)
+    logs = read_all(cluster, [TopicPartition("t", p) for p in range(4)])
+    where: dict[bytes, list[tuple[int, int]]] = {}
+    for tp, records in logs.items():
+        for r in records:
+            where.setdefault(r.value, []).append((tp.partition, r.offset))
+    assert {v: places for v, places in where.items() if len(places) > 1} == {}  # no record twice
+    assert {v: at for v, at in load.acked.items() if where.get(v) != [at]} == {}  # each acknowledged one where said
+    assert not set(load.refused) - set(where)  # each refused one in the log once, as resent

@@ -90,6 +90,15 @@ def test_transactional_and_control_batches_are_refused(attributes):
     assert refused.value.error == Errors.INVALID_RECORD
 
 
+def test_a_batch_with_a_producer_id_needs_a_sequence():
+    """Kafka's validateBatch: with no sequence, a retry cannot be told from a new batch."""
+    assert batches.validate_produce(build(values(2), producer_id=9, first_sequence=0), MAX).base_sequence == 0
+    assert batches.validate_produce(build(values(2)), MAX).base_sequence == -1  # no producer id: no sequence
+    with pytest.raises(KrayError) as refused:
+        batches.validate_produce(build(values(2), producer_id=9, first_sequence=-1), MAX)
+    assert refused.value.error == Errors.INVALID_RECORD and "Invalid sequence number -1" in str(refused.value)
+
+
 def test_a_batch_over_max_message_bytes_is_too_large():
     b = build(values(10))
     assert batches.validate_produce(b, len(b)).records_count == 10

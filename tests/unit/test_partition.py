@@ -278,7 +278,7 @@ def test_a_joining_followers_log_end_holds_the_high_watermark_while_its_expansio
     assert leader.high_watermark == 3  # 3, joining, has only 3
     answers = []
     leader.await_high_watermark(4, leader.leader_term, answers.append)  # an acks=all produce of offset 4
-    leader.isr_change_failed()  # refused: the high watermark moves at once, and the produce is answered
+    leader.isr_change_failed()  # not written (a ZooKeeper error): the HW moves at once, the produce is answered
     assert leader.high_watermark == 5 and answers == [Errors.NONE]
     leader.expanding(leader.isr_to_expand(3, 30) or (1, 2, 3))
     leader.update_isr((1, 2, 3), zk_version=2)  # landed: 3 is a member, no longer joining
@@ -299,16 +299,57 @@ def test_follower_high_watermark_and_truncation(tmp_path, leader):
         follower.read_for_consumer(0, 100)
 
 
-def test_a_leader_whose_isr_write_was_refused_stops_leading(leader):
-    assert not leader.stop_leading(leader_epoch=2)  # about another epoch: ignored
-    assert leader.is_leader
-    assert leader.stop_leading(leader_epoch=3)
-    with pytest.raises(NotLeaderOrFollowerException):
-        leader.append_as_leader(batch(1), 1)
-    with pytest.raises(NotLeaderOrFollowerException):
-        leader.fetch_for_follower(2, 0, 100, now_ms=1)
-    leader.make_leader(LEADS._replace(leader_epoch=4, zk_version=5), now_ms=2)  # the controller's word
-    assert span(leader.append_as_leader(batch(1), 1)) == (0, 0)
+def test_a_leader_whose_isr_write_was_refused_keeps_leading_and_its_waiting_produces_complete_on_leader_and_isr(
+        leader):
+    """Kafka's handleAlterIsrResponse gives the change up: the controller wrote the state (here its ISR
+    removal of the dead follower 3, epoch 4) and its LeaderAndIsr follows. Meanwhile the leader serves
+    produces and fetches and tries no other ISR change; the LeaderAndIsr completes what waited."""
+    first = waiting(leader, batch(2))
+    leader.fetch_for_follower(2, 2, 1 << 20, now_ms=15_000)  # 3 is dead: the high watermark waits for it
+    assert leader.isr_to_shrink(20_000, 10_000) == (1, 2)
+    assert not leader.give_up_isr_change(leader_epoch=2)  # about another epoch: ignored
+    assert leader.give_up_isr_change(leader_epoch=3)
+    assert leader.is_leader and leader.isr_to_shrink(20_000, 10_000) is None  # no other change meanwhile
+    second = waiting(leader, batch(1, first_sequence=2))
+    assert offsets(leader.fetch_for_follower(2, 2, 1 << 20, now_ms=20_001).records) == [2]
+    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=20_002)
+    assert leader.high_watermark == 0 and first.errors == second.errors == []
+    leader.make_leader(LEADS._replace(leader_epoch=4, isr=(1, 2), zk_version=1), now_ms=20_003)  # the controller's
+    assert leader.high_watermark == 3 and first.errors == second.errors == [Errors.NONE]             # word
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=20_004, broker_epoch=31)  # 3 is back: ISR changes resume
+    assert leader.isr_to_expand(3, 31) == (1, 2, 3)
+
+
+def test_a_refused_expansion_keeps_the_joining_follower_in_the_maximal_isr_until_leader_and_isr(leader):
+    """Kafka's PendingExpandIsr stays in flight when given up: the high watermark still waits for the
+    follower that was joining, and no expansion is asked again until the LeaderAndIsr."""
+    leader.append_as_leader(batch(3), 1)
+    leader.update_isr((1, 2), zk_version=1)
+    leader.fetch_for_follower(2, 3, 1 << 20, now_ms=1, broker_epoch=20)
+    leader.fetch_for_follower(3, 3, 1 << 20, now_ms=1, broker_epoch=30)
+    assert leader.expanding(leader.isr_to_expand(3, 30)) == (1, 2, 3)
+    assert leader.give_up_isr_change(leader_epoch=3)
+    waiter = waiting(leader, batch(2, first_sequence=3))
+    leader.fetch_for_follower(2, 5, 1 << 20, now_ms=2, broker_epoch=20)
+    assert leader.high_watermark == 3 and waiter.errors == [] and leader.isr_to_expand(3, 30) is None
+    leader.make_leader(LEADS._replace(leader_epoch=4, isr=(1, 2), zk_version=2), now_ms=3)
+    assert leader.joining == () and leader.high_watermark == 5 and waiter.errors == [Errors.NONE]
+
+
+def test_a_follower_that_starts_over_forgets_the_deleted_logs_producers_and_takes_their_next_batch_as_leader(
+        tmp_path, leader):
+    """Kafka's truncateFullyAndStartAt clears the producer state with the log. Kept (here from the
+    snapshot taken at offset 10,000), a producer's valid next sequence was refused as out of order."""
+    leader.append_as_leader(batch(10_000, producer_id=7), 1)
+    leader.append_as_leader(batch(1, producer_id=7, first_sequence=10_000), 1)  # past the first snapshot offset
+    follower = new(tmp_path, "f", 2)
+    follower.make_follower(FOLLOWS._replace(leader=1))
+    assert follower.append_as_follower(leader.fetch_for_follower(2, 0, 1 << 30, now_ms=1).records, 0, 0, 3)
+    assert follower.producers.snapshots and follower.producers.producers[7].last_seq == 10_000
+    assert follower.truncate_fully_and_start_at(20_000, leader_epoch=3)  # the leader's retention passed its log
+    assert follower.producers.producers == {}
+    follower.make_leader(LeaderAndIsrState(2, 4, (2,), (1, 2), 1), now_ms=2)
+    assert span(follower.append_as_leader(batch(1, producer_id=7, first_sequence=15_000), 1)) == (20_000, 20_000)
 
 
 def test_a_fetchers_late_answer_does_not_touch_a_replica_that_moved_on(tmp_path, leader):
