@@ -19,10 +19,13 @@ go in order); with a single producer no other append ended the poll, and every p
 cluster stood still for half a second.
 
 Errors back off per partition, as Kafka 2.8 does (a delayed partition leaves the session until its
-backoff ends), starting at FIRST_BACKOFF_MS and doubling up to PARTITION_BACKOFF_MS: the commonest
-error after a failover is a new leader that has not applied its LeaderAndIsr yet, over within
-milliseconds; a move to the next leader epoch ends the backoff. A lost connection backs the whole
-fetcher off, doubling up to replica.fetch.backoff.ms, and opens a new session.
+backoff ends), but for kray's amounts: FIRST_BACKOFF_MS (10 ms) doubling up to PARTITION_BACKOFF_MS
+(40 ms), where Kafka waits replica.fetch.backoff.ms (1 s) each time; the commonest error after a
+failover is a new leader that has not applied its LeaderAndIsr yet, over within milliseconds. A move
+to the next leader epoch ends the backoff. A lost connection backs the whole fetcher off from
+FIRST_BACKOFF_MS doubling up to replica.fetch.backoff.ms (kray's; Kafka waits replica.fetch.backoff.ms
+at once and delays every partition by it too), and opens a new session. Both make kray's failover
+figures shorter than Kafka's would be (docs/KAFKA_DIFFERENCES.md, "Follower backoff after errors").
 """
 from __future__ import annotations
 
