@@ -4,7 +4,8 @@ this broker leads.
 
 It follows the controller's decisions. A LeaderAndIsr that makes this broker leader of an offsets
 partition starts loading it: its groups and offsets are read back from the log (requests for them get
-COORDINATOR_LOAD_IN_PROGRESS meanwhile), and loaded members must heartbeat within their session. On
+COORDINATOR_LOAD_IN_PROGRESS meanwhile, but for Kafka's answers to a heartbeat, NONE, and to a SyncGroup,
+REBALANCE_IN_PROGRESS), and loaded members must heartbeat within their session. On
 becoming follower, or on StopReplica, the partition's groups are given up: their waiting requests get
 NOT_COORDINATOR, and the members find the new coordinator.
 
@@ -51,6 +52,9 @@ S = GroupState
 UNKNOWN_MEMBER = ""
 NO_GENERATION = -1
 LOAD_READ_BYTES = 1 << 20
+# Kafka's isValidGroupId: these APIs take the empty group id (old clients keep offsets under it, and any group
+# may be described and deleted); the group membership APIs need a name
+EMPTY_GROUP_ID_APIS = frozenset({"OffsetCommit", "OffsetFetch", "DescribeGroups", "DeleteGroups"})
 
 # Kafka's GroupMetadataManager error mappings for a failed append
 _STORE_GROUP_ERRORS = {Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
@@ -127,9 +131,9 @@ class GroupCoordinator:
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.offsets_partitions())
 
-    def check(self, group_id: str) -> Errors | None:
-        """Kafka's validateGroupStatus: whether this coordinator may answer for the group."""
-        if not group_id:
+    def check(self, group_id: str, api: str) -> Errors | None:
+        """Kafka's validateGroupStatus: whether this coordinator may answer `api` (its name) for the group."""
+        if not group_id and api not in EMPTY_GROUP_ID_APIS:
             return Errors.INVALID_GROUP_ID
         p = self.partition_of(group_id)
         if p in self.loading:
@@ -236,7 +240,7 @@ class GroupCoordinator:
                          protocol_type: str, protocols: list[tuple[str, bytes]]) -> JoinResult:
         """Kafka's handleJoinGroup: a new member gets its id (at v4+ first told MEMBER_ID_REQUIRED, to
         join again with it), then every member waits until the rebalance completes."""
-        if (error := self.check(group_id)) is not None:
+        if (error := self.check(group_id, "JoinGroup")) is not None:
             return JoinResult(error, member_id)
         if not self.config.group_min_session_timeout_ms <= session_timeout_ms <= self.config.group_max_session_timeout_ms:
             return JoinResult(Errors.INVALID_SESSION_TIMEOUT, member_id)
@@ -264,21 +268,8 @@ class GroupCoordinator:
         new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = group.static_member_id(instance_id)
-            if old_id is not None:  # a static member back under a new id: the old one is fenced
-                member = group.replace_static_member(instance_id, old_id, new_id)
-                self._cancel_timer(group, old_id)
-                self._answer_join(member, JoinResult(Errors.FENCED_INSTANCE_ID, old_id))
-                self._answer_sync(member, SyncResult(Errors.FENCED_INSTANCE_ID))
-                if group.is_(S.STABLE) and member.matches(protocols):  # KIP-345: no rebalance
-                    log.info("%s Static member %s of group %s came back as %s", self.prefix, instance_id,
-                             group.group_id, new_id)
-                    await self._store_group(group)
-                    self._heartbeat(group, member)
-                    return JoinResult(Errors.NONE, new_id, group.generation, group.protocol_type, group.protocol,
-                                      group.leader or "")
-                return await self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
-                                                               session_timeout_ms, f"static member {instance_id} "
-                                                               "joined again with new metadata")
+            if old_id is not None:
+                return await self._update_static_member_and_rebalance(group, instance_id, old_id, new_id, protocols)
         elif require_known_member_id:
             group.pending_members.add(new_id)
             self._schedule(group, new_id, session_timeout_ms)
@@ -297,21 +288,18 @@ class GroupCoordinator:
         if group.is_fenced(member_id, instance_id):
             return JoinResult(Errors.FENCED_INSTANCE_ID, member_id)
         member = group.members.get(member_id)
-        if member is None:
-            return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id)
+        if member is None or instance_id is not None and group.static_member_id(instance_id) is None:
+            return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id)  # to join again without its id
         if group.is_(S.PREPARING_REBALANCE):
-            return await self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
-                                                           session_timeout_ms, f"member {member_id} joined")
+            return await self._update_member_and_rebalance(group, member, protocols, f"member {member_id} joined")
         if group.is_(S.COMPLETING_REBALANCE):
             if member.matches(protocols):  # its JoinGroup response was lost: answer it again
                 return self._join_result(group, member)
-            return await self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
-                                                           session_timeout_ms, f"member {member_id} joined with "
-                                                           "new metadata")
+            return await self._update_member_and_rebalance(group, member, protocols, f"member {member_id} joined "
+                                                           "with new metadata")
         if group.is_(S.STABLE):
             if member_id == group.leader or not member.matches(protocols):  # the leader may want a new assignment
-                return await self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
-                                                               session_timeout_ms, f"member {member_id} joined")
+                return await self._update_member_and_rebalance(group, member, protocols, f"member {member_id} joined")
             return JoinResult(Errors.NONE, member_id, group.generation, group.protocol_type, group.protocol,
                               group.leader or "")
         return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id)  # Empty or Dead: it was removed
@@ -331,14 +319,49 @@ class GroupCoordinator:
         return await waiter
 
     async def _update_member_and_rebalance(self, group: GroupMetadata, member: MemberMetadata, protocols,
-                                           rebalance_timeout_ms, session_timeout_ms, reason: str) -> JoinResult:
-        member.protocols, member.rebalance_timeout_ms = list(protocols), rebalance_timeout_ms
-        member.session_timeout_ms = session_timeout_ms
+                                           reason: str) -> JoinResult:
+        """Kafka's updateMemberAndRebalance: a member joining again changes its protocols only (its timeouts
+        and client are those it first joined with)."""
+        member.protocols = list(protocols)
         self._answer_join(member, JoinResult(Errors.REBALANCE_IN_PROGRESS, member.member_id))  # a duplicate join
         waiter = member.awaiting_join = asyncio.get_running_loop().create_future()
         self._heartbeat(group, member)
         self._maybe_prepare_rebalance(group, reason)
         self._try_complete_join(group)
+        return await waiter
+
+    async def _update_static_member_and_rebalance(self, group: GroupMetadata, instance_id: str, old_id: str,
+                                                  new_id: str, protocols) -> JoinResult:
+        """Kafka's updateStaticMemberAndRebalance (KIP-345): a static member back under a new id takes its
+        old place, the old id fenced. In a Stable group whose selected protocol stays, the new id is only
+        stored, and the member is told the leader as it was, so that it does not assign (a Stable group
+        would not hand an assignment out); a failed store puts the old id back and is answered. Kafka
+        2.8.2 reads the protocols to restore after updating them, so the member keeps those it sent."""
+        log.info("%s Static member %s of group %s with unknown member id rejoins, assigning new member id %s, "
+                 "while old member id %s will be removed.", self.prefix, instance_id, group.group_id, new_id, old_id)
+        leader = group.leader or ""
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        self._cancel_timer(group, old_id)
+        self._answer_join(member, JoinResult(Errors.FENCED_INSTANCE_ID, old_id))
+        self._answer_sync(member, SyncResult(Errors.FENCED_INSTANCE_ID))
+        member.protocols = list(protocols)
+        if not group.is_(S.STABLE) or group.select_protocol() != group.protocol:
+            return await self._update_member_and_rebalance(group, member, protocols, f"static member {instance_id} "
+                                                           f"joined again as {new_id}")
+        waiter = member.awaiting_join = asyncio.get_running_loop().create_future()
+        self._heartbeat(group, member)
+        error = await self._store_group(group)
+        if error != Errors.NONE:
+            log.warning("%s Failed to persist metadata for group %s: %s", self.prefix, group.group_id, error.name)
+            if member.awaiting_join is waiter:
+                member.awaiting_join = None
+            if group.members.get(new_id) is member:
+                group.replace_static_member(instance_id, new_id, old_id)
+                self._cancel_timer(group, new_id)
+                self._heartbeat(group, member)
+            return JoinResult(error, UNKNOWN_MEMBER, group.generation, group.protocol_type, group.protocol, leader)
+        self._answer_join(member, JoinResult(Errors.NONE, new_id, group.generation, group.protocol_type,
+                                             group.protocol, leader))
         return await waiter
 
     def _join_result(self, group: GroupMetadata, member: MemberMetadata) -> JoinResult:
@@ -437,9 +460,11 @@ class GroupCoordinator:
                          protocol_type: str | None, protocol: str | None,
                          assignments: dict[str, bytes]) -> SyncResult:
         """Kafka's handleSyncGroup: members wait for the leader's assignment, which is stored with the
-        group (acks=all) before any of them hears of it."""
-        if (error := self.check(group_id)) is not None:
-            return SyncResult(error)
+        group (acks=all) before any of them hears of it. While the group loads, its rebalance is lost: the
+        member is told REBALANCE_IN_PROGRESS, to join again (older clients do not expect
+        COORDINATOR_LOAD_IN_PROGRESS here)."""
+        if (error := self.check(group_id, "SyncGroup")) is not None:
+            return SyncResult(Errors.REBALANCE_IN_PROGRESS if error == Errors.COORDINATOR_LOAD_IN_PROGRESS else error)
         group = self.groups.get(group_id)
         if group is None or group.is_(S.DEAD):
             return SyncResult(Errors.UNKNOWN_MEMBER_ID if group is None else Errors.COORDINATOR_NOT_AVAILABLE)
@@ -482,8 +507,10 @@ class GroupCoordinator:
     # -- Heartbeat and LeaveGroup --------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation: int) -> Errors:
-        if (error := self.check(group_id)) is not None:
-            return error
+        """Kafka's handleHeartbeat: answered NONE while the group loads (the Java consumer's poll() throws on
+        COORDINATOR_LOAD_IN_PROGRESS from a heartbeat)."""
+        if (error := self.check(group_id, "Heartbeat")) is not None:
+            return Errors.NONE if error == Errors.COORDINATOR_LOAD_IN_PROGRESS else error
         group = self.groups.get(group_id)
         if group is None or group.is_(S.EMPTY, S.DEAD):
             return Errors.UNKNOWN_MEMBER_ID if group is None or group.is_(S.EMPTY) else Errors.COORDINATOR_NOT_AVAILABLE
@@ -499,11 +526,13 @@ class GroupCoordinator:
 
     def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[Errors, list[Errors]]:
         """Kafka's handleLeaveGroup (batched since v3): each member removed, the group rebalancing."""
-        if (error := self.check(group_id)) is not None:
+        if (error := self.check(group_id, "LeaveGroup")) is not None:
             return error, []
         group = self.groups.get(group_id)
-        if group is None or group.is_(S.DEAD):
+        if group is None:
             return Errors.NONE, [Errors.UNKNOWN_MEMBER_ID] * len(leaving)
+        if group.is_(S.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE, []
         errors = []
         for member_id, instance_id in leaving:
             if instance_id is not None and member_id == UNKNOWN_MEMBER:
@@ -577,7 +606,7 @@ class GroupCoordinator:
         that only keeps its offsets here; stored with acks=all before they count."""
         def every(error: Errors) -> dict[TopicPartition, Errors]:
             return dict.fromkeys(offsets, error)
-        if (error := self.check(group_id)) is not None:
+        if (error := self.check(group_id, "OffsetCommit")) is not None:
             return every(error)
         group = self.groups.get(group_id)
         if group is None:
@@ -586,15 +615,15 @@ class GroupCoordinator:
             group = self.groups[group_id] = GroupMetadata(group_id)
         if group.is_(S.DEAD):
             return every(Errors.COORDINATOR_NOT_AVAILABLE)
+        if group.is_fenced(member_id, instance_id):
+            return every(Errors.FENCED_INSTANCE_ID)
         if not (generation < 0 and group.is_(S.EMPTY)):
-            if group.is_(S.COMPLETING_REBALANCE):
-                return every(Errors.REBALANCE_IN_PROGRESS)
-            if group.is_fenced(member_id, instance_id):
-                return every(Errors.FENCED_INSTANCE_ID)
             if member_id not in group.members:
                 return every(Errors.UNKNOWN_MEMBER_ID)
             if generation != group.generation:
                 return every(Errors.ILLEGAL_GENERATION)
+            if group.is_(S.COMPLETING_REBALANCE):  # a member of this generation that has not synced yet
+                return every(Errors.REBALANCE_IN_PROGRESS)
             self._heartbeat(group, group.members[member_id])
         too_large = {tp for tp, o in offsets.items() if len(o.metadata.encode()) > self.config.offset_metadata_max_bytes}
         valid = {tp: o for tp, o in offsets.items() if tp not in too_large}
@@ -610,7 +639,7 @@ class GroupCoordinator:
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> tuple[Errors, dict[TopicPartition, OffsetAndMetadata | None]]:
-        if (error := self.check(group_id)) is not None:
+        if (error := self.check(group_id, "OffsetFetch")) is not None:
             return error, {}
         group = self.groups.get(group_id)
         known = {} if group is None else group.offsets
@@ -628,7 +657,7 @@ class GroupCoordinator:
                              if self.partition_of(g.group_id) in self.owned]
 
     def describe_group(self, group_id: str) -> tuple[Errors, GroupSummary]:
-        if (error := self.check(group_id)) is not None:
+        if (error := self.check(group_id, "DescribeGroups")) is not None:
             return error, GroupSummary("", "", "", [])
         group = self.groups.get(group_id)
         if group is None:
@@ -641,10 +670,12 @@ class GroupCoordinator:
              for m in group.members.values()])
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
-        """Kafka's handleDeleteGroups: an empty group's offsets and metadata deleted with tombstones."""
-        out = {}
-        for group_id in group_ids:
-            if (error := self.check(group_id)) is not None:
+        """Kafka's handleDeleteGroups: an empty group is Dead and gone at once, then its offsets and metadata
+        are deleted with tombstones. As in Kafka, a tombstone that fails is logged, not answered: the group
+        is deleted here, and another coordinator loading the partition may bring it back."""
+        out, deleted = {}, []
+        for group_id in dict.fromkeys(group_ids):
+            if (error := self.check(group_id, "DeleteGroups")) is not None:
                 out[group_id] = error
                 continue
             group = self.groups.get(group_id)
@@ -653,12 +684,20 @@ class GroupCoordinator:
             elif not group.is_(S.EMPTY):
                 out[group_id] = Errors.NON_EMPTY_GROUP
             else:
-                keys = [offset_key(group_id, tp.topic, tp.partition) for tp in group.offsets] + [group_key(group_id)]
-                error = await self._append(group_id, keys, [None] * len(keys))
-                if error == Errors.NONE:
-                    group.transition(S.DEAD, now_ms())
-                    self.groups.pop(group_id, None)
-                out[group_id] = _STORE_GROUP_ERRORS.get(error, error)
+                group.transition(S.DEAD, now_ms())
+                del self.groups[group_id]
+                deleted.append(group)
+                out[group_id] = Errors.NONE
+        if deleted:
+            log.info("%s The following groups were deleted: %s. A total of %d offsets were removed.", self.prefix,
+                     ", ".join(g.group_id for g in deleted), sum(len(g.offsets) for g in deleted))
+        for group in deleted:
+            keys = [offset_key(group.group_id, tp.topic, tp.partition) for tp in group.offsets]
+            error = await self._append(group.group_id, keys + [group_key(group.group_id)], [None] * (len(keys) + 1))
+            if error != Errors.NONE:
+                log.error("%s Failed to append %d tombstones to %s-%d for the deleted group %s: %s", self.prefix,
+                          len(keys) + 1, GROUP_METADATA_TOPIC, self.partition_of(group.group_id), group.group_id,
+                          error.name)
         return out
 
     # -- the log -------------------------------------------------------------

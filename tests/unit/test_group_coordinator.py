@@ -36,8 +36,11 @@ class InMemoryLog:
         self.logs: dict[TopicPartition, bytearray] = {}
         self.ends: dict[TopicPartition, int] = {}
         self.error = Errors.NONE  # what the next appends fail with
+        self.gate: asyncio.Event | None = None  # appends wait for it, when there is one
 
     async def append(self, tp: TopicPartition, batch: bytes, timeout_ms: int) -> Errors:
+        if self.gate is not None:
+            await self.gate.wait()
         if self.error != Errors.NONE:
             return self.error
         end = self.ends.get(tp, 0)
@@ -59,10 +62,10 @@ def coordinator(log: InMemoryLog, broker_id: int = 1) -> GroupCoordinator:
     return GroupCoordinator(broker_id, CONFIG, log.append, log.read, lambda: PARTITIONS)
 
 
-async def elected(c: GroupCoordinator, epoch: int = 0) -> None:
-    c.on_elected(partition_for(G, PARTITIONS), epoch)
+async def elected(c: GroupCoordinator, epoch: int = 0, group: str = G) -> None:
+    c.on_elected(partition_for(group, PARTITIONS), epoch)
     for _ in range(100):
-        if partition_for(G, PARTITIONS) in c.owned:
+        if partition_for(group, PARTITIONS) in c.owned:
             return
         await asyncio.sleep(0.005)
     raise AssertionError("not loaded")
@@ -286,4 +289,158 @@ def test_a_new_epoch_of_the_same_leadership_keeps_the_groups_and_their_waiting_m
         assert (await waiting).generation == 1 and c.groups[G].members
         c.on_resigned(partition_for(G, PARTITIONS), 0)  # an older request: ignored
         assert partition_for(G, PARTITIONS) in c.owned
+    asyncio.run(run())
+
+
+def test_while_its_partition_loads_a_heartbeat_is_answered_none_and_a_sync_rebalance_in_progress():
+    async def run():
+        c = coordinator(InMemoryLog())
+        c.on_elected(partition_for(G, PARTITIONS), 0)  # loading until the loop runs the load
+        assert c.heartbeat(G, "m", None, 1) == Errors.NONE  # the Java consumer's poll() would throw on the error
+        assert (await c.sync_group(G, 1, "m", None, None, None, {})).error == Errors.REBALANCE_IN_PROGRESS
+        assert (await join(c, "m")).error == Errors.COORDINATOR_LOAD_IN_PROGRESS
+        assert await c.commit_offsets(G, "m", None, 1, {T0: OffsetAndMetadata(offset=1)}) == {
+            T0: Errors.COORDINATOR_LOAD_IN_PROGRESS}
+        assert c.leave_group(G, [("m", None)]) == (Errors.COORDINATOR_LOAD_IN_PROGRESS, [])
+        assert c.heartbeat("", "m", None, 1) == Errors.INVALID_GROUP_ID
+    asyncio.run(run())
+
+
+async def static_leader(c: GroupCoordinator) -> JoinResult:
+    """A static member alone in generation 1, Stable, with its assignment."""
+    static = await join(c, instance="host-1")
+    assert (static.error, static.leader) == (Errors.NONE, static.member_id)
+    assert (await c.sync_group(G, 1, static.member_id, "host-1", None, None, {static.member_id: b"A"})).error == \
+        Errors.NONE
+    return static
+
+
+def test_a_static_leader_back_in_a_stable_group_is_not_told_to_assign_and_rebalances_only_for_a_new_protocol():
+    async def run():
+        c = coordinator(InMemoryLog())
+        await elected(c)
+        static = await static_leader(c)
+        back = await join(c, instance="host-1")
+        assert (back.error, back.generation, back.leader, back.members) == (Errors.NONE, 1, static.member_id, [])
+        group = c.groups[G]
+        assert group.state is GroupState.STABLE and group.leader == back.member_id != static.member_id
+        new_metadata = [("range", b"other topics")]  # the selected protocol stays range: no rebalance
+        again = await join(c, instance="host-1", protocols=new_metadata)
+        assert (again.error, again.generation, again.protocol, again.leader) == (Errors.NONE, 1, "range",
+                                                                                 back.member_id)
+        assert group.state is GroupState.STABLE and group.members[again.member_id].protocols == new_metadata
+        assert c.describe_group(G)[1].members[0][4] == b"other topics"
+        third = await join(c, instance="host-1", protocols=[("roundrobin", b""), ("range", b"")])
+        assert (third.error, third.generation, third.protocol, third.leader) == (Errors.NONE, 2, "roundrobin",
+                                                                                 third.member_id)
+    asyncio.run(run())
+
+
+def test_a_static_members_new_id_that_cannot_be_stored_is_taken_back():
+    async def run():
+        log = InMemoryLog()
+        c = coordinator(log)
+        await elected(c)
+        static = await static_leader(c)
+        log.error = Errors.NOT_ENOUGH_REPLICAS
+        back = await join(c, instance="host-1", protocols=[("range", b"other topics")])
+        assert (back.error, back.member_id, back.generation, back.leader) == (Errors.COORDINATOR_NOT_AVAILABLE, "", 1,
+                                                                              static.member_id)
+        group = c.groups[G]
+        assert list(group.members) == [static.member_id] and group.static_members == {"host-1": static.member_id}
+        assert group.leader == static.member_id and group.members[static.member_id].awaiting_join is None
+        # as Kafka 2.8.2 does (it reads the "old" protocols after updating them), the member keeps those it sent
+        assert group.members[static.member_id].protocols == [("range", b"other topics")]
+        assert c.heartbeat(G, static.member_id, "host-1", 1) == Errors.NONE
+        log.error = Errors.NONE
+        stored = await join(c, instance="host-1")
+        assert (stored.error, stored.generation) == (Errors.NONE, 1) and list(group.members) == [stored.member_id]
+    asyncio.run(run())
+
+
+def test_a_commit_while_completing_a_rebalance_checks_the_member_and_generation_first():
+    async def run():
+        c = coordinator(InMemoryLog())
+        await elected(c)
+        first = await join(c)
+        joined = await join(c, first.member_id)
+        assert c.groups[G].state is GroupState.COMPLETING_REBALANCE
+        offsets = {T0: OffsetAndMetadata(offset=1)}
+        assert await c.commit_offsets(G, "stranger", None, 1, offsets) == {T0: Errors.UNKNOWN_MEMBER_ID}
+        assert await c.commit_offsets(G, joined.member_id, None, 0, offsets) == {T0: Errors.ILLEGAL_GENERATION}
+        assert await c.commit_offsets(G, joined.member_id, None, 1, offsets) == {T0: Errors.REBALANCE_IN_PROGRESS}
+    asyncio.run(run())
+
+
+def test_the_empty_group_id_is_valid_for_offsets_and_for_describing_and_deleting_groups():
+    async def run():
+        c = coordinator(InMemoryLog())
+        await elected(c, group="")
+        offsets = {T0: OffsetAndMetadata(offset=3)}
+        assert await c.commit_offsets("", "", None, -1, offsets) == {T0: Errors.NONE}
+        assert c.fetch_offsets("", [T0]) == (Errors.NONE, offsets)
+        assert c.describe_group("")[0] == Errors.NONE and c.describe_group("")[1].state == "Empty"
+        assert await c.delete_groups([""]) == {"": Errors.NONE}
+        assert c.heartbeat("", "m", None, 1) == Errors.INVALID_GROUP_ID
+        assert (await c.sync_group("", 1, "m", None, None, None, {})).error == Errors.INVALID_GROUP_ID
+        assert c.leave_group("", [("m", None)]) == (Errors.INVALID_GROUP_ID, [])
+    asyncio.run(run())
+
+
+def test_a_rejoin_changes_only_the_members_protocols():
+    async def run():
+        c = coordinator(InMemoryLog())
+        await elected(c)
+        first = await join(c)
+        joined = await join(c, first.member_id, session_ms=1000)
+        await c.sync_group(G, 1, joined.member_id, None, None, None, {})
+        new_protocols = [("range", b"other topics")]
+        again = await c.join_group(G, joined.member_id, None, True, "other client", "/10.0.0.1", 5000, 50, "consumer",
+                                   new_protocols)
+        assert again.generation == 2
+        member = c.groups[G].members[joined.member_id]
+        assert (member.session_timeout_ms, member.rebalance_timeout_ms, member.client_id, member.protocols) == (
+            1000, 1000, "client", new_protocols)
+    asyncio.run(run())
+
+
+def test_a_deleted_group_is_dead_at_once_and_its_tombstones_failing_do_not_fail_the_delete():
+    async def run():
+        log = InMemoryLog()
+        c = coordinator(log)
+        await elected(c)
+        offsets = {T0: OffsetAndMetadata(offset=1)}
+        await c.commit_offsets(G, "", None, -1, offsets)
+        log.gate = asyncio.Event()
+        deleting = asyncio.ensure_future(c.delete_groups([G, G]))
+        await asyncio.sleep(0)  # its tombstones are on their way to the ISR
+        assert G not in c.groups and c.describe_group(G)[1].state == "Dead"
+        assert c.fetch_offsets(G, [T0]) == (Errors.NONE, {T0: None})
+        log.gate.set()
+        assert await deleting == {G: Errors.NONE}
+        other = alike("other")
+        await c.commit_offsets(other, "", None, -1, offsets)
+        log.error = Errors.NOT_ENOUGH_REPLICAS
+        assert await c.delete_groups([other]) == {other: Errors.NONE} and other not in c.groups
+    asyncio.run(run())
+
+
+def test_a_leave_from_a_dead_group_is_coordinator_not_available():
+    async def run():
+        c = coordinator(InMemoryLog())
+        await elected(c)
+        leader, other = await two_members(c)
+        c.groups[G].transition(GroupState.DEAD, 0)  # as a group is while it is unloaded or deleted
+        assert c.leave_group(G, [(other.member_id, None)]) == (Errors.COORDINATOR_NOT_AVAILABLE, [])
+        assert c.leave_group(alike("unknown"), [(other.member_id, None)]) == (Errors.NONE, [Errors.UNKNOWN_MEMBER_ID])
+    asyncio.run(run())
+
+
+def test_a_known_member_joining_with_an_unknown_instance_id_is_an_unknown_member():
+    async def run():
+        c = coordinator(InMemoryLog())
+        await elected(c)
+        leader, other = await two_members(c)
+        assert (await join(c, other.member_id, instance="host-9")).error == Errors.UNKNOWN_MEMBER_ID
+        assert c.groups[G].state is GroupState.STABLE
     asyncio.run(run())
