@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import tempfile
-from pathlib import Path
 
 from jobs import rundir
 from jobs.experiment import Experiment, FaultSpec

@@ -309,10 +309,12 @@ def delete_topic(zk: KrayZkClient, topic: str) -> None:
 
 def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int,
                    assignment: Sequence[Sequence[int]] | None = None,
-                   validate_only: bool = False) -> dict[int, list[int]]:
+                   validate_only: bool = False, refuse_reassigning: bool = False) -> dict[int, list[int]]:
     """Grow a topic to `total_partitions` (Kafka's AdminZkClient.createPartitions), its new partitions
     assigned as the topic's first one was, or as `assignment` (CreatePartitions', one replica list per
-    new partition) says; `validate_only` stops before the write. The new partitions."""
+    new partition) says; `validate_only` stops before the write. With `refuse_reassigning`
+    (CreatePartitions', as ZkAdminManager: kafka-topics does not check), a topic with a partition
+    being reassigned is refused. The new partitions."""
     validate_topic_name(topic)
     got = zk.get(zkdata.topic_path(topic))
     if got is None:
@@ -320,6 +322,8 @@ def add_partitions(zk: KrayZkClient, topic: str, total_partitions: int,
     if zk.get(zkdata.delete_topic_path(topic)) is not None:
         raise InvalidTopicException(f"The topic {topic} is queued for deletion.")
     znode = zkdata.decode(zkdata.TopicZNode, zkdata.topic_path(topic), got[0])
+    if refuse_reassigning and any(a.adding or a.removing for a in znode.full_assignment().values()):
+        raise ReassignmentInProgressException(f"A partition reassignment is in progress for the topic '{topic}'.")
     existing = znode.assignment()
     if total_partitions <= len(existing):
         raise InvalidPartitionsException(

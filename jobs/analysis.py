@@ -198,7 +198,6 @@ def wait_table(spark, runs: list[RunInput], failovers):
     time is in the next step's), role and FEATURES; all parsed rows, for the input report). A fault's
     load comes from its failover (its broker failure, else its first); a fault no failover followed (a cut healed in time) affected
     no partition at the controller; its produce rate is the sum of its partitions' rates."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     raw = _read(spark, wait_schema(), [str(r.waits) for r in runs if r.waits is not None], REQUIRED_WAIT)

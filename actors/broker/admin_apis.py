@@ -7,10 +7,10 @@ started it. CreateTopics, DeleteTopics and CreatePartitions are served only by t
 broker (NOT_CONTROLLER elsewhere): it writes ZooKeeper with the admin functions `kray topics` uses, and
 the controller's watches do the rest; the answer waits until this broker's metadata cache shows the
 result, or the request's timeout (REQUEST_TIMED_OUT), as Kafka's DelayedCreatePartitions and
-DelayedDeleteTopics. AlterPartitionReassignments, ListPartitionReassignments and ElectLeaders are events
-in the controller's inbox, asked of this broker's own candidate, which answers NOT_CONTROLLER unless it
-is active. Configs are read and written in ZooKeeper by any broker. ZooKeeper calls run off the event
-loop.
+DelayedDeleteTopics; a timeout <= 0 answers at once, REQUEST_TIMED_OUT for each topic acted on.
+AlterPartitionReassignments, ListPartitionReassignments and ElectLeaders are events in the controller's
+inbox, asked of this broker's own candidate, which answers NOT_CONTROLLER unless it is active. Configs
+are read and written in ZooKeeper by any broker. ZooKeeper calls run off the event loop.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import base64
 import logging
 import uuid
 from collections import Counter
+from functools import partial
 from typing import Awaitable, Callable, Iterable
 
 import ray
@@ -175,6 +176,15 @@ class AdminApis:
     def _topics(self) -> set[str]:
         return {tp.topic for tp in self.cache.partitions}
 
+    async def _timed_out(self, acted_on: set[str], pending: Callable[[], set[str]], timeout_ms: int) -> set[str]:
+        """The topics acted on whose result this broker's metadata cache does not show (`pending`) within
+        the timeout: Kafka's topic purgatory. A timeout <= 0 is all of them, at once: ZkAdminManager
+        answers REQUEST_TIMED_OUT for each without waiting or looking."""
+        if timeout_ms <= 0:
+            return acted_on
+        await self.waits.until(lambda: not pending(), timeout_ms)
+        return pending()
+
     # -- topics --------------------------------------------------------------
 
     async def create_topics(self, ctx: RequestContext, request) -> CreateTopicsResponse:
@@ -194,29 +204,30 @@ class AdminApis:
                     results.append((t, None, await self._off_loop(self._create_topic, t, request.validate_only)))
                 except Exception as e:
                     results.append((t, api_error(e), None))
-        made = {t.name: m for t, error, m in results if error is None}
-        if made and not request.validate_only and request.timeout_ms > 0:
-            if not await self.waits.until(lambda: all(self._has_leaders(name, len(m["assignment"]))
-                                                      for name, m in made.items()), request.timeout_ms):
-                results = [(t, ApiError(Errors.REQUEST_TIMED_OUT, None)
-                            if error is None and not self._has_leaders(t.name, len(m["assignment"])) else error, m)
-                           for t, error, m in results]
+        sizes = {t.name: len(m["assignment"]) for t, error, m in results if error is None}
+        if sizes and not request.validate_only:
+            late = await self._timed_out(set(sizes), lambda: {name for name, n in sizes.items()
+                                                              if not self._has_leaders(name, n)}, request.timeout_ms)
+            results = [(t, ApiError(Errors.REQUEST_TIMED_OUT, None) if t.name in late else error, m)
+                       for t, error, m in results]
         topics = []
         for t, error, m in results:
+            topic_id = topic_uuid(m["topic_id"]) if m else ZERO_UUID  # a topic created keeps it, even timed out
             if error is None:
                 assignment = m["assignment"]
-                topics.append(R(name=t.name, topic_id=topic_uuid(m["topic_id"]), error_code=0, error_message=None,
+                topics.append(R(name=t.name, topic_id=topic_id, error_code=0, error_message=None,
                                 num_partitions=len(assignment), replication_factor=len(assignment[0]),
                                 configs=[R.CreatableTopicConfigs(name=c.name, value=c.value, read_only=c.read_only,
                                                                  config_source=int(c.source), is_sensitive=False)
                                          for c in m["configs"]]))
-            else:
-                topics.append(R(name=t.name, topic_id=ZERO_UUID, error_code=int(error.error),
-                                error_message=error.message, num_partitions=-1, replication_factor=-1, configs=None))
+            else:  # KafkaApis resets the sizes and configs of a topic in error
+                topics.append(R(name=t.name, topic_id=topic_id, error_code=int(error.error),
+                                error_message=error.message, num_partitions=-1, replication_factor=-1, configs=[]))
         return CreateTopicsResponse(throttle_time_ms=0, topics=topics)
 
     def _create_topic(self, t, validate_only: bool) -> dict:
-        """One topic of a CreateTopics, validated as ZkAdminManager.createTopics does, then written."""
+        """One topic of a CreateTopics, validated as ZkAdminManager.createTopics does, then written (with
+        validate_only not, and no topic id: Kafka answers the zero one)."""
         configs = {c.name: c.value for c in t.configs}
         if nulls := [name for name, value in configs.items() if value is None]:
             raise InvalidRequestException(f"Null value not supported for topic configs: {','.join(nulls)}")
@@ -229,7 +240,7 @@ class AdminApis:
         partitions = self.config.broker.num_partitions if t.num_partitions == NO_NUM_PARTITIONS else t.num_partitions
         rf = self.config.broker.default_replication_factor if t.replication_factor == NO_REPLICATION_FACTOR \
             else t.replication_factor
-        topic_id = zkdata.new_topic_id()
+        topic_id = None if validate_only else zkdata.new_topic_id()
         made = admin.create_topic(self.zk, t.name, partitions, rf, configs, assignment, validate_only, topic_id)
         if not validate_only:
             log.info("[Admin Manager on Broker %d]: Created topic %s with assignment %s", self.broker_id, t.name, made)
@@ -274,12 +285,11 @@ class AdminApis:
                 pass  # already marked: this request waits for that deletion too, as Kafka's does
             except Exception as e:
                 results = [(n, i, api_error(e) if n == name and error is None else error) for n, i, error in results]
-        doomed = [name for name, _, error in results if error is None]
-        if doomed and request.timeout_ms > 0:
-            if not await self.waits.until(lambda: not set(doomed) & self._topics(), request.timeout_ms):
-                left = self._topics()
-                results = [(n, i, ApiError(Errors.REQUEST_TIMED_OUT, None) if error is None and n in left else error)
-                           for n, i, error in results]
+        doomed = {name for name, _, error in results if error is None}
+        if doomed:
+            late = await self._timed_out(doomed, lambda: doomed & self._topics(), request.timeout_ms)
+            results = [(n, i, ApiError(Errors.REQUEST_TIMED_OUT, None) if error is None and n in late else error)
+                       for n, i, error in results]
         return DeleteTopicsResponse(throttle_time_ms=0, responses=[
             R(name=name, topic_id=topic_id, error_code=int(error.error) if error else 0,
               error_message=error.message if error else None) for name, topic_id, error in results])
@@ -298,18 +308,17 @@ class AdminApis:
             else:
                 assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
                 try:
-                    await self._off_loop(admin.add_partitions, self.zk, t.name, t.count, assignment,
-                                         request.validate_only)
+                    await self._off_loop(partial(admin.add_partitions, self.zk, t.name, t.count, assignment,
+                                                 request.validate_only, refuse_reassigning=True))
                     results.append((t, None))
                 except Exception as e:
                     results.append((t, api_error(e)))
-        grown = [t for t, error in results if error is None]
-        if grown and not request.validate_only and request.timeout_ms > 0:
-            if not await self.waits.until(lambda: all(self._has_leaders(t.name, t.count) for t in grown),
-                                          request.timeout_ms):
-                results = [(t, ApiError(Errors.REQUEST_TIMED_OUT, None)
-                            if error is None and not self._has_leaders(t.name, t.count) else error)
-                           for t, error in results]
+        grown = {t.name: t.count for t, error in results if error is None}
+        if grown and not request.validate_only:
+            late = await self._timed_out(set(grown), lambda: {name for name, n in grown.items()
+                                                              if not self._has_leaders(name, n)}, request.timeout_ms)
+            results = [(t, ApiError(Errors.REQUEST_TIMED_OUT, None) if t.name in late else error)
+                       for t, error in results]
         return CreatePartitionsResponse(throttle_time_ms=0, results=[
             R(name=t.name, error_code=int(error.error) if error else 0, error_message=error.message if error else None)
             for t, error in results])

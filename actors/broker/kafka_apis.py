@@ -121,6 +121,8 @@ class KafkaApis:
     # -- Fetch ---------------------------------------------------------------
 
     async def fetch(self, ctx: RequestContext, request) -> FetchResponse | bytes:
+        """Kafka's handleFetchRequest: from v11 the request carries client metadata (KIP-392), with which
+        a consumer may fetch from a follower."""
         params = FetchParams(
             replica_id=request.replica_id, max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
             max_bytes=request.max_bytes, session_id=request.session_id, session_epoch=request.session_epoch,
@@ -129,7 +131,7 @@ class KafkaApis:
                         for t in request.topics for p in t.partitions],
             forgotten=[(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions],
             replica_epoch=wire.replica_epoch(request))
-        result = await self.rm.fetch(params)
+        result = await self.rm.fetch(params, client_metadata=ctx.api_version >= 11)
         if ctx.api_version == wire.FETCH_VERSION:
             return wire.fetch_response(ctx.correlation_id, result.error_code, result.session_id, result.partitions)
         return fetch_response(result)

@@ -355,19 +355,6 @@ class Partition:
 
     # -- consumers and retention ---------------------------------------------
 
-    def read_for_consumer(self, offset: int, max_bytes: int) -> FetchResult:
-        """Batches below the high watermark only. An offset between the high watermark and the log
-        end gets nothing (seed 000: it may have been acknowledged by a previous leader); beyond the
-        log end, or below its start, is OFFSET_OUT_OF_RANGE."""
-        if not self.is_leader:
-            raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
-        log = self.log
-        if not log.log_start_offset <= offset <= log.log_end_offset:
-            raise OffsetOutOfRangeException(f"{self.topic}-{self.partition}: offset {offset} outside "
-                                            f"[{log.log_start_offset}, {log.log_end_offset}]")
-        records = log.read(offset, max_bytes, max_offset=self.high_watermark) if offset < self.high_watermark else b""
-        return FetchResult(records, self.high_watermark, log.log_end_offset, log.log_start_offset)
-
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention (retention.ms, retention.bytes): whole segments below the high watermark go."""
         deleted = self.log.delete_old_segments(now_ms, self.config.retention_ms, self.config.retention_bytes,
@@ -377,10 +364,12 @@ class Partition:
         return deleted
 
     def read_records(self, offset: int, max_bytes: int, fetch_only_from_leader: bool = True) -> FetchResult:
-        """A consumer's read (Kafka's readRecords at FetchHighWatermark), as read_for_consumer, on a
-        follower too unless `fetch_only_from_leader`: a Fetch v11+ consumer may read a follower's
-        replica, below the follower's own high watermark (Kafka's localLogWithEpochOrException with
-        requireLeader false)."""
+        """A consumer's read (Kafka's readRecords at FetchHighWatermark): batches below the high watermark
+        only. An offset between the high watermark and the log end gets nothing (seed 000: it may have
+        been acknowledged by a previous leader); beyond the log end, or below its start, is
+        OFFSET_OUT_OF_RANGE. On a follower too unless `fetch_only_from_leader`: a Fetch v11+ consumer may
+        read a follower's replica, below the follower's own high watermark (Kafka's
+        localLogWithEpochOrException with requireLeader false)."""
         if fetch_only_from_leader and not self.is_leader:
             raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {self.topic}-{self.partition}")
         log = self.log

@@ -33,7 +33,7 @@ from actors.broker.errors import (
     NotLeaderOrFollowerException,
     UnknownLeaderEpochException,
 )
-from actors.broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
+from actors.broker.fetch_session import INVALID_SESSION_ID, FetchSession, FetchSessionCache
 from actors.broker.log import Log
 from actors.broker.log_config import LogConfig
 from actors.broker.log_dirs import LogDirFailureChannel, LogDirs, log_dir_name
@@ -536,22 +536,28 @@ class ReplicaManager:
 
     # -- fetch ---------------------------------------------------------------
 
-    async def fetch(self, params: FetchParams) -> FetchResult:
+    async def fetch(self, params: FetchParams, client_metadata: bool = False) -> FetchResult:
         """A follower's or a consumer's fetch, long-polled: wait up to max_wait_ms for min_bytes, unless
         a partition has an error or a diverging epoch, answered at once (Kafka's fetchMessages) so
-        that the fetcher can act on it. A follower that has caught up is taken into the ISR as its
-        fetch arrives (Kafka's maybeExpandIsr), before any wait; that is the only way into an ISR."""
-        error, session, to_read = self.fetch_sessions.open(params)
-        if error != Errors.NONE:
-            return FetchResult(int(error), INVALID_SESSION_ID, [])
-        follower = params.replica_id >= 0
+        that the fetcher can act on it, or the fetch reads no partition. A follower that has caught up
+        is taken into the ISR as its fetch arrives (Kafka's maybeExpandIsr), before any wait; that is
+        the only way into an ISR. A consumer's fetch with `client_metadata` (Fetch v11 on, KIP-392)
+        may read from a follower, as Kafka's fetchOnlyFromLeader allows."""
         now = now_ms()
+        context = self.fetch_sessions.new_context(params, now)
+        if context.error != Errors.NONE:
+            return FetchResult(int(context.error), INVALID_SESSION_ID, [])
+        session, to_read = context.session, context.partitions
+        follower = params.replica_id >= 0
+        fetch_only_from_leader = follower or not client_metadata
         outside = frozenset(self._outside_isr.get(params.replica_id, ())) if follower else frozenset()
         if follower:
             self._last_fetch[params.replica_id] = (params.replica_epoch, now)
             if session is not None and outside:
                 to_read = to_read + self._unread_in_session(session, to_read, outside)
-        out = self._read(params, to_read, now, session)
+        if session is not None and not fetch_only_from_leader:
+            to_read = to_read + self._followed_in_session(session, to_read)
+        out = self._read(params, to_read, now, session, fetch_only_from_leader=fetch_only_from_leader)
         if outside:
             alive_epoch = self.alive_broker_epoch(params.replica_id)
             expand = [tp for tp in outside & out.keys() if out[tp].error_code == Errors.NONE
@@ -561,7 +567,7 @@ class ReplicaManager:
         keys = session.partitions if session is not None else {TopicPartition(p.topic, p.partition) for p in to_read}
         deadline = time.monotonic() + params.max_wait_ms / 1000
         generation = self.generation
-        while sum(len(f.records) for f in out.values()) < params.min_bytes and generation == self.generation \
+        while keys and sum(len(f.records) for f in out.values()) < params.min_bytes and generation == self.generation \
                 and not any(_answer_now(f) for f in out.values()) and (remaining := deadline - time.monotonic()) > 0:
             waiting = DelayedFetch(keys, follower)
             self._waiting.append(waiting)
@@ -569,11 +575,14 @@ class ReplicaManager:
                 await waiting.wait(remaining)
             finally:
                 self._waiting.remove(waiting)
-            again = list(FetchSessionCache.take_dirty(session).values()) if session is not None else to_read
-            out.update(self._read(params, again, now_ms(), session, arrival=False))
-        full = params.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
-        answer = self.fetch_sessions.respond(session, full, out.values())
-        return FetchResult(int(Errors.NONE), session.id if session is not None else INVALID_SESSION_ID, answer)
+            again = to_read
+            if session is not None:
+                again = list(FetchSessionCache.take_dirty(session).values())
+                if not fetch_only_from_leader:
+                    again += self._followed_in_session(session, again)
+            out.update(self._read(params, again, now_ms(), session, arrival=False,
+                                  fetch_only_from_leader=fetch_only_from_leader))
+        return self.fetch_sessions.respond(context, out.values())
 
     @staticmethod
     def _unread_in_session(session, to_read: list[FetchPartition],
@@ -585,10 +594,20 @@ class ReplicaManager:
         read = {TopicPartition(p.topic, p.partition) for p in to_read}
         return [session.partitions[tp] for tp in outside if tp in session.partitions and tp not in read]
 
+    def _followed_in_session(self, session: FetchSession, to_read: list[FetchPartition]) -> list[FetchPartition]:
+        """The session's partitions this broker follows that this fetch does not read yet. A follower's
+        appends and high watermark mark no session (only a leader's changes do), so a consumer reading
+        from a follower reads them at every fetch, as Kafka reads every partition of a session."""
+        read = {TopicPartition(p.topic, p.partition) for p in to_read}
+        return [p for tp, p in session.partitions.items()
+                if tp not in read and (replica := self.partitions.get(tp)) is not None and not replica.is_leader]
+
     def _read(self, params: FetchParams, partitions: list[FetchPartition], now: int,
-              session=None, arrival: bool = True) -> dict[TopicPartition, FetchedPartition]:
+              session=None, arrival: bool = True, fetch_only_from_leader: bool = True
+              ) -> dict[TopicPartition, FetchedPartition]:
         """Read each partition for the fetch, within the request's max_bytes (the first batch always,
-        KIP-74); a follower's fetch updates what the leader knows of it on its arrival only."""
+        KIP-74); a follower's fetch updates what the leader knows of it on its arrival only. A
+        consumer's reads a follower's replica too unless `fetch_only_from_leader`."""
         out: dict[TopicPartition, FetchedPartition] = {}
         budget = params.max_bytes
         for p in partitions:
@@ -600,7 +619,8 @@ class ReplicaManager:
                 try:
                     got = partition.fetch_for_follower(params.replica_id, p.fetch_offset, max_bytes, now,
                                                        p.last_fetched_epoch, params.replica_epoch, arrival) \
-                        if params.replica_id >= 0 else partition.read_for_consumer(p.fetch_offset, max_bytes)
+                        if params.replica_id >= 0 else partition.read_records(p.fetch_offset, max_bytes,
+                                                                              fetch_only_from_leader)
                 except OSError as e:
                     raise self.io_failed(self._dir_of(partition), f"reading from {tp}", e) from None
                 budget -= len(got.records)

@@ -4,6 +4,8 @@ elected, each flow through the controller as its ZooKeeper-triggered twin (real 
 loopback TCP)."""
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 
 import pytest
@@ -196,7 +198,7 @@ def test_controller_requests_to_another_broker_are_refused_and_bad_ones_change_n
     assert zk.get_all_topics() == set()
 
     # at the controller: twice the same topic, both sizes and an assignment, a null config; a timeout of 0
-    # answers at once, before the leaders are known
+    # answers at once, REQUEST_TIMED_OUT for each topic acted on (ZkAdminManager), which is done all the same
     both = C(name="both", num_partitions=2, replication_factor=1, assignments=[
         C.CreatableReplicaAssignment(partition_index=0, broker_ids=[1])], configs=[])
     null = C(name="null", num_partitions=1, replication_factor=1, assignments=[],
@@ -207,15 +209,66 @@ def test_controller_requests_to_another_broker_are_refused_and_bad_ones_change_n
         ("t", Errors.INVALID_REQUEST), ("t", Errors.INVALID_REQUEST), ("both", Errors.INVALID_REQUEST),
         ("null", Errors.INVALID_REQUEST)]
     assert zk.get_all_topics() == set()
-    answer = send_to(cluster, controller, CreateTopicsRequest(topics=[create.topics[0]], timeout_ms=0,
+    u = C(name="u", num_partitions=1, replication_factor=1, assignments=[], configs=[])
+    answer = send_to(cluster, controller, CreateTopicsRequest(topics=[create.topics[0], u, u], timeout_ms=0,
                                                               validate_only=False), 7)
-    assert answer.topics[0].error_code == 0 and answer.topics[0].num_partitions == 1
-    assert str(topic_uuid(zk.get_znode(zkdata.TopicZNode, zkdata.topic_path("t")).topic_id)) == \
-        str(answer.topics[0].topic_id)
+    assert [(t.name, t.error_code, t.num_partitions) for t in answer.topics] == [
+        ("t", Errors.REQUEST_TIMED_OUT, -1), ("u", Errors.INVALID_REQUEST, -1), ("u", Errors.INVALID_REQUEST, -1)]
+    t_id = answer.topics[0].topic_id  # the topic's, timed out or not
+    assert str(topic_uuid(zk.get_znode(zkdata.TopicZNode, zkdata.topic_path("t")).topic_id)) == str(t_id)
     wait_until(lambda: leaders_in_controllers_cache(cluster, zk, "t", 1), timeout=30, what="t's leader")
+    grow = CreatePartitionsRequest(topics=grow.topics, timeout_ms=0, validate_only=False)
+    assert [(t.name, t.error_code) for t in send_to(cluster, controller, grow, 3).results] == [
+        ("t", Errors.REQUEST_TIMED_OUT)]
+    wait_until(lambda: leaders_in_controllers_cache(cluster, zk, "t", 2), timeout=30, what="t-1's leader")
+    answer = send_to(cluster, controller, CreateTopicsRequest(topics=[u], timeout_ms=30_000, validate_only=False), 7)
+    assert [(t.name, t.error_code) for t in answer.topics] == [("u", 0)]
+    answer = send_to(cluster, controller, DeleteTopicsRequest(topic_names=["u", "nope"], timeout_ms=0), 5)
+    assert [(t.name, t.error_code) for t in answer.responses] == [
+        ("u", Errors.REQUEST_TIMED_OUT), ("nope", Errors.UNKNOWN_TOPIC_OR_PARTITION)]
+    wait_until(lambda: zk.get_all_topics() == {"t"}, timeout=30, what="u's znodes deleted")
     # v6 deletes by topic id; an unknown id is UNKNOWN_TOPIC_ID
     D = DeleteTopicsRequest.DeleteTopicState
     answer = send_to(cluster, controller, DeleteTopicsRequest(topics=[
-        D(name=None, topic_id=answer.topics[0].topic_id), D(name=None, topic_id=uuid.uuid4())], timeout_ms=30_000), 6)
+        D(name=None, topic_id=t_id), D(name=None, topic_id=uuid.uuid4())], timeout_ms=30_000), 6)
     assert [(t.name, t.error_code) for t in answer.responses] == [("t", 0), (None, Errors.UNKNOWN_TOPIC_ID)]
     wait_until(lambda: not zk.get_all_topics(), timeout=30, what="t's znodes deleted")
+
+
+def test_partitions_cannot_be_added_to_a_topic_being_reassigned(cluster):
+    """CreatePartitions while a move of the topic waits for its new replica (whose broker is stopped) is
+    REASSIGNMENT_IN_PROGRESS, as ZkAdminManager answers, and changes nothing; once the move is done the
+    topic grows. (Not cancelled: Kafka 2.8's cancellation leaves the adding replica's log behind,
+    KAFKA-13972.)"""
+    cluster, zk = cluster
+    controller = zk.get_controller_id()
+    stays, stopped = [b for b in cluster.brokers if b != controller][:2]
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers(), request_timeout_ms=30_000)
+    try:
+        client.create_topics([NewTopic("moving", replica_assignments={0: [stays]})], timeout_ms=30_000)
+    finally:
+        client.close()
+    R = AlterPartitionReassignmentsRequest.ReassignableTopic
+    move = AlterPartitionReassignmentsRequest(timeout_ms=30_000, topics=[R(name="moving", partitions=[
+        R.ReassignablePartition(partition_index=0, replicas=[stopped])])])
+    grow = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name="moving", count=2, assignments=[CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment(
+            broker_ids=[stays])])], timeout_ms=30_000, validate_only=False)
+
+    def moving() -> bool:
+        return bool(admin.list_reassignments(zk.get_topic_znodes(["moving"])))
+    pid = ray.get(cluster.broker_actor(stopped).info.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)  # it cannot fetch: the move waits for it to join the ISR
+    try:
+        answer = send_to(cluster, controller, move, 0)
+        assert (answer.error_code, [p.error_code for t in answer.responses for p in t.partitions]) == (0, [0])
+        wait_until(moving, timeout=30, what="the move in the topic's znode")
+        assert [(t.name, t.error_code, t.error_message) for t in send_to(cluster, controller, grow, 3).results] == [
+            ("moving", Errors.REASSIGNMENT_IN_PROGRESS,
+             "A partition reassignment is in progress for the topic 'moving'.")]
+        assert list(assignment(zk, "moving")) == [0]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: not moving(), timeout=60, what="the move done")
+    assert [(t.name, t.error_code) for t in send_to(cluster, controller, grow, 3).results] == [("moving", 0)]
+    assert assignment(zk, "moving") == {0: [stopped], 1: [stays]}

@@ -1,17 +1,24 @@
 """The admin API's pure parts: DescribeConfigs' entries and sources, IncrementalAlterConfigs' operations,
-a named replica assignment's checks, topic ids on the wire, and the wait for the metadata cache."""
+a named replica assignment's checks, topic ids on the wire, and the wait for the metadata cache; and
+what CreateTopics, DeleteTopics and CreatePartitions answer, against ZooKeeper in a dict."""
 from __future__ import annotations
 
 import asyncio
 import base64
+from types import SimpleNamespace
 
 import pytest
+from kazoo.exceptions import BadVersionError, NodeExistsError
+from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
 
 from actors.broker.admin_apis import (
     APPEND,
+    BROKER,
     DELETE,
     SET,
     SUBTRACT,
+    ZERO_UUID,
+    AdminApis,
     InvalidRequestException,
     MetadataWaits,
     incremental_change,
@@ -19,10 +26,14 @@ from actors.broker.admin_apis import (
 )
 from actors.broker.api_versions import API_VERSIONS
 from actors.broker.configs import ConfigSource, ConfigType, describe_broker_config, describe_topic_config
-from actors.config import BrokerConfig, ControllerConfig
+from actors.broker.metadata_cache import MetadataCache, Snapshot
+from actors.broker.network import RequestContext
+from actors.config import BrokerConfig, ClusterConfig, ControllerConfig
+from actors.protocol import PartitionState
+from coordination import admin, zkdata
 from coordination.admin import validate_replica_assignment
-from coordination.errors import InvalidReplicaAssignmentException
-from coordination.zkdata import new_topic_id
+from coordination.errors import Errors, InvalidReplicaAssignmentException
+from coordination.zkdata import TopicPartition, TopicZNode, new_topic_id
 
 
 def test_kafka_28_version_ranges_of_the_admin_apis():
@@ -127,10 +138,6 @@ def test_a_wait_ends_when_the_metadata_shows_it_or_at_its_timeout():
 
 
 def test_broker_resources_name_this_broker_and_its_settings_cannot_be_altered():
-    from actors.broker.admin_apis import BROKER, AdminApis
-    from actors.broker.metadata_cache import MetadataCache
-    from actors.config import ClusterConfig
-
     apis = AdminApis(1, None, MetadataCache(), ClusterConfig(zk_connect="127.0.0.1:2181"), lambda: "cluster",
                      lambda: None, lambda wanted: [])
     assert {e.name for e in apis._described(BROKER, "1")} >= {"min.insync.replicas", "num.partitions"}
@@ -143,3 +150,164 @@ def test_broker_resources_name_this_broker_and_its_settings_cannot_be_altered():
     apis._alter(BROKER, "1", lambda current: {}, False)  # nothing to change: nothing refused
     with pytest.raises(InvalidRequestException, match="Unsupported resource type"):
         apis._described(8, "1")
+
+
+class InMemoryZk:
+    """The KrayZkClient calls the topic admin functions make, on a dict of znodes (path: data, version);
+    a transaction is applied whole at its commit."""
+
+    def __init__(self, brokers=(1, 2, 3)):
+        self.nodes: dict[str, tuple[bytes, int]] = {zkdata.broker_path(b): (b"", 0) for b in brokers}
+        self.kazoo = self
+
+    def get(self, path: str):
+        if path not in self.nodes:
+            return None
+        data, version = self.nodes[path]
+        return data, SimpleNamespace(version=version)
+
+    def exists(self, path: str):
+        got = self.get(path)
+        return got and got[1]
+
+    def create(self, path: str, data: bytes = b"", makepath: bool = False) -> None:
+        if path in self.nodes:
+            raise NodeExistsError(path)
+        self.nodes[path] = (data, 0)
+
+    def set(self, path: str, data: bytes, version: int = -1) -> None:
+        if version not in (-1, self.nodes[path][1]):
+            raise BadVersionError(path)
+        self.nodes[path] = (data, self.nodes[path][1] + 1)
+
+    def children(self, path: str) -> list[str]:
+        prefix = path + "/"
+        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)})
+
+    def get_all_topics(self) -> set[str]:
+        return set(self.children(zkdata.TOPICS))
+
+    def get_all_broker_ids(self) -> list[int]:
+        return sorted(int(b) for b in self.children(zkdata.BROKER_IDS))
+
+    def until_connected(self, request):
+        return request()
+
+    def transaction(self):
+        ops = []
+        return SimpleNamespace(create=lambda path, data: ops.append((self.create, path, data)),
+                               set_data=lambda path, data: ops.append((self.set, path, data)),
+                               commit=lambda: [write(path, data) for write, path, data in ops])
+
+    def add_topic(self, topic: str, **znode) -> TopicZNode:
+        made = TopicZNode(topic_id=new_topic_id(), **znode)
+        self.create(zkdata.topic_path(topic), made.encode())
+        return made
+
+    def topic(self, topic: str) -> TopicZNode:
+        return zkdata.decode(TopicZNode, zkdata.topic_path(topic), self.nodes[zkdata.topic_path(topic)][0])
+
+
+def led(*partitions: tuple[str, int]) -> MetadataCache:
+    """A metadata cache in which each partition has broker 1 as its leader."""
+    cache = MetadataCache()
+    cache.snapshot = Snapshot(partitions={TopicPartition(t, p): PartitionState(t, p, 1, 1, 0, (1,), 0, (1,))
+                                          for t, p in partitions})
+    return cache
+
+
+def active_controllers_apis(zk: InMemoryZk, cache: MetadataCache | None = None) -> AdminApis:
+    apis = AdminApis(1, zk, cache or MetadataCache(), ClusterConfig(zk_connect="127.0.0.1:2181"), lambda: "cluster",
+                     lambda: None, lambda wanted: [])
+    apis._is_controller = lambda: asyncio.sleep(0, True)
+    return apis
+
+
+def ask(handler, api_key: int, version: int, request):
+    return asyncio.run(handler(RequestContext(api_key, version, 1, "test", "127.0.0.1:1"), request))
+
+
+def created(name: str, partitions: int = 2) -> CreateTopicsRequest.CreatableTopic:
+    return CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1,
+                                              assignments=[], configs=[])
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -1, 50])
+def test_create_topics_answers_request_timed_out_for_each_topic_created_whose_leaders_it_did_not_see(timeout_ms):
+    """ZkAdminManager.createTopics: a timeout <= 0 answers at once, REQUEST_TIMED_OUT for each topic
+    created (one that failed keeps its error); KafkaApis then resets the sizes and configs, not the id."""
+    zk = InMemoryZk()
+    zk.add_topic("old", partitions={"0": [1]})
+    answer = ask(active_controllers_apis(zk).create_topics, 19, 7, CreateTopicsRequest(
+        topics=[created("new"), created("old")], timeout_ms=timeout_ms, validate_only=False))
+    assert [(t.name, t.error_code, t.error_message, t.topic_id, t.num_partitions, t.replication_factor, t.configs)
+            for t in answer.topics] == [
+        ("new", Errors.REQUEST_TIMED_OUT, None, topic_uuid(zk.topic("new").topic_id), -1, -1, []),
+        ("old", Errors.TOPIC_ALREADY_EXISTS, "Topic 'old' already exists.", ZERO_UUID, -1, -1, [])]
+    assert len(zk.topic("new").partitions) == 2  # created all the same
+
+
+def test_create_topics_validate_only_answers_none_and_no_topic_id_whatever_the_timeout():
+    zk = InMemoryZk()
+    answer = ask(active_controllers_apis(zk).create_topics, 19, 7, CreateTopicsRequest(
+        topics=[created("checked")], timeout_ms=0, validate_only=True))
+    [t] = answer.topics
+    assert (t.error_code, t.topic_id, t.num_partitions, t.replication_factor) == (0, ZERO_UUID, 2, 1)
+    assert len(t.configs) == 26 and zk.get_all_topics() == set()
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -1])
+def test_delete_topics_with_a_timeout_of_0_answers_request_timed_out_for_each_topic_marked(timeout_ms):
+    zk = InMemoryZk()
+    for topic in ("t", "marked"):
+        zk.add_topic(topic, partitions={"0": [1]})
+    zk.create(zkdata.delete_topic_path("marked"))
+    apis = active_controllers_apis(zk, led(("t", 0), ("marked", 0)))
+    answer = ask(apis.delete_topics, 20, 5, DeleteTopicsRequest(topic_names=["t", "marked", "gone"],
+                                                                 timeout_ms=timeout_ms))
+    assert [(t.name, t.error_code, t.error_message) for t in answer.responses] == [
+        ("t", Errors.REQUEST_TIMED_OUT, None), ("marked", Errors.REQUEST_TIMED_OUT, None),
+        ("gone", Errors.UNKNOWN_TOPIC_OR_PARTITION, None)]
+    assert zk.get(zkdata.delete_topic_path("t")) is not None  # marked all the same
+
+
+def grown(name: str, count: int) -> CreatePartitionsRequest.CreatePartitionsTopic:
+    return CreatePartitionsRequest.CreatePartitionsTopic(name=name, count=count, assignments=None)
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -1])
+def test_create_partitions_with_a_timeout_of_0_answers_request_timed_out_for_each_topic_grown(timeout_ms):
+    zk = InMemoryZk()
+    for topic in ("t", "u"):
+        zk.add_topic(topic, partitions={"0": [1]})
+    apis = active_controllers_apis(zk, led(("t", 0), ("t", 1), ("u", 0)))  # even with every leader known
+    to_9 = CreatePartitionsRequest.CreatePartitionsTopic(
+        name="u", count=2, assignments=[CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment(
+            broker_ids=[9])])
+    answer = ask(apis.create_partitions, 37, 3, CreatePartitionsRequest(
+        topics=[grown("t", 2), to_9], timeout_ms=timeout_ms, validate_only=False))
+    assert [(t.name, t.error_code, t.error_message) for t in answer.results] == [
+        ("t", Errors.REQUEST_TIMED_OUT, None),
+        ("u", Errors.INVALID_REPLICA_ASSIGNMENT, "Unknown broker(s) in replica assignment: 9.")]
+    assert len(zk.topic("t").partitions) == 2  # grown all the same
+    answer = ask(apis.create_partitions, 37, 3, CreatePartitionsRequest(
+        topics=[grown("t", 3)], timeout_ms=timeout_ms, validate_only=True))
+    assert [(t.name, t.error_code) for t in answer.results] == [("t", 0)]
+    assert len(zk.topic("t").partitions) == 2
+
+
+@pytest.mark.parametrize("adding, removing", [({"0": [2]}, {"0": [1]}), ({"1": [3]}, {}), ({}, {"0": [1]})])
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_create_partitions_during_a_reassignment_of_the_topic_is_reassignment_in_progress(adding, removing,
+                                                                                          validate_only):
+    """ZkAdminManager.createPartitions refuses a topic whose znode names replicas being added or removed;
+    kafka-topics --alter --partitions (AdminZkClient.addPartitions) does not."""
+    zk = InMemoryZk()
+    before = zk.add_topic("t", partitions={"0": [2, 1], "1": [1, 3]}, adding_replicas=adding,
+                          removing_replicas=removing)
+    answer = ask(active_controllers_apis(zk).create_partitions, 37, 3, CreatePartitionsRequest(
+        topics=[grown("t", 3)], timeout_ms=0, validate_only=validate_only))
+    assert [(t.name, t.error_code, t.error_message) for t in answer.results] == [
+        ("t", Errors.REASSIGNMENT_IN_PROGRESS, "A partition reassignment is in progress for the topic 't'.")]
+    assert zk.topic("t") == before
+    assert list(admin.add_partitions(zk, "t", 3)) == [2] and zk.topic("t").adding_replicas == adding

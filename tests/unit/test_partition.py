@@ -186,11 +186,11 @@ def test_consumers_read_below_the_high_watermark_only(leader):
     leader.fetch_for_follower(2, 4, 1 << 20, now_ms=1)
     leader.fetch_for_follower(3, 4, 1 << 20, now_ms=1)
     assert leader.high_watermark == 4
-    assert offsets(leader.read_for_consumer(1, 1 << 20).records) == [1, 2, 3]
-    assert leader.read_for_consumer(5, 1 << 20).records == b""  # between HW and LEO: nothing, no error
-    assert leader.read_for_consumer(6, 1 << 20).records == b""  # at the log end
+    assert offsets(leader.read_records(1, 1 << 20).records) == [1, 2, 3]
+    assert leader.read_records(5, 1 << 20).records == b""  # between HW and LEO: nothing, no error
+    assert leader.read_records(6, 1 << 20).records == b""  # at the log end
     with pytest.raises(OffsetOutOfRangeException):
-        leader.read_for_consumer(7, 1 << 20)
+        leader.read_records(7, 1 << 20)
 
 
 def test_isr_shrinks_for_a_lagging_follower_and_expands_when_it_catches_up(leader):
@@ -296,7 +296,7 @@ def test_follower_high_watermark_and_truncation(tmp_path, leader):
     assert follower.truncate_to(3, leader_epoch=3)
     assert (follower.log.log_end_offset, follower.high_watermark) == (3, 2)
     with pytest.raises(NotLeaderOrFollowerException):
-        follower.read_for_consumer(0, 100)
+        follower.read_records(0, 100)
 
 
 def test_a_leader_whose_isr_write_was_refused_keeps_leading_and_its_waiting_produces_complete_on_leader_and_isr(

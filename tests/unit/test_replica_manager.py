@@ -748,3 +748,139 @@ def test_metadata_answers_the_endpoints_of_the_listener_asked(rm, version, missi
 
     assert ask("PLAINTEXT") == ([(1, "h1", 9091), (2, "h2", 9092)], {0: (1, Errors.NONE), 1: (2, Errors.NONE)})
     assert ask("REPLICATION") == ([(1, "h1", 10091)], {0: (1, Errors.NONE), 1: (-1, missing_listener)})
+
+
+# -- fetch sessions' lifecycle (KIP-227) and consumers' fetches from followers -----------------------
+
+def test_a_full_or_final_fetch_naming_a_session_closes_it(rm):
+    """Kafka's newContext: a full fetch closes the session it names, then opens a new one at epoch 0 and
+    runs without one at -1; neither closed session is found again."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+    part = [FetchPartition("t", 0, 0, 0)]
+    first = run(rm.fetch(fetch(replica_id=-1, partitions=part, session_epoch=0)))
+    second = run(rm.fetch(fetch(replica_id=-1, partitions=part, session_id=first.session_id, session_epoch=0)))
+    assert second.session_id not in (0, first.session_id) and len(rm.fetch_sessions) == 1
+    final = run(rm.fetch(fetch(replica_id=-1, partitions=part, session_id=second.session_id, session_epoch=-1)))
+    assert (final.session_id, [p.partition for p in final.partitions], len(rm.fetch_sessions)) == (0, [0], 0)
+    for closed in (first, second):
+        assert run(rm.fetch(fetch(replica_id=-1, session_id=closed.session_id, session_epoch=1))).error_code == \
+            Errors.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_an_incremental_fetch_that_empties_its_session_closes_it_and_is_answered_at_once(rm):
+    """Kafka's newContext: a session left with no partition is removed and the fetch answered without a
+    session (id 0, which the client takes as closed); a fetch of no partition does not long-poll
+    (Kafka's fetchMessages answers `fetchInfos.isEmpty` at once)."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+    first = run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 0, 0)], session_epoch=0)))
+    started = time.monotonic()
+    emptied = run(rm.fetch(fetch(session_id=first.session_id, session_epoch=1, forgotten=[("t", 0)],
+                                 max_wait_ms=2000)))
+    assert time.monotonic() - started < 1.5
+    assert (emptied.error_code, emptied.session_id, emptied.partitions, len(rm.fetch_sessions)) == \
+        (Errors.NONE, 0, [], 0)
+    started = time.monotonic()
+    sessionless = run(rm.fetch(fetch(replica_id=-1, max_wait_ms=2000)))
+    assert time.monotonic() - started < 1.5 and (sessionless.session_id, sessionless.partitions) == (0, [])
+
+
+def test_a_full_cache_evicts_only_an_idle_session_or_one_the_newcomer_outranks(rm, monkeypatch):
+    """Kafka's FetchSessionCache of max.incremental.fetch.session.cache.slots (1,000): filled by
+    followers, it has no room for a consumer (followers' sessions are privileged), whose fetch is
+    answered without a session; a session unused for 120 s is evicted for any newcomer."""
+    clock = [10_000_000]
+    monkeypatch.setattr("actors.broker.replica_manager.now_ms", lambda: clock[0])
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+    part = [FetchPartition("t", 0, 0, 0)]
+    start = clock[0]
+
+    async def fill():
+        sessions = []
+        for replica in range(100, 1100):  # one a millisecond
+            sessions.append((await rm.fetch(fetch(replica_id=replica, partitions=part, session_epoch=0))).session_id)
+            clock[0] += 1
+        return sessions
+
+    followers = run(fill())
+    assert len(rm.fetch_sessions) == 1000 and 0 not in followers
+    clock[0] = start + 60_000
+    consumer = run(rm.fetch(fetch(replica_id=-1, partitions=part, session_epoch=0)))
+    assert (consumer.session_id, [p.partition for p in consumer.partitions]) == (0, [0])  # answered all the same
+    clock[0] = start + 100_000
+    assert run(rm.fetch(fetch(replica_id=100, session_id=followers[0], session_epoch=1))).error_code == Errors.NONE
+    clock[0] = start + 1 + 120_001  # the second session has been idle for over 120 s, the first was used
+    consumer = run(rm.fetch(fetch(replica_id=-1, partitions=part, session_epoch=0)))
+    assert consumer.session_id != 0 and len(rm.fetch_sessions) == 1000
+    assert run(rm.fetch(fetch(replica_id=101, session_id=followers[1], session_epoch=1))).error_code == \
+        Errors.FETCH_SESSION_ID_NOT_FOUND
+    assert run(rm.fetch(fetch(replica_id=100, session_id=followers[0], session_epoch=2))).error_code == Errors.NONE
+
+
+def follower_of_t0(rm, tmp_path, high_watermark: int):
+    """This broker (1) a follower of t-0 in leader epoch 3, holding batches of 3 and 2 records (offsets
+    0-4) with the leader's high watermark `high_watermark`; the leader (broker 2) has 2 more (5-6)."""
+    leader = ReplicaManager(2, tmp_path / "leader", CONFIG_FOR)
+    leader.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=3, isr=(2, 1))), BROKER_EPOCH)
+    for n in (3, 2, 2):
+        leader.partition(T0).append_as_leader(batch(n), 1)
+    rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=3, isr=(2, 1))), BROKER_EPOCH)
+    records = leader.partition(T0).fetch_for_follower(1, 0, 1, now_ms()).records  # one batch at a time
+    records += leader.partition(T0).fetch_for_follower(1, 3, 1, now_ms()).records
+    assert rm.partition(T0).append_as_follower(records, high_watermark, 0, 3)
+    return leader.partition(T0)
+
+
+def consumer_fetch_request(offset: int, current_leader_epoch: int = -1, session_id: int = 0, session_epoch: int = -1,
+                           partitions: bool = True):
+    from kafka.protocol.consumer import FetchRequest
+
+    T = FetchRequest.FetchTopic
+    return FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                        session_id=session_id, session_epoch=session_epoch, topics=[T(topic="t", partitions=[
+                            T.FetchPartition(partition=0, current_leader_epoch=current_leader_epoch,
+                                             fetch_offset=offset, log_start_offset=-1, partition_max_bytes=1 << 20)])]
+                        if partitions else [], forgotten_topics_data=[], rack_id="")
+
+
+def apis_fetch(rm, version: int, request):
+    """KafkaApis' answer to a consumer's Fetch of `version`: [(partition, error, HW, offsets)], session id."""
+    from kafka.protocol.consumer import FetchRequest
+
+    from actors.broker.kafka_apis import KafkaApis
+    from actors.broker.network import RequestContext
+
+    apis = KafkaApis(BROKER, rm, MetadataCache(), lambda: "cluster", lambda: 0)
+    response = asyncio.run(apis.fetch(RequestContext(FetchRequest.API_KEY, version, 1, "c", "peer"), request))
+    return [(p.partition_index, Errors(p.error_code), p.high_watermark,
+             [r.offset for r in decode_records(p.records or b"")]) for t in response.responses for p in t.partitions], \
+        response.session_id
+
+
+def test_a_consumers_fetch_v11_is_served_by_a_follower_below_its_own_high_watermark(rm, tmp_path):
+    """Kafka 2.8's fetchOnlyFromLeader (isFromFollower || isFromConsumer && clientMetadata.isEmpty): from
+    Fetch v11 on a consumer reads from a follower, below the follower's high watermark, its current
+    leader epoch checked against the follower's (Partition.localLogWithEpochOrException with
+    requireLeader false); before v11, only the leader serves it."""
+    follower_of_t0(rm, tmp_path, high_watermark=3)
+    assert apis_fetch(rm, 11, consumer_fetch_request(0))[0] == [(0, Errors.NONE, 3, [0, 1, 2])]
+    assert apis_fetch(rm, 11, consumer_fetch_request(0, current_leader_epoch=3))[0] == \
+        [(0, Errors.NONE, 3, [0, 1, 2])]
+    assert apis_fetch(rm, 11, consumer_fetch_request(3))[0] == [(0, Errors.NONE, 3, [])]  # above the HW: nothing
+    assert apis_fetch(rm, 11, consumer_fetch_request(6))[0][0][1] == Errors.OFFSET_OUT_OF_RANGE  # past its log end
+    assert apis_fetch(rm, 11, consumer_fetch_request(0, current_leader_epoch=2))[0][0][1] == \
+        Errors.FENCED_LEADER_EPOCH
+    assert apis_fetch(rm, 11, consumer_fetch_request(0, current_leader_epoch=4))[0][0][1] == \
+        Errors.UNKNOWN_LEADER_EPOCH
+    assert apis_fetch(rm, 10, consumer_fetch_request(0))[0][0][1] == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_consumers_session_on_a_follower_hears_what_the_follower_appended(rm, tmp_path):
+    """A follower's appends mark no session (partition.py: append_as_follower tells no listener), so a
+    consumer's incremental fetch on a follower reads every partition it follows there, as Kafka reads
+    every partition of a session: the records and the HW the fetcher brought are answered."""
+    leader = follower_of_t0(rm, tmp_path, high_watermark=3)
+    answer, session_id = apis_fetch(rm, 11, consumer_fetch_request(3, session_epoch=0))
+    assert answer == [(0, Errors.NONE, 3, [])] and session_id != 0
+    assert rm.partition(T0).append_as_follower(leader.fetch_for_follower(1, 5, MAX_BYTES, now_ms()).records, 7, 0, 3)
+    assert apis_fetch(rm, 11, consumer_fetch_request(3, session_id=session_id, session_epoch=1, partitions=False)) == \
+        ([(0, Errors.NONE, 7, [3, 4, 5, 6])], session_id)
