@@ -2,7 +2,7 @@
 
 Brokers, controllers and load generators send these through their record sink (actors/recording.py)
 to the RunRecorder, so they live with the actors rather than with the jobs that read them back
-(jobs/rundir.py has the rest of the run directory and its layout). Times are wall-clock
+(jobs/measures/rundir.py has the rest of the run directory and its layout). Times are wall-clock
 milliseconds since the epoch, on the clock of the machine that wrote them (one machine for a local
 run). Partitions are keyed "topic-partition" in JSON objects, as Kafka prints them (`tp_key`).
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs import rundir
+from jobs.measures import rundir
 from jobs.analysis import PERCENTILES, analyse
-from jobs.phases import FEATURES, MEASURES, PARTITION_PHASES, UNEXPLAINED, bucket_label
+from jobs.measures.phases import FEATURES, MEASURES, PARTITION_PHASES, UNEXPLAINED, bucket_label
 
 PER_FAULT = 100  # partitions per fault
 PER_PARTITION = [*MEASURES, *PARTITION_PHASES, UNEXPLAINED]
@@ -122,7 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    from jobs.spark import spark_on_ray
+    from jobs.reports.spark import spark_on_ray
 
     results = []
     ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)

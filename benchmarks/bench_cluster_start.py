@@ -42,7 +42,7 @@ def one_start(connect: str, brokers: int) -> tuple[float, float, int]:
     """(seconds to ready, seconds to stop, Ray workers it added)."""
     from actors.cluster import LocalCluster
     from actors.config import ClusterConfig, ControllerConfig
-    from jobs.local import fresh_chroot
+    from jobs.experiments.local import fresh_chroot
 
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench-start"), namespace=f"bench-{uuid.uuid4().hex[:8]}",
                            zk_session_timeout_ms=3000, controller=ControllerConfig())
@@ -61,7 +61,7 @@ def one_start(connect: str, brokers: int) -> tuple[float, float, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from jobs.local import embedded_zookeeper_and_ray
+    from jobs.experiments.local import embedded_zookeeper_and_ray
 
     parser = argparse.ArgumentParser(prog="bench_cluster_start", description=__doc__.split("\n\n")[0])
     parser.add_argument("--brokers", type=int, default=3)

@@ -18,7 +18,7 @@ import uuid
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from coordination import admin
-from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
+from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 from coordination.zkclient import CreateOp, KrayZkClient
 
 

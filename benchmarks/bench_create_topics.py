@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     from actors.cluster import LocalCluster
     from actors.config import ClusterConfig, ControllerConfig
     from coordination import admin
-    from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
+    from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 
     parser = argparse.ArgumentParser(prog="bench_create_topics", description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=1000)

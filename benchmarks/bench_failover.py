@@ -46,7 +46,7 @@ from coordination import admin, zkdata
 from coordination.server import first_server, four_letter_word
 from coordination.zkclient import CreateOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
-from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
+from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 
 SESSION_TIMEOUT_MS = 2000
 

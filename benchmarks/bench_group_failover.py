@@ -4,7 +4,7 @@ once the cluster has recovered from the last), the Ray detector on.
 
     .venv/bin/python -m benchmarks.bench_group_failover [--kills 8] [--partitions 12] [--rate 300]
 
-Everything is the runner's (jobs/runner.py): the group's steps per kill from group_failovers.jsonl
+Everything is the runner's (jobs/experiments/runner.py): the group's steps per kill from group_failovers.jsonl
 (offsets partition led again, group loaded, FindCoordinator answered, members rejoined, a commit
 stored, first record consumed, every partition consumed), and from waits.jsonl, per partition and
 kill, the group's recovery (fault -> the first record sent at or after the fault that the group was
@@ -22,12 +22,12 @@ import os
 import platform
 import tempfile
 
-from jobs import rundir
-from jobs.experiment import Experiment, FaultSpec
-from jobs.phases import COORDINATOR_STEPS
-from jobs.rundir import FaultKind, Source
-from jobs.runner import run_experiment
-from jobs.waits import percentile, touched
+from jobs.measures import rundir
+from jobs.experiments.experiment import Experiment, FaultSpec
+from jobs.measures.phases import COORDINATOR_STEPS
+from jobs.measures.rundir import FaultKind, Source
+from jobs.experiments.runner import run_experiment
+from jobs.measures.waits import percentile, touched
 
 
 def experiment(kills: int, partitions: int, rate: float, spacing_s: float) -> Experiment:

@@ -24,7 +24,7 @@ from actors.runtime import poll
 from benchmarks.bench_failover import cpu_seconds, cpu_used_since, new_cluster
 from coordination import admin
 from coordination.zkdata import TopicPartition
-from jobs.local import embedded_zookeeper_and_ray
+from jobs.experiments.local import embedded_zookeeper_and_ray
 
 
 def thread_cpu(pid: int) -> dict[str, float]:

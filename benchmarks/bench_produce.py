@@ -39,7 +39,7 @@ import ray
 from actors.cluster import LocalCluster
 from actors.config import BrokerConfig, ClusterConfig
 from coordination import admin
-from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
+from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 
 VALUE = b"x" * 100
 
@@ -94,7 +94,7 @@ class FloorBroker:
     Produce (at once, offsets counted) and stores nothing."""
 
     def __init__(self, topic: str, partitions: int):
-        from actors.broker.network import SocketServer
+        from actors.broker.network.network import SocketServer
 
         self.topic, self.partitions, self.offsets = topic, partitions, {}
         self.loop = asyncio.new_event_loop()
@@ -127,7 +127,7 @@ class FloorBroker:
         for t in request.topic_data:
             parts = []
             for p in t.partition_data:
-                from actors.broker.batches import read_header
+                from actors.broker.log.batches import read_header
 
                 base = self.offsets.get(p.index, 0)
                 self.offsets[p.index] = base + read_header(p.records).records_count

@@ -5,7 +5,7 @@ each broker-side phase beside it (issues 5 and 29).
         [--timeouts 2000] [--rate 0] [--kinds kill-broker controller-host restart-broker expire-broker-session
         pause-broker] [--control-niceness 0]
 
-Each configuration is one chaos experiment (jobs/runner.py): 3 brokers, one topic of P partitions with
+Each configuration is one chaos experiment (jobs/experiments/runner.py): 3 brokers, one topic of P partitions with
 replication factor 3, acks=all with min.insync.replicas=2, one producer streaming records to every
 partition (`--rate 0`: back to back) and a probe producer beside it (one record in flight on each of 60
 partitions). The fault kinds take turns, `--kills` of each, every fault once the cluster has recovered
@@ -15,15 +15,15 @@ controller failover and a broker failure at once). A kill keeps the broker down 
 session timeout and 2 s more, so that the session expires (a SIGSTOP is seen only then).
 
 Per fault kind and source (the load's records, the probes'), over the partitions the fault's broker led
-or followed (jobs/waits.py): the recovery (fault -> first acknowledgement of a record sent at or after
+or followed (jobs/measures/waits.py): the recovery (fault -> first acknowledgement of a record sent at or after
 it) and the worst wait (the longest any record waited among those in flight at the fault or sent within
 the horizon), p50 / p99, censored partitions counted; the worst wait after detection (less the fault ->
 detected time of its failover: a pause is seen only when its session expires) p99 and its ratio to
 kill-broker's in the same run (the target: at most 2); the controller's part per failover (fault ->
-detected, detected -> requests acknowledged); each partition phase's mean (jobs/phases.py:
+detected, detected -> requests acknowledged); each partition phase's mean (jobs/measures/phases.py:
 PARTITION_PHASES) and the unexplained share of the recovery of the partitions slower than the source's
 p99 latency away from the faults; for each fault whose broker comes back, how
-long after it registered it was back in every ISR it left (jobs/rejoin.py). The baseline, same run: the acks=all
+long after it registered it was back in every ISR it left (jobs/measures/rejoin.py). The baseline, same run: the acks=all
 produce latency away from the faults (records sent from 2 s before a fault to 10 s after its end left
 out). Every run's invariants are checked. Prints a Markdown table for BENCHMARKS.md.
 """
@@ -37,14 +37,14 @@ from pathlib import Path
 
 from actors.config import ControllerConfig
 from actors.records import PRODUCED, Ack, JsonlReader
-from jobs import rejoin, rundir
-from jobs.experiment import Experiment, FaultSpec
-from jobs.failovers import of_faults
-from jobs.local import embedded_zookeeper_and_ray
-from jobs.phases import PARTITION_PHASES
-from jobs.rundir import FaultKind, PartitionWait, Source
-from jobs.runner import run_experiment
-from jobs.waits import latency_away, percentile, source_of, touched, unexplained_share
+from jobs.measures import rejoin, rundir
+from jobs.experiments.experiment import Experiment, FaultSpec
+from jobs.measures.failovers import of_faults
+from jobs.experiments.local import embedded_zookeeper_and_ray
+from jobs.measures.phases import PARTITION_PHASES
+from jobs.measures.rundir import FaultKind, PartitionWait, Source
+from jobs.experiments.runner import run_experiment
+from jobs.measures.waits import latency_away, percentile, source_of, touched, unexplained_share
 
 KINDS = {  # label -> (fault, target)
     "kill-broker": (FaultKind.KILL_BROKER, "non-controller"),

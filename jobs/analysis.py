@@ -4,7 +4,7 @@ directories of chaos experiments.
     python -m jobs.analysis RUN_DIR_OR_SWEEP_DIR [...] [--out DIR]
 
 It works per partition. Each row of its table is one partition through one fault, as one producer
-source saw it (waits.jsonl, jobs/waits.py): the client's two measures (MEASURES: the recovery and
+source saw it (waits.jsonl, jobs/measures/waits.py): the client's two measures (MEASURES: the recovery and
 the worst wait), the partition's steps to its recovery (PARTITION_PHASES, the unexplained rest
 beside them), its role (led by the fault's broker, followed by it, or neither) and its load at the
 fault (FEATURES: the fault's, from its first controller failover in failovers.jsonl, and the
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from coordination.errors import KrayError
-from jobs import rundir
-from jobs.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
+from jobs.measures import rundir
+from jobs.measures.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
                          PHASE_SPANS, UNEXPLAINED, Analysis, bucket_label, bucket_order)
-from jobs.report import summary_table, write_report
-from jobs.spark import add_spark_arguments, runs_on_ray, settings_from, spark_hosts, spark_on_ray
+from jobs.reports.report import summary_table, write_report
+from jobs.reports.spark import add_spark_arguments, runs_on_ray, settings_from, spark_hosts, spark_on_ray
 
 PERCENTILES = (0.5, 0.95, 0.99)
 Z95 = 1.959964  # the normal quantile of a 95% interval
@@ -232,7 +232,7 @@ def wait_table(spark, runs: list[RunInput], failovers):
 
 
 def _of_faults(failovers, columns: list[str]):
-    """Each fault's failover (its broker failure, else its first: jobs/failovers.py's of_faults), its
+    """Each fault's failover (its broker failure, else its first: jobs/measures/failovers.py's of_faults), its
     `columns` named _f_<column>."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F

@@ -24,7 +24,7 @@ from coordination.errors import (
 from coordination.server import ZooKeeperServer, ZooKeeperSettings, first_server, server_mode
 from coordination.zkclient import KrayZkClient, credential_from_env
 from coordination.zkdata import TopicPartition
-from jobs import local
+from jobs.experiments import local
 
 
 def _zk(args) -> KrayZkClient:
@@ -611,8 +611,8 @@ def _link_fault(c, args) -> str:
 
     from actors.links.faults import LinkFault
     from actors.links.shapes import healed
-    from jobs.chaos import SLOW_LINKS
-    from jobs.rundir import FaultKind
+    from jobs.experiments.chaos import SLOW_LINKS
+    from jobs.measures.rundir import FaultKind
 
     kind = FaultKind(args.fault)
     slow = None
@@ -636,7 +636,7 @@ def _link_fault(c, args) -> str:
 def chaos(args) -> None:
     """One fault against the cluster `kray cluster up` started."""
     from actors.cluster import LocalCluster
-    from jobs.chaos import Chaos
+    from jobs.experiments.chaos import Chaos
 
     config = _started_cluster()
     if args.fault == "zk-restart":  # the server `kray zk start` started: SIGKILL, then start it on its data
@@ -676,8 +676,8 @@ def chaos(args) -> None:
                 _, drops = c.flaky_zookeeper(args.seconds, config.zk_session_timeout_ms, random.Random())
                 done = f"Stalled and dropped {drops} ZooKeeper links over {args.seconds:g} s"
             case fault if fault in DISK_FAULT_HELP:
-                from jobs.disk_faults import describe
-                from jobs.rundir import FaultKind
+                from jobs.experiments.disk_faults import describe
+                from jobs.measures.rundir import FaultKind
 
                 _, damages = c.disk_fault(FaultKind(fault), args.broker_id)
                 time.sleep(args.seconds)
@@ -691,8 +691,8 @@ def chaos(args) -> None:
 
 
 def experiment_run(args) -> None:
-    from jobs.experiment import load_experiment
-    from jobs.runner import report, run_experiment
+    from jobs.experiments.experiment import load_experiment
+    from jobs.experiments.runner import report, run_experiment
 
     experiment = load_experiment(args.file)
     run_dir, summary = run_experiment(experiment, args.runs_dir)
@@ -702,7 +702,7 @@ def experiment_run(args) -> None:
 
 
 def check(args) -> None:
-    from jobs.check import main as check_main
+    from jobs.measures.check import main as check_main
     sys.exit(check_main([args.run_dir, "--grace-ms", str(args.grace_ms)]))
 
 

@@ -23,7 +23,7 @@ from actors.protocol import LeaderAndIsrRequest
 from actors.runtime import poll
 from coordination import admin
 from coordination.zkclient import KrayZkClient
-from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
+from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 
 
 def step(message: str) -> None:

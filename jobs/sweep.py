@@ -32,7 +32,7 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
                                      # count, once every broker is back), `kills` at each count
 
 Every experiment of the grid runs on one ZooKeeper and one Ray (the embedded local default, or the
-cluster found: see jobs/runner.py), one after the other, into RUNS_DIR/<sweep run id>/; the
+cluster found: see jobs/experiments/runner.py), one after the other, into RUNS_DIR/<sweep run id>/; the
 analysis then reads them all and writes RUNS_DIR/<sweep run id>/analysis/.
 """
 from __future__ import annotations
@@ -51,9 +51,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coordination.errors import KrayError
-from jobs.experiment import Experiment, FaultSpec
-from jobs.rundir import FaultKind
-from jobs.spark import SparkSettings, add_spark_arguments, settings_from
+from jobs.experiments.experiment import Experiment, FaultSpec
+from jobs.measures.rundir import FaultKind
+from jobs.reports.spark import SparkSettings, add_spark_arguments, settings_from
 
 
 class Sweep(BaseModel):
@@ -164,9 +164,9 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
     """Run every experiment, then the analysis; (the sweep's directory, the Analysis). `session`: a
     SparkSession already up to analyse with (the tests share one per run) instead of starting one."""
     from jobs.analysis import analyse
-    from jobs.local import embedded_zookeeper_and_ray
-    from jobs.runner import run_experiment
-    from jobs.spark import spark_on_ray
+    from jobs.experiments.local import embedded_zookeeper_and_ray
+    from jobs.experiments.runner import run_experiment
+    from jobs.reports.spark import spark_on_ray
 
     sweep_dir = Path(runs_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{sweep.name}"
     experiments = sweep.experiments()
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", default="runs")
     add_spark_arguments(parser)
     args = parser.parse_args(argv)
-    from jobs.report import summary_table
+    from jobs.reports.report import summary_table
 
     try:
         sweep = sweep_of(args.file, args.full)

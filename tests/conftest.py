@@ -10,7 +10,7 @@ import pytest
 
 from coordination.server import ZooKeeperServer, ZooKeeperSettings, connect_string
 from coordination.zkclient import KrayZkClient
-from jobs.local import fresh_chroot
+from jobs.experiments.local import fresh_chroot
 
 
 @pytest.fixture(scope="session")

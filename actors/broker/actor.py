@@ -25,18 +25,18 @@ import uvloop
 from pydantic import Field, TypeAdapter, ValidationError
 
 from actors import records
-from actors.broker.admin_apis import AdminApis
+from actors.broker.network.admin_apis import AdminApis
 from actors.broker.events import BrokerEvents
-from actors.broker.group_apis import GroupApis
-from actors.broker.group_coordinator import GroupCoordinator
-from actors.broker.group_records import GROUP_METADATA_TOPIC
+from actors.broker.group.group_apis import GroupApis
+from actors.broker.group.group_coordinator import GroupCoordinator
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
-from actors.broker.log_config import LogConfig
-from actors.broker.log_dirs import parse_log_dir_name
+from actors.broker.log.log_config import LogConfig
+from actors.broker.log.log_dirs import parse_log_dir_name
 from actors.broker.metadata_cache import MetadataCache
-from actors.broker.kafka_apis import KafkaApis
-from actors.broker.network import SocketServer
+from actors.broker.network.kafka_apis import KafkaApis
+from actors.broker.network.network import SocketServer
 from actors.broker.replica_manager import ReplicaManager, role
 from actors.config import ClusterConfig
 from actors.controller.actor import ControllerActor

@@ -1,5 +1,5 @@
 """What a broker did that a partition's failover waits on, for the run directory (broker_events.jsonl,
-records.BrokerEvent): jobs/partition_phases.py lines each partition's recovery up against them.
+records.BrokerEvent): jobs/measures/partition_phases.py lines each partition's recovery up against them.
 
 - registered: this broker registered in ZooKeeper (at start, after a session expiry), with its epoch;
 - leader_and_isr: a LeaderAndIsr applied: the partitions this broker now leads and follows, with their

@@ -38,10 +38,10 @@ from typing import Callable
 
 from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, OffsetForLeaderEpochRequest
 
-from actors.broker import wire
+from actors.broker.network import wire
 from actors.broker.errors import CorruptRecordException, InvalidRecordException
 from actors.broker.fetch_session import FetchSessionHandler
-from actors.broker.network import NetworkClient
+from actors.broker.network.network import NetworkClient
 from actors.broker.partition import Partition
 from actors.broker.replication import truncation_offset
 from actors.config import BrokerConfig

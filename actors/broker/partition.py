@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from actors.broker import batches
+from actors.broker.log import batches
 from actors.broker.errors import (
     NotEnoughReplicasException,
     NotLeaderOrFollowerException,
     OffsetOutOfRangeException,
 )
-from actors.broker.log import Log
-from actors.broker.log_config import LogConfig
-from actors.broker.producer_state import ProducerStateManager
+from actors.broker.log.log import Log
+from actors.broker.log.log_config import LogConfig
+from actors.broker.log.producer_state import ProducerStateManager
 from actors.broker.replication import (
     FollowerState,
     broker_died,

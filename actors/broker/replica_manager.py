@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.log.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.events import BrokerEvents
 from actors.broker.errors import (
     FencedLeaderEpochException,
@@ -34,9 +34,9 @@ from actors.broker.errors import (
     UnknownLeaderEpochException,
 )
 from actors.broker.fetch_session import INVALID_SESSION_ID, FetchSession, FetchSessionCache
-from actors.broker.log import Log
-from actors.broker.log_config import LogConfig
-from actors.broker.log_dirs import LogDirFailureChannel, LogDirs, log_dir_name
+from actors.broker.log.log import Log
+from actors.broker.log.log_config import LogConfig
+from actors.broker.log.log_dirs import LogDirFailureChannel, LogDirs, log_dir_name
 from actors.broker.partition import LeaderAndIsrState, Partition
 from actors.data_protocol import (
     EpochEndOffset,

@@ -11,7 +11,7 @@ record the client gave up on (produce_errors.jsonl), and librdkafka's statistics
 (client_stats.jsonl: per broker round trip, queue latency, requests waiting; per partition the
 leader it knows and the records waiting). A Prober sends one record at a time to each of its
 partitions beside the load, so that a partition's availability is measured apart from the load
-client's queue (jobs/waits.py). A ConsumerWorker follows the same partitions from offset 0
+client's queue (jobs/measures/waits.py). A ConsumerWorker follows the same partitions from offset 0
 and records every record it reads (consumed.jsonl). A GroupMember is one of a consumer group
 subscribed to the load's topics: it records what it was given (consumed.jsonl, its group named) and
 each commit the coordinator acknowledged (group_commits.jsonl). `read_back` reads partitions from the
@@ -33,7 +33,7 @@ import confluent_kafka
 import ray
 
 from actors import records
-from actors.broker import group_records
+from actors.broker.group import group_records
 from actors.clients.consumer import Consumer, ConsumedRecord, consumer_config, records_of
 from actors.clients.producer import client_stats, producer_config
 from actors.config import ClusterConfig

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs import rundir
-from jobs.check import INVARIANTS, main as check_main
-from jobs.experiment import Experiment, FaultSpec, RandomFaults, load_experiment
-from jobs.rundir import FaultKind, FaultRecord
-from jobs.runner import report, run_experiment
+from jobs.measures import rundir
+from jobs.measures.check import INVARIANTS, main as check_main
+from jobs.experiments.experiment import Experiment, FaultSpec, RandomFaults, load_experiment
+from jobs.measures.rundir import FaultKind, FaultRecord
+from jobs.experiments.runner import report, run_experiment
 from tests.chromium import open_in_chromium
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,11 +11,11 @@ import pytest
 
 from actors.records import JsonlReader
 from coordination.server import ZooKeeperEnsemble, ZooKeeperSettings
-from jobs import rundir
-from jobs.check import INVARIANTS
-from jobs.experiment import Experiment, RandomFaults
-from jobs.rundir import FaultKind
-from jobs.runner import ExperimentRun, report
+from jobs.measures import rundir
+from jobs.measures.check import INVARIANTS
+from jobs.experiments.experiment import Experiment, RandomFaults
+from jobs.measures.rundir import FaultKind
+from jobs.experiments.runner import ExperimentRun, report
 
 SOAK_S = float(os.environ.get("KRAY_SOAK_SECONDS", 30 * 60))
 GROWTH_LIMIT = 1.5  # an actor's resident memory at the end against its median over the first minutes
@@ -49,7 +49,7 @@ def test_soak_with_every_fault_kind(ray_session, tmp_path):
           {a: f"{v[len(v) // 2]:.0f} -> {samples[-1].rss_mb[a]:.0f}" for a, v in start.items() if v})
 
     from jobs.analysis import analyse
-    from jobs.spark import spark_on_ray
+    from jobs.reports.spark import spark_on_ray
 
     with spark_on_ray() as spark:
         result = analyse(spark, [run_dir], tmp_path / "analysis")

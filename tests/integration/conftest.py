@@ -9,8 +9,8 @@ import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import ProduceRequest
 
-from actors.broker.batches import build
-from actors.broker.network import NetworkClient
+from actors.broker.log.batches import build
+from actors.broker.network.network import NetworkClient
 from actors.clients.consumer import ConsumedRecord, Consumer
 from actors.clients.producer import Producer
 from actors.cluster import LocalCluster, poll as wait_until
@@ -19,7 +19,7 @@ from coordination import zkdata
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
-from jobs.local import fresh_chroot
+from jobs.experiments.local import fresh_chroot
 
 SESSION_TIMEOUT_MS = 3000
 # what Kafka's own test harness gives its brokers (TestUtils.createBrokerConfig): a small __consumer_offsets,
@@ -133,7 +133,7 @@ def put_back(cluster: LocalCluster, zk: KrayZkClient, timeout: float = 60.0) -> 
     import ray
 
     from coordination import admin
-    from jobs.chaos import Chaos
+    from jobs.experiments.chaos import Chaos
 
     if cluster.config.link_faults_enable:
         Chaos(cluster, zk).heal_links()

@@ -21,7 +21,7 @@ from actors.config import BrokerConfig, ClusterConfig
 from actors.runtime import ray_worker_environment
 from coordination import admin
 from coordination.errors import KrayError
-from jobs.local import fresh_chroot
+from jobs.experiments.local import fresh_chroot
 from tests.integration.conftest import AckedLoad, wait_until, zk_states
 
 

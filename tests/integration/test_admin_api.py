@@ -36,7 +36,7 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from actors.broker.admin_apis import topic_uuid
+from actors.broker.network.admin_apis import topic_uuid
 from coordination import admin, zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from jobs import rundir
+from jobs.measures import rundir
 from jobs.analysis import analyse, find_runs, fisher_interval, t_quantile
-from jobs.report import summary_table
+from jobs.reports.report import summary_table
 from jobs.sweep import Sweep, run_sweep
-from jobs.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
+from jobs.measures.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
                          UNEXPLAINED, bucket_label)
 from coordination.errors import KrayError
 
@@ -133,7 +133,7 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spark(ray_session):
-    from jobs.spark import spark_on_ray
+    from jobs.reports.spark import spark_on_ray
 
     with spark_on_ray() as session:
         yield session
@@ -330,7 +330,7 @@ def test_outputs_are_parquet_tables_charts_and_a_report(spark, result):
     for chart in ("waits_vs_partitions.png", "phases_per_bucket.png", "correlations.png"):
         assert (result.out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({chart})" in (result.out / "report.md").read_text()
-    from jobs.report import summary_table
+    from jobs.reports.report import summary_table
     table = summary_table(result)
     assert "recovery p50/p99" in table and "worst wait p50/p99" in table and str(result.out / "report.md") in table
 

@@ -331,7 +331,7 @@ def test_sigterm_stops_the_embedded_zookeeper_it_started(ray_session):
     """A job stopped with SIGTERM (`timeout`, `kill`) leaves no ZooKeeper server behind, as Ctrl-C does
     (before, the signal handler of the Ray it started ended the process at once and the server ran on)."""
     env = {k: v for k, v in os.environ.items() if k not in ("KRAY_ZK_CONNECT", "RAY_ADDRESS")}
-    script = ("import time\nfrom jobs.local import embedded_zookeeper_and_ray\n"
+    script = ("import time\nfrom jobs.experiments.local import embedded_zookeeper_and_ray\n"
               "with embedded_zookeeper_and_ray() as environment:\n"
               "    print(environment.connect, flush=True)\n    time.sleep(120)\n")
     job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env,

@@ -135,7 +135,7 @@ def test_brokers_reject_the_old_controller_epoch_and_stale_broker_epochs(env):
 def test_a_killed_request_sender_is_replaced_by_one_of_the_controllers_and_requests_flow(env):
     """kill-request-sender: the controller starts a sender under a name of its own (the broker's
     name stays free for its next incarnation) and the broker hears of new topics again."""
-    from jobs.chaos import Chaos
+    from jobs.experiments.chaos import Chaos
 
     cluster, zk = env["cluster"], env["zk"]
     controller_id = Chaos(cluster, zk).kill_request_sender(2)

@@ -105,7 +105,7 @@ def test_an_isr_write_that_landed_before_the_connection_dropped_is_taken_whole(l
     the versions it moved itself, and the whole chunk is recognised as written (one read), the leader
     leading on at the versions found."""
     from actors.broker.isr import IsrManager
-    from actors.broker.log_config import LogConfig
+    from actors.broker.log.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
     from actors.config import BrokerConfig
     from actors.protocol import LeaderAndIsrRequest, PartitionState

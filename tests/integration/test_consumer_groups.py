@@ -22,7 +22,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition as KTopicParti
 from kafka.admin import OffsetSpec
 from kafka.errors import CommitFailedError, RebalanceInProgressError
 
-from actors.broker.group_records import GROUP_METADATA_TOPIC
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.config import BrokerConfig
 from coordination import admin
 from tests.integration.test_kafka_clients import produce

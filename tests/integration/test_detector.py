@@ -19,7 +19,7 @@ from actors.controller.actor import ControllerActor
 from actors.names import controller_actor_name
 from actors.runtime import poll
 from coordination import zkdata
-from jobs.local import fresh_chroot
+from jobs.experiments.local import fresh_chroot
 from tests.integration.conftest import create_topic_and_wait, caches_match_zookeeper, wait_until, zk_states
 
 LONG_SESSION_MS = 30_000

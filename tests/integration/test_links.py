@@ -17,8 +17,8 @@ from actors.runtime import poll
 from coordination import admin
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from jobs.chaos import Chaos
-from jobs.rundir import FaultKind
+from jobs.experiments.chaos import Chaos
+from jobs.measures.rundir import FaultKind
 from tests.integration.conftest import (
     caches_match_zookeeper,
     produce_request,

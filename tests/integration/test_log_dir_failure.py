@@ -12,7 +12,7 @@ from actors.config import BrokerConfig
 from coordination import zkdata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from jobs.chaos import Chaos
+from jobs.experiments.chaos import Chaos
 from tests.integration.conftest import (
     AckedLoad,
     caches_match_zookeeper,

@@ -11,8 +11,8 @@ from actors.clients.producer import Producer
 from actors.links.faults import HEALTHY, Direction, LinkFault, broker_link
 from coordination import zkdata
 from coordination.zkdata import TopicPartition
-from jobs.chaos import Chaos
-from jobs.rundir import FaultKind
+from jobs.experiments.chaos import Chaos
+from jobs.measures.rundir import FaultKind
 from tests.integration.conftest import caches_match_zookeeper, read_all, wait_until, zk_states
 from tests.integration.test_replication import FAST
 

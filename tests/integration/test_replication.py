@@ -10,7 +10,7 @@ import time
 import pytest
 import ray
 
-from actors.broker.batches import decode_records
+from actors.broker.log.batches import decode_records
 from actors.clients.consumer import ConsumedRecord, Consumer
 from actors.clients.producer import Producer
 from actors.config import BrokerConfig
@@ -267,7 +267,7 @@ def test_produces_waiting_for_acks_all_cost_no_thread(new_cluster):
     os.kill(pid, signal.SIGSTOP)  # in the ISR still (replica.lag.time.max.ms is 30 s): acks=all waits
 
     async def waiting_produces():
-        from actors.broker.network import NetworkClient
+        from actors.broker.network.network import NetworkClient
 
         clients = [NetworkClient() for _ in range(80)]
         for c in clients:

@@ -14,7 +14,7 @@ from coordination import admin, zkdata
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
-from jobs.local import fresh_chroot
+from jobs.experiments.local import fresh_chroot
 from tests.integration.conftest import caches_match_zookeeper, wait_until, zk_states
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from actors.broker.log_config import LogConfig
+from actors.broker.log.log_config import LogConfig
 from actors.config import BrokerConfig
 from actors.controller.zk_state_machines import topic_unclean_overrides
 from coordination import admin, zkdata

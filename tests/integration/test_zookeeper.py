@@ -355,7 +355,7 @@ def test_invalid_create_changes_nothing(zk, topic, partitions, rf, error):
 def test_zk_restart_fault_brings_the_server_back_and_sessions_survive():
     """The chaos fault zk-restart: SIGKILL of the server, started again on its data; a session shorter
     lived than its timeout reconnects to the same session and its data is there."""
-    from jobs.chaos import Chaos
+    from jobs.experiments.chaos import Chaos
 
     server = ZooKeeperServer(ZooKeeperSettings(tick_time_ms=250, min_session_timeout_ms=1000)).start()
     try:
@@ -383,7 +383,7 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     registration's czxid is not the broker epoch that fetched). Once its own fetches are by the
     registered incarnation, it is taken in."""
     from actors.broker.isr import IsrManager
-    from actors.broker.log_config import LogConfig
+    from actors.broker.log.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
     from actors.config import BrokerConfig
     from actors.protocol import LeaderAndIsrRequest, PartitionState
@@ -429,7 +429,7 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
 def led_alone_with_a_registered_follower(zk, tmp_path, tps: list[TopicPartition]):
     """Broker 1 leading `tps` with the ISR [1] (their state znodes so), replicas [1, 2], and broker 2
     registered: (broker 1's ReplicaManager, broker 2's epoch, which its metadata has alive)."""
-    from actors.broker.log_config import LogConfig
+    from actors.broker.log.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
     from actors.config import BrokerConfig
     from actors.protocol import LeaderAndIsrRequest, PartitionState
@@ -495,7 +495,7 @@ def test_a_leaders_isr_change_is_announced_even_if_the_first_announcement_fails(
     controller picks it up for UpdateMetadata. If the announcement cannot be written (no session),
     the change is kept and announced on the next round, not forgotten."""
     from actors.broker.isr import IsrManager
-    from actors.broker.log_config import LogConfig
+    from actors.broker.log.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
     from actors.config import BrokerConfig
     from actors.protocol import LeaderAndIsrRequest, PartitionState

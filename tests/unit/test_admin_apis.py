@@ -11,7 +11,7 @@ import pytest
 from kazoo.exceptions import BadVersionError, NodeExistsError
 from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
 
-from actors.broker.admin_apis import (
+from actors.broker.network.admin_apis import (
     APPEND,
     BROKER,
     DELETE,
@@ -24,10 +24,10 @@ from actors.broker.admin_apis import (
     incremental_change,
     topic_uuid,
 )
-from actors.broker.api_versions import API_VERSIONS
+from actors.broker.network.api_versions import API_VERSIONS
 from actors.broker.configs import ConfigSource, ConfigType, describe_broker_config, describe_topic_config
 from actors.broker.metadata_cache import MetadataCache, Snapshot
-from actors.broker.network import RequestContext
+from actors.broker.network.network import RequestContext
 from actors.config import BrokerConfig, ClusterConfig, ControllerConfig
 from actors.protocol import PartitionState
 from coordination import admin, zkdata

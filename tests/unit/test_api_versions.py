@@ -1,7 +1,7 @@
 """The APIs and versions a broker serves: Kafka 2.8's ranges, from where v2 record batches start."""
 from __future__ import annotations
 
-from actors.broker.api_versions import API_VERSIONS, api_versions_response, supported
+from actors.broker.network.api_versions import API_VERSIONS, api_versions_response, supported
 from coordination.errors import Errors
 
 

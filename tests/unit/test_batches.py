@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from actors.broker import batches
-from actors.broker.batches import BATCH_OVERHEAD, build, decode_records, read_header
+from actors.broker.log import batches
+from actors.broker.log.batches import BATCH_OVERHEAD, build, decode_records, read_header
 from coordination.errors import Errors, KrayError
 
 MAX = 1 << 20

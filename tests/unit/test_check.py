@@ -1,4 +1,4 @@
-"""jobs.check: the invariant checker on fabricated run directories."""
+"""jobs.measures.check: the invariant checker on fabricated run directories."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,8 +20,8 @@ from actors.records import (
     JsonlWriter,
     tp_key,
 )
-from jobs import check
-from jobs.rundir import (
+from jobs.measures import check
+from jobs.measures.rundir import (
     FINAL_STATE,
     PARTITION_STATES,
     SUMMARY,
@@ -467,7 +467,7 @@ def test_missing_run_dir_returns_2(tmp_path, capsys, make_file):
 def test_a_runs_report_prints_the_checks_its_summary_kept(tmp_path, monkeypatch):
     """The run's report prints the checks made once as the run ended (summary.json keeps them), rather than
     reading every record again."""
-    from jobs import runner
+    from jobs.experiments import runner
 
     run_dir = clean_run().write(tmp_path)
     kept = check.check_run(run_dir)

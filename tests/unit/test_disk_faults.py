@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from actors.broker.batches import build
-from actors.broker.checkpoints import write_checkpoint
-from actors.broker.log import RECOVERY_POINT_CHECKPOINT, Log
+from actors.broker.log.batches import build
+from actors.broker.log.checkpoints import write_checkpoint
+from actors.broker.log.log import RECOVERY_POINT_CHECKPOINT, Log
 from coordination.errors import KrayError
-from jobs import disk_faults
-from jobs.disk_faults import Damage, apply, corrupt_tail, describe, plan, truncate_tail, unflushed_tail, whole_batches
-from jobs.rundir import FaultKind
+from jobs.experiments import disk_faults
+from jobs.experiments.disk_faults import Damage, apply, corrupt_tail, describe, plan, truncate_tail, unflushed_tail, whole_batches
+from jobs.measures.rundir import FaultKind
 
 
 def fill(log: Log, n: int, rng: random.Random | None = None) -> None:
@@ -168,7 +168,7 @@ def test_a_plan_covers_every_replica_of_a_broker_and_reads_only(tmp_path):
 
 
 def test_the_logs_are_damaged_only_once_their_process_is_gone_in_every_log_dir(tmp_path):
-    from jobs.chaos import damage_logs, process_gone
+    from jobs.experiments.chaos import damage_logs, process_gone
 
     dirs = [tmp_path / "log-dir-0", tmp_path / "log-dir-1"]
     for i, d in enumerate(dirs):

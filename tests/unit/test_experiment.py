@@ -1,4 +1,4 @@
-"""jobs.experiment (the declarative Experiment, load_experiment) and jobs.runner.schedule."""
+"""jobs.experiments.experiment (the declarative Experiment, load_experiment) and jobs.experiments.runner.schedule."""
 from __future__ import annotations
 
 import random
@@ -8,10 +8,10 @@ import pytest
 
 from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
-from jobs.chaos import BROKER_FAULTS
-from jobs.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
-from jobs.rundir import FaultKind
-from jobs.runner import returns_awaited, schedule
+from jobs.experiments.chaos import BROKER_FAULTS
+from jobs.experiments.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
+from jobs.measures.rundir import FaultKind
+from jobs.experiments.runner import returns_awaited, schedule
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -413,8 +413,8 @@ def test_single_kind_fixed_interval():
 # -- waiting for a recovered cluster before a fault ---------------------------------------------------
 
 def test_recovered_needs_every_replica_up_and_in_sync_and_leaders_balanced_as_kafka_leaves_them():
-    from jobs.rundir import PartitionLeadership as L
-    from jobs.runner import recovered
+    from jobs.measures.rundir import PartitionLeadership as L
+    from jobs.experiments.runner import recovered
 
     assignment = {TopicPartition("t", p): [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3] for p in range(30)}
     healthy = {f"t-{p}": L(leader=r[0], leader_epoch=2, isr=sorted(r)) for p, r in

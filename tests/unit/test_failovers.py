@@ -1,10 +1,10 @@
-"""jobs.failovers.compose on records built in memory: each controller timeline joined with its fault and
+"""jobs.measures.failovers.compose on records built in memory: each controller timeline joined with its fault and
 the load at it."""
 from __future__ import annotations
 
 from actors.records import TimelineRecord
-from jobs.failovers import compose
-from jobs.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample
+from jobs.measures.failovers import compose
+from jobs.measures.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, LoadSample
 
 
 def fault(fault_id: int, kind: FaultKind, target: int | None, injected_ms: float,
@@ -122,7 +122,7 @@ def test_a_broker_failure_is_joined_with_the_fault_that_hit_its_broker_when_faul
 
 
 def test_a_faults_failover_is_its_broker_failure_else_its_first():
-    from jobs.failovers import of_faults
+    from jobs.measures.failovers import of_faults
 
     timelines, faults, samples = compose_inputs()
     got = of_faults(compose(timelines, faults, samples, session_timeout_ms=6000, detector=True))

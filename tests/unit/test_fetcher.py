@@ -7,9 +7,9 @@ import asyncio
 import time
 
 from actors.broker.fetcher import ReplicaFetcher
-from actors.broker.kafka_apis import KafkaApis
+from actors.broker.network.kafka_apis import KafkaApis
 from actors.broker.metadata_cache import MetadataCache
-from actors.broker.network import SocketServer
+from actors.broker.network.network import SocketServer
 from actors.broker.replica_manager import ReplicaManager
 from actors.config import BrokerConfig
 from tests.unit.test_replica_manager import BROKER_EPOCH, CONFIG_FOR, T0, T1, batch, lai, ps

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from actors.broker.batches import assign_offsets, decode_records, iter_batches
+from actors.broker.log.batches import assign_offsets, decode_records, iter_batches
 from actors.broker.events import BrokerEvents
-from actors.broker.group_coordinator import GroupCoordinator, JoinResult
-from actors.broker.group_metadata import GroupMetadata, GroupState, IllegalGroupTransition
-from actors.broker.group_records import GROUP_METADATA_TOPIC, OffsetAndMetadata, partition_for, read_key
+from actors.broker.group.group_coordinator import GroupCoordinator, JoinResult
+from actors.broker.group.group_metadata import GroupMetadata, GroupState, IllegalGroupTransition
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC, OffsetAndMetadata, partition_for, read_key
 from actors.config import BrokerConfig
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition

@@ -1,9 +1,9 @@
-"""jobs.group_failovers: the coordinator's failover steps from records built in memory."""
+"""jobs.measures.group_failovers: the coordinator's failover steps from records built in memory."""
 from __future__ import annotations
 
 from actors.records import BrokerEvent, GroupCommit
-from jobs.group_failovers import compose
-from jobs.rundir import FaultKind, FaultRecord, PartitionLeadership, PartitionWait, Role, Source, StateSample
+from jobs.measures.group_failovers import compose
+from jobs.measures.rundir import FaultKind, FaultRecord, PartitionLeadership, PartitionWait, Role, Source, StateSample
 
 GROUP, OFFSETS = "load-group", "__consumer_offsets-7"
 HORIZON = 10_000.0

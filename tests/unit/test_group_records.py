@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from actors.broker.group_records import (
+from actors.broker.group.group_records import (
     GroupKey,
     GroupMetadataValue,
     MalformedRecord,

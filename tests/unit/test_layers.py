@@ -16,11 +16,13 @@ PURE = [
     "actors.protocol", "actors.records", "actors.names", "actors.links.faults", "actors.links.shapes",
     *(f"actors.controller.{m}" for m in (
         "context", "state_machines", "election", "changes", "decisions", "timeline", "events", "request_batch")),
-    *(f"actors.broker.{m}" for m in (
-        "batches", "replication", "fetch_session", "producer_state", "leader_epochs", "checkpoints", "log_config",
-        "api_versions", "wire", "errors", "group_records", "group_metadata")),
+    *(f"actors.broker.{m}" for m in ("replication", "fetch_session", "errors")),
+    *(f"actors.broker.log.{m}" for m in ("batches", "producer_state", "leader_epochs", "checkpoints", "log_config")),
+    *(f"actors.broker.network.{m}" for m in ("api_versions", "wire")),
+    *(f"actors.broker.group.{m}" for m in ("group_records", "group_metadata")),
     *(f"coordination.{m}" for m in ("zkdata", "errors", "topic_config")),
-    "jobs.failovers", "jobs.timeline_page", "jobs.disk_faults", "jobs.group_failovers",
+    "jobs.measures.failovers", "jobs.reports.timeline_page", "jobs.experiments.disk_faults",
+    "jobs.measures.group_failovers",
 ]
 RUNTIMES = ("ray", "kazoo")
 
@@ -98,7 +100,7 @@ def _runs(module: str) -> list[Import]:
 
 
 def test_the_modules_named_here_exist():
-    assert {"actors.controller.controller", "coordination.zkclient", "jobs.rundir"} <= set(IMPORTS)
+    assert {"actors.controller.controller", "coordination.zkclient", "jobs.measures.rundir"} <= set(IMPORTS)
     assert not [m for m in PURE if m not in MODULES], "a pure module named here no longer exists"
 
 

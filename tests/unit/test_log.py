@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from actors.broker import batches
-from actors.broker.batches import build, decode_records, read_header
-from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.log import batches
+from actors.broker.log.batches import build, decode_records, read_header
+from actors.broker.log.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.errors import KafkaStorageException, OffsetOutOfRangeException
-from actors.broker.leader_epochs import LeaderEpochCache
-from actors.broker.log import RECOVERY_POINT_CHECKPOINT, Log, read_recovery_point
+from actors.broker.log.leader_epochs import LeaderEpochCache
+from actors.broker.log.log import RECOVERY_POINT_CHECKPOINT, Log, read_recovery_point
 from coordination.errors import KrayError
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from actors.broker.errors import KafkaStorageException
-from actors.broker.log_dirs import LogDirFailureChannel, LogDirs, next_log_dir, parse_log_dir_name
+from actors.broker.log.log_dirs import LogDirFailureChannel, LogDirs, next_log_dir, parse_log_dir_name
 from actors.broker.replica_manager import HW_CHECKPOINT, ReplicaManager
 from actors.config import BrokerConfig, ClusterConfig
 from actors.data_protocol import FetchParams, FetchPartition

@@ -12,9 +12,9 @@ import struct
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
-from actors.broker.api_versions import API_VERSIONS
-from actors.broker import network
-from actors.broker.network import CloseConnection, NetworkClient, SocketServer
+from actors.broker.network.api_versions import API_VERSIONS
+from actors.broker.network import network
+from actors.broker.network.network import CloseConnection, NetworkClient, SocketServer
 from coordination.errors import Errors
 from tests.integration.conftest import fetch_request, produce_request
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from actors.broker.batches import decode_records
+from actors.broker.log.batches import decode_records
 from actors.broker.errors import (
     NotEnoughReplicasException,
     NotLeaderOrFollowerException,
     OffsetOutOfRangeException,
     OutOfOrderSequenceException,
 )
-from actors.broker.log import Log
-from actors.broker.log_config import LogConfig
+from actors.broker.log.log import Log
+from actors.broker.log.log_config import LogConfig
 from actors.broker.partition import LeaderAndIsrState, Partition
 from actors.broker.replication import FollowerState
 from actors.config import BrokerConfig

@@ -1,11 +1,11 @@
-"""jobs.partition_phases: a partition's steps from the fault to its acknowledgement, from the controller's
+"""jobs.measures.partition_phases: a partition's steps from the fault to its acknowledgement, from the controller's
 timeline and the brokers' events, on records built in memory."""
 from __future__ import annotations
 
 from actors.records import BrokerEvent
-from jobs.partition_phases import BrokerSteps, explain, phases, steps
-from jobs.phases import PARTITION_PHASES
-from jobs.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, PartitionWait, Role, Source
+from jobs.measures.partition_phases import BrokerSteps, explain, phases, steps
+from jobs.measures.phases import PARTITION_PHASES
+from jobs.measures.rundir import FailoverRecord, FaultKind, FaultRecord, LoadAtFault, PartitionWait, Role, Source
 
 T = 1_000.0  # the fault
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.broker.batches import build, read_header
-from actors.broker.log import Log
-from actors.broker.producer_state import BATCHES_KEPT, BatchMetadata, ProducerStateManager
+from actors.broker.log.batches import build, read_header
+from actors.broker.log.log import Log
+from actors.broker.log.producer_state import BATCHES_KEPT, BatchMetadata, ProducerStateManager
 from coordination.errors import Errors, KrayError
 
 

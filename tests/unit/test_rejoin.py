@@ -1,9 +1,9 @@
-"""jobs.rejoin: how long a broker back from a fault takes to rejoin the ISRs it left."""
+"""jobs.measures.rejoin: how long a broker back from a fault takes to rejoin the ISRs it left."""
 from __future__ import annotations
 
 from actors.records import BrokerEvent
-from jobs.rejoin import rejoins
-from jobs.rundir import FaultKind, FaultRecord, PartitionLeadership, StateSample
+from jobs.measures.rejoin import rejoins
+from jobs.measures.rundir import FaultKind, FaultRecord, PartitionLeadership, StateSample
 
 ASSIGNED = {"t-0": [1, 2, 3], "t-1": [2, 3, 1], "t-2": [1, 2], "t-3": [3, 1, 2]}
 

@@ -8,10 +8,10 @@ import time
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from actors.broker.batches import decode_records
+from actors.broker.log.batches import decode_records
 from actors.broker.errors import FencedLeaderEpochException, NotLeaderOrFollowerException
-from actors.broker.log import read_recovery_point
-from actors.broker.log_config import LogConfig
+from actors.broker.log.log import read_recovery_point
+from actors.broker.log.log_config import LogConfig
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from actors.broker.partition import LeaderAndIsrState
 from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, ReplicaManager, now_ms, role
@@ -628,8 +628,8 @@ def test_metadata_answers_a_leader_not_known_alive_as_none(rm):
     asks again instead of waiting on the dead broker."""
     from kafka.protocol.metadata import MetadataRequest
 
-    from actors.broker.kafka_apis import KafkaApis
-    from actors.broker.network import RequestContext
+    from actors.broker.network.kafka_apis import KafkaApis
+    from actors.broker.network.network import RequestContext
 
     cache = MetadataCache()
     cache.update(um(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)), ps(T1, leader=2, leader_epoch=0, isr=(2, 1)),
@@ -726,8 +726,8 @@ def test_metadata_answers_the_endpoints_of_the_listener_asked(rm, version, missi
     LISTENER_NOT_FOUND (v6 on; LEADER_NOT_AVAILABLE before)."""
     from kafka.protocol.metadata import MetadataRequest
 
-    from actors.broker.kafka_apis import KafkaApis
-    from actors.broker.network import RequestContext
+    from actors.broker.network.kafka_apis import KafkaApis
+    from actors.broker.network.network import RequestContext
     from actors.protocol import EndPoint, LiveBroker
 
     cache = MetadataCache()
@@ -846,8 +846,8 @@ def apis_fetch(rm, version: int, request):
     """KafkaApis' answer to a consumer's Fetch of `version`: [(partition, error, HW, offsets)], session id."""
     from kafka.protocol.consumer import FetchRequest
 
-    from actors.broker.kafka_apis import KafkaApis
-    from actors.broker.network import RequestContext
+    from actors.broker.network.kafka_apis import KafkaApis
+    from actors.broker.network.network import RequestContext
 
     apis = KafkaApis(BROKER, rm, MetadataCache(), lambda: "cluster", lambda: 0)
     response = asyncio.run(apis.fetch(RequestContext(FetchRequest.API_KEY, version, 1, "c", "peer"), request))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from coordination.errors import KrayError
-from jobs.rundir import FaultKind
+from jobs.measures.rundir import FaultKind
 from jobs.sweep import QUICK, Sweep, load_sweep, main, sweep_of
 
 

@@ -1,4 +1,4 @@
-"""jobs.timeline_page: the run's page built from records made in memory, read as HTML, and opened in a real
+"""jobs.reports.timeline_page: the run's page built from records made in memory, read as HTML, and opened in a real
 headless Chromium (tests/chromium.py)."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 from html.parser import HTMLParser
 
 from actors.records import PRODUCED, Ack, JsonlWriter
-from jobs import rundir
-from jobs.rundir import (
+from jobs.measures import rundir
+from jobs.measures.rundir import (
     FaultKind,
     FaultRecord,
     LoadSample,
@@ -17,7 +17,7 @@ from jobs.rundir import (
     Source,
     StateSample,
 )
-from jobs.timeline_page import (
+from jobs.reports.timeline_page import (
     MAX_WAITING_ROWS,
     controller_changes,
     produce_series,

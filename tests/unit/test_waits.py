@@ -1,12 +1,12 @@
-"""jobs.waits: each partition's recovery and worst wait through each fault, on deliveries built in memory."""
+"""jobs.measures.waits: each partition's recovery and worst wait through each fault, on deliveries built in memory."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from jobs.rundir import FaultKind, FaultRecord, PartitionLeadership, PartitionWait, Role, Source, StateSample
-from jobs.waits import Deliveries, by_fault, partition_waits, percentile, source_of, stats, touched
+from jobs.measures.rundir import FaultKind, FaultRecord, PartitionLeadership, PartitionWait, Role, Source, StateSample
+from jobs.measures.waits import Deliveries, by_fault, partition_waits, percentile, source_of, stats, touched
 
 HORIZON = 10_000.0
 
@@ -173,7 +173,7 @@ def test_stats_percentiles_touched_and_grouping():
 
 
 def test_the_latency_away_from_the_faults_and_the_share_left_unexplained_of_the_unavailable():
-    from jobs.waits import latency_away, unexplained_share
+    from jobs.measures.waits import latency_away, unexplained_share
 
     faults = [FaultRecord(fault_id=1, kind=FaultKind.PAUSE_BROKER, target=1, injected_ms=10_000, ended_ms=12_000),
               FaultRecord(fault_id=2, kind=FaultKind.KILL_BROKER, target=2, injected_ms=14_000)]
@@ -198,7 +198,7 @@ def test_a_consumer_group_is_measured_as_a_third_source_from_its_members_deliver
     was first given it: its recovery is the first record sent at or after the fault that the group got;
     a record it was never given waited to the end of the observation (censored)."""
     from actors.records import Ack
-    from jobs.waits import deliveries_of
+    from jobs.measures.waits import deliveries_of
 
     def ack(tp: str, n: int, sent: float, acked: float) -> Ack:
         topic, _, partition = tp.rpartition("-")

@@ -11,7 +11,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from actors.broker import kafka_apis, wire
+from actors.broker.network import kafka_apis, wire
 from actors.data_protocol import FetchedPartition, FetchPartition, FetchResult, ProduceResult
 
 

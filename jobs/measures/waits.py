@@ -32,7 +32,7 @@ from collections import defaultdict
 from typing import Iterable, NamedTuple
 
 from actors.records import PROBE_PRODUCER, tp_key
-from jobs.rundir import CONTROLLER_FAULTS, FaultRecord, PartitionWait, Role, Source, StateSample, WaitStats
+from jobs.measures.rundir import CONTROLLER_FAULTS, FaultRecord, PartitionWait, Role, Source, StateSample, WaitStats
 
 RATE_WINDOW_MS = 1000.0  # a partition's load at the fault: its acknowledgements over the second before
 

@@ -14,7 +14,7 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 |                            | after S seconds (needs the server handle: embedded runs, `kray zk`)    |
 | controlled-shutdown N      | broker N moves its leaderships away and stops for good                 |
 | corrupt-log-tail N, truncate-log-tail N, lose-unflushed-tail N: broker N killed for good, its logs |
-| damaged once its process is gone (jobs/disk_faults.py); the caller starts it again after S seconds  |
+| damaged once its process is gone (jobs/experiments/disk_faults.py); the caller starts it again after S seconds  |
 | fail-log-dir N             | broker N's last log dir fails under it (KIP-112: a file in its place);  |
 |                            | the caller repairs it after S seconds (repair_log_dir, then start it)  |
 | cut-replication N, cut-broker-zookeeper N, cut-controller-zookeeper, isolate-broker N, split-brokers, |
@@ -48,9 +48,9 @@ from actors.links.shapes import CUT, DROP, SLOW, LinkSetting, Role, Shape, every
 from actors.names import is_request_sender_to, request_sender_name
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
-from jobs import disk_faults
-from jobs.disk_faults import DISK_FAULTS, Damage
-from jobs.rundir import FaultKind
+from jobs.experiments import disk_faults
+from jobs.experiments.disk_faults import DISK_FAULTS, Damage
+from jobs.measures.rundir import FaultKind
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """An experiment's admin actions (ActionSpec), done through the same admin calls as `kray topics` and
 `kray reassign` (coordination/admin.py) while faults strike: each is recorded with what it asked for
-(ActionRecord), and `kray check` verifies at the end that the cluster did it (jobs/check.py:
+(ActionRecord), and `kray check` verifies at the end that the cluster did it (jobs/measures/check.py:
 check_actions).
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from coordination import admin, zkdata
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
-from jobs.experiment import ActionSpec
-from jobs.rundir import ActionKind, ActionRecord
+from jobs.experiments.experiment import ActionSpec
+from jobs.measures.rundir import ActionKind, ActionRecord
 
 UNCLEAN = {"unclean.leader.election.enable": "true"}
 

@@ -23,7 +23,7 @@ import bisect
 from typing import Iterable
 
 from actors.records import BrokerEvent, GroupCommit
-from jobs.rundir import CONTROLLER_FAULTS, FaultRecord, GroupFailoverRecord, PartitionWait, Source, StateSample
+from jobs.measures.rundir import CONTROLLER_FAULTS, FaultRecord, GroupFailoverRecord, PartitionWait, Source, StateSample
 
 
 def _first(events: list[BrokerEvent], after: float, until: float, match) -> BrokerEvent | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.log.checkpoints import read_checkpoint, write_checkpoint
 
 UNDEFINED_EPOCH_OFFSET = -1
 

@@ -1,4 +1,4 @@
-"""The invariant checker: reads a chaos run's directory (jobs/rundir.py) and counts violations
+"""The invariant checker: reads a chaos run's directory (jobs/measures/rundir.py) and counts violations
 of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader election off.
 
     lost                       A record the leader acknowledged is in the log for good: every Ack
@@ -71,7 +71,7 @@ from actors.records import (
     JsonlReader,
     tp_key,
 )
-from jobs.rundir import (
+from jobs.measures.rundir import (
     ACTIONS,
     EXPERIMENT,
     FINAL_STATE,

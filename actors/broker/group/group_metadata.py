@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
-from actors.broker.group_records import GroupMetadataValue, MemberRecord, OffsetAndMetadata
+from actors.broker.group.group_records import GroupMetadataValue, MemberRecord, OffsetAndMetadata
 from coordination.zkdata import TopicPartition
 
 

@@ -1,6 +1,6 @@
 """Failover records: each controller timeline joined with the fault that caused it and the load at that
 moment (the failover timeline of docs/ARCHITECTURE.md). What the client waited through each fault,
-partition by partition, is jobs/waits.py's. Pure: plain records in, FailoverRecords out.
+partition by partition, is jobs/measures/waits.py's. Pure: plain records in, FailoverRecords out.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import bisect
 from typing import Iterable
 
 from actors.records import TimelineRecord
-from jobs.rundir import FailoverRecord, FaultRecord, LoadAtFault, LoadSample
+from jobs.measures.rundir import FailoverRecord, FaultRecord, LoadAtFault, LoadSample
 
 
 def compose(timelines: list[TimelineRecord], faults: list[FaultRecord], samples: list[LoadSample],

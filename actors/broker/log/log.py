@@ -17,7 +17,7 @@ never flush, durability is left to replication): a power loss may take everythin
 point, the offset below which the log was flushed. Kafka's LogManager checkpoints every log's
 recovery point in one file per log directory every minute; here the log writes its own, in its
 directory, each time it flushes (not fsync'ed: a lost one only says less was flushed). Nothing here
-reads it but the disk-fault injector (jobs/disk_faults.py): recovery checks every segment anyway.
+reads it but the disk-fault injector (jobs/experiments/disk_faults.py): recovery checks every segment anyway.
 
 A segment is rolled when the next batch would not fit in `segment_bytes`. An index entry is added
 each time `index_interval_bytes` were appended since the last one (Kafka's index.interval.bytes),
@@ -37,11 +37,11 @@ from array import array
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from actors.broker import batches
-from actors.broker.batches import BATCH_OVERHEAD, BatchHeader
-from actors.broker.checkpoints import read_checkpoint, write_checkpoint
+from actors.broker.log import batches
+from actors.broker.log.batches import BATCH_OVERHEAD, BatchHeader
+from actors.broker.log.checkpoints import read_checkpoint, write_checkpoint
 from actors.broker.errors import KafkaStorageException, OffsetOutOfRangeException
-from actors.broker.leader_epochs import LeaderEpochCache
+from actors.broker.log.leader_epochs import LeaderEpochCache
 from coordination.errors import KrayError
 
 log = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from actors.broker import wire
-from actors.broker.api_versions import API_VERSIONS, api_versions_response, supported
+from actors.broker.network import wire
+from actors.broker.network.api_versions import API_VERSIONS, api_versions_response, supported
 from actors.protocol import CLIENT_LISTENER
 from coordination.errors import Errors
 

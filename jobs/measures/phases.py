@@ -1,7 +1,7 @@
 """What the failover analysis measures and hands on: the controller's phases of a failover, each
 partition's steps to its recovery, the client's two measures, the load features, the load buckets,
-and the Analysis. The runner (jobs/runner.py) names the steps, the Spark job (jobs/analysis.py)
-computes over them and the report (jobs/report.py) prints them; all take the names from here."""
+and the Analysis. The runner (jobs/experiments/runner.py) names the steps, the Spark job (jobs/analysis.py)
+computes over them and the report (jobs/reports/report.py) prints them; all take the names from here."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,14 +14,14 @@ PHASE_SPANS = {"detection_ms": ("fault_injected_ms", "detected_ms"),
                "election_zk_ms": ("processing_started_ms", "zk_written_ms"),
                "propagation_ms": ("zk_written_ms", "requests_acked_ms")}
 # the consumer group's coordinator through a fault on its broker, one value per such fault: each step's ms after
-# the fault (jobs/group_failovers.py; they overlap, so they are not added up)
+# the fault (jobs/measures/group_failovers.py; they overlap, so they are not added up)
 COORDINATOR_STEPS = {"elected_ms": "led again", "loaded_ms": "loaded", "found_ms": "found", "rejoined_ms": "rejoined",
                      "committed_ms": "committed", "consumed_first_ms": "first read", "consumed_all_ms": "all read"}
 PER_FAULT_SOURCES = ("controller", "coordinator")  # the analysis's sources of one row per fault, not per partition
-# the client's, one value per partition and fault (jobs/waits.py)
+# the client's, one value per partition and fault (jobs/measures/waits.py)
 MEASURES = ["recovery_ms", "worst_wait_ms"]
 # a partition's way from the fault to its recovery: the steps seen, in time order, each phase named by
-# the step that ends it and lasting from the step before (jobs/partition_phases.py)
+# the step that ends it and lasting from the step before (jobs/measures/partition_phases.py)
 PARTITION_PHASES = {
     "fault_end_ms": "the fault ends (a pause's SIGCONT, a link healed, a broker back)",
     "record_sent_ms": "the client hands over the record that recovers the partition (a probe's next turn, the "

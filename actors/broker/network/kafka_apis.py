@@ -25,12 +25,12 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
-from actors.broker import wire
-from actors.broker.admin_apis import AdminApis
-from actors.broker.group_apis import GroupApis
-from actors.broker.group_records import GROUP_METADATA_TOPIC
+from actors.broker.network import wire
+from actors.broker.network.admin_apis import AdminApis
+from actors.broker.group.group_apis import GroupApis
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.broker.metadata_cache import MetadataCache
-from actors.broker.network import CloseConnection, RequestContext
+from actors.broker.network.network import CloseConnection, RequestContext
 from actors.broker.replica_manager import ReplicaManager
 from actors.data_protocol import FetchParams, FetchPartition, FetchResult, ProduceResult
 from coordination.errors import Errors, KrayError

@@ -38,10 +38,10 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from actors.broker.group_coordinator import GroupCoordinator, now_ms
-from actors.broker.group_records import GROUP_METADATA_TOPIC, OffsetAndMetadata
+from actors.broker.group.group_coordinator import GroupCoordinator, now_ms
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC, OffsetAndMetadata
 from actors.broker.metadata_cache import MetadataCache
-from actors.broker.network import RequestContext
+from actors.broker.network.network import RequestContext
 from actors.config import BrokerConfig
 from coordination import admin
 from coordination.errors import Errors, KrayError, TopicExistsException

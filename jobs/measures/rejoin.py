@@ -11,7 +11,7 @@ import bisect
 from typing import Iterable, NamedTuple
 
 from actors.records import BROKER_EVENTS, BrokerEvent, JsonlReader
-from jobs.rundir import FINAL_STATE, PARTITION_STATES, FaultRecord, FinalState, StateSample
+from jobs.measures.rundir import FINAL_STATE, PARTITION_STATES, FaultRecord, FinalState, StateSample
 
 
 class Rejoin(NamedTuple):

@@ -30,13 +30,13 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from actors.broker.batches import batch_size_bound
+from actors.broker.log.batches import batch_size_bound
 from actors.config import BrokerConfig, ControllerConfig
 from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
-from jobs.rundir import ActionKind, FaultKind
+from jobs.measures.rundir import ActionKind, FaultKind
 from actors.links.faults import LinkFault
-from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
+from jobs.experiments.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
 
 # leader: of the first topic's partition 0; coordinator: the load's consumer group's coordinator (the leader of its
 # __consumer_offsets partition); coordinator-unless-controller: it, or a non-controller when it is the controller's

@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from actors.broker.batches import BatchHeader
+from actors.broker.log.batches import BatchHeader
 from actors.broker.errors import (
     DuplicateSequenceException,
     InvalidProducerEpochException,
     OutOfOrderSequenceException,
 )
-from actors.broker.log import Log
+from actors.broker.log.log import Log
 
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 SNAPSHOT_INTERVAL = 10_000

@@ -23,7 +23,7 @@ model per line, and a summary.
                  /partition_states.jsonl   periodic ZooKeeper snapshots: live brokers, leader/epoch/ISR (StateSample)
                  /final_state.json         ZooKeeper and every broker's cache after the faults stopped (FinalState)
                  /summary.json             what happened, and the invariant checks (Summary)
-                 /timeline.html            the run on one page, for people (jobs/timeline_page.py)
+                 /timeline.html            the run on one page, for people (jobs/reports/timeline_page.py)
 
 The records the actors write (timelines, produced, consumed, controller events and requests), the
 record base and the JSON Lines reader and writer are in actors/records.py, beside the actors; this
@@ -63,7 +63,7 @@ class FaultKind(str, Enum):
     ZK_RESTART = "zk-restart"  # one server of an ensemble
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
     # disk faults: SIGKILL broker N for good, damage its logs with its process gone, start it again
-    # after the fault's seconds (jobs/disk_faults.py)
+    # after the fault's seconds (jobs/experiments/disk_faults.py)
     CORRUPT_LOG_TAIL = "corrupt-log-tail"  # a byte of each log's last batch flipped
     TRUNCATE_LOG_TAIL = "truncate-log-tail"  # each log's last batch cut in half
     LOSE_UNFLUSHED_TAIL = "lose-unflushed-tail"  # a power loss: every log cut back to its recovery point
@@ -99,7 +99,7 @@ DEGRADING_FAULTS = {FaultKind.SLOW_REPLICATION, FaultKind.SLOW_CLIENTS, FaultKin
 
 
 class ActionKind(str, Enum):
-    """Admin actions an experiment schedules beside its faults (jobs/admin_actions.py)."""
+    """Admin actions an experiment schedules beside its faults (jobs/experiments/admin_actions.py)."""
 
     CREATE_TOPIC = "create-topic"
     DELETE_TOPIC = "delete-topic"
@@ -176,7 +176,7 @@ class FailoverRecord(Record):
 
 
 class GroupFailoverRecord(Record):
-    """The consumer group's coordinator through a fault on its broker (jobs/group_failovers.py): each step,
+    """The consumer group's coordinator through a fault on its broker (jobs/measures/group_failovers.py): each step,
     in wall-clock ms (None: not seen within the horizon)."""
 
     fault_id: int
@@ -229,7 +229,7 @@ class PartitionWait(Record):
     worst_wait_censored: bool = False  # a record still unacknowledged when the observation ended
     records: int  # records in flight at the fault or sent within the horizon
     rate: float  # the partition's acknowledged records/s over the second before the fault
-    # where the recovery went (jobs/partition_phases.py): each named step's ms since the step before, in
+    # where the recovery went (jobs/measures/partition_phases.py): each named step's ms since the step before, in
     # the order they ran
     phases: dict[str, float] = Field(default_factory=dict)
     unexplained_ms: float | None = None  # the recovery less its named phases (None: not recovered, censored)
@@ -295,7 +295,7 @@ class FinalState(Record):
 
 
 class CheckReport(Record):
-    """A run's invariant checks (jobs/check.py makes them), kept in its summary and printed for people."""
+    """A run's invariant checks (jobs/measures/check.py makes them), kept in its summary and printed for people."""
 
     run_dir: str
     invariants: dict[str, int]

@@ -23,10 +23,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from actors.broker.batches import build, decode_records
+from actors.broker.log.batches import build, decode_records
 from actors.broker.events import BrokerEvents
-from actors.broker.group_metadata import GroupMetadata, GroupState, MemberMetadata
-from actors.broker.group_records import (
+from actors.broker.group.group_metadata import GroupMetadata, GroupState, MemberMetadata
+from actors.broker.group.group_records import (
     GROUP_METADATA_TOPIC,
     GroupKey,
     GroupMetadataValue,

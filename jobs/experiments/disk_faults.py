@@ -1,12 +1,12 @@
 """Disk faults on a stopped broker's log directory: what a crash or a bad disk leaves of the tail of
-its replicas' logs (actors/broker/log.py has the layout).
+its replicas' logs (actors/broker/log/log.py has the layout).
 
     corrupt-log-tail     one byte of each log's last batch flipped (its CRC-32C no longer matches)
     truncate-log-tail    each log's last segment cut in the middle of its last batch (a torn write)
     lose-unflushed-tail  every segment cut back to the log's recovery point: what a power loss
                          takes when nothing was flushed since (Kafka flushes a segment when it rolls)
 
-How it fails: only ever on files no process writes. The injector (jobs/chaos.py) kills the broker,
+How it fails: only ever on files no process writes. The injector (jobs/experiments/chaos.py) kills the broker,
 waits until its process is gone, then plans and applies here; the broker's next incarnation recovers
 each log, cutting it at the first bad batch, and fetches the rest again from the leaders. A plan
 only reads the files (`plan`); `apply` changes them. A log whose last segments hold no whole batch
@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from actors.broker import batches
-from actors.broker.batches import BATCH_OVERHEAD, BatchHeader
-from actors.broker.log import SEGMENT_SUFFIX, read_recovery_point
-from jobs.rundir import FaultKind
+from actors.broker.log import batches
+from actors.broker.log.batches import BATCH_OVERHEAD, BatchHeader
+from actors.broker.log.log import SEGMENT_SUFFIX, read_recovery_point
+from jobs.measures.rundir import FaultKind
 
 DISK_FAULTS = (FaultKind.CORRUPT_LOG_TAIL, FaultKind.TRUNCATE_LOG_TAIL, FaultKind.LOSE_UNFLUSHED_TAIL)
 

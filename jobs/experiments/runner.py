@@ -1,6 +1,6 @@
 """Runs an Experiment: brings a cluster up, drives load through it, injects the scheduled faults,
-records everything in a run directory (jobs/rundir.py), reads every partition back, checks the
-invariants (jobs/check.py) and stops everything it started.
+records everything in a run directory (jobs/measures/rundir.py), reads every partition back, checks the
+invariants (jobs/measures/check.py) and stops everything it started.
 
 It runs on the Ray cluster it finds (this process's Ray session, else RAY_ADDRESS) and the
 ZooKeeper KRAY_ZK_CONNECT names, else on an embedded local ZooKeeper and Ray. Progress is printed
@@ -18,7 +18,7 @@ from typing import Callable
 
 import ray
 
-from actors.broker.group_records import GROUP_METADATA_TOPIC, partition_for
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC, partition_for
 from actors.clients.load import ConsumerWorker, GroupMember, LoadGenerator, Prober, read_back, read_commits
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
@@ -45,16 +45,17 @@ from actors.records import (
 )
 from coordination import admin, zkdata
 from coordination.zkdata import TopicPartition
-from jobs import admin_actions, failovers, group_failovers, partition_phases, rejoin, rundir, waits
-from jobs.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
-from jobs.disk_faults import DISK_FAULTS, describe
-from jobs.check import check_replication, check_run
-from jobs.experiment import Experiment, FaultSpec
-from jobs.waits import percentile
-from jobs.local import embedded_zookeeper_and_ray, fresh_chroot
-from jobs.phases import COORDINATOR_STEPS, PHASE_LABELS
-from jobs.rundir import FaultKind, FaultRecord
-from jobs.timeline_page import write_timeline
+from jobs.experiments import admin_actions
+from jobs.measures import failovers, group_failovers, partition_phases, rejoin, rundir, waits
+from jobs.experiments.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
+from jobs.experiments.disk_faults import DISK_FAULTS, describe
+from jobs.measures.check import check_replication, check_run
+from jobs.experiments.experiment import Experiment, FaultSpec
+from jobs.measures.waits import percentile
+from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
+from jobs.measures.phases import COORDINATOR_STEPS, PHASE_LABELS
+from jobs.measures.rundir import FaultKind, FaultRecord
+from jobs.reports.timeline_page import write_timeline
 
 log = logging.getLogger(__name__)
 
@@ -755,7 +756,7 @@ def report(run_dir: Path) -> str:
                      f"{_three(mine.worst_wait_ms_p50, mine.worst_wait_ms_p99, mine.worst_wait_ms_max):>28}"
                      f"{_fmt(others.worst_wait_ms_p99) + ' / ' + _fmt(others.worst_wait_ms_max):>16}")
     lines += ["", "Where the recovery went, per fault: each phase's mean ms over the partitions it touched "
-              "(jobs/partition_phases.py), the unexplained rest and its share of the recovery of the partitions "
+              "(jobs/measures/partition_phases.py), the unexplained rest and its share of the recovery of the partitions "
               "that were unavailable (recovered, slower than the source's p99 latency away from the faults)"]
     short = PHASE_LABELS
     lines.append(f"{'fault':<28}{'source':<7}{'recovery':>9}" + "".join(f"{n:>7}" for n in short.values())
@@ -774,7 +775,7 @@ def report(run_dir: Path) -> str:
     coordinators = list(reader.lines(rundir.GROUP_FAILOVERS, rundir.GroupFailoverRecord))
     if coordinators:
         lines += ["", "The consumer group's coordinator through each fault on its broker, ms after the fault "
-                  "(jobs/group_failovers.py): its offsets partition led again, the group loaded, FindCoordinator "
+                  "(jobs/measures/group_failovers.py): its offsets partition led again, the group loaded, FindCoordinator "
                   "answered, the members rejoined ('-' too when no rebalance was needed), a commit stored, the "
                   "first record sent after the fault consumed, every partition's",
                   f"{'fault':<28}{'group':<14}{'coordinator':>12}" + "".join(f"{n:>11}" for n in COORDINATOR_STEPS.values())]
@@ -787,7 +788,7 @@ def report(run_dir: Path) -> str:
     back = rejoin.of_run(reader, list(faults.values()), summary.ended_ms if summary else float("inf"))
     if back:
         lines += ["", "Back in the ISRs it left, per fault: from the broker's registration to the last leader's "
-                  "expansion taking it back (jobs/rejoin.py)",
+                  "expansion taking it back (jobs/measures/rejoin.py)",
                   f"{'fault':<28}{'broker':>7}{'left':>7}{'rejoined':>9}{'p50 ms':>8}{'all back ms':>12}"]
         for r in back:
             label = faults[r.fault_id].label

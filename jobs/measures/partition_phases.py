@@ -27,8 +27,8 @@ The steps, each the first seen after the fault and before the partition recovere
                         the client's queue behind the batches the move committed (the load's client
                         sends one partition per request, five in flight per connection)
 
-The controller's steps are those of the fault's failover (jobs/failovers.py: `of_faults`); its
-phases carry the names of the controller's own (jobs/phases.py). A step not seen (a fault the
+The controller's steps are those of the fault's failover (jobs/measures/failovers.py: `of_faults`); its
+phases carry the names of the controller's own (jobs/measures/phases.py). A step not seen (a fault the
 controller did not handle, a leader that stayed) is left out. Each phase lasts from the step before
 it in time (the fault for the first) to its own step, so the phases add up to the time of the last
 step; the rest, to the acknowledgement, is unexplained unless it is client_queue_ms (None for a censored partition, which was
@@ -41,9 +41,9 @@ from collections import defaultdict
 from typing import Iterable, NamedTuple
 
 from actors.records import BrokerEvent
-from jobs.failovers import of_faults
-from jobs.phases import PARTITION_PHASES
-from jobs.rundir import DEGRADING_FAULTS, FailoverRecord, FaultRecord, PartitionWait, Source
+from jobs.measures.failovers import of_faults
+from jobs.measures.phases import PARTITION_PHASES
+from jobs.measures.rundir import DEGRADING_FAULTS, FailoverRecord, FaultRecord, PartitionWait, Source
 
 CONTROLLER_STEPS = {"detection_ms": "detected_ms", "inbox_wait_ms": "processing_started_ms",
                     "election_zk_ms": "zk_written_ms", "send_ms": "requests_sent_ms"}

@@ -50,7 +50,7 @@ from kafka.protocol.admin import (
 
 from actors.broker.configs import LIST_CONFIGS, ConfigEntry, describe_broker_config, describe_topic_config
 from actors.broker.metadata_cache import MetadataCache
-from actors.broker.network import RequestContext
+from actors.broker.network.network import RequestContext
 from actors.config import ClusterConfig
 from actors.controller.changes import ElectionType
 from coordination import admin, zkdata

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from actors.records import PRODUCED, Ack, JsonlReader
-from jobs import rundir
-from jobs.phases import PARTITION_PHASES
-from jobs.rundir import FaultRecord, LoadSample, PartitionWait, Source, StateSample, Summary
-from jobs.waits import percentile, source_of, touched
+from jobs.measures import rundir
+from jobs.measures.phases import PARTITION_PHASES
+from jobs.measures.rundir import FaultRecord, LoadSample, PartitionWait, Source, StateSample, Summary
+from jobs.measures.waits import percentile, source_of, touched
 
 MAX_WAITING_ROWS = 40
 MAX_BUCKETS = 240  # produce throughput and latency points across the run
@@ -37,7 +37,7 @@ ROW = 16  # a lane's row: a fault label, a partition's bar
 FAULT_FILL = "#f4a261"
 COLORS = ["#1d3557", "#2a9d8f", "#e9c46a", "#8d99ae", "#6a4c93"]  # one per ISR size, largest first
 OFFLINE = "#d62828"
-# a partition's phases (jobs/phases.py: PARTITION_PHASES), drawn over its recovery bar; what is left red is unexplained
+# a partition's phases (jobs/measures/phases.py: PARTITION_PHASES), drawn over its recovery bar; what is left red is unexplained
 PHASE_COLORS = dict(zip(PARTITION_PHASES, ["#f4a261", "#adb5bd", "#8d99ae", "#6a4c93", "#1d3557", "#457b9d", "#2a9d8f",
                                            "#83c5be", "#a8dadc", "#e9c46a", "#e76f51", "#ffb4a2", "#b5838d",
                                            "#cdb4db", "#ffd6a5"], strict=True))
