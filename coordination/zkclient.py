@@ -12,6 +12,11 @@
   against the znodes, and counts as done, with the versions it made, when they hold what it wrote.
 
 Create the client inside the process that uses it: kazoo clients do not pickle.
+
+Over 600 lines on purpose: it is Kafka's KafkaZkClient, one typed call per znode kind over one retry,
+session and fencing path (`until_connected`, `fenced_multi`); the wire-level pieces (MultiRead, the
+fenced multi) are in zkprotocol.py already, and splitting the calls by znode kind would spread that
+one path over modules that each need all of it.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ broker returns, and deletion resumes from where it stopped.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from actors.controller.state_machines import PartitionStateName as P, ReplicaStateName as R
 from actors.protocol import ControllerResponse, StopReplicaRequest
@@ -20,13 +20,33 @@ from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
 if TYPE_CHECKING:
-    from actors.controller.flow import FlowScope
+    from actors.config import ControllerConfig
+    from actors.controller.context import ControllerContext
+    from actors.controller.controller_zk import ControllerZk
+    from actors.controller.request_batch import ControllerBrokerRequestBatch
+    from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine
 
 log = logging.getLogger(__name__)
 
 
+class DeletionClient(Protocol):
+    """What the deletion manager uses of the controller's term (Kafka hands its TopicDeletionManager a
+    narrow DeletionClient, not the controller): the context, the fenced ZooKeeper writes, the state
+    machines it walks replicas and partitions through, and the batch they fill. `FlowScope` is one."""
+
+    config: ControllerConfig
+    ctx: ControllerContext
+    zk: ControllerZk
+    batch: ControllerBrokerRequestBatch
+    psm: ZkPartitionStateMachine
+    rsm: ZkReplicaStateMachine
+
+    @property
+    def prefix(self) -> str: ...
+
+
 class TopicDeletionManager:
-    def __init__(self, scope: FlowScope):
+    def __init__(self, scope: DeletionClient):
         self.scope = scope
 
     @property
