@@ -27,7 +27,6 @@ from pydantic import Field, TypeAdapter, ValidationError
 from actors import records
 from actors.broker.network.admin_apis import AdminApis
 from actors.broker.events import BrokerEvents
-from actors.broker.group.group_apis import GroupApis
 from actors.broker.group.group_coordinator import GroupCoordinator
 from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.broker.fetcher import ReplicaFetcherManager
@@ -35,10 +34,11 @@ from actors.broker.isr import IsrManager
 from actors.broker.log.log_config import LogConfig
 from actors.broker.log.log_dirs import parse_log_dir_name
 from actors.broker.metadata_cache import MetadataCache
+from actors.broker.network.group_apis import GroupApis
 from actors.broker.network.kafka_apis import KafkaApis
 from actors.broker.network.network import SocketServer
 from actors.broker.replica_manager import ReplicaManager, role
-from actors.config import ClusterConfig
+from actors.config import BrokerConfig, ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
 from actors.names import controller_actor_name, request_sender_name
@@ -114,11 +114,12 @@ class BrokerActor:
         self.producer_ids = ProducerIdManager(self.zk, broker_id)
         self.admin = AdminApis(broker_id, self.zk, self.metadata_cache, config, lambda: self.cluster_id,
                                lambda: self.controller, self.replica_manager.describe_log_dirs)
-        self.groups = GroupCoordinator(broker_id, config.broker, self._append_for_groups, self._read_for_groups,
-                                       self._offsets_partitions, self.replica_manager.events)
+        self.groups = GroupCoordinator(broker_id, config.broker,
+                                       ReplicaGroupLog(self.replica_manager, self.metadata_cache, config.broker))
         self.apis = KafkaApis(broker_id, self.replica_manager, self.metadata_cache, lambda: self.cluster_id,
                               self.producer_ids.generate_producer_id, self.admin,
-                              GroupApis(broker_id, self.zk, self.metadata_cache, config.broker, self.groups))
+                              GroupApis(broker_id, self.zk, self.metadata_cache, config.broker, self.groups,
+                                        self.replica_manager.events))
         self.requests: Counter[str] = Counter()  # served, per API: the listeners' and the controller's
         self.servers = {name: SocketServer(self.apis.handle, config.bind_host, 0, listener=name, requests=self.requests,
                                            max_request_bytes=config.broker.socket_request_max_bytes)
@@ -241,25 +242,6 @@ class BrokerActor:
             self._on_loop_await(server.start_serving())
         log.info("[KafkaServer id=%d] Serving requests on %s: metadata received from the controller",
                  self.broker_id, ", ".join(f"{name}://{h}:{p}" for name, (h, p) in self.endpoints.items()))
-
-    # -- the group coordinator's log ------------------------------------------
-
-    async def _append_for_groups(self, tp: TopicPartition, batch: bytes, timeout_ms: int) -> Errors:
-        """A batch of group records appended to its offsets partition with acks=all (Kafka's
-        appendForGroup), whether it reached the ISR."""
-        (result,) = await self.replica_manager.append_records(-1, timeout_ms, [(tp, batch)])
-        return Errors(result.error_code)
-
-    def _read_for_groups(self, tp: TopicPartition, offset: int) -> tuple[bytes, int]:
-        """Whole batches of an offsets partition from `offset`, and its log end, for the coordinator's load."""
-        partition = self.replica_manager.partition(tp)
-        if partition is None:
-            return b"", 0
-        return partition.log.read(offset, 1 << 20), partition.log.log_end_offset
-
-    def _offsets_partitions(self) -> int:
-        """How many partitions __consumer_offsets has (the configured count before it exists)."""
-        return self.metadata_cache.partition_count(GROUP_METADATA_TOPIC) or self.config.broker.offsets_topic_num_partitions
 
     def _log_config(self, topic: str) -> LogConfig:
         """The topic's LogConfig: as last announced, or read from /config/topics/T when its first replica
@@ -529,6 +511,32 @@ class BrokerActor:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class ReplicaGroupLog:
+    """The group coordinator's GroupLog: the replicas of __consumer_offsets on this broker, its partition
+    count in the metadata cache, and the broker's events."""
+
+    def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache, config: BrokerConfig):
+        self.replica_manager, self.metadata_cache, self.config = replica_manager, metadata_cache, config
+        self.events = replica_manager.events
+
+    def offsets_partitions(self) -> int:
+        """How many partitions __consumer_offsets has (the configured count before it exists)."""
+        return self.metadata_cache.partition_count(GROUP_METADATA_TOPIC) or self.config.offsets_topic_num_partitions
+
+    async def append(self, tp: TopicPartition, batch: bytes, timeout_ms: int) -> Errors:
+        """A batch of group records appended to its offsets partition with acks=all (Kafka's
+        appendForGroup), whether it reached the ISR."""
+        (result,) = await self.replica_manager.append_records(-1, timeout_ms, [(tp, batch)])
+        return Errors(result.error_code)
+
+    def read(self, tp: TopicPartition, offset: int) -> tuple[bytes, int]:
+        """Whole batches of an offsets partition from `offset`, and its log end, for the coordinator's load."""
+        partition = self.replica_manager.partition(tp)
+        if partition is None:
+            return b"", 0
+        return partition.log.read(offset, 1 << 20), partition.log.log_end_offset
 
 
 def _kept_ports(remembered: Path) -> dict[str, int]:

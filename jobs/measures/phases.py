@@ -1,6 +1,6 @@
 """What the failover analysis measures and hands on: the controller's phases of a failover, each
 partition's steps to its recovery, the client's two measures, the load features, the load buckets,
-and the Analysis. The runner (jobs/experiments/runner.py) names the steps, the Spark job (jobs/analysis.py)
+and the Analysis. The run's report (jobs/experiments/summary.py) names the steps, the Spark job (jobs/analysis.py)
 computes over them and the report (jobs/reports/report.py) prints them; all take the names from here."""
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ axis. Produce throughput and latency (produced.jsonl), ISR sizes and offline par
 The page is one file opened from disk: SVG drawn here, inline CSS, and a few lines of script (a
 cursor that reads out the time across the charts; window.onerror, which shows script errors on the
 page). Nothing is fetched. `timeline_html` builds it from the records (pure); `write_timeline` reads
-them from a run directory and writes the page beside them (the runner, after summary.json). What a run
+them from a run directory and writes the page beside them (jobs/experiments/summary.py, after summary.json). What a run
 cut short left is enough: a missing file draws an empty chart, malformed lines are skipped.
 
 Sized for runs of 1,000 partitions: partition state is drawn as counts (partitions per ISR size),

@@ -12,7 +12,8 @@ from jobs.measures import rundir
 from jobs.measures.check import INVARIANTS, main as check_main
 from jobs.experiments.experiment import Experiment, FaultSpec, RandomFaults, load_experiment
 from jobs.measures.rundir import FaultKind, FaultRecord
-from jobs.experiments.runner import report, run_experiment
+from jobs.experiments.runner import run_experiment
+from jobs.experiments.summary import report
 from tests.chromium import open_in_chromium
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ from jobs.measures import rundir
 from jobs.measures.check import INVARIANTS
 from jobs.experiments.experiment import Experiment, RandomFaults
 from jobs.measures.rundir import FaultKind
-from jobs.experiments.runner import ExperimentRun, report
+from jobs.experiments.runner import ExperimentRun
+from jobs.experiments.summary import report
 
 SOAK_S = float(os.environ.get("KRAY_SOAK_SECONDS", 30 * 60))
 GROWTH_LIMIT = 1.5  # an actor's resident memory at the end against its median over the first minutes

@@ -467,7 +467,7 @@ def test_missing_run_dir_returns_2(tmp_path, capsys, make_file):
 def test_a_runs_report_prints_the_checks_its_summary_kept(tmp_path, monkeypatch):
     """The run's report prints the checks made once as the run ended (summary.json keeps them), rather than
     reading every record again."""
-    from jobs.experiments import runner
+    from jobs.experiments import summary
 
     run_dir = clean_run().write(tmp_path)
     kept = check.check_run(run_dir)
@@ -475,8 +475,8 @@ def test_a_runs_report_prints_the_checks_its_summary_kept(tmp_path, monkeypatch)
     writer.document(SUMMARY, Summary(run_id=run_dir.name, experiment="clean", started_ms=0, ended_ms=1, faults=0,
                                      failovers=0, acked=ACKED, consumed=ACKED, check=kept))
     writer.close()
-    monkeypatch.setattr(runner, "check_run", lambda *args: pytest.fail("the run's report checked the run again"))
-    assert kept.render() in runner.report(run_dir)
+    monkeypatch.setattr(summary, "check_run", lambda *args: pytest.fail("the run's report checked the run again"))
+    assert kept.render() in summary.report(run_dir)
 
 
 # -- admin actions ---------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 
 from coordination.errors import AdminCommandFailedException
 from coordination.zkdata import TopicPartition
-from jobs.consumer_groups import (
+from jobs.cli.consumer_groups import (
     MemberRow,
     PartitionRow,
     assigned_partitions,

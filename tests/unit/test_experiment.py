@@ -1,4 +1,4 @@
-"""jobs.experiments.experiment (the declarative Experiment, load_experiment) and jobs.experiments.runner.schedule."""
+"""jobs.experiments.experiment (the declarative Experiment, load_experiment) and jobs.experiments.schedule.schedule."""
 from __future__ import annotations
 
 import random
@@ -11,7 +11,7 @@ from coordination.zkdata import TopicPartition
 from jobs.experiments.chaos import BROKER_FAULTS
 from jobs.experiments.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
 from jobs.measures.rundir import FaultKind
-from jobs.experiments.runner import returns_awaited, schedule
+from jobs.experiments.schedule import returns_awaited, schedule
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -414,7 +414,7 @@ def test_single_kind_fixed_interval():
 
 def test_recovered_needs_every_replica_up_and_in_sync_and_leaders_balanced_as_kafka_leaves_them():
     from jobs.measures.rundir import PartitionLeadership as L
-    from jobs.experiments.runner import recovered
+    from jobs.experiments.settling import recovered
 
     assignment = {TopicPartition("t", p): [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3] for p in range(30)}
     healthy = {f"t-{p}": L(leader=r[0], leader_epoch=2, isr=sorted(r)) for p, r in

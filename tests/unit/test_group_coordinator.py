@@ -30,9 +30,11 @@ def alike(prefix: str) -> str:
 
 
 class InMemoryLog:
-    """The offsets partitions' logs: what appends wrote, read back as whole batches."""
+    """The offsets partitions' logs (the coordinator's GroupLog): what appends wrote, read back as whole
+    batches."""
 
-    def __init__(self):
+    def __init__(self, events: BrokerEvents | None = None):
+        self.events = events or BrokerEvents(1)
         self.logs: dict[TopicPartition, bytearray] = {}
         self.ends: dict[TopicPartition, int] = {}
         self.error = Errors.NONE  # what the next appends fail with
@@ -54,12 +56,16 @@ class InMemoryLog:
         start = next((pos for pos, h in iter_batches(data) if h.last_offset >= offset), len(data))
         return data[start:], self.ends.get(tp, 0)
 
+    @staticmethod
+    def offsets_partitions() -> int:
+        return PARTITIONS
+
     def keys(self, tp: TopicPartition) -> list:
         return [(read_key(r.key), r.value is None) for r in decode_records(bytes(self.logs.get(tp, b"")))]
 
 
 def coordinator(log: InMemoryLog, broker_id: int = 1) -> GroupCoordinator:
-    return GroupCoordinator(broker_id, CONFIG, log.append, log.read, lambda: PARTITIONS)
+    return GroupCoordinator(broker_id, CONFIG, log)
 
 
 async def elected(c: GroupCoordinator, epoch: int = 0, group: str = G) -> None:
@@ -269,8 +275,7 @@ def test_loads_rebalances_and_syncs_are_recorded_for_the_run_directory():
 
     async def run():
         sink = Sink()
-        log = InMemoryLog()
-        c = GroupCoordinator(1, CONFIG, log.append, log.read, lambda: PARTITIONS, BrokerEvents(1, sink))
+        c = GroupCoordinator(1, CONFIG, InMemoryLog(BrokerEvents(1, sink)))
         await elected(c)
         await two_members(c)
         return [(r.kind, r.group, r.generation, r.partitions) for r in sink.records]

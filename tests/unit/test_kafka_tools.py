@@ -11,7 +11,10 @@ from coordination import admin, zkdata
 from coordination.admin import PartitionDescription, PartitionReassignment, ReassignmentState, TopicDescription
 from coordination.errors import AdminCommandFailedException, ApiError, Errors, InvalidReplicaAssignmentException
 from coordination.zkdata import TopicPartition
-from jobs.cli import build_parser, describe_report, election_partitions, reassign_action
+from jobs.cli import build_parser
+from jobs.cli.leader_election import election_partitions
+from jobs.cli.reassign import reassign_action
+from jobs.cli.topics import describe_report
 
 T0, T1, T2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
 

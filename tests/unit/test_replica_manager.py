@@ -14,7 +14,8 @@ from actors.broker.log.log import read_recovery_point
 from actors.broker.log.log_config import LogConfig
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from actors.broker.partition import LeaderAndIsrState
-from actors.broker.replica_manager import UNKNOWN_BROKER_EPOCH, ReplicaManager, now_ms, role
+from actors.broker.controller_requests import UNKNOWN_BROKER_EPOCH
+from actors.broker.replica_manager import ReplicaManager, now_ms, role
 from actors.config import BrokerConfig
 from actors.data_protocol import FetchParams, FetchPartition
 from actors.protocol import (

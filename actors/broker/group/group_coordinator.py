@@ -1,6 +1,7 @@
-"""The group coordinator (Kafka's GroupCoordinator and GroupMetadataManager): consumer groups' joins,
-assignments, heartbeats and committed offsets, for the groups of the `__consumer_offsets` partitions
-this broker leads.
+"""The group coordinator (Kafka's GroupCoordinator): consumer groups' joins, rebalances,
+assignments, heartbeats and sessions, and the requests for their offsets, for the groups of the
+`__consumer_offsets` partitions this broker leads. Where the groups are kept and how they are
+written to and loaded from the log is group_metadata_manager.py's (Kafka's GroupMetadataManager).
 
 It follows the controller's decisions. A LeaderAndIsr that makes this broker leader of an offsets
 partition starts loading it: its groups and offsets are read back from the log (requests for them get
@@ -12,66 +13,33 @@ NOT_COORDINATOR, and the members find the new coordinator.
 Everything a group does that must survive this broker, its metadata after each rebalance and each
 commit, is appended to its offsets partition with acks=all semantics (the ISR has it before the client
 hears of it). Runs on the broker's event loop: joins and syncs wait as futures, sessions and rebalance
-delays as the loop's timers.
+delays as the loop's timers. Pure: no Ray, no ZooKeeper.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from actors.broker.log.batches import build, decode_records
-from actors.broker.events import BrokerEvents
 from actors.broker.group.group_metadata import GroupMetadata, GroupState, MemberMetadata
-from actors.broker.group.group_records import (
-    GROUP_METADATA_TOPIC,
-    GroupKey,
-    GroupMetadataValue,
-    MalformedRecord,
-    OffsetAndMetadata,
-    OffsetKey,
-    group_key,
-    group_value,
-    offset_key,
-    offset_value,
-    partition_for,
-    read_group_value,
-    read_key,
-    read_offset_value,
-)
-from actors.config import BrokerConfig
+from actors.broker.group.group_metadata_manager import GroupLog, GroupMetadataManager, now_ms
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC, OffsetAndMetadata
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
+
+if TYPE_CHECKING:  # for the annotation only: actors.config loads kazoo (ClusterConfig's client) and this stays pure
+    from actors.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
 S = GroupState
 UNKNOWN_MEMBER = ""
 NO_GENERATION = -1
-LOAD_READ_BYTES = 1 << 20
 # Kafka's isValidGroupId: these APIs take the empty group id (old clients keep offsets under it, and any group
 # may be described and deleted); the group membership APIs need a name
 EMPTY_GROUP_ID_APIS = frozenset({"OffsetCommit", "OffsetFetch", "DescribeGroups", "DeleteGroups"})
-
-# Kafka's GroupMetadataManager error mappings for a failed append
-_STORE_GROUP_ERRORS = {Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
-                       Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
-                       Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
-                       Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
-                       Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
-                       Errors.REQUEST_TIMED_OUT: Errors.REBALANCE_IN_PROGRESS,
-                       Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
-                       Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR}
-_STORE_OFFSET_ERRORS = {**_STORE_GROUP_ERRORS, Errors.REQUEST_TIMED_OUT: Errors.REQUEST_TIMED_OUT,
-                        Errors.MESSAGE_TOO_LARGE: Errors.INVALID_COMMIT_OFFSET_SIZE,
-                        Errors.RECORD_LIST_TOO_LARGE: Errors.INVALID_COMMIT_OFFSET_SIZE}
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
@@ -106,132 +74,64 @@ class GroupSummary:
 
 
 class GroupCoordinator:
-    def __init__(self, broker_id: int, config: BrokerConfig,
-                 append: Callable[[TopicPartition, bytes, int], Awaitable[Errors]],
-                 read_log: Callable[[TopicPartition, int], tuple[bytes, int]],
-                 offsets_partitions: Callable[[], int], events: BrokerEvents | None = None):
-        """`append(tp, batch, timeout_ms)`: the batch appended with acks=all, its error; `read_log(tp,
-        offset)`: whole batches from an offset and the log end offset; `offsets_partitions()`: how many
-        partitions __consumer_offsets has; `events`: the run directory's account of loads and rebalances."""
-        self.broker_id, self.config = broker_id, config
-        self.events = events or BrokerEvents(broker_id)
-        self.append, self.read_log, self.offsets_partitions = append, read_log, offsets_partitions
-        self.groups: dict[str, GroupMetadata] = {}
-        self.owned: set[int] = set()  # offsets partitions whose groups are here
-        self.loading: set[int] = set()
-        self.epochs: dict[int, int] = {}  # offsets partition -> the newest leader epoch seen for it
-        self._terms: dict[int, int] = {}  # offsets partition -> leaderships here so far: a load counts for its own
+    def __init__(self, broker_id: int, config: BrokerConfig, group_log: GroupLog):
+        """`group_log`: the replica server as the coordinator reaches it, its groups kept by the
+        GroupMetadataManager built on it."""
+        self.config = config
+        self.group_manager = GroupMetadataManager(broker_id, config, group_log)
+        self.events = group_log.events
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (group, member) -> its session's end
         self._join_timers: dict[str, asyncio.TimerHandle] = {}  # group -> its rebalance's end
         self._initial: set[str] = set()  # groups whose rebalance is in its initial delay
         self.prefix = f"[GroupCoordinator {broker_id}]:"
 
+    @property
+    def groups(self) -> dict[str, GroupMetadata]:
+        return self.group_manager.groups
+
+    @property
+    def owned(self) -> set[int]:
+        return self.group_manager.owned
+
     # -- ownership -----------------------------------------------------------
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.offsets_partitions())
+        return self.group_manager.partition_of(group_id)
 
     def check(self, group_id: str, api: str) -> Errors | None:
         """Kafka's validateGroupStatus: whether this coordinator may answer `api` (its name) for the group."""
         if not group_id and api not in EMPTY_GROUP_ID_APIS:
             return Errors.INVALID_GROUP_ID
         p = self.partition_of(group_id)
-        if p in self.loading:
+        if p in self.group_manager.loading:
             return Errors.COORDINATOR_LOAD_IN_PROGRESS
         if p not in self.owned:
             return Errors.NOT_COORDINATOR
         return None
 
     def on_elected(self, partition: int, epoch: int) -> None:
-        """This broker leads offsets partition `partition` at leader epoch `epoch`: load its groups, unless
-        they are here or loading already (a new epoch of the same leadership keeps them, as Kafka keeps
-        the groups it has cached)."""
-        if self.epochs.get(partition, -1) > epoch:
-            return  # an older LeaderAndIsr than one seen
-        self.epochs[partition] = epoch
-        if partition in self.owned or partition in self.loading:
-            return
-        self._terms[partition] = self._terms.get(partition, 0) + 1
-        self.loading.add(partition)
-        asyncio.get_running_loop().create_task(self._load(partition, self._terms[partition]))
+        """Kafka's onElection: this broker leads offsets partition `partition` at leader epoch `epoch`; its
+        groups load, and each loaded member's session starts."""
+        self.group_manager.schedule_load(partition, epoch, self._on_group_loaded)
 
     def on_resigned(self, partition: int, epoch: int | None = None) -> None:
-        """This broker no longer leads `partition` (as of `epoch`, when the request gave one): its groups
-        go, their waiting requests answered NOT_COORDINATOR, and a load under way is abandoned."""
-        if epoch is not None:
-            if self.epochs.get(partition, -1) > epoch:
-                return
-            self.epochs[partition] = epoch
-        self._terms[partition] = self._terms.get(partition, 0) + 1
-        self.loading.discard(partition)
-        self.owned.discard(partition)
-        gone = [g for g in self.groups.values() if self.partition_of(g.group_id) == partition]
-        for group in gone:
-            self._unload(group, Errors.NOT_COORDINATOR)
-        if gone:
-            log.info("%s Unloaded %d groups of %s-%d", self.prefix, len(gone), GROUP_METADATA_TOPIC, partition)
+        """Kafka's onResignation: this broker no longer leads `partition` (as of `epoch`, when the request
+        gave one): its groups go, their waiting requests answered NOT_COORDINATOR."""
+        self.group_manager.remove_groups_for_partition(partition, epoch, self._on_group_unloaded)
 
-    async def _load(self, partition: int, term: int) -> None:
-        """Kafka's doLoadGroupsAndOffsets: replay the partition's records to its log end, the last record
-        of a key winning and a tombstone deleting."""
-        started = time.monotonic()
-        tp = TopicPartition(GROUP_METADATA_TOPIC, partition)
-        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-        metadata: dict[str, GroupMetadataValue | None] = {}
-        position, end = 0, None
-        try:
-            while end is None or position < end:
-                data, end = self.read_log(tp, position)
-                if not data:
-                    break
-                for record in decode_records(data):
-                    position = record.offset + 1
-                    try:
-                        key = read_key(record.key)
-                        if isinstance(key, OffsetKey):
-                            group_offsets = offsets.setdefault(key.group, {})
-                            ktp = TopicPartition(key.topic, key.partition)
-                            if record.value is None:
-                                group_offsets.pop(ktp, None)
-                            else:
-                                group_offsets[ktp] = read_offset_value(record.value)
-                        elif isinstance(key, GroupKey):
-                            metadata[key.group] = None if record.value is None else read_group_value(record.value)
-                    except MalformedRecord as e:
-                        log.error("%s Skipping a malformed record at offset %d of %s: %s", self.prefix, record.offset,
-                                  tp, e)
-                await asyncio.sleep(0)  # other requests run between batches of a long load
-        except Exception:
-            log.exception("%s Error loading offsets from %s", self.prefix, tp)
-            return
-        if self._terms.get(partition) != term or partition not in self.loading:
-            return  # resigned (perhaps elected again) while loading: that term's load stands
-        now = now_ms()
-        for group_id in set(offsets) | set(metadata):
-            if metadata.get(group_id) is None and not offsets.get(group_id):
-                self.groups.pop(group_id, None)  # deleted
-                continue
-            group = GroupMetadata.loaded(group_id, metadata.get(group_id), offsets.get(group_id, {}), now)
-            self.groups[group_id] = group
-            for member in group.members.values():
-                self._heartbeat(group, member)
-        self.loading.discard(partition)
-        self.owned.add(partition)
-        took_ms, groups = (time.monotonic() - started) * 1000, sum(self.partition_of(g) == partition for g in self.groups)
-        self.events.group_loaded(tp, self.epochs.get(partition, -1), groups, took_ms)
-        log.info("%s Finished loading offsets and group metadata from %s in %d milliseconds (%d groups)",
-                 self.prefix, tp, took_ms, groups)
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        for member in group.members.values():
+            self._heartbeat(group, member)
 
-    def _unload(self, group: GroupMetadata, error: Errors) -> None:
+    def _on_group_unloaded(self, group: GroupMetadata) -> None:
         for member in list(group.members.values()):
-            self._answer_join(member, JoinResult(error, member.member_id))
-            self._answer_sync(member, SyncResult(error))
+            self._answer_join(member, JoinResult(Errors.NOT_COORDINATOR, member.member_id))
+            self._answer_sync(member, SyncResult(Errors.NOT_COORDINATOR))
             self._cancel_timer(group, member.member_id)
         if (timer := self._join_timers.pop(group.group_id, None)) is not None:
             timer.cancel()
         self._initial.discard(group.group_id)
         group.transition(S.DEAD, now_ms())
-        self.groups.pop(group.group_id, None)
 
     # -- JoinGroup -----------------------------------------------------------
 
@@ -350,7 +250,7 @@ class GroupCoordinator:
                                                            f"joined again as {new_id}")
         waiter = member.awaiting_join = asyncio.get_running_loop().create_future()
         self._heartbeat(group, member)
-        error = await self._store_group(group)
+        error = await self.group_manager.store_group(group)
         if error != Errors.NONE:
             log.warning("%s Failed to persist metadata for group %s: %s", self.prefix, group.group_id, error.name)
             if member.awaiting_join is waiter:
@@ -445,7 +345,7 @@ class GroupCoordinator:
         if group.is_(S.EMPTY):
             log.info("%s Group %s with generation %d is now empty (%s-%d)", self.prefix, group.group_id,
                      group.generation, GROUP_METADATA_TOPIC, self.partition_of(group.group_id))
-            asyncio.get_running_loop().create_task(self._store_group(group))
+            asyncio.get_running_loop().create_task(self.group_manager.store_group(group))
             return
         log.info("%s Stabilized group %s generation %d (%s-%d) with %d members", self.prefix, group.group_id,
                  group.generation, GROUP_METADATA_TOPIC, self.partition_of(group.group_id), len(group.members))
@@ -490,7 +390,7 @@ class GroupCoordinator:
                      group.generation)
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            error = await self._store_group(group)
+            error = await self.group_manager.store_group(group)
             if group.is_(S.COMPLETING_REBALANCE) and generation == group.generation:
                 if error != Errors.NONE:
                     group.reset_assignments()
@@ -625,33 +525,19 @@ class GroupCoordinator:
             if group.is_(S.COMPLETING_REBALANCE):  # a member of this generation that has not synced yet
                 return every(Errors.REBALANCE_IN_PROGRESS)
             self._heartbeat(group, group.members[member_id])
-        too_large = {tp for tp, o in offsets.items() if len(o.metadata.encode()) > self.config.offset_metadata_max_bytes}
-        valid = {tp: o for tp, o in offsets.items() if tp not in too_large}
-        errors = {tp: Errors.OFFSET_METADATA_TOO_LARGE for tp in too_large}
-        if valid:
-            keys = [offset_key(group_id, tp.topic, tp.partition) for tp in valid]
-            error = await self._append(group_id, keys, [offset_value(o) for o in valid.values()])
-            error = _STORE_OFFSET_ERRORS.get(error, error)
-            if error == Errors.NONE and self.groups.get(group_id) is group:
-                group.offsets.update(valid)
-            errors |= dict.fromkeys(valid, error)
-        return {tp: errors[tp] for tp in offsets}
+        return await self.group_manager.store_offsets(group, offsets)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> tuple[Errors, dict[TopicPartition, OffsetAndMetadata | None]]:
         if (error := self.check(group_id, "OffsetFetch")) is not None:
             return error, {}
-        group = self.groups.get(group_id)
-        known = {} if group is None else group.offsets
-        if partitions is None:
-            return Errors.NONE, dict(known)
-        return Errors.NONE, {tp: known.get(tp) for tp in partitions}
+        return Errors.NONE, self.group_manager.get_offsets(group_id, partitions)
 
     # -- the groups, listed, described and deleted ---------------------------
 
     def list_groups(self) -> tuple[Errors, list[tuple[str, str, str]]]:
         """(group, protocol type, state) of every group here; COORDINATOR_LOAD_IN_PROGRESS while loading."""
-        if self.loading:
+        if self.group_manager.loading:
             return Errors.COORDINATOR_LOAD_IN_PROGRESS, []
         return Errors.NONE, [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
                              if self.partition_of(g.group_id) in self.owned]
@@ -671,8 +557,7 @@ class GroupCoordinator:
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
         """Kafka's handleDeleteGroups: an empty group is Dead and gone at once, then its offsets and metadata
-        are deleted with tombstones. As in Kafka, a tombstone that fails is logged, not answered: the group
-        is deleted here, and another coordinator loading the partition may bring it back."""
+        are deleted with tombstones."""
         out, deleted = {}, []
         for group_id in dict.fromkeys(group_ids):
             if (error := self.check(group_id, "DeleteGroups")) is not None:
@@ -688,28 +573,8 @@ class GroupCoordinator:
                 del self.groups[group_id]
                 deleted.append(group)
                 out[group_id] = Errors.NONE
-        if deleted:
-            log.info("%s The following groups were deleted: %s. A total of %d offsets were removed.", self.prefix,
-                     ", ".join(g.group_id for g in deleted), sum(len(g.offsets) for g in deleted))
-        for group in deleted:
-            keys = [offset_key(group.group_id, tp.topic, tp.partition) for tp in group.offsets]
-            error = await self._append(group.group_id, keys + [group_key(group.group_id)], [None] * (len(keys) + 1))
-            if error != Errors.NONE:
-                log.error("%s Failed to append %d tombstones to %s-%d for the deleted group %s: %s", self.prefix,
-                          len(keys) + 1, GROUP_METADATA_TOPIC, self.partition_of(group.group_id), group.group_id,
-                          error.name)
+        await self.group_manager.cleanup_group_metadata(deleted)
         return out
-
-    # -- the log -------------------------------------------------------------
-
-    async def _store_group(self, group: GroupMetadata) -> Errors:
-        """Kafka's storeGroup: the group's metadata appended to its partition; the error the client sees."""
-        error = await self._append(group.group_id, [group_key(group.group_id)], [group_value(group.record(now_ms()))])
-        return _STORE_GROUP_ERRORS.get(error, error)
-
-    async def _append(self, group_id: str, keys: list[bytes], values: list[bytes | None]) -> Errors:
-        tp = TopicPartition(GROUP_METADATA_TOPIC, self.partition_of(group_id))
-        return await self.append(tp, build(values, keys, timestamp_ms=now_ms()), self.config.offsets_commit_timeout_ms)
 
     # -- answering waiting requests ------------------------------------------
 

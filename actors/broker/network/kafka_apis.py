@@ -27,7 +27,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 
 from actors.broker.network import wire
 from actors.broker.network.admin_apis import AdminApis
-from actors.broker.group.group_apis import GroupApis
+from actors.broker.network.group_apis import GroupApis
 from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network.network import CloseConnection, RequestContext

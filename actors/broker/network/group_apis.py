@@ -1,6 +1,8 @@
 """The group API a broker serves (KafkaApis' group requests): FindCoordinator, which makes
 `__consumer_offsets` on first use, and the requests of the group protocol and of committed offsets,
-handed to the group coordinator with Kafka 2.8's versions' fields.
+handed to the group coordinator with Kafka 2.8's versions' fields. Beside the other APIs, as Kafka's
+KafkaApis serves these: it speaks the wire, reads the metadata cache and writes ZooKeeper, none of
+which the coordinator knows.
 
 A group's coordinator is the leader of its offsets partition, `abs(hash(group)) % partitions`, as
 Kafka computes it. While `__consumer_offsets` does not exist, FindCoordinator creates it
@@ -38,7 +40,9 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from actors.broker.group.group_coordinator import GroupCoordinator, now_ms
+from actors.broker.events import BrokerEvents
+from actors.broker.group.group_coordinator import GroupCoordinator
+from actors.broker.group.group_metadata_manager import now_ms
 from actors.broker.group.group_records import GROUP_METADATA_TOPIC, OffsetAndMetadata
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network.network import RequestContext
@@ -65,9 +69,10 @@ def _by_topic(items) -> dict[str, list]:
 
 class GroupApis:
     def __init__(self, broker_id: int, zk: KrayZkClient, cache: MetadataCache, config: BrokerConfig,
-                 coordinator: GroupCoordinator):
+                 coordinator: GroupCoordinator, events: BrokerEvents):
+        """`events`: the run directory's account of the coordinators FindCoordinator names."""
         self.broker_id, self.zk, self.cache, self.config = broker_id, zk, cache, config
-        self.coordinator = coordinator
+        self.coordinator, self.events = coordinator, events
         self._creating: asyncio.Future | None = None  # this broker's creation of __consumer_offsets
         self.handlers: dict[int, Callable[[RequestContext, object], Awaitable[object]]] = {
             FindCoordinatorRequest.API_KEY: self.find_coordinator, JoinGroupRequest.API_KEY: self.join_group,
@@ -95,7 +100,7 @@ class GroupApis:
         node = leader.node(ctx.listener) if leader is not None else None
         if node is None:
             return answer(Errors.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
-        self.coordinator.events.coordinator_found(request.key, state.leader, state.leader_epoch)
+        self.events.coordinator_found(request.key, state.leader, state.leader_epoch)
         return answer(Errors.NONE, "NONE", node)
 
     async def _create_offsets_topic(self, alive: int) -> Errors:

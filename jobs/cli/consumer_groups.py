@@ -1,7 +1,8 @@
 """`kray consumer-groups`: Kafka 2.8's kafka-consumer-groups (ConsumerGroupCommand) over the group API,
 through kafka-python's admin client: groups listed, described (offsets and lag, members, state), their
 offsets reset, deleted. The tables are printed as Kafka's tool prints them; the plans and the tables
-are pure (this module's first half), the client calls thin (its second).
+are pure (this module's first part), the client calls thin (its second), the command checks its
+options as Kafka's tool does (its last).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from coordination.errors import AdminCommandFailedException, KrayError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
+from jobs.cli.common import zookeeper
 
 MISSING = "-"
 RESET_SPECS = ("to_earliest", "to_latest", "to_offset", "shift_by")
@@ -186,3 +188,124 @@ class GroupsClient:
     def delete(self, groups: list[str]) -> dict[str, str | None]:
         """Each group's error's name, None where it was deleted."""
         return {g: None if r == "OK" else r for g, r in self.admin.delete_groups(groups).items()}
+
+
+# -- the command --------------------------------------------------------------------------------------
+
+
+def consumer_groups(args) -> None:
+    groups = args.group
+    if args.list and groups:
+        raise AdminCommandFailedException("Option --list does not take --group")
+    if (args.describe or args.reset_offsets or args.delete) and not groups and not args.all_groups:
+        raise AdminCommandFailedException("Option --describe, --reset-offsets and --delete need --group or "
+                                          "--all-groups")
+    spec = next((s for s in RESET_SPECS if getattr(args, s) not in (None, False)), None)
+    if args.reset_offsets:
+        if spec is None:
+            raise AdminCommandFailedException("Option --reset-offsets needs one of --to-earliest, --to-latest, "
+                                              "--to-offset, --shift-by")
+        if not args.topic and not args.all_topics:
+            raise AdminCommandFailedException("Option --reset-offsets needs --topic or --all-topics")
+    with zookeeper(args) as zk:
+        servers = args.bootstrap_server or bootstrap_servers(zk)
+        known = {t: len(z.assignment()) for t, z in zk.get_topic_znodes(zk.get_all_topics()).items()}
+    client = GroupsClient(servers)
+    try:
+        if args.all_groups:
+            groups = client.list()
+        if args.list:
+            for group in client.list():
+                print(group)
+        elif args.describe:
+            _describe_groups(client, groups, args)
+        elif args.reset_offsets:
+            _reset_offsets(client, groups, spec, args, known)
+        elif args.delete:
+            failed = {g: e for g, e in client.delete(groups).items() if e}
+            if failed:
+                raise AdminCommandFailedException("Deletion of some consumer groups failed:\n" + "\n".join(
+                    f"* Group '{g}' could not be deleted due to: {e}" for g, e in sorted(failed.items())))
+            print("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in groups) +
+                  ") was successful.")
+    finally:
+        client.close()
+
+
+def _describe_groups(client: GroupsClient, groups: list[str], args) -> None:
+    from kafka.admin import OffsetSpec
+
+    for group in groups:
+        desc = client.describe(group)
+        state = desc.get("group_state") or "Dead"
+        if state == "Dead" and not desc.get("members"):
+            raise AdminCommandFailedException(f"Consumer group '{group}' does not exist.")
+        members = [MemberRow(group, m["member_id"], m["client_host"], m["client_id"],
+                             assigned_partitions(m.get("member_assignment"))) for m in desc["members"]]
+        if args.state:
+            print(format_state(group, f"{desc.get('coordinator', '')}", desc.get("protocol_data") or "", state,
+                               len(members)))
+        elif args.members:
+            print(format_members(group, members, state))
+        else:
+            committed = client.committed(group)
+            owner = {tp: m for m in members for tp in m.partitions}
+            partitions = sorted(set(committed) | set(owner))
+            latest = client.offsets(partitions, OffsetSpec.LATEST)
+            print(format_offsets(group, [
+                PartitionRow(group, tp, committed.get(tp), latest.get(tp),
+                             *((owner[tp].consumer_id, owner[tp].host, owner[tp].client_id) if tp in owner else ()))
+                for tp in partitions], state))
+
+
+def _reset_offsets(client: GroupsClient, groups: list[str], spec: str, args, known: dict[str, int]) -> None:
+    from kafka.admin import OffsetSpec
+
+    for group in groups:
+        state = client.describe(group).get("group_state") or "Dead"
+        if state not in ("Empty", "Dead"):
+            raise AdminCommandFailedException(f"Assignments can only be reset if the group '{group}' is inactive, "
+                                              f"but the current state is {state}.")
+        committed = client.committed(group)
+        partitions = parse_topic_partitions(args.topic, known) if args.topic else sorted(committed)
+        plan = reset_plan(spec, getattr(args, spec) if spec in ("to_offset", "shift_by") else None, partitions,
+                          committed, client.offsets(partitions, OffsetSpec.EARLIEST),
+                          client.offsets(partitions, OffsetSpec.LATEST))
+        if args.execute:
+            failed = client.commit(group, plan)
+            if failed:
+                raise AdminCommandFailedException(f"Error: resetting the offsets of group '{group}' failed: " +
+                                                  ", ".join(f"{tp}: {e}" for tp, e in sorted(failed.items())))
+        else:
+            print("WARN: No action will be performed as the --execute option is missing. In a future major release, "
+                  "the default behavior of this command will be to prompt the user before executing the reset "
+                  "rather than doing a dry run. You should add the --dry-run option explicitly if you are "
+                  "scripting this command and want to keep the current default behavior without prompting.")
+        print(format_reset(group, plan))
+
+
+def add_parsers(sub, zkp) -> None:
+    s = sub.add_parser("consumer-groups", parents=[zkp], help="kafka-consumer-groups")
+    s.add_argument("--bootstrap-server", help="the brokers to ask (default: those registered in ZooKeeper)")
+    mode = s.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--list", action="store_true", help="every group")
+    mode.add_argument("--describe", action="store_true", help="offsets and lag (or --members, --state)")
+    mode.add_argument("--reset-offsets", action="store_true", help="of an inactive group (--dry-run by default)")
+    mode.add_argument("--delete", action="store_true", help="empty groups, their offsets too")
+    s.add_argument("--group", action="append", default=[])
+    s.add_argument("--all-groups", action="store_true")
+    view = s.add_mutually_exclusive_group()
+    view.add_argument("--offsets", action="store_true", help="(default) each partition's offset, log end and lag")
+    view.add_argument("--members", action="store_true")
+    view.add_argument("--state", action="store_true")
+    s.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]")
+    s.add_argument("--all-topics", action="store_true")
+    to = s.add_mutually_exclusive_group()
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    to.add_argument("--shift-by", type=int)
+    run = s.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true")
+    run.add_argument("--dry-run", action="store_true")
+    s.set_defaults(func=consumer_groups)

@@ -1,0 +1,202 @@
+"""Whether the cluster has settled, read from ZooKeeper and the brokers' caches: between faults, where a
+fault waits for the cluster to recover from the last (`recovered`), and once the load has stopped, when
+the run waits for ZooKeeper and every cache to agree, records that final state and reads every
+partition back. The schedule, the samples and the end all read ZooKeeper's partition states as here.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+import ray
+
+from actors.broker.group.group_records import GROUP_METADATA_TOPIC, partition_for
+from actors.clients.load import now_ms, read_back, read_commits
+from actors.cluster import LocalCluster
+from actors.config import ClusterConfig
+from actors.controller.changes import imbalanced_leaderships
+from actors.records import CONSUMED, GROUP_COMMITS, JsonlWriter, tp_key
+from coordination import zkdata
+from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
+from jobs.experiments.experiment import Experiment
+from jobs.measures import rundir
+from jobs.measures.check import check_replication
+
+log = logging.getLogger(__name__)
+
+READ_BACK_CHUNK = 5000
+
+
+def recovered(assignment: dict[TopicPartition, list[int]], states: dict[str, rundir.PartitionLeadership],
+              live: set[int], imbalance_percentage: int | None, awaited: dict[str, int]) -> bool:
+    """Every replica's broker is up, every partition has all its replicas in its ISR, the controller
+    has moved each `awaited` partition past the leader epoch given (it has handled the last kill:
+    until then a killed broker may still look registered and in sync), and, unless
+    `imbalance_percentage` is None (no auto leader rebalance), leadership is back as the rebalance
+    leaves it (no broker over the imbalance ratio)."""
+    leaders = {tp: s.leader for tp in assignment if (s := states.get(tp_key(tp.topic, tp.partition))) is not None}
+    return len(leaders) == len(assignment) and all(
+        set(replicas) <= live and set(states[tp_key(tp.topic, tp.partition)].isr) == set(replicas)
+        for tp, replicas in assignment.items()) and all(
+        key in states and states[key].leader_epoch > epoch for key, epoch in awaited.items()) and (
+        imbalance_percentage is None or not imbalanced_leaderships(
+            {tp: replicas[0] for tp, replicas in assignment.items()}, leaders, imbalance_percentage))
+
+
+def zk_assignments(zk: KrayZkClient) -> dict[TopicPartition, list[int]]:
+    """Every topic's (the load's, those the admin actions made)."""
+    return {TopicPartition(name, p): replicas for name, topic in zk.get_topic_znodes(zk.get_all_topics()).items()
+            for p, replicas in topic.assignment().items()}
+
+
+def zk_leaderships(zk: KrayZkClient, assignments: dict[TopicPartition, list[int]] | None = None
+                   ) -> dict[str, rundir.PartitionLeadership]:
+    return {tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
+                leader=r.state.leader, leader_epoch=r.state.leader_epoch, isr=sorted(r.state.isr))
+            for tp, r in zk.get_partition_states(assignments or zk_assignments(zk)).items()}
+
+
+class Settling:
+    """The waits for a settled cluster and what the run reads of it once settled. `lock` guards the
+    cluster's broker handles, which the faults' threads change."""
+
+    def __init__(self, experiment: Experiment, config: ClusterConfig, zk: KrayZkClient, cluster: LocalCluster,
+                 lock: threading.Lock, writer: JsonlWriter, recorder, progress: Callable[[str], None]):
+        self.exp, self.config, self.zk, self.cluster, self.lock = experiment, config, zk, cluster, lock
+        self.writer, self.recorder, self.progress = writer, recorder, progress
+
+    def wait_for_recovery(self, timeout_s: float, awaited: dict[str, int]
+                          ) -> dict[str, rundir.PartitionLeadership] | None:
+        """Until `recovered` holds (the partition states it read then), or None after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        controller = self.config.controller
+        imbalance = controller.leader_imbalance_per_broker_percentage if controller.auto_leader_rebalance_enable \
+            else None
+        while True:
+            try:
+                assignment = zk_assignments(self.zk)
+                states = zk_leaderships(self.zk)
+                if recovered(assignment, states, set(self.zk.get_all_broker_ids()), imbalance, awaited):
+                    return states
+            except Exception as e:  # ZooKeeper busy for a moment: look again
+                log.debug("Reading the cluster's state: %s", e)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.5)
+
+    def offsets_partition(self) -> TopicPartition:
+        """The load group's partition of __consumer_offsets (made by the members' first FindCoordinator)."""
+        topic = self.zk.get_topic_znodes([GROUP_METADATA_TOPIC]).get(GROUP_METADATA_TOPIC)
+        if topic is None:
+            raise RuntimeError(f"no {GROUP_METADATA_TOPIC} yet: the group has no coordinator")
+        return TopicPartition(GROUP_METADATA_TOPIC, partition_for(self.exp.load.group, len(topic.partitions)))
+
+    # -- once the load has stopped -------------------------------------------
+
+    def converge(self) -> rundir.FinalState | None:
+        """Until ZooKeeper and every cache agree (`_reading`), for settle_s at most: the last reading."""
+        deadline, state, agreed = time.monotonic() + self.exp.settle_s, None, False
+        while True:
+            try:
+                state, agreed = self._reading()
+            except Exception as e:  # ZooKeeper or a broker busy for a moment: read again
+                log.debug("Reading the final state: %s", e)
+            if agreed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if not agreed:  # the checker reports what differs
+            self.progress(f"Not converged after {self.exp.settle_s:.0f} s")
+        return state
+
+    def record_final_state(self, state: rundir.FinalState | None) -> None:
+        """The final state (read once more if no reading succeeded), with every broker's logs on disk."""
+        state = state or self._reading()[0]
+        self.writer.document(rundir.FINAL_STATE, state.model_copy(update={"on_disk": self._on_disk()}))
+
+    def read_back_all(self, partitions: list[TopicPartition], group: bool) -> TopicPartition | None:
+        """Every partition from offset 0 and, for a `group`, its commits, to the run's recorder; the
+        group's offsets partition."""
+        self.progress("Reading every partition back from offset 0")
+        chunk: list[str] = []
+        for record in read_back(self.config, partitions):
+            chunk.append(record.model_dump_json())
+            if len(chunk) >= READ_BACK_CHUNK:
+                self.recorder.write.remote(CONSUMED, chunk)
+                chunk = []
+        ray.get(self.recorder.write.remote(CONSUMED, chunk))
+        if not group:
+            return None
+        self.progress(f"Reading group {self.exp.load.group}'s commits from {GROUP_METADATA_TOPIC}")
+        offsets = self.offsets_partition()
+        commits = read_commits(self.config, self.exp.load.group, offsets)
+        ray.get(self.recorder.write.remote(GROUP_COMMITS, [c.model_dump_json() for c in commits]))
+        return offsets
+
+    def _reading(self) -> tuple[rundir.FinalState, bool]:
+        """ZooKeeper and every broker's cache, and whether they agree at one moment with every broker
+        back, every partition fully replicated and no admin work (reassignment, election, deletion)
+        pending: ZooKeeper is read before and after the caches and
+        must not have changed meanwhile (leaders may still be moving: the auto leader rebalance goes on)."""
+        assignments = zk_assignments(self.zk)
+        live, before = self.zk.get_all_broker_ids(), zk_leaderships(self.zk, assignments)
+        caches = self._caches()
+        after = zk_leaderships(self.zk, assignments)
+        final = rundir.FinalState(ts_ms=now_ms(), live_brokers=live, zookeeper=after, caches=caches, assignments={
+            tp_key(tp.topic, tp.partition): replicas for tp, replicas in assignments.items()},
+            **self._admin_state())
+        agreed = before == after and live == self.exp.broker_ids and len(caches) == len(live) \
+            and all(c.partitions == after and c.brokers == live for c in caches.values()) \
+            and check_replication(final).count == 0 and not final.reassigning \
+            and not final.preferred_election_pending and not any(t.marked_for_deletion for t in final.topics.values())
+        return final, agreed
+
+    def _caches(self) -> dict[int, rundir.BrokerCache]:
+        out = {}
+        with self.lock:
+            handles = dict(self.cluster.brokers)
+        for broker_id, handle in handles.items():
+            try:
+                m = ray.get(handle.metadata.remote(), timeout=10)
+            except Exception:  # not answering: absent from the final state, which the checker reports
+                continue
+            out[broker_id] = rundir.BrokerCache(
+                controller_epoch=m["controller_epoch"], brokers=m["brokers"],
+                partitions={tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
+                    leader=v[0], leader_epoch=v[1], isr=sorted(v[2])) for tp, v in m["partitions"].items()})
+        return out
+
+    def _admin_state(self) -> dict:
+        """What the admin actions' check reads at the end: every topic ZooKeeper knows of (its znode, its
+        config, its deletion request), the pending reassignment and election."""
+        zk = self.zk
+        marked = set(zk.children(zkdata.DELETE_TOPICS))
+        names = sorted(zk.get_all_topics() | marked | set(zk.children(zkdata.CONFIG_TOPICS)))
+        znodes = zk.get_topic_znodes(names)
+        configs = zk.get_many(zkdata.topic_config_path(name) for name in names)
+        topics = {}
+        for name in names:
+            got = configs[zkdata.topic_config_path(name)]
+            config = zkdata.decode(zkdata.TopicConfigZNode, zkdata.topic_config_path(name), got[0]).config \
+                if got and got[0] else {}
+            topics[name] = rundir.TopicFinal(partitions=len(znodes[name].partitions) if name in znodes else 0,
+                                             config=config, marked_for_deletion=name in marked)
+        reassigning = zk.get_znode(zkdata.ReassignPartitionsZNode, zkdata.REASSIGN_PARTITIONS)
+        return dict(topics=topics,
+                    reassigning=[tp_key(p.topic, p.partition) for p in reassigning.partitions] if reassigning else [],
+                    preferred_election_pending=zk.get(zkdata.PREFERRED_REPLICA_ELECTION) is not None)
+
+    def _on_disk(self) -> dict[int, list[str]]:
+        """Each broker's partitions with a log on its disks, asked of all at once."""
+        with self.lock:
+            handles = dict(self.cluster.brokers)
+        refs = {broker_id: handle.partitions_on_disk.remote() for broker_id, handle in handles.items()}
+        on_disk = {}
+        for broker_id, ref in refs.items():
+            try:
+                on_disk[broker_id] = ray.get(ref, timeout=10)
+            except Exception:  # not answering: its logs are not known (the checker names the brokers it has)
+                continue
+        return on_disk
