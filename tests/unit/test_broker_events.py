@@ -12,7 +12,7 @@ from actors.broker.replica_manager import ReplicaManager
 from actors.data_protocol import FetchPartition
 from actors.records import BROKER_EVENTS, BrokerEvent
 from coordination.errors import Errors
-from tests.unit.test_replica_manager import (BROKER, BROKER_EPOCH, CONFIG_FOR, T0, T1, batch, fetch, follower_epoch,
+from tests.unit.replica_manager_helpers import (BROKER, BROKER_EPOCH, CONFIG_FOR, T0, T1, batch, fetch, follower_epoch,
                                              lai, ps)
 
 

@@ -12,7 +12,7 @@ from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network.network import SocketServer
 from actors.broker.replica_manager import ReplicaManager
 from actors.config import BrokerConfig
-from tests.unit.test_replica_manager import BROKER_EPOCH, CONFIG_FOR, T0, T1, batch, lai, ps
+from tests.unit.replica_manager_helpers import BROKER_EPOCH, CONFIG_FOR, T0, T1, batch, lai, ps
 
 LEADER, FOLLOWER = 1, 2
 LONG_POLL = BrokerConfig(replica_fetch_wait_max_ms=10_000)

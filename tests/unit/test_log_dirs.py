@@ -15,7 +15,7 @@ from actors.config import BrokerConfig, ClusterConfig
 from actors.data_protocol import FetchParams, FetchPartition
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from tests.unit.test_replica_manager import BROKER, BROKER_EPOCH, CONFIG_FOR, batch, errors, lai, ps, stop
+from tests.unit.replica_manager_helpers import BROKER, BROKER_EPOCH, CONFIG_FOR, batch, errors, lai, ps, stop
 from actors.protocol import StopReplicaPartition
 
 T = [TopicPartition("t", p) for p in range(4)]

@@ -1,291 +1,33 @@
-"""The broker's ReplicaManager (controller requests with their epoch checks; produce and fetch with
-their purgatories) and its MetadataCache."""
+"""The broker's ReplicaManager (replica_manager.py): its logs on disk and high watermark checkpoints,
+produce and fetch with their purgatories (delayed_operations.py), which followers a fetch takes back
+into the ISR, fetch sessions' lifecycle (KIP-227), consumers' fetches from followers, and list offsets.
+Its controller requests are in test_controller_requests.py, its MetadataCache in test_metadata_cache.py."""
 from __future__ import annotations
 
 import asyncio
 import time
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from actors.broker.log.batches import decode_records
 from actors.broker.errors import FencedLeaderEpochException, NotLeaderOrFollowerException
+from actors.broker.log.batches import decode_records
 from actors.broker.log.log import read_recovery_point
 from actors.broker.log.log_config import LogConfig
-from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
-from actors.broker.partition import LeaderAndIsrState
-from actors.broker.controller_requests import UNKNOWN_BROKER_EPOCH
-from actors.broker.replica_manager import ReplicaManager, now_ms, role
+from actors.broker.metadata_cache import MetadataCache
+from actors.broker.replica_manager import ReplicaManager, now_ms
 from actors.config import BrokerConfig
-from actors.data_protocol import FetchParams, FetchPartition
-from actors.protocol import (
-    LeaderAndIsrRequest,
-    PartitionState,
-    StopReplicaPartition,
-    StopReplicaRequest,
-    UpdateMetadataRequest,
-)
+from actors.data_protocol import FetchPartition
+from actors.protocol import StopReplicaPartition
 from coordination.errors import Errors
-from coordination.zkdata import TopicPartition
-from tests.live_brokers import live_broker
-
-BROKER = 1
-MAX_BYTES = BrokerConfig().message_max_bytes
-BROKER_EPOCH = 500
-T0 = TopicPartition("t", 0)
-T1 = TopicPartition("t", 1)
-T2 = TopicPartition("t", 2)
-
-
-def ps(tp, leader, leader_epoch, isr=(1, 2, 3), replicas=(1, 2, 3), controller_epoch=1, zk_version=0):
-    return PartitionState(topic=tp.topic, partition=tp.partition, controller_epoch=controller_epoch, leader=leader,
-                          leader_epoch=leader_epoch, isr=tuple(isr), zk_version=zk_version, replicas=tuple(replicas))
-
-
-def lai(*states, controller_epoch=1, broker_epoch=BROKER_EPOCH, controller_id=9):
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch,
-                               broker_epoch=broker_epoch, partition_states=list(states), live_leaders=[])
-
-
-def stop(*partitions, controller_epoch=1, broker_epoch=BROKER_EPOCH):
-    return StopReplicaRequest(controller_id=9, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
-                              partitions=list(partitions))
-
-
-def errors(response):
-    return {TopicPartition(e.topic, e.partition): e.error_code for e in response.partition_errors}
-
-
-def roles(rm):
-    return {tp: role(r, rm.broker_id) for tp, r in rm.replicas.items()}
-
-
-CONFIG_FOR = lambda topic: LogConfig.from_overrides(BrokerConfig(), {})  # noqa: E731
-
-
-def follower_epoch(broker_id: int) -> int:
-    """The broker epoch of broker N's live incarnation, in these tests."""
-    return 700 + broker_id
-
-
-@pytest.fixture
-def rm(tmp_path):
-    return ReplicaManager(BROKER, tmp_path, CONFIG_FOR, alive_broker_epoch=follower_epoch)
-
-
-def batch(n: int) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    for i in range(n):
-        builder.append(i, timestamp=1_000, key=None, value=f"v{i}".encode(), headers=[])
-    return bytes(builder.build())
-
+from tests.unit.replica_manager_helpers import (BROKER, BROKER_EPOCH, CONFIG_FOR, MAX_BYTES, T0, T1, T2, batch, fetch,
+                                                follower_epoch, lai, ps, stop)
+from tests.unit.replica_manager_helpers import rm  # noqa: F401 (the fixture)
 
 def values(records: bytes) -> list[bytes]:
     return [r.value for r in decode_records(records)]
 
 
-# -- LeaderAndIsr ----------------------------------------------------------------------------------
-
-def test_first_leader_and_isr_applies_roles(rm):
-    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)),
-                                        BROKER_EPOCH)
-    assert resp.api == "LeaderAndIsr"
-    assert resp.broker_id == BROKER
-    assert resp.error_code == Errors.NONE
-    assert [(e.topic, e.partition, e.error_code) for e in resp.partition_errors] == [
-        ("t", 0, Errors.NONE), ("t", 1, Errors.NONE)]
-    assert roles(rm) == {T0: "Leader", T1: "Follower"}
-    assert rm.replicas[T0] == LeaderAndIsrState(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3), zk_version=0,
-                                                controller_epoch=1)
-    assert rm.controller_epoch == 1
-
-
-def test_newer_leader_epoch_replaces_state(rm):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=3)), BROKER_EPOCH)
-    resp = rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=4, isr=(2, 3), zk_version=7)),
-                                        BROKER_EPOCH)
-    assert errors(resp) == {T0: Errors.NONE}
-    assert roles(rm) == {T0: "Follower"}
-    assert rm.replicas[T0] == LeaderAndIsrState(2, 4, (2, 3), (1, 2, 3), 7, controller_epoch=1)
-
-
-@pytest.mark.parametrize("epoch", [5, 4, 0])
-def test_equal_or_older_leader_epoch_is_stale(rm, epoch):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=5, zk_version=2)), BROKER_EPOCH)
-    before = dict(rm.replicas)
-    resp = rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=epoch, isr=(2,))), BROKER_EPOCH)
-    assert resp.error_code == Errors.NONE
-    assert errors(resp) == {T0: Errors.STALE_CONTROLLER_EPOCH}
-    assert rm.replicas == before
-    assert roles(rm) == {T0: "Leader"}
-
-
-def test_stale_partition_does_not_block_others(rm):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=5)), BROKER_EPOCH)
-    resp = rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=5), ps(T1, leader=1, leader_epoch=0)),
-                                        BROKER_EPOCH)
-    assert errors(resp) == {T0: Errors.STALE_CONTROLLER_EPOCH, T1: Errors.NONE}
-    assert roles(rm) == {T0: "Leader", T1: "Leader"}
-
-
-def test_partition_not_assigned_to_this_broker(rm):
-    resp = rm.become_leader_or_follower(
-        lai(ps(T0, leader=2, leader_epoch=0, isr=(2, 3), replicas=(2, 3)), ps(T1, leader=1, leader_epoch=0)),
-        BROKER_EPOCH)
-    assert errors(resp) == {T0: Errors.UNKNOWN_TOPIC_OR_PARTITION, T1: Errors.NONE}
-    assert T0 not in rm.replicas
-    assert set(rm.replicas) == {T1}
-
-
-def test_lower_controller_epoch_refused_whole(rm):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=7), BROKER_EPOCH)
-    before = dict(rm.replicas)
-    resp = rm.become_leader_or_follower(
-        lai(ps(T0, leader=2, leader_epoch=9), ps(T1, leader=1, leader_epoch=0), controller_epoch=6), BROKER_EPOCH)
-    assert resp.error_code == Errors.STALE_CONTROLLER_EPOCH
-    assert resp.partition_errors == ()
-    assert rm.replicas == before
-    assert rm.controller_epoch == 7
-
-
-def test_equal_and_higher_controller_epoch_accepted(rm):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=7), BROKER_EPOCH)
-    resp = rm.become_leader_or_follower(lai(ps(T1, leader=1, leader_epoch=0), controller_epoch=7), BROKER_EPOCH)
-    assert resp.error_code == Errors.NONE
-    resp = rm.become_leader_or_follower(lai(ps(T2, leader=2, leader_epoch=0), controller_epoch=8), BROKER_EPOCH)
-    assert resp.error_code == Errors.NONE
-    assert rm.controller_epoch == 8
-    assert roles(rm) == {T0: "Leader", T1: "Leader", T2: "Follower"}
-
-
-def test_stale_broker_epoch_refused_whole(rm):
-    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=3,
-                                            broker_epoch=BROKER_EPOCH - 1), BROKER_EPOCH)
-    assert resp.error_code == Errors.STALE_BROKER_EPOCH
-    assert resp.partition_errors == ()
-    assert rm.replicas == {}
-    assert rm.controller_epoch == 0  # a refused request does not adopt its controller epoch
-
-
-def test_broker_epoch_checked_before_controller_epoch(rm):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=5), BROKER_EPOCH)
-    resp = rm.become_leader_or_follower(lai(ps(T1, leader=1, leader_epoch=0), controller_epoch=4,
-                                            broker_epoch=BROKER_EPOCH - 10), BROKER_EPOCH)
-    assert resp.error_code == Errors.STALE_BROKER_EPOCH
-
-
-def test_unknown_broker_epoch_is_accepted(rm):
-    assert UNKNOWN_BROKER_EPOCH == -1
-    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), broker_epoch=-1), BROKER_EPOCH)
-    assert resp.error_code == Errors.NONE
-    assert errors(resp) == {T0: Errors.NONE}
-    assert roles(rm) == {T0: "Leader"}
-
-
-def test_newer_broker_epoch_is_accepted(rm):
-    # Kafka: the controller may learn a broker's new epoch before the broker itself does
-    resp = rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), broker_epoch=BROKER_EPOCH + 1),
-                                        BROKER_EPOCH)
-    assert resp.error_code == Errors.NONE
-    assert T0 in rm.replicas
-
-
-def test_empty_request_adopts_controller_epoch(rm):
-    resp = rm.become_leader_or_follower(lai(controller_epoch=12), BROKER_EPOCH)
-    assert resp.error_code == Errors.NONE and resp.partition_errors == ()
-    assert rm.controller_epoch == 12
-
-
-def test_check_request_for_update_metadata(rm):
-    um = UpdateMetadataRequest(controller_id=9, controller_epoch=4, broker_epoch=BROKER_EPOCH,
-                               partition_states=[], live_brokers=[])
-    assert rm.check_request(um, BROKER_EPOCH) == Errors.NONE
-    assert rm.controller_epoch == 4
-    old = um.model_copy(update={"controller_epoch": 3})
-    assert rm.check_request(old, BROKER_EPOCH) == Errors.STALE_CONTROLLER_EPOCH
-    assert rm.check_request(um, BROKER_EPOCH + 1) == Errors.STALE_BROKER_EPOCH
-    assert rm.controller_epoch == 4
-
-
-# -- StopReplica ----------------------------------------------------------------------------------
-
-def _with_partitions(rm, epoch=3):
-    rm.become_leader_or_follower(
-        lai(ps(T0, leader=1, leader_epoch=epoch), ps(T1, leader=2, leader_epoch=epoch),
-            ps(T2, leader=3, leader_epoch=epoch)), BROKER_EPOCH)
-    assert set(rm.replicas) == {T0, T1, T2}
-
-
-def test_stop_replicas_removes_partitions(rm):
-    _with_partitions(rm)
-    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0),
-                                 StopReplicaPartition(topic="t", partition=2, delete_partition=True)), BROKER_EPOCH)
-    assert resp.api == "StopReplica"
-    assert resp.error_code == Errors.NONE
-    assert errors(resp) == {T0: Errors.NONE, T2: Errors.NONE}
-    assert set(rm.replicas) == {T1}
-
-
-def test_stop_replicas_with_newer_leader_epoch_and_sentinels(rm):
-    _with_partitions(rm, epoch=3)
-    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, leader_epoch=4),
-                                 StopReplicaPartition(topic="t", partition=1, leader_epoch=-1),
-                                 StopReplicaPartition(topic="t", partition=2, leader_epoch=-2)), BROKER_EPOCH)
-    assert errors(resp) == {T0: Errors.NONE, T1: Errors.NONE, T2: Errors.NONE}
-    assert rm.replicas == {}
-
-
-def test_stop_replicas_unknown_partition_is_fine(rm):
-    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="nope", partition=5)), BROKER_EPOCH)
-    assert errors(resp) == {TopicPartition("nope", 5): Errors.NONE}
-
-
-def test_stop_replicas_older_leader_epoch_fenced(rm):
-    _with_partitions(rm, epoch=3)
-    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, leader_epoch=2)), BROKER_EPOCH)
-    assert errors(resp) == {T0: Errors.FENCED_LEADER_EPOCH}
-    assert T0 in rm.replicas
-
-
-def test_stop_replicas_equal_leader_epoch_fenced_as_in_kafka(rm):
-    _with_partitions(rm, epoch=3)
-    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, leader_epoch=3)), BROKER_EPOCH)
-    assert errors(resp) == {T0: Errors.FENCED_LEADER_EPOCH}
-    assert T0 in rm.replicas
-
-
-def test_stop_replicas_stale_controller_epoch(rm):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=5), BROKER_EPOCH)
-    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0), controller_epoch=4), BROKER_EPOCH)
-    assert resp.error_code == Errors.STALE_CONTROLLER_EPOCH
-    assert resp.partition_errors == ()
-    assert T0 in rm.replicas
-
-
-def test_stop_replicas_stale_broker_epoch(rm):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0)), BROKER_EPOCH)
-    resp = rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0), broker_epoch=1), BROKER_EPOCH)
-    assert resp.error_code == Errors.STALE_BROKER_EPOCH
-    assert T0 in rm.replicas
-
-
-def test_local_replica_role():
-    r = LeaderAndIsrState(leader=3, leader_epoch=0, isr=(3,), replicas=(3, 4), zk_version=0)
-    assert role(r, 3) == "Leader"
-    assert role(r, 4) == "Follower"
-
-
-def test_replicas_get_logs_that_stop_replica_keeps_or_deletes(rm, tmp_path):
-    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)),
-                                 BROKER_EPOCH)
-    assert (tmp_path / "t-0").is_dir() and (tmp_path / "t-1").is_dir()
-    assert rm.partition(T0).is_leader and not rm.partition(T1).is_leader
-    rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, delete_partition=True),
-                          StopReplicaPartition(topic="t", partition=1)), BROKER_EPOCH)
-    assert not (tmp_path / "t-0").exists()  # deleted with the topic
-    assert (tmp_path / "t-1").is_dir()  # only stopped: the log stays for when the replica returns
-
+# -- logs on disk ----------------------------------------------------------------------------------
 
 def test_the_logs_on_disk_are_opened_at_start_and_taken_by_the_first_leader_and_isr(rm, tmp_path):
     """Kafka's LogManager loads every log before the broker registers: the LeaderAndIsr after a restart
@@ -319,15 +61,6 @@ def test_high_watermarks_are_checkpointed_and_read_back(rm, tmp_path):
 
 
 # -- produce and fetch, on an event loop as in the broker -------------------------------------------
-
-def fetch(replica_id=2, partitions=(), max_wait_ms=0, session_id=0, session_epoch=-1, forgotten=(),
-          replica_epoch=None):
-    """A fetch by follower `replica_id`'s live incarnation (or the one `replica_epoch` names), or a consumer's."""
-    return FetchParams(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=MAX_BYTES,
-                       partitions=list(partitions), session_id=session_id, session_epoch=session_epoch,
-                       forgotten=list(forgotten), replica_epoch=follower_epoch(replica_id) if replica_epoch is None
-                       and replica_id >= 0 else -1 if replica_epoch is None else replica_epoch)
-
 
 def later(delay_s: float, fn) -> None:
     asyncio.get_running_loop().call_later(delay_s, fn)
@@ -550,101 +283,7 @@ def test_offsets_for_leader_epoch(rm):
         (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1)]
 
 
-# -- MetadataCache ----------------------------------------------------------------------------------
-
-def um(*states, brokers=(1, 2, 3), controller_id=9):
-    return UpdateMetadataRequest(
-        controller_id=controller_id, controller_epoch=1, broker_epoch=BROKER_EPOCH, partition_states=list(states),
-        live_brokers=[live_broker(b, f"h{b}", 9090 + b) for b in brokers])
-
-
-def test_metadata_cache_initially_empty():
-    cache = MetadataCache()
-    assert cache.controller_id is None
-    assert cache.alive_brokers == {} and cache.partitions == {}
-    assert cache.leader_and_isr() == {}
-
-
-def test_metadata_cache_stores_states_and_brokers():
-    cache = MetadataCache()
-    s0 = ps(T0, leader=1, leader_epoch=2, isr=(1, 2))
-    deleted = cache.update(um(s0, ps(T1, leader=3, leader_epoch=0, isr=(3,)), controller_id=2))
-    assert deleted == []
-    assert cache.controller_id == 2
-    assert sorted(cache.alive_brokers) == [1, 2, 3]
-    assert cache.alive_brokers[2] == live_broker(2, "h2", 9092)
-    assert cache.partitions[T0] == s0
-    assert cache.leader_and_isr() == {T0: (1, 2, [1, 2]), T1: (3, 0, [3])}
-
-
-def test_metadata_cache_replaces_live_brokers_and_merges_partitions():
-    cache = MetadataCache()
-    cache.update(um(ps(T0, leader=1, leader_epoch=0), brokers=(1, 2, 3)))
-    cache.update(um(ps(T1, leader=2, leader_epoch=0), brokers=(2, 4), controller_id=4))
-    assert sorted(cache.alive_brokers) == [2, 4]
-    assert cache.controller_id == 4
-    assert set(cache.partitions) == {T0, T1}  # partitions not mentioned are kept
-    cache.update(um(ps(T0, leader=3, leader_epoch=1, isr=(3,)), brokers=()))
-    assert cache.alive_brokers == {}
-    assert cache.leader_and_isr()[T0] == (3, 1, [3])
-
-
-def test_metadata_cache_knows_which_incarnation_of_each_broker_lives():
-    """UpdateMetadata carries each live broker's registration epoch: the leader learns from it which
-    brokers died or registered again since the last one (their followers' state is then forgotten)."""
-    def update(epochs: dict[int, int]) -> UpdateMetadataRequest:
-        return UpdateMetadataRequest(controller_id=9, controller_epoch=1, broker_epoch=BROKER_EPOCH, partition_states=[],
-                                     live_brokers=[live_broker(b).model_copy(update={"epoch": e}) for b, e in epochs.items()])
-    cache = MetadataCache()
-    cache.update(update({1: 10, 2: 20, 3: 30}))
-    assert (cache.alive_broker_epoch(2), cache.alive_broker_epoch(4)) == (20, None)
-    before = cache.snapshot
-    cache.update(update({1: 10, 2: 21, 4: 40}))
-    assert cache.incarnations_since(before) == {2: 21, 3: -1}  # 2 bounced, 3 died; 4 is new: nothing to forget
-    before = cache.snapshot
-    cache.update(update({1: 10, 2: 21, 4: 40}))
-    assert cache.incarnations_since(before) == {}
-
-
-def test_metadata_cache_leader_during_delete_removes_partition():
-    assert LEADER_DURING_DELETE == -2
-    cache = MetadataCache()
-    cache.update(um(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)))
-    deleted = cache.update(um(ps(T0, leader=-2, leader_epoch=0)))
-    assert deleted == [T0]
-    assert set(cache.partitions) == {T1}
-    assert T0 not in cache.leader_and_isr()
-
-
-def test_metadata_cache_no_leader_is_kept():
-    cache = MetadataCache()
-    deleted = cache.update(um(ps(T0, leader=-1, leader_epoch=3, isr=())))
-    assert deleted == []
-    assert cache.leader_and_isr() == {T0: (-1, 3, [])}
-
-
-def test_metadata_answers_a_leader_not_known_alive_as_none(rm):
-    """Kafka's getPartitionMetadata: a leader missing from the cache's live brokers (it died and the
-    election has not reached this broker yet) is answered as -1, LEADER_NOT_AVAILABLE; a client then
-    asks again instead of waiting on the dead broker."""
-    from kafka.protocol.metadata import MetadataRequest
-
-    from actors.broker.network.kafka_apis import KafkaApis
-    from actors.broker.network.network import RequestContext
-
-    cache = MetadataCache()
-    cache.update(um(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)), ps(T1, leader=2, leader_epoch=0, isr=(2, 1)),
-                    brokers=(1, 2)))
-    cache.update(um(brokers=(1,)))  # broker 2 died: only the live brokers, no partition states
-    apis = KafkaApis(BROKER, rm, cache, lambda: "cluster", lambda: 0)
-    request = MetadataRequest[8](topics=None, allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
-                                 include_topic_authorized_operations=False)
-    response = asyncio.run(apis.metadata(RequestContext(3, 8, 1, "c", "peer"), request))
-    [topic] = response.topics
-    answers = {p.partition_index: (p.leader_id, Errors(p.error_code)) for p in topic.partitions}
-    assert answers == {T0.partition: (1, Errors.NONE), T1.partition: (-1, Errors.LEADER_NOT_AVAILABLE)}
-    assert [b.node_id for b in response.brokers] == [1]
-
+# -- which followers a fetch takes back into the ISR -----------------------------------------------
 
 def test_a_follower_refused_while_its_broker_was_not_alive_here_joins_at_its_next_fetch_naming_nothing(rm):
     """The race the detector test showed: a returning broker's first (full) fetch reaches the leader
@@ -716,39 +355,6 @@ def test_only_the_followers_outside_an_isr_are_indexed_and_consumers_read_only_w
     session = run(rm.fetch(fetch(replica_id=-1, partitions=[FetchPartition("t", 1, 0, -1)], session_epoch=0)))
     run(rm.fetch(fetch(replica_id=-1, session_id=session.session_id, session_epoch=1)))
     assert read == [[1], []]
-
-
-@pytest.mark.parametrize("version, missing_listener", [(8, Errors.LISTENER_NOT_FOUND),
-                                                       (5, Errors.LEADER_NOT_AVAILABLE)])
-def test_metadata_answers_the_endpoints_of_the_listener_asked(rm, version, missing_listener):
-    """Kafka's getAliveEndpoints: each broker as reached on the listener the request came in on (a
-    client on PLAINTEXT gets PLAINTEXT ports, a fetcher on REPLICATION replication's); a broker
-    without that listener is left out, and a partition it leads is answered leaderless with
-    LISTENER_NOT_FOUND (v6 on; LEADER_NOT_AVAILABLE before)."""
-    from kafka.protocol.metadata import MetadataRequest
-
-    from actors.broker.network.kafka_apis import KafkaApis
-    from actors.broker.network.network import RequestContext
-    from actors.protocol import EndPoint, LiveBroker
-
-    cache = MetadataCache()
-    cache.update(UpdateMetadataRequest(
-        controller_id=1, controller_epoch=1, broker_epoch=BROKER_EPOCH,
-        partition_states=[ps(T0, leader=1, leader_epoch=0, isr=(1, 2)), ps(T1, leader=2, leader_epoch=0, isr=(2, 1))],
-        live_brokers=[live_broker(1, "h1", 9091),
-                      LiveBroker(id=2, endpoints=[EndPoint("PLAINTEXT", "h2", 9092)])]))  # no REPLICATION
-    apis = KafkaApis(BROKER, rm, cache, lambda: "cluster", lambda: 0)
-
-    def ask(listener: str):
-        request = MetadataRequest[version](topics=None, allow_auto_topic_creation=False,
-                                           include_cluster_authorized_operations=False,
-                                           include_topic_authorized_operations=False)
-        response = asyncio.run(apis.metadata(RequestContext(3, version, 1, "c", "peer", listener), request))
-        leaders = {p.partition_index: (p.leader_id, Errors(p.error_code)) for p in response.topics[0].partitions}
-        return [(b.node_id, b.host, b.port) for b in response.brokers], leaders
-
-    assert ask("PLAINTEXT") == ([(1, "h1", 9091), (2, "h2", 9092)], {0: (1, Errors.NONE), 1: (2, Errors.NONE)})
-    assert ask("REPLICATION") == ([(1, "h1", 10091)], {0: (1, Errors.NONE), 1: (-1, missing_listener)})
 
 
 # -- fetch sessions' lifecycle (KIP-227) and consumers' fetches from followers -----------------------
