@@ -343,7 +343,10 @@ class GroupMember:
         return self.consumed
 
     def stats(self) -> dict:
-        return {"name": self.name, "consumed": self.consumed, "commits": self.commits, "rss_mb": rss_mb()}
+        """What it consumed and committed, and the partitions the group assigned it now ("topic-partition")."""
+        assigned = [f"{tp.topic}-{tp.partition}" for tp in self.consumer.assignment()]
+        return {"name": self.name, "consumed": self.consumed, "commits": self.commits, "assigned": assigned,
+                "rss_mb": rss_mb()}
 
 
 def consumed(tp: TopicPartition, record: ConsumedRecord, ts_ms: float, final: bool, group: str | None = None,

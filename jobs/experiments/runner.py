@@ -126,23 +126,30 @@ class ExperimentRun:
 
     def _await_group(self, timeout_s: float = 60) -> None:
         """Until every member of the group has been given records (its first rebalance waits for
-        group.initial.rebalance.delay.ms), so that the schedule's first fault finds the group consuming."""
+        group.initial.rebalance.delay.ms) and the members' assignments cover every streamed partition, so
+        that the schedule's next fault finds the group consuming all of them. After a topic is added the
+        members rejoin one by one, each as its own metadata shows the topic (eager: a member stops
+        fetching until its rejoin completes); a kill of the coordinator amid those rejoins left a member
+        with nothing to fetch until the group settled on a third coordinator, past the horizon."""
         began, deadline = time.monotonic(), time.monotonic() + timeout_s
+        streamed = {f"{tp.topic}-{tp.partition}" for tp in self._streamed()}
         while time.monotonic() < deadline:
-            if all(s["consumed"] for s in ray.get([m.stats.remote() for m in self.members], timeout=10)):
-                self.progress(f"Group {self.exp.load.group}: {len(self.members)} members consuming after "
-                              f"{time.monotonic() - began:.1f} s")
+            stats = ray.get([m.stats.remote() for m in self.members], timeout=10)
+            if all(s["consumed"] for s in stats) and streamed <= {tp for s in stats for tp in s["assigned"]}:
+                self.progress(f"Group {self.exp.load.group}: {len(self.members)} members consuming "
+                              f"{len(streamed):,} partitions after {time.monotonic() - began:.1f} s")
                 return
             time.sleep(0.2)
-        self.progress(f"Group {self.exp.load.group}: not every member consuming after {timeout_s:.0f} s; going on")
+        self.progress(f"Group {self.exp.load.group}: not every member consuming, or not every partition assigned, "
+                      f"after {timeout_s:.0f} s; going on")
 
     def _grow(self, done: int, timeout_s: float) -> None:
         """Create the topics due once `done` faults are done (after_fault), as soon as every broker is
         registered again (their replicas go to all of them; the creation overlaps the last victim's
         catch-up, and the next fault still waits for the whole cluster to recover), and hand their
         partitions to the running producers (the same rate per partition) and to consumers of their
-        own; return once every partition has an acknowledged record, so that the next fault's
-        unavailability covers them all."""
+        own; return once every partition has an acknowledged record and the consumer group is assigned
+        them too, so that the next fault's unavailability covers them all."""
         topics = [t for t in self.exp.topics if done and t.after_fault == done]
         if not topics:
             return
@@ -167,6 +174,8 @@ class ExperimentRun:
         while n and time.monotonic() < deadline and sum(
                 s["partitions_acked"] for s in ray.get([g.stats.remote() for g in self.generators], timeout=10)) < total:
             time.sleep(0.2)
+        if self.members and n:
+            self._await_group(max(1.0, deadline - time.monotonic()))
         self.progress(f"Topic {names} created after fault {done}: {len(new):,} partitions more, {total:,} under load")
 
     def _finish(self) -> None:

@@ -409,6 +409,7 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, m
                                                                          "tiny-b3-p6.18-r0-zk"]
     assert any("every invariant holds" in line for line in lines) and not any("BROKEN" in line for line in lines)
     assert sum("Topic load2 created after fault 1: 12 partitions more, 18 under load" in line for line in lines) == 2
+    assert sum("members consuming 18 partitions" in line for line in lines) == 2  # the group took load2 before kill 2
     for run in runs:  # the kills' load: the topics' partitions and the group's offsets partitions
         kills = [json.loads(line) for line in (run / rundir.FAILOVERS).read_text().splitlines()
                  if json.loads(line)["fault_id"] is not None]
