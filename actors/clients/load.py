@@ -270,17 +270,28 @@ class GroupMember:
         self.sink = RecordSink(config.recorder, config.namespace)
         self.consumed = self.commits = 0
         self._committing = False  # a commit sent, not yet answered (answers come on the consuming thread)
+        self.assigned: frozenset[str] = frozenset()  # "topic-partition"s the group gave it, as on_assign said
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"member-{self.name}", daemon=True)
 
     def start(self) -> None:
-        self.consumer.subscribe(self.topics)
+        self._subscribe()
         self._thread.start()
 
     def subscribe(self, topics: list[str]) -> None:
         """Follow these topics too (created during the run): the group rebalances."""
         self.topics = sorted(set(self.topics) | set(topics))
-        self.consumer.subscribe(self.topics)
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        """Subscribe, keeping what the group assigns (the callbacks run on the consuming thread, inside
+        consume(): asking librdkafka for the assignment from another thread can wait on that thread)."""
+        def assigned(consumer, partitions) -> None:
+            self.assigned = frozenset(f"{tp.topic}-{tp.partition}" for tp in partitions)
+
+        def revoked(consumer, partitions) -> None:
+            self.assigned = frozenset()
+        self.consumer.subscribe(self.topics, on_assign=assigned, on_revoke=revoked)
 
     def _run(self) -> None:
         last = time.monotonic()
@@ -344,8 +355,7 @@ class GroupMember:
 
     def stats(self) -> dict:
         """What it consumed and committed, and the partitions the group assigned it now ("topic-partition")."""
-        assigned = [f"{tp.topic}-{tp.partition}" for tp in self.consumer.assignment()]
-        return {"name": self.name, "consumed": self.consumed, "commits": self.commits, "assigned": assigned,
+        return {"name": self.name, "consumed": self.consumed, "commits": self.commits, "assigned": sorted(self.assigned),
                 "rss_mb": rss_mb()}
 
 
