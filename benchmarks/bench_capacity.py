@@ -9,10 +9,11 @@ of 18 s, Kafka's default, so that an overloaded broker is slow, not dead), a loa
 acks=all and idempotent as Kafka's defaults for acks=all, linger.ms 5 as librdkafka's default, 100-byte
 records without a key) offers records at a fixed rate whatever comes back (open loop), round robin over
 the partitions, in a Ray actor of its own that does nothing per record but the produce call and a
-delivery callback appending librdkafka's `Message.latency()` (produce call to acknowledgement) to an
-array. Every partition first gets one record, and what follows the first writes is let pass (the
-leader-epoch checkpoints, see `settle`), so that none of it is measured; then the cluster is measured
-idle over `--idle-s`. Each rate is warmed for `--warm-s`, then measured over `--seconds`: the rate
+delivery callback appending librdkafka's `Message.latency()` to an array (from the produce call to the
+callback: librdkafka takes the clock when the callback asks, and the loop polls every millisecond).
+Every partition first gets one record, and what follows the first writes is let pass (the leader-epoch
+checkpoints, see `settle`), so that none of it is measured; then the cluster is measured idle over
+`--idle-s`. Each rate is warmed for `--warm-s`, then measured over `--seconds`: the rate
 actually offered, the acknowledged rate over that window, the latency p50 / p99 / p99.9 of the records
 acknowledged in it (and, in the JSON, the worst of each tenth of the window: a stall shows
 there), the CPU each kind of this run's processes used (from /proc) per acknowledged record: brokers,
