@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from actors.broker.controller_requests import ControllerRequests
+from actors.broker.controller_requests import ControllerRequests, now_ms
 from actors.broker.delayed_operations import DelayedFetch, DelayedProduce
 from actors.broker.events import BrokerEvents
 from actors.broker.errors import (
@@ -57,10 +57,6 @@ EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1  # ListOffsets' special timestamps
 
 def role(state: LeaderAndIsrState, broker_id: int) -> str:
     return "Leader" if state.leader == broker_id else "Follower"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ReplicaManager(ControllerRequests):
