@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from coordination.zkdata import TopicPartition
+
+
 class FetchPartition(NamedTuple):
     topic: str
     partition: int
@@ -32,6 +35,13 @@ class FetchParams(NamedTuple):
     replica_epoch: int = -1  # KIP-903: the follower's broker epoch, which incarnation of it fetches
 
 
+class ProduceParams(NamedTuple):
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    entries: list[tuple[TopicPartition, bytes]]  # records as the v2 batches they came in, b"" for null
+
+
 class FetchedPartition(NamedTuple):
     topic: str
     partition: int
@@ -45,6 +55,14 @@ class FetchedPartition(NamedTuple):
 
 class FetchResult(NamedTuple):
     error_code: int  # a fetch session error (the partitions are then empty)
+    session_id: int
+    partitions: list[FetchedPartition]
+
+
+class FetchResponseData(NamedTuple):
+    """A FetchResponse as the follower reads it (wire.read_fetch_response)."""
+    correlation_id: int
+    error_code: int
     session_id: int
     partitions: list[FetchedPartition]
 

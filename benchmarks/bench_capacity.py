@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_capacity [--partitions 1000 10000 6] [--rates R ...] [--seconds 10]
         [--warm-s 3] [--start-rate R] [--max-rate 1024000] [--bisect 2] [--knee-p99-ms 50] [--linger-ms 5]
-        [--out FILE]
+        [--out FILE] [--profile-rate R --profile-dir DIR]
 
 On a cluster of 3 brokers per partition count (one topic, RF 3, min.insync.replicas=2; ZooKeeper sessions
 of 18 s, Kafka's default, so that an overloaded broker is slow, not dead), a load client (confluent-kafka,
@@ -36,6 +36,13 @@ loop of 5 million additions in a function (seconds, best of 3), and the bare exc
 (a uvloop protocol answering a fixed frame to a one-at-a-time request/response client at `--floor-rate`):
 its CPU per request, the least a request costs in CPython here. Figures from different days compare as
 ratios to these. Tables are printed per partition count, the rows written as JSON to `--out`.
+
+Profiling (`--profile-rate R`): after the ladder, R is offered again for `--seconds` while py-spy samples
+every broker (`--native`: the event loop's C and the kernel calls show too, at 100 Hz, pausing the
+process at each sample); the collapsed stacks go to `--profile-dir`, and a breakdown of the samples of
+the brokers' event loops while busy (not in epoll) by where the time went (the stages of a request,
+`PROFILE_STAGES`) and the functions with the most samples of their own is printed. That window is not a
+row of the table: py-spy's own CPU would count against the cluster.
 """
 from __future__ import annotations
 
@@ -290,6 +297,91 @@ def run_point(cluster, load, load_pid: int, n: int, rate: float, args) -> dict:
     return row
 
 
+# Where a broker's time goes, by the innermost frame of a sample that matches (in this order): the
+# stages of a request's way through kray, then the rest of the loop's work.
+PROFILE_STAGES = [
+    ("garbage collection", ("gc_collect", "collect_with_callback")),
+    ("socket writes", ("sock_sendmsg", "__libc_send", "_write_ready", "write (uvloop")),
+    ("socket reads", ("sock_recvmsg", "__libc_recv", "_read_ready", "readexactly", "data_received")),
+    ("frames and headers", ("network.py", "wire.py")),
+    ("request decoding (kafka-python)", ("kafka/protocol",)),
+    ("log appends and reads (files)", ("log/log.py", "log/batches.py", "write (", "pwrite", "pread", "os.py")),
+    ("producer state", ("producer_state.py",)),
+    ("partition and ISR/HW", ("partition.py", "isr.py", "replication.py")),
+    ("fetch sessions", ("fetch_session.py",)),
+    ("delayed operations", ("delayed_operations.py",)),
+    ("replica manager", ("replica_manager.py", "controller_requests.py")),
+    ("API handlers", ("kafka_apis.py", "group_apis.py", "admin_apis.py")),
+    ("follower fetcher", ("fetcher.py",)),
+    ("run-directory events", ("events.py",)),
+    ("event loop (asyncio/uvloop)", ("asyncio", "uvloop", "epoll")),
+    ("Ray's threads", ("ray/", "grpc", "_raylet")),
+]
+
+
+LOOP_THREAD = "kafka-network-thread-"  # the broker's event loop (actor.py; its broker id follows)
+IDLE = ("epoll_wait", "epoll_pwait")
+
+
+def profile_brokers(cluster, load, rate: float, seconds: float, out_dir: Path) -> dict:
+    """py-spy on every broker while `rate` is offered: the collapsed stacks, and the samples by stage and by
+    function (own samples), summed over the brokers."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pids = [i["pid"] for i in ray.get([h.info.remote() for h in cluster.brokers.values()])]
+    ray.get(load.set_rate.remote(rate))
+    time.sleep(2)
+    spies = [subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--native", "--threads", "--rate", "100", "--format", "raw",
+                               "--duration", str(int(seconds)), "--pid", str(pid),
+                               "--output", str(out_dir / f"broker-{pid}.txt")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in pids]
+    for spy in spies:
+        spy.wait()
+    ray.get(load.drain.remote(60))
+    return {"rate": rate, "seconds": seconds, **summarise_profile(out_dir)}
+
+
+def summarise_profile(out_dir: Path) -> dict:
+    """The busy samples of the brokers' event loops in py-spy's collapsed stacks, by stage and by function."""
+    stages: dict[str, int] = {}
+    own: dict[str, int] = {}
+    within: dict[str, int] = {}  # samples with the function anywhere on the stack
+    total = 0
+    for path in out_dir.glob("broker-*.txt"):
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = stack.split(";")
+            if LOOP_THREAD not in frames[0] or any(w in frames[-1] for w in IDLE):
+                continue  # other threads (Ray's, ZooKeeper's: mostly waiting), and the loop waiting
+            stage = next((name for frame in reversed(frames) for name, marks in PROFILE_STAGES
+                          if any(m in frame for m in marks)), "other")
+            stages[stage] = stages.get(stage, 0) + int(count)
+            own[frames[-1]] = own.get(frames[-1], 0) + int(count)
+            for function in {f.split(" (")[0] for f in frames}:
+                within[function] = within.get(function, 0) + int(count)
+            total += int(count)
+    top = sorted(own.items(), key=lambda kv: -kv[1])[:30]
+    return {"samples": total, "dir": str(out_dir),
+            "stages_pct": {k: round(100 * v / total, 1) for k, v in sorted(stages.items(), key=lambda kv: -kv[1])},
+            "own_pct": {k: round(100 * v / total, 1) for k, v in top},
+            "within_pct": {k: round(100 * v / total, 1) for k, v in sorted(within.items(), key=lambda kv: -kv[1])[:60]}
+            } if total else {"samples": 0}
+
+
+def print_profile(profile: dict) -> None:
+    if not profile.get("samples"):
+        print("profile: no samples (is py-spy installed, and may it attach?)")
+        return
+    print(f"\nprofile of the brokers at {profile['rate']:,.0f}/s ({profile['samples']:,} samples, stacks in "
+          f"{profile['dir']}), by stage (the innermost matching frame):")
+    for k, v in profile["stages_pct"].items():
+        print(f"  {v:5.1f}%  {k}")
+    for title, key in (("functions with the most samples of their own:", "own_pct"),
+                       ("functions with the most samples within them (callees included):", "within_pct")):
+        print(title)
+        for k, v in profile[key].items():
+            print(f"  {v:5.1f}%  {k}")
+
+
 def nice_rate(x: float) -> int:
     """x to three significant digits (a bisected rate)."""
     step = 10 ** max(0, len(str(int(x))) - 3)
@@ -344,10 +436,12 @@ def capacity(connect: str, n: int, args) -> dict:
         health = {"controller_epoch_changed": epoch_after != epoch,
                   "partitions_isr_below_3": sum(len(s.state.isr) < 3 for s in states.values()),
                   "failed_isr_updates": sum(i["failed_isr_updates"] for i in info)}
+        profile = profile_brokers(cluster, load, args.profile_rate, args.seconds, Path(args.profile_dir) / str(n)) \
+            if args.profile_rate else None
         knee = max((r["rate"] for r in rows if r["knee_ok"]), default=None)
         above = min((r for r in rows if r["rate"] > (knee or 0)), key=lambda r: r["rate"], default=None)
         return {"partitions": n, "topic_created_s": created, **primed, "settled_s": settled, "idle_cores": idle,
-                "rows": rows,
+                "rows": rows, "profile": profile,
                 "knee_per_s": knee, "knee_limited_by": "max rate" if above is None else
                 "client" if above["client_behind"] else "cluster", **health}
     finally:
@@ -440,6 +534,8 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=float, default=5, help="the load client's linger.ms (librdkafka's default)")
     parser.add_argument("--floor-rate", type=float, default=2000, help="requests/s of the bare exchange floor")
     parser.add_argument("--floor-seconds", type=float, default=5)
+    parser.add_argument("--profile-rate", type=float, default=None, help="profile the brokers at this rate (py-spy)")
+    parser.add_argument("--profile-dir", default="/tmp/bench_capacity-profile")
     parser.add_argument("--out", default=f"/tmp/bench_capacity-{time.strftime('%Y%m%d-%H%M%S')}.json")
     args = parser.parse_args()
     started = time.monotonic()
@@ -455,6 +551,8 @@ def main() -> None:
         for n in args.partitions:
             results.append(capacity(env.connect, n, args))
             print_table(results[-1], floor["cpu_us_per_request"])
+            if results[-1]["profile"] is not None:
+                print_profile(results[-1]["profile"])
             sys.stdout.flush()
         loop_after = python_loop_s()
     elapsed = round(time.monotonic() - started)

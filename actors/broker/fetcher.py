@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, OffsetForLeaderEpochRequest
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetForLeaderEpochRequest
 
 from actors.broker.network import wire
 from actors.broker.errors import CorruptRecordException, InvalidRecordException
@@ -45,7 +45,7 @@ from actors.broker.network.network import NetworkClient
 from actors.broker.partition import Partition
 from actors.broker.replication import truncation_offset
 from actors.config import BrokerConfig
-from actors.data_protocol import FetchPartition
+from actors.data_protocol import FetchPartition, FetchResponseData
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
 
@@ -276,7 +276,7 @@ class ReplicaFetcher:
                                   replica_epoch=self.broker_epoch())
         self._polling = long_poll
         try:
-            response = await asyncio.wait_for(self._client.send_frame(frame, FetchResponse, wire.FETCH_VERSION),
+            response = await asyncio.wait_for(self._client.send_frame(frame, _read_fetch_response),
                                               self.config.replica_fetch_wait_max_ms / 1000 + 30)
         finally:
             self._polling = False
@@ -285,37 +285,34 @@ class ReplicaFetcher:
                      self.source_id, Errors(response.error_code).name)
             return  # the next round sends a full fetch at once
         out_of_range = []
-        for t in response.responses:
-            for f in t.partitions:
-                tp = TopicPartition(t.topic, f.partition_index)
-                state = self.partitions.get(tp)
-                if state is None or state.added > sent_after or state.partition.state.leader_epoch != state.epoch:
-                    continue  # the leadership moved while the fetch was in flight
-                diverging = f.diverging_epoch
-                try:
-                    if f.error_code == Errors.NONE and diverging is not None and diverging.end_offset >= 0:
-                        _truncate_where_agreed(state.partition, state.epoch, (diverging.epoch, diverging.end_offset))
+        for f in response.partitions:
+            tp = TopicPartition(f.topic, f.partition)
+            state = self.partitions.get(tp)
+            if state is None or state.added > sent_after or state.partition.state.leader_epoch != state.epoch:
+                continue  # the leadership moved while the fetch was in flight
+            try:
+                if f.error_code == Errors.NONE and f.diverging_epoch is not None and f.diverging_epoch[1] >= 0:
+                    _truncate_where_agreed(state.partition, state.epoch, f.diverging_epoch)
+                    self._refresh(tp)
+                    continue
+                if f.error_code == Errors.NONE:
+                    state.partition.append_as_follower(f.records, f.high_watermark, f.log_start_offset, state.epoch)
+                    state.failures = 0
+                    if f.records:
                         self._refresh(tp)
-                        continue
-                    if f.error_code == Errors.NONE:
-                        state.partition.append_as_follower(f.records or b"", f.high_watermark, f.log_start_offset,
-                                                           state.epoch)
-                        state.failures = 0
-                        if f.records:
-                            self._refresh(tp)
-                        continue
-                except OSError as e:  # this broker's disk, not the connection
-                    self._storage_error(tp, state, e)
                     continue
-                except Exception as e:  # this partition's data, not the connection: the others go on
-                    self._partition_error(tp, state, e)
-                    continue
-                if f.error_code == Errors.OFFSET_OUT_OF_RANGE:
-                    out_of_range.append((tp, state))
-                else:
-                    self._delay(tp, state)
-                    log.debug("[ReplicaFetcher replicaId=%d, leaderId=%d] %s for %s", self.broker_id,
-                              self.source_id, Errors(f.error_code).name, tp)
+            except OSError as e:  # this broker's disk, not the connection
+                self._storage_error(tp, state, e)
+                continue
+            except Exception as e:  # this partition's data, not the connection: the others go on
+                self._partition_error(tp, state, e)
+                continue
+            if f.error_code == Errors.OFFSET_OUT_OF_RANGE:
+                out_of_range.append((tp, state))
+            else:
+                self._delay(tp, state)
+                log.debug("[ReplicaFetcher replicaId=%d, leaderId=%d] %s for %s", self.broker_id,
+                          self.source_id, Errors(f.error_code).name, tp)
         if out_of_range:
             await self._handle_out_of_range(out_of_range)
 
@@ -399,3 +396,8 @@ class ReplicaFetcherManager:
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(fetcher.stop() for fetcher in self.fetchers.values()))
+
+
+def _read_fetch_response(frame: bytes) -> tuple[int, FetchResponseData]:
+    response = wire.read_fetch_response(frame)
+    return response.correlation_id, response

@@ -73,6 +73,38 @@ def test_reads_give_whole_batches_within_max_bytes_and_below_max_offset(tmp_path
             log.read(bad, 100)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_reads_of_the_newest_batches_from_memory_are_the_files_reads(tmp_path, seed):
+    """The active segment's tail in memory answers exactly what the same log read from its files does
+    (a reopened log holds no tail), across appends of every size, rolls, truncations and follower appends."""
+    rng = random.Random(seed)
+    log = Log(tmp_path / "t-0", segment_bytes=rng.choice([3_000, 40_000, 10**6]))
+    from_memory = 0
+    for step in range(60):
+        action = rng.random()
+        if action < 0.05 and log.log_end_offset > log.log_start_offset:
+            log.truncate_to(rng.randrange(log.log_start_offset, log.log_end_offset + 1))
+        else:  # mostly small batches, some past the tail's size, as a leader or as its follower would append
+            size = rng.choice([0, 10, 100, 1_000, 5_000, 9_000])
+            records = batch(rng.randrange(1, 8), size, start=log.log_end_offset)
+            if action < 0.3:
+                records = batches.assign_offsets(records, log.log_end_offset, 1)
+                log.append_as_follower(records)
+            else:
+                log.append_as_leader(records, leader_epoch=1)
+        if step % 10 == 9 or step == 59:
+            disk = Log(tmp_path / "t-0", segment_bytes=log.segment_bytes)
+            assert disk.segments[-1].tail_bases == type(disk.segments[-1].tail_bases)("q")
+            for _ in range(40):
+                offset = rng.randrange(log.log_start_offset, log.log_end_offset + 1)
+                max_bytes = rng.choice([0, 1, 60, 500, 4_000, 10**6])
+                max_offset = rng.choice([None, rng.randrange(log.log_start_offset, log.log_end_offset + 2)])
+                assert log.read(offset, max_bytes, max_offset) == disk.read(offset, max_bytes, max_offset)
+                from_memory += log.segments[-1].read_tail(offset, max_bytes, max_offset) is not None
+            disk.close()
+    assert from_memory  # the newest batches were read from memory
+
+
 def test_the_sparse_index_finds_every_offset_and_matches_its_file(tmp_path):
     rng = random.Random(3)
     log = Log(tmp_path / "t-0", index_interval_bytes=256)

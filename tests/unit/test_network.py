@@ -32,7 +32,7 @@ class Handler:
             return MetadataResponse(throttle_time_ms=0, brokers=[MetadataResponse.MetadataResponseBroker(
                 node_id=1, host="127.0.0.1", port=1)], cluster_id="c", controller_id=1, topics=[])
         if ctx.api_key == 0 and request.acks == 0:
-            if request.topic_data[0].name == "close-me":
+            if request.entries[0][0].topic == "close-me":
                 raise CloseConnection("an acks=0 produce failed")
             return None
         return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=[])

@@ -453,11 +453,15 @@ def apis_fetch(rm, version: int, request):
     """KafkaApis' answer to a consumer's Fetch of `version`: [(partition, error, HW, offsets)], session id."""
     from kafka.protocol.consumer import FetchRequest
 
+    from actors.broker.network import wire
     from actors.broker.network.kafka_apis import KafkaApis
     from actors.broker.network.network import RequestContext
 
     apis = KafkaApis(BROKER, rm, MetadataCache(), lambda: "cluster", lambda: 0)
-    response = asyncio.run(apis.fetch(RequestContext(FetchRequest.API_KEY, version, 1, "c", "peer"), request))
+    request.with_header(correlation_id=1, client_id="c")
+    frame = request.encode(version=version, header=True)  # as the socket server reads it
+    params = wire.read_fetch_request(frame, wire.read_request_header(frame, version >= 12).body, version)
+    response = asyncio.run(apis.fetch(RequestContext(FetchRequest.API_KEY, version, 1, "c", "peer"), params))
     return [(p.partition_index, Errors(p.error_code), p.high_watermark,
              [r.offset for r in decode_records(p.records or b"")]) for t in response.responses for p in t.partitions], \
         response.session_id

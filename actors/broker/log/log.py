@@ -22,7 +22,11 @@ reads it but the disk-fault injector (jobs/experiments/disk_faults.py): recovery
 A segment is rolled when the next batch would not fit in `segment_bytes`. An index entry is added
 each time `index_interval_bytes` were appended since the last one (Kafka's index.interval.bytes),
 naming a batch's last offset and where that batch starts; a read looks up the entry at or below
-its offset and walks batch headers from there. Reads return whole batches as bytes: no record is
+its offset and walks batch headers from there. The active segment also keeps its newest batches
+in memory (at most TAIL_BYTES, with where each starts): followers and consumers that keep up read
+what was just appended from there, with no system call and no header walked (on the disk path, a
+follower's fetch cost two preads and a walk of up to 4 KB of headers per partition, a sixth of a
+broker's loop at 2,000 records/s over 1,000 partitions). Reads return whole batches as bytes: no record is
 decoded on the produce, replicate or fetch path. Retention deletes whole segments (and with them
 the log start offset moves), never the active one.
 """
@@ -52,6 +56,7 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
 READ_CHUNK_BYTES = 1 << 20  # reading a log through: recovery, producer state, timestamps
 _INDEX_ENTRY = struct.Struct(">ii")
+TAIL_BYTES = 8192  # the newest batches of a segment kept in memory: 80 MB for 10,000 partitions all written
 
 
 class LogAppendInfo(NamedTuple):
@@ -90,6 +95,10 @@ class Segment:
         self.unindexed_bytes = 0  # appended since the last index entry
         self._fd: int | None = None  # one descriptor per segment at most, opened when first used
         self._active = False  # opened for appends
+        # The newest batches as written: the bytes from file position tail_start to the end, and per batch
+        # its base and last offsets and where it starts in `tail` (only what this process appended)
+        self.tail, self.tail_start = bytearray(), 0
+        self.tail_bases, self.tail_lasts, self.tail_positions = array("q"), array("q"), array("q")
 
     def _descriptor(self) -> int:
         if self._fd is None:
@@ -110,11 +119,54 @@ class Segment:
         self.index_path.touch()
         self._active = True
 
-    def write(self, data, index_entries: bytes) -> None:
+    def write(self, data, index_entries: bytes, position: int, headers: list[BatchHeader]) -> None:
+        """Append `data` (the batches of `headers`) at `position`, the segment's end before them."""
         os.write(self._descriptor(), data)
         if index_entries:
             with open(self.index_path, "ab") as f:
                 f.write(index_entries)
+        self._keep_tail(data, position, headers)
+
+    def _keep_tail(self, data, position: int, headers: list[BatchHeader]) -> None:
+        tail = self.tail
+        if position != self.tail_start + len(tail) or len(data) > TAIL_BYTES:  # not a continuation, or too big
+            del tail[:], self.tail_bases[:], self.tail_lasts[:], self.tail_positions[:]
+            self.tail_start = position
+            if len(data) > TAIL_BYTES:
+                self.tail_start += len(data)
+                return
+        at = len(tail)
+        tail += data
+        for h in headers:
+            self.tail_bases.append(h.base_offset)
+            self.tail_lasts.append(h.last_offset)
+            self.tail_positions.append(at)
+            at += h.size
+        if len(tail) > TAIL_BYTES:  # drop the oldest batches until it fits
+            drop = bisect.bisect_left(self.tail_positions, len(tail) - TAIL_BYTES)
+            cut = self.tail_positions[drop]
+            del tail[:cut], self.tail_bases[:drop], self.tail_lasts[:drop], self.tail_positions[:drop]
+            self.tail_start += cut
+            for i in range(len(self.tail_positions)):
+                self.tail_positions[i] -= cut
+
+    def read_tail(self, offset: int, max_bytes: int, max_offset: int | None) -> bytes | None:
+        """`Log.read` from the batches in memory; None when the batch holding `offset` is not among them."""
+        bases = self.tail_bases
+        if not bases or offset < bases[0] or offset >= self.next_offset:
+            return None
+        lasts, positions, n = self.tail_lasts, self.tail_positions, len(bases)
+        first = bisect.bisect_left(lasts, offset)
+        stop = n if max_offset is None else bisect.bisect_left(lasts, max_offset, first)
+        if stop <= first:
+            return b""
+        start = positions[first]
+        limit = start + max_bytes
+        end = len(self.tail) if stop == n else positions[stop]
+        if end > limit:  # the whole batches within max_bytes, but always the first (KIP-74)
+            fit = bisect.bisect_right(positions, limit, first + 1, stop)
+            end = positions[fit - 1] if fit - 1 > first else positions[first + 1] if first + 1 < n else len(self.tail)
+        return bytes(self.tail[start:end])
 
     def appended(self, header: BatchHeader, position: int, index_interval_bytes: int) -> bytes:
         """Account for a batch written at `position`; the .index entry to write, if one is due."""
@@ -244,11 +296,12 @@ class Log:
         segment = self.segments[-1]
         if segment.size and segment.size + len(data) > self.segment_bytes:
             segment = self._roll()
-        position, entries = segment.size, []
+        start = position = segment.size
+        entries = []
         for h in headers:
             entries.append(segment.appended(h, position, self.index_interval_bytes))
             position += h.size
-        segment.write(data, b"".join(entries))
+        segment.write(data, b"".join(entries), start, headers)
 
     def _roll(self) -> Segment:
         self.flush()  # Kafka flushes a segment when it rolls (in the background) and checkpoints past it
@@ -351,6 +404,8 @@ class Log:
         if i >= len(self.segments):
             return b""
         segment = self.segments[i]
+        if i == len(self.segments) - 1 and (kept := segment.read_tail(offset, max_bytes, max_offset)) is not None:
+            return kept
         found = segment.position_of(offset)
         if found is None:
             return b""

@@ -2,9 +2,10 @@
 definitions) turned into calls on the replica manager and the metadata cache, and the answers back
 into the response of the request's version.
 
-Runs on the broker's event loop; a connection's requests start in order (the SocketServer's). The
-responses of the replication round (Produce v9, Fetch v12) are written by `wire`, the rest by
-kafka-python.
+Runs on the broker's event loop; a connection's requests start in order (the SocketServer's).
+Produce and Fetch requests arrive as `wire` reads them (ProduceParams, FetchParams), every other
+request as kafka-python's object; the responses of the replication round (Produce v9, Fetch v12)
+are written by `wire`, the rest by kafka-python.
 The admin API's requests are admin_apis.py's, the group coordinator's group_apis.py's. ApiVersions is
 the SocketServer's own. Producer ids come in blocks from ZooKeeper, claimed off the loop.
 """
@@ -32,7 +33,7 @@ from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network.network import CloseConnection, RequestContext
 from actors.broker.replica_manager import ReplicaManager
-from actors.data_protocol import FetchParams, FetchPartition, FetchResult, ProduceResult
+from actors.data_protocol import FetchParams, FetchResult, ProduceParams, ProduceResult
 from coordination.errors import Errors, KrayError
 from coordination.zkdata import TopicPartition
 
@@ -100,16 +101,14 @@ class KafkaApis:
 
     # -- Produce -------------------------------------------------------------
 
-    async def produce(self, ctx: RequestContext, request) -> ProduceResponse | bytes | None:
+    async def produce(self, ctx: RequestContext, request: ProduceParams) -> ProduceResponse | bytes | None:
         """acks=0 gets no answer; if its append failed the connection is closed, as Kafka does, so that
         the producer notices."""
         if request.transactional_id is not None:
-            results = [ProduceResult(t.name, p.index, int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-                                     error_message="kray has no transaction coordinator")
-                       for t in request.topic_data for p in t.partition_data]
+            results = [ProduceResult(tp.topic, tp.partition, int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                     error_message="kray has no transaction coordinator") for tp, _ in request.entries]
         else:
-            results = await self.rm.append_records(request.acks, request.timeout_ms, [
-                (TopicPartition(t.name, p.index), p.records or b"") for t in request.topic_data for p in t.partition_data])
+            results = await self.rm.append_records(request.acks, request.timeout_ms, request.entries)
         if request.acks == 0:
             if any(r.error_code != Errors.NONE for r in results):
                 raise CloseConnection(f"acks=0 produce failed: {[(r.topic, r.partition, Errors(r.error_code).name) for r in results if r.error_code]}")
@@ -120,17 +119,9 @@ class KafkaApis:
 
     # -- Fetch ---------------------------------------------------------------
 
-    async def fetch(self, ctx: RequestContext, request) -> FetchResponse | bytes:
+    async def fetch(self, ctx: RequestContext, params: FetchParams) -> FetchResponse | bytes:
         """Kafka's handleFetchRequest: from v11 the request carries client metadata (KIP-392), with which
         a consumer may fetch from a follower."""
-        params = FetchParams(
-            replica_id=request.replica_id, max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
-            max_bytes=request.max_bytes, session_id=request.session_id, session_epoch=request.session_epoch,
-            partitions=[FetchPartition(t.topic, p.partition, p.fetch_offset, p.current_leader_epoch,
-                                       p.partition_max_bytes, p.last_fetched_epoch, p.log_start_offset)
-                        for t in request.topics for p in t.partitions],
-            forgotten=[(t.topic, p) for t in request.forgotten_topics_data for p in t.partitions],
-            replica_epoch=wire.replica_epoch(request))
         result = await self.rm.fetch(params, client_metadata=ctx.api_version >= 11)
         if ctx.api_version == wire.FETCH_VERSION:
             return wire.fetch_response(ctx.correlation_id, result.error_code, result.session_id, result.partitions)

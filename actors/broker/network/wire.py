@@ -1,34 +1,60 @@
-"""The three messages on the replication round, encoded with `struct` at their flexible versions:
-ProduceResponse v9, FetchResponse v12 (both answered by every broker for every acks=all produce)
-and FetchRequest v12 (sent by every follower each round); and every request's header, read.
+"""The messages on the replication round, with `struct`. Written, at their flexible versions:
+ProduceResponse v9, FetchResponse v12 (both answered by every broker for every acks=all produce) and
+FetchRequest v12 (sent by every follower each round). Read: every request's header, ProduceRequest
+v3-v9 and FetchRequest v4-v12 (every version the broker takes, clients' as well as followers'), and
+the FetchResponse v12 a follower gets back.
 
-kafka-python's message classes encode everything else, and these at every other version. Here they
-cost 20-80 microseconds a message (objects built per partition, then walked generically), a
+kafka-python's message classes encode everything else, and these responses at every other version.
+Here they cost 20-80 microseconds a message (objects built per partition, then walked generically), a
 tenth of a broker's CPU at 2,000 records/s over 1,000 partitions; these functions write the same
-bytes (tests/unit/test_wire.py compares them with kafka-python's, both ways) in a few. Each returns a
-whole frame: the size, the header, the body.
+bytes (tests/unit/test_wire.py compares them with kafka-python's, both ways) in a few. Each encoder
+returns a whole frame: the size, the header, the body.
+
+kafka-python's decode, likewise, builds an object per topic and partition (3-9 microseconds for a
+produce or a follower's fetch of a few partitions, with the copy into KafkaApis' rows; 40 for a
+response of 50 partitions), on every request of the round. The decoders read a frame straight into the rows the
+broker and the fetcher work with (ProduceParams, FetchParams, FetchResponseData), in a half to a
+quarter of that; the tests hold them to what kafka-python's decode gives, at every version.
 """
 from __future__ import annotations
 
 import struct
 from typing import Callable, Iterable, NamedTuple
 
-from actors.data_protocol import FetchedPartition, FetchPartition, ProduceResult
+from actors.data_protocol import (
+    FetchedPartition,
+    FetchParams,
+    FetchPartition,
+    FetchResponseData,
+    ProduceParams,
+    ProduceResult,
+)
+from coordination.zkdata import TopicPartition
 
 PRODUCE_VERSION, FETCH_VERSION = 9, 12
 
-_I32 = struct.Struct(">i")
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _REQUEST_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id's length
 _SIZE_AND_ID = struct.Struct(">ii")
 _PRODUCE_PARTITION = struct.Struct(">ihqqq")  # index, error, base offset, log append time, log start
 _FETCH_HEAD = struct.Struct(">ihi")  # throttle, error, session id
 _FETCH_PARTITION = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
 _DIVERGING = struct.Struct(">iqB")  # epoch, end offset, no tagged fields
+_EPOCH_AND_OFFSET = struct.Struct(">iq")  # a diverging epoch as read, its tagged fields left
+DIVERGING_EPOCH_TAG = 0  # FetchResponse's, per partition
 _FETCH_REQUEST_HEAD = struct.Struct(">hhi")  # api key, version, correlation id
 _FETCH_REQUEST_BODY = struct.Struct(">iiiibii")  # replica, max wait, min bytes, max bytes, isolation, session, epoch
 _FETCH_REQUEST_PARTITION = struct.Struct(">iiqiqi")  # partition, leader epoch, offset, last epoch, start, max bytes
+_FETCH_REQUEST_BODY_V4 = struct.Struct(">iiiib")  # v4-v6: no session yet
+_FETCH_REQUEST_PARTITION_V4 = struct.Struct(">iqi")  # partition, offset, max bytes
+_FETCH_REQUEST_PARTITION_V5 = struct.Struct(">iqqi")  # partition, offset, log start, max bytes
+_FETCH_REQUEST_PARTITION_V9 = struct.Struct(">iiqqi")  # partition, leader epoch, offset, log start, max bytes
+_PRODUCE_REQUEST_HEAD = struct.Struct(">hi")  # acks, timeout
 _REPLICA_STATE = struct.Struct(">iqB")  # replica id, replica epoch, no tagged fields
 REPLICA_STATE_TAG = 1  # FetchRequest's ReplicaState (KIP-903)
+# A NamedTuple built without its Python-level __new__ (so with every field given): a tenth of a
+# microsecond less a row, which the decoders build one of per partition.
+_new = tuple.__new__
 _NO_TAGS = b"\x00"
 _NULL_PREFERRED_READ_REPLICA = _I32.pack(-1)
 FETCH_API_KEY = 1
@@ -58,6 +84,88 @@ def _read_uvarint(buf, pos: int) -> tuple[int, int]:
             raise ValueError("a varint longer than 5 bytes")
 
 
+def _tagged(buf, pos: int, wanted: int):
+    """Tagged fields: the bytes of the one tagged `wanted` (the last, if repeated; None without one)
+    and where the fields end."""
+    count = buf[pos]
+    if count < 0x80:
+        pos += 1
+    else:
+        count, pos = _read_uvarint(buf, pos)
+    field = None
+    for _ in range(count):
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_uvarint(buf, pos)
+        size = buf[pos]
+        if size < 0x80:
+            pos += 1
+        else:
+            size, pos = _read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise ValueError("a tagged field past the frame's end")
+        if tag == wanted:
+            field = buf[pos:end]
+        pos = end
+    return field, pos
+
+
+def _read_count(buf, pos: int) -> tuple[int, int]:
+    """A non-nullable array's length: int32."""
+    (n,) = _I32.unpack_from(buf, pos)
+    if n < 0:
+        raise ValueError("a null where the schema has none")
+    return n, pos + 4
+
+
+def _read_compact_count(buf, pos: int) -> tuple[int, int]:
+    """A non-nullable compact array's (or string's) length: an unsigned varint, one more than it."""
+    n = buf[pos]
+    if n >= 0x80:
+        n, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    if n == 0:
+        raise ValueError("a null where the schema has none")
+    return n - 1, pos
+
+
+def _read_topic(buf, pos: int) -> tuple[str, int, int]:
+    """A topic's name (a non-nullable string: int16 length, UTF-8) and its partitions' count (int32)."""
+    (n,) = _I16.unpack_from(buf, pos)
+    start = pos + 2
+    end = start + n
+    if n < 0 or end > len(buf):
+        raise ValueError("a null topic name or one past the frame's end")
+    count, pos = _read_count(buf, end)
+    return str(buf[start:end], "utf-8"), count, pos
+
+
+def _read_compact_topic(buf, pos: int) -> tuple[str, int, int]:
+    """A topic's name (a non-nullable compact string: an unsigned varint one more than its length, UTF-8)
+    and its partitions' count (a non-nullable compact array's)."""
+    n = buf[pos]
+    if n >= 0x80:
+        n, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    end = pos + n - 1
+    if n == 0 or end > len(buf):
+        raise ValueError("a null topic name or one past the frame's end")
+    topic = str(buf[pos:end], "utf-8")
+    count = buf[end]
+    if count >= 0x80:
+        count, pos = _read_uvarint(buf, end)
+    else:
+        pos = end + 1
+    if count == 0:
+        raise ValueError("a null where the schema has none")
+    return topic, count - 1, pos
+
+
 class RequestHeader(NamedTuple):
     correlation_id: int
     client_id: str | None
@@ -77,13 +185,7 @@ def read_request_header(frame, flexible: bool) -> RequestHeader:
         client_id = bytes(frame[pos:pos + n]).decode()
         pos += n
     if flexible:
-        count, pos = _read_uvarint(frame, pos)
-        for _ in range(count):
-            _, pos = _read_uvarint(frame, pos)  # the tag
-            size, pos = _read_uvarint(frame, pos)
-            pos += size
-        if pos > len(frame):
-            raise ValueError("tagged fields past the frame's end")
+        pos = _tagged(frame, pos, -1)[1]
     return RequestHeader(correlation_id, client_id, pos)
 
 
@@ -186,11 +288,208 @@ def fetch_request(correlation_id: int, client_id: str, replica_id: int, max_wait
     return _I32.pack(len(body)) + body
 
 
-def replica_epoch(request) -> int:
-    """The broker epoch a FetchRequest's ReplicaState carries (v15's tagged field, which kray's followers
-    send at v12 too, where kafka-python keeps it among the unknown tags); -1 without one."""
-    state = getattr(request, "replica_state", None)
-    if state is not None and state.replica_epoch is not None:
-        return state.replica_epoch
-    raw = (getattr(request, "unknown_tags", None) or {}).get(f"_{REPLICA_STATE_TAG}")
-    return _REPLICA_STATE.unpack_from(raw)[1] if raw is not None and len(raw) >= _REPLICA_STATE.size else -1
+# -- decoders ------------------------------------------------------------------------------------------
+# Each reads a message straight into the rows KafkaApis and the fetcher work with. Lengths are checked
+# against the frame, null arrays and strings where the schema has none refused, bytes skipped over
+# without a check are those before a read that would fail past the end: a frame cut short or malformed
+# raises ValueError, IndexError or struct.error. Bytes after the message are ignored, as kafka-python does.
+
+
+def read_produce_request(frame, pos: int, version: int) -> ProduceParams:
+    """ProduceRequest v3-v9 from `pos` (its body's start) in `frame` (no size), records copied out."""
+    if not 3 <= version <= PRODUCE_VERSION:
+        raise ValueError(f"ProduceRequest v{version}")
+    size = len(frame)
+    flexible = version == PRODUCE_VERSION
+    if flexible:
+        n = frame[pos]
+        if n >= 0x80:
+            n, pos = _read_uvarint(frame, pos)
+        else:
+            pos += 1
+        n -= 1  # -1: null
+    else:
+        (n,) = _I16.unpack_from(frame, pos)
+        pos += 2
+    transactional_id = None
+    if n >= 0:
+        if pos + n > size:
+            raise ValueError("a transactional id past the frame's end")
+        transactional_id = str(frame[pos:pos + n], "utf-8")
+        pos += n
+    acks, timeout_ms = _PRODUCE_REQUEST_HEAD.unpack_from(frame, pos)
+    pos += _PRODUCE_REQUEST_HEAD.size
+    entries = []
+    view = type(frame) is not bytes  # a memoryview, whose slices are no copies
+    if flexible:
+        topics, pos = _read_compact_count(frame, pos)
+        for _ in range(topics):
+            topic, count, pos = _read_compact_topic(frame, pos)
+            for _ in range(count):
+                (index,) = _I32.unpack_from(frame, pos)
+                pos += 4
+                n = frame[pos]
+                if n >= 0x80:
+                    n, pos = _read_uvarint(frame, pos)
+                else:
+                    pos += 1
+                records = b""
+                if n:
+                    end = pos + n - 1
+                    if end > size:
+                        raise ValueError("records past the frame's end")
+                    records = bytes(frame[pos:end]) if view else frame[pos:end]
+                    pos = end
+                entries.append((_new(TopicPartition, (topic, index)), records))
+                pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
+            pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
+        if frame[pos]:
+            _tagged(frame, pos, -1)
+    else:
+        topics, pos = _read_count(frame, pos)
+        for _ in range(topics):
+            topic, count, pos = _read_topic(frame, pos)
+            for _ in range(count):
+                index, n = _SIZE_AND_ID.unpack_from(frame, pos)  # partition index, records' size
+                pos += 8
+                records = b""
+                if n >= 0:  # < 0: null
+                    end = pos + n
+                    if end > size:
+                        raise ValueError("records past the frame's end")
+                    records = bytes(frame[pos:end]) if view else frame[pos:end]
+                    pos = end
+                entries.append((_new(TopicPartition, (topic, index)), records))
+    return _new(ProduceParams, (transactional_id, acks, timeout_ms, entries))
+
+
+def read_fetch_request(frame, pos: int, version: int) -> FetchParams:
+    """FetchRequest v4-v12 from `pos` (its body's start) in `frame` (no size), with the defaults
+    kafka-python gives the fields a version lacks; isolation level and rack id passed over. At v12 the
+    ReplicaState of a kray follower (tagged field 1, see `fetch_request`) gives the replica epoch."""
+    if not 4 <= version <= FETCH_VERSION:
+        raise ValueError(f"FetchRequest v{version}")
+    partitions = []
+    forgotten = []
+    replica_epoch = -1
+    if version == FETCH_VERSION:
+        replica_id, max_wait_ms, min_bytes, max_bytes, _, session_id, session_epoch = \
+            _FETCH_REQUEST_BODY.unpack_from(frame, pos)
+        topics, pos = _read_compact_count(frame, pos + _FETCH_REQUEST_BODY.size)
+        for _ in range(topics):
+            topic, count, pos = _read_compact_topic(frame, pos)
+            for _ in range(count):
+                partition, leader_epoch, offset, last_epoch, start, limit = \
+                    _FETCH_REQUEST_PARTITION.unpack_from(frame, pos)
+                pos += _FETCH_REQUEST_PARTITION.size
+                partitions.append(_new(FetchPartition,
+                                       (topic, partition, offset, leader_epoch, limit, last_epoch, start)))
+                pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
+            pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
+        topics, pos = _read_compact_count(frame, pos)
+        for _ in range(topics):
+            topic, count, pos = _read_compact_topic(frame, pos)
+            for _ in range(count):
+                forgotten.append((topic, _I32.unpack_from(frame, pos)[0]))
+                pos += 4
+            pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
+        n, pos = _read_compact_count(frame, pos)  # rack id
+        pos += n
+        if frame[pos]:
+            state, _ = _tagged(frame, pos, REPLICA_STATE_TAG)
+            if state is not None and len(state) >= _REPLICA_STATE.size:  # as `replica_epoch` reads it
+                replica_epoch = _I64.unpack_from(state, 4)[0]
+    else:
+        if version >= 7:
+            replica_id, max_wait_ms, min_bytes, max_bytes, _, session_id, session_epoch = \
+                _FETCH_REQUEST_BODY.unpack_from(frame, pos)
+            pos += _FETCH_REQUEST_BODY.size
+        else:
+            replica_id, max_wait_ms, min_bytes, max_bytes, _ = _FETCH_REQUEST_BODY_V4.unpack_from(frame, pos)
+            session_id, session_epoch = 0, -1
+            pos += _FETCH_REQUEST_BODY_V4.size
+        topics, pos = _read_count(frame, pos)
+        for _ in range(topics):
+            topic, count, pos = _read_topic(frame, pos)
+            for _ in range(count):
+                if version >= 9:
+                    partition, leader_epoch, offset, start, limit = \
+                        _FETCH_REQUEST_PARTITION_V9.unpack_from(frame, pos)
+                    pos += _FETCH_REQUEST_PARTITION_V9.size
+                elif version >= 5:
+                    partition, offset, start, limit = _FETCH_REQUEST_PARTITION_V5.unpack_from(frame, pos)
+                    leader_epoch = -1
+                    pos += _FETCH_REQUEST_PARTITION_V5.size
+                else:
+                    partition, offset, limit = _FETCH_REQUEST_PARTITION_V4.unpack_from(frame, pos)
+                    leader_epoch = start = -1
+                    pos += _FETCH_REQUEST_PARTITION_V4.size
+                partitions.append(_new(FetchPartition, (topic, partition, offset, leader_epoch, limit, -1, start)))
+        if version >= 7:
+            topics, pos = _read_count(frame, pos)
+            for _ in range(topics):
+                topic, count, pos = _read_topic(frame, pos)
+                for _ in range(count):
+                    forgotten.append((topic, _I32.unpack_from(frame, pos)[0]))
+                    pos += 4
+        if version >= 11:
+            (n,) = _I16.unpack_from(frame, pos)  # rack id
+            if n < 0 or pos + 2 + n > len(frame):
+                raise ValueError("a null rack id or one past the frame's end")
+    return _new(FetchParams, (replica_id, max_wait_ms, min_bytes, max_bytes, partitions, session_id, session_epoch,
+                              forgotten, replica_epoch))
+
+
+def _skip_aborted(frame, pos: int) -> int:
+    """A FetchResponse v12 partition's aborted transactions (non-null): producer id, first offset, tags."""
+    count, pos = _read_uvarint(frame, pos)
+    for _ in range(count - 1):
+        pos += 16
+        pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
+    return pos
+
+
+def read_fetch_response(frame) -> FetchResponseData:
+    """FetchResponse v12 from its header (v1: correlation id, tagged fields) in `frame` (no size), records
+    copied out; a diverging epoch of (-1, -1), the schema's default, is none."""
+    size = len(frame)
+    (correlation_id,) = _I32.unpack_from(frame)
+    pos = _tagged(frame, 4, -1)[1] if frame[4] else 5
+    _, error_code, session_id = _FETCH_HEAD.unpack_from(frame, pos)
+    topics, pos = _read_compact_count(frame, pos + _FETCH_HEAD.size)
+    partitions = []
+    view = type(frame) is not bytes  # a memoryview, whose slices are no copies
+    for _ in range(topics):
+        topic, count, pos = _read_compact_topic(frame, pos)
+        for _ in range(count):
+            partition, error, high_watermark, _, log_start_offset = _FETCH_PARTITION.unpack_from(frame, pos)
+            pos += _FETCH_PARTITION.size
+            pos = _skip_aborted(frame, pos) if frame[pos] else pos + 1
+            pos += 4  # preferred read replica
+            n = frame[pos]
+            if n >= 0x80:
+                n, pos = _read_uvarint(frame, pos)
+            else:
+                pos += 1
+            records = b""
+            if n:
+                end = pos + n - 1
+                if end > size:
+                    raise ValueError("records past the frame's end")
+                records = bytes(frame[pos:end]) if view else frame[pos:end]
+                pos = end
+            diverging = None
+            if frame[pos]:
+                field, pos = _tagged(frame, pos, DIVERGING_EPOCH_TAG)
+                if field is not None:
+                    diverging = _EPOCH_AND_OFFSET.unpack_from(field)
+                    if diverging == (-1, -1):
+                        diverging = None
+            else:
+                pos += 1
+            partitions.append(_new(FetchedPartition, (topic, partition, error, high_watermark, log_start_offset,
+                                                      records, diverging, -1)))
+        pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
+    if frame[pos]:
+        _tagged(frame, pos, -1)
+    return _new(FetchResponseData, (correlation_id, error_code, session_id, partitions))
