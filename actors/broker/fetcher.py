@@ -276,8 +276,8 @@ class ReplicaFetcher:
                                   replica_epoch=self.broker_epoch())
         self._polling = long_poll
         try:
-            response = await asyncio.wait_for(self._client.send_frame(frame, _read_fetch_response),
-                                              self.config.replica_fetch_wait_max_ms / 1000 + 30)
+            response = await self._client.send_frame(frame, _read_fetch_response,
+                                                     self.config.replica_fetch_wait_max_ms / 1000 + 30)
         finally:
             self._polling = False
         if not self.session.handle_response(response.error_code, response.session_id):

@@ -196,6 +196,26 @@ def test_a_disconnect_fails_every_pending_call():
     run(scenario)
 
 
+def test_a_call_unanswered_in_its_time_fails_with_a_timeout_and_the_next_answer_still_finds_its_call():
+    """The fetcher's timeout: a frame's answer that does not come in `timeout_s` raises TimeoutError; the
+    late answer then goes to the call it belongs to, not to the next one."""
+    async def scenario(server, handler):
+        c = await client(server)
+        read = lambda f: ((r := MetadataResponse.decode(f, version=9, header=True)).header.correlation_id, r)
+
+        def metadata(correlation_id: int) -> bytes:
+            request = MetadataRequest(topics=None)
+            request.with_header(correlation_id=correlation_id, client_id="test")
+            return request.encode(version=9, header=True, framed=True)
+        with pytest.raises(asyncio.TimeoutError):
+            await c.send_frame(metadata, read, timeout_s=0)  # due at the next turn, before the server reads it
+        answer = await c.send_frame(metadata, read, timeout_s=5)
+        assert answer.brokers[0].node_id == 1 and c.connected
+        c.close()
+
+    run(scenario)
+
+
 def mutations(rng: random.Random, valid: list[bytes]):
     """Random and mutated frames: flipped bytes, cuts, extensions, lying sizes, pure noise."""
     for _ in range(3_000):

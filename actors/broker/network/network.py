@@ -157,6 +157,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, server: SocketServer):
         self.server = server
         self.transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.peer = "?"
         self._buffer = bytearray()
         self._in_flight: deque[tuple[asyncio.Future | None, object, int, int]] = deque()  # (waiting, answer, id, v)
@@ -166,6 +167,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self._loop = asyncio.get_running_loop()
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self.peer = "%s:%s" % transport.get_extra_info("peername")[:2]
         self.server._connections.add(self)
@@ -228,7 +230,7 @@ class _Connection(asyncio.Protocol):
         if ctx.api_key == ApiVersionsRequest.API_KEY:
             return self._answer(None, api_versions_response(), ctx)
         # a task's first step runs in creation order (the loop's FIFO): appends stay in order
-        task = asyncio.ensure_future(server.handler(ctx, request))
+        task = self._loop.create_task(server.handler(ctx, request))
         self._in_flight.append((task, None, ctx.correlation_id, ctx.api_version))
         task.add_done_callback(self._answer_in_order)
 
@@ -252,7 +254,7 @@ class _Connection(asyncio.Protocol):
                 answer = waiting.result()
             if answer is not None and not self._closing:
                 if not self._out:
-                    asyncio.get_running_loop().call_soon(self._flush)
+                    self._loop.call_soon(self._flush)
                 self._out.append(_encode(answer, correlation_id, version))
         if self._paused and len(in_flight) < MAX_IN_FLIGHT and not self._closing:
             self._paused = False
@@ -312,17 +314,26 @@ class NetworkClient(asyncio.Protocol):
             return response.header.correlation_id, response
         return await self.send_frame(frame, read)
 
-    async def send_frame(self, frame: Callable[[int], bytes], read: Callable[[bytes], tuple[int, object]]):
+    async def send_frame(self, frame: Callable[[int], bytes], read: Callable[[bytes], tuple[int, object]],
+                         timeout_s: float | None = None):
         """Send the frame `frame(correlation id)` makes (wire.py's, or a message's encoding); its answer as
         `read` decodes it from the response frame (header included, size excluded): (its correlation
-        id, the response)."""
+        id, the response). asyncio.TimeoutError after `timeout_s` (a timer, not wait_for's extra Task
+        per request: the follower sends one each round)."""
         if not self.connected:
             raise ConnectionError("not connected")
         correlation_id = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._transport.write(frame(correlation_id))
         self._pending.append((correlation_id, read, future))
-        return await future
+        if timeout_s is None:
+            return await future
+        timer = loop.call_later(timeout_s, _time_out, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
     def data_received(self, data: bytes) -> None:
         buf = self._buffer
@@ -361,3 +372,8 @@ class NetworkClient(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+def _time_out(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(asyncio.TimeoutError())
