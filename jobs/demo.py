@@ -23,6 +23,7 @@ from actors.protocol import LeaderAndIsrRequest
 from actors.runtime import poll
 from coordination import admin
 from coordination.zkclient import KrayZkClient
+from jobs.experiments.expected_deaths import EXPECTED_DEATHS, RAY_REPORTS_FOLLOW
 from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 
 
@@ -61,9 +62,11 @@ def _scenario(cluster: LocalCluster, zk: KrayZkClient, config: ClusterConfig, to
     print(admin.format_describe(admin.describe_topics(zk, [topic])), flush=True)
 
     old_pid = ray.get(cluster.controller_actor(controller_id).status.remote())["pid"]
+    EXPECTED_DEATHS.expect([old_pid])
     step(f"Killing the active controller's actor (controller-{controller_id}, pid {old_pid}); the other candidates "
          f"hear of it from Ray and remove its /controller (Kafka waits for its {config.zk_session_timeout_ms} ms "
-         f"ZooKeeper session to expire), then race for /controller")
+         f"ZooKeeper session to expire), then race for /controller" +
+         ("" if EXPECTED_DEATHS.install() else RAY_REPORTS_FOLLOW))
     killed = time.monotonic()
     cluster.kill_controller(controller_id)
     new_id, new_epoch = cluster.wait_for_controller(zk, min_epoch=epoch + 1)

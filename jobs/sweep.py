@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import random
 import sys
 import threading
 import time
@@ -166,6 +167,7 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
     from jobs.analysis import analyse
     from jobs.experiments.local import embedded_zookeeper_and_ray
     from jobs.experiments.runner import run_experiment
+    from jobs.experiments.schedule import load_length_s, schedule
     from jobs.reports.spark import spark_on_ray
 
     sweep_dir = Path(runs_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{sweep.name}"
@@ -191,8 +193,9 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
         try:
             for i, experiment in enumerate(experiments, 1):
                 counts = list(itertools.accumulate(t.partitions for t in experiment.topics))
-                step(f"Experiment {i}/{len(experiments)}: {experiment.name} ({experiment.duration_s:.0f} s of "
-                     f"load, {len(experiment.schedule)} broker kills" +
+                load_s = load_length_s(experiment, schedule(experiment, random.Random(experiment.seed)))  # the run's
+                step(f"Experiment {i}/{len(experiments)}: {experiment.name} (at least {round(load_s, 1):g} s of load, "
+                     f"{len(experiment.schedule)} broker kills" +
                      (f", a group of {experiment.load.group_members}" if experiment.load.group_members else "") +
                      (f"; partitions {' -> '.join(f'{c:,}' for c in counts)})" if len(counts) > 1 else ")"))
                 run_dir, summary = run_experiment(experiment, sweep_dir, progress=lambda line: step("  " + line),

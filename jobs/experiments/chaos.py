@@ -50,6 +50,7 @@ from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
 from jobs.experiments import disk_faults
 from jobs.experiments.disk_faults import DISK_FAULTS, Damage
+from jobs.experiments.expected_deaths import EXPECTED_DEATHS
 from jobs.measures.rundir import FaultKind
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,10 @@ SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # l
 # faults after which a new incarnation of their broker registers: what a fault `at_return` waits for
 RETURNING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.CONTROLLED_SHUTDOWN,
                     FaultKind.FAIL_LOG_DIR, FaultKind.EXPIRE_BROKER_SESSION, *DISK_FAULTS}
+# faults that SIGKILL actors' processes, which Ray reports as worker deaths (expected_deaths.py); fail-log-dir's
+# repair kills its broker too
+KILLING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.KILL_CONTROLLER, FaultKind.FAIL_LOG_DIR,
+                  *DISK_FAULTS}
 
 
 class Chaos:
@@ -105,9 +110,26 @@ class Chaos:
         handle = self.cluster.broker_actor(broker_id)
         return broker_id, handle, handle.info
 
+    def _expect_deaths(self, broker_id: int, broker: bool = True) -> None:
+        """Name the processes about to be killed, broker N's (unless not `broker`) and its controller
+        candidate's, so that Ray's reports of their deaths are left out (expected_deaths.py). One that
+        does not answer within the kill's own wait for it is left to be reported."""
+        calls = []
+        with contextlib.suppress(ValueError):  # no candidate right now: killed earlier, not started again yet
+            calls.append(self.cluster.controller_actor(broker_id).process.remote())
+        if broker:
+            calls.append(self.cluster.broker_actor(broker_id).info.remote())
+        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=5) if calls else ([], [])
+        pids = []
+        for ref in ready:
+            with contextlib.suppress(Exception):  # died meanwhile: Ray's report of it is not this kill's
+                pids.append(ray.get(ref)["pid"])
+        EXPECTED_DEATHS.expect(pids)
+
     def kill_broker(self, broker_id: int, restart: bool = False) -> float:
         """SIGKILL broker N's actor and its controller candidate (Ray restarts it if asked); when the
         fault took effect."""
+        self._expect_deaths(broker_id)
         return self.cluster.kill_broker(broker_id, restart)
 
     def disk_fault(self, kind: FaultKind, broker_id: int) -> tuple[float, list[Damage]]:
@@ -116,7 +138,7 @@ class Chaos:
         LocalCluster.start_broker: its next incarnation recovers the logs and fetches the rest."""
         info = ray.get(self.cluster.broker_actor(broker_id).info.remote(), timeout=30)
         log_dirs = info.get("log_dirs") or [info["log_dir"]]  # every one of its log.dirs (KIP-112)
-        killed = self.cluster.kill_broker(broker_id)
+        killed = self.kill_broker(broker_id)
         if info["node_id"] == ray.get_runtime_context().get_node_id():
             return killed, damage_logs(kind, info["pid"], log_dirs)
         task = _damage_logs.options(scheduling_strategy=NodeAffinitySchedulingStrategy(info["node_id"], soft=False))
@@ -142,7 +164,7 @@ class Chaos:
         then the dir put back on its node. Start it again with LocalCluster.start_broker: its new
         incarnation serves the dir's replicas again, catching up from their leaders."""
         try:
-            self.cluster.kill_broker(broker_id)
+            self.kill_broker(broker_id)
         except Exception:  # halted (its last dir), or Ray's restart of it failing on the failed dir
             with contextlib.suppress(Exception):
                 ray.kill(self.cluster.broker_actor(broker_id), no_restart=True)
@@ -158,6 +180,7 @@ class Chaos:
     def kill_controller(self) -> tuple[int, float]:
         """SIGKILL the active controller's actor (its broker starts another); (its broker id, when)."""
         controller_id = self.controller_id()
+        self._expect_deaths(controller_id, broker=False)
         return controller_id, self.cluster.kill_controller(controller_id)
 
     def pause(self, seconds: float, broker_id: int | None = None) -> tuple[int, float]:

@@ -34,6 +34,7 @@ class Sampler:
         self.rate = 0.0
         self.controller: tuple[int | None, int | None] = (None, None)  # id, epoch
         self.live: list[int] = []
+        self.sampled = False  # the figures above are a sample's (the first comes sample_interval_s in)
 
     def start(self) -> None:
         threading.Thread(target=self._loop, name="sampler", daemon=True).start()
@@ -41,20 +42,35 @@ class Sampler:
     def stop(self) -> None:
         self._stopped.set()
 
-    def line(self, elapsed: float, faults_done: int, faults: int) -> str:
-        """The progress line."""
-        return (f"[{elapsed:6.1f}s/{self.exp.duration_s:.0f}s] acked {self.acked:,} ({self.rate:,.0f}/s), consumed "
-                f"{self.consumed:,} | faults {faults_done}/{faults} | controller {self.controller[0]} "
-                f"(epoch {self.controller[1]}) | brokers {len(self.live)}/{self.exp.brokers}")
+    def line(self, clock: str, faults_done: int, faults: int) -> str:
+        """The progress line after `clock` (the Scheduler's): the last sample's figures, or that there is
+        none yet; no controller in the sample is an election under way."""
+        if not self.sampled:
+            return f"{clock} faults {faults_done}/{faults} | the first sample is under way"
+        controller_id, epoch = self.controller
+        controller = "no controller: an election is under way" if controller_id is None else \
+            f"controller {controller_id}" + (f" (epoch {epoch})" if epoch is not None else "")
+        return (f"{clock} acked {self.acked:,} ({self.rate:,.0f}/s), consumed {self.consumed:,} | faults "
+                f"{faults_done}/{faults} | {controller} | brokers {len(self.live)}/{self.exp.brokers} registered")
 
     def _loop(self) -> None:
-        last_acked, last_ts = 0, time.monotonic()
+        last_acked, last_ts = self._acked(), time.monotonic()  # the first rate is over the first interval too
         while not self._stopped.wait(self.exp.sample_interval_s):
             try:
                 self._sample(last_acked, last_ts)
                 last_acked, last_ts = self.acked, time.monotonic()
             except Exception as e:  # ZooKeeper or an actor unavailable for a moment: the next sample
                 log.debug("Sample skipped: %s", e)
+
+    def _acked(self) -> int:
+        """Records the load has had acknowledged so far (before the first sample: the load has run
+        since its actors started, and the group's first rebalance was waited for)."""
+        producers, _ = self.load()
+        try:
+            return sum(s.get("acked", 0) for s in ray.get([p.stats.remote() for p in producers], timeout=5))
+        except Exception as e:  # a producer unavailable for a moment: the first rate counts from 0
+            log.debug("No acknowledged count before the first sample: %s", e)
+            return 0
 
     def _sample(self, last_acked: int, last_ts: float) -> None:
         producers, others = self.load()
@@ -74,6 +90,7 @@ class Sampler:
         ts = now_ms()
         self.controller = (controller_id, epoch[0] if epoch else None)
         self.live = live
+        self.sampled = True
         self.writer.write(rundir.LOAD, [rundir.LoadSample(
             ts_ms=ts, acked_total=self.acked, produce_rate=self.rate, consumed_total=self.consumed,
             inbox_depth=status.get("inbox_depth", 0), sender_queue_depths=status.get("sender_queue_depths", {}),

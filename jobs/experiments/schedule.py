@@ -19,8 +19,9 @@ from coordination import zkdata
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 from jobs.experiments import admin_actions
-from jobs.experiments.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
+from jobs.experiments.chaos import BROKER_FAULTS, KILLING_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
 from jobs.experiments.disk_faults import DISK_FAULTS, describe
+from jobs.experiments.expected_deaths import EXPECTED_DEATHS, RAY_REPORTS_FOLLOW
 from jobs.experiments.experiment import ActionSpec, Experiment, FaultSpec
 from jobs.experiments.sampling import Sampler
 from jobs.experiments.settling import Settling
@@ -50,6 +51,20 @@ def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
                                         at_return=True))
             at += rng.uniform(*spec.every_s)
     return sorted(faults, key=lambda f: f.at_s)
+
+
+def load_tail_s(experiment: Experiment, faults: list[FaultSpec]) -> float:
+    """How long the load goes on after the last fault is injected: as long as the schedule planned, and
+    at least the horizon, through which the client's waits are observed."""
+    return max(experiment.duration_s - faults[-1].at_s, experiment.horizon_s) if faults else 0.0
+
+
+def load_length_s(experiment: Experiment, faults: list[FaultSpec]) -> float:
+    """How long the load lasts if every fault is injected at its time: duration_s, or longer when the
+    last fault comes less than horizon_s before its end. A fault that waits (for the cluster to recover,
+    for a victim's return) comes later and the load's end with it: this is the least it lasts."""
+    return max(experiment.duration_s, faults[-1].at_s + load_tail_s(experiment, faults)) if faults \
+        else experiment.duration_s
 
 
 def returns_awaited(faults: list[FaultSpec]) -> dict[int, int | None]:
@@ -84,13 +99,19 @@ class Scheduler:
         # ended), None if it failed first
         self._taken_down_changed = threading.Condition()
         self._returns_of: dict[int, int | None] = {}  # fault at_return -> the fault whose victim it waits for
+        self._injected: set[int] = set()  # fault ids injected, or failed to be: no later injection can end the load
+        self._reports_quiet = False  # Ray's reports of the faults' kills left out (expected_deaths.py)
         self.faults_done = 0
 
     def drive(self) -> None:
-        """Load for duration_s, each fault in its own thread at its time; progress meanwhile."""
+        """Load for load_length_s, each fault in its own thread at its time; progress meanwhile."""
         exp = self.exp
         faults = schedule(exp, self.rng)
-        self.progress(f"Load for {exp.duration_s:.0f} s with {len(faults)} faults")
+        self._reports_quiet = any(f.fault in KILLING_FAULTS for f in faults) and EXPECTED_DEATHS.install()
+        waiting = sum(f.after_recovery or f.at_return for f in faults)
+        self.progress(f"Load for at least {round(load_length_s(exp, faults), 1):g} s with {len(faults)} faults" + (
+            f" ({waiting} of them waiting for the cluster to recover or a broker to return, which puts them and the "
+            f"load's end later)" if waiting else ""))
         begin = time.monotonic()
         threads, next_progress = [], 0.0
         pending = list(enumerate(faults, 1))
@@ -101,19 +122,34 @@ class Scheduler:
             threads[-1].start()
         self._recovery_queue = [i for i, spec in pending if spec.after_recovery]
         self._returns_of = returns_awaited(faults)
-        # a fault that waited for recovery keeps the load going as long after it as the schedule planned, and
-        # at least the horizon, through which the client's waits are observed
-        tail = max(exp.duration_s - faults[-1].at_s, exp.horizon_s) if faults else 0.0
+        tail = load_tail_s(exp, faults)  # a fault injected late keeps the load going this long after it too
         while (elapsed := time.monotonic() - begin) < exp.duration_s or pending or any(t.is_alive() for t in threads) \
                 or time.monotonic() < self._last_injected + tail:
             while pending and pending[0][1].at_s <= elapsed:
                 fault_id, spec = pending.pop(0)
                 threads.append(threading.Thread(target=self._inject, args=(fault_id, spec), daemon=True))
                 threads[-1].start()
-            if elapsed >= next_progress:
-                self.progress(self.sampler.line(elapsed, self.faults_done, len(faults)))
-                next_progress += PROGRESS_EVERY_S
+            # the first line once the first sample is in (at the latest when the second is due)
+            if elapsed >= next_progress and (self.sampler.sampled or elapsed >= PROGRESS_EVERY_S):
+                self.progress(self.sampler.line(self.clock(elapsed, self._last_injected - begin, faults),
+                                                self.faults_done, len(faults)))
+                next_progress = (elapsed // PROGRESS_EVERY_S + 1) * PROGRESS_EVERY_S
             time.sleep(0.05)
+
+    def clock(self, elapsed: float, last_injected: float, faults: list[FaultSpec]) -> str:
+        """The progress line's clock: seconds under load, of how many. Once every fault is in, the load
+        ends the tail after the last one (`last_injected`, from the load's start); before, or while a
+        fault's thread ends past that, "at least" the least it can be: the last fault comes no earlier
+        than now, nor than its time."""
+        exp = self.exp
+        tail = load_tail_s(exp, faults)
+        if len(self._injected) == len(faults):
+            end = max(exp.duration_s, last_injected + tail if faults else 0.0)
+            if elapsed <= end:
+                return f"[{elapsed:6.1f}s of {end:.1f}s]"
+        else:
+            end = max(exp.duration_s, max(elapsed, faults[-1].at_s) + tail)
+        return f"[{elapsed:6.1f}s of at least {max(end, elapsed):.1f}s]"  # (or a fault's thread still ending)
 
     def _act_admin(self, actions: list[tuple[int, ActionSpec]], begin: float) -> None:
         """The admin actions in schedule order, each at its time or once the one before is done, with
@@ -210,13 +246,16 @@ class Scheduler:
                     self._taken_down[fault_id] = (target, stat.czxid if stat is not None else -1)
                     self._taken_down_changed.notify_all()
             self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
-                          + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else ""))
+                          + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else "")
+                          + (RAY_REPORTS_FOLLOW if spec.fault in KILLING_FAULTS and not self._reports_quiet else ""))
             record.injected_ms = now_ms()
             self._last_injected = time.monotonic()  # the run's start until a fault is injected
+            self._injected.add(fault_id)
             self._act(spec, target, record)
             record.detail = note + record.detail
         except Exception as e:  # a fault that could not be injected is recorded as such; the run goes on
             record.detail = f"failed: {type(e).__name__}: {e}"[:500]
+            self._injected.add(fault_id)
             self.progress(f"Fault {fault_id} ({spec.fault.value}) failed: {e}")
             with self._taken_down_changed:  # a fault timed at its victim's return waits no longer
                 self._taken_down.setdefault(fault_id, None)

@@ -47,6 +47,16 @@ PHASE_LABELS = dict(zip(PARTITION_PHASES, ["end", "sent", "detect", "inbox", "zk
                                             "fetch", "isr", "refused", "append", "hw", "during", "cqueue"],
                         strict=True))  # column heads in narrow tables
 UNEXPLAINED = "unexplained_ms"  # from the last step seen to the acknowledgement (client_queue_ms aside)
+# who spends each phase (the step that ends it is theirs), so that a chart can colour them by it; every phase of
+# PARTITION_PHASES and UNEXPLAINED in one of them
+PHASE_OWNERS = {
+    "controller": ["detection_ms", "inbox_wait_ms", "election_zk_ms", "send_ms"],
+    "brokers": ["leader_apply_ms", "followers_apply_ms", "follower_fetch_ms", "isr_write_ms", "refused_ms",
+                "first_append_ms", "hw_ms"],
+    "client": ["record_sent_ms", "client_queue_ms"],
+    "fault": ["fault_end_ms", "during_fault_ms"],
+    "unexplained": [UNEXPLAINED],
+}
 FEATURES = ["partitions_affected", "partitions_total", "produce_rate", "inbox_depth", "sender_queue_depth",
             "session_timeout_ms", "detector", "partition_rate", "led", "followed"]
 BUCKET_EDGES = (1, 100, 500, 1000, 5000)  # partitions affected

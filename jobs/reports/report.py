@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobs.measures.phases import (CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
-                         PER_FAULT_SOURCES, UNEXPLAINED, Analysis, bucket_order)
+                                  PER_FAULT_SOURCES, PHASE_OWNERS, UNEXPLAINED, Analysis, bucket_order)
+
+# the phase chart: a hue family per owner of a partition's phases (PHASE_OWNERS), a shade of it per phase: its
+# colour map, and the part of it the shades spread over (wide for the brokers' seven; the light ends, near white,
+# left out)
+OWNER_COLORMAPS = {"controller": ("Blues", 0.35, 0.95), "brokers": ("YlGn", 0.2, 0.92), "client": ("Oranges", 0.4, 0.8),
+                   "fault": ("RdPu", 0.45, 0.85), "unexplained": ("Greys", 0.5, 0.5)}
+OWNER_TITLES = {"controller": "the controller", "brokers": "the brokers", "client": "the client", "fault": "the fault",
+                "unexplained": "after the last step seen"}
 
 
 def _fmt(v, digits: int = 0) -> str:
@@ -143,17 +151,7 @@ def _charts(a: Analysis, sample: list[dict]) -> list[tuple[str, str]]:
              if r["source"] not in PER_FAULT_SOURCES}
     keys = sorted({k[:3] for k in means}, key=lambda k: (k[0], bool(k[1]), bucket_order(k[2])))
     if keys:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        labels = [f"{b}\n{s}, {'on' if d else 'off'}" for s, d, b in keys]
-        bottom = [0.0] * len(keys)
-        for phase in [*PARTITION_PHASES, UNEXPLAINED]:
-            values = [means.get((*k, phase), 0.0) for k in keys]
-            ax.bar(labels, values, bottom=bottom, label=phase[:-3])
-            bottom = [x + y for x, y in zip(bottom, values)]
-        ax.set(xlabel="partitions affected / source, detector", ylabel="mean ms",
-               title="Where a partition's recovery goes (mean per phase)")
-        ax.legend(fontsize=7)
-        made.append(_save(fig, a.out / "phases_per_bucket.png", "phase breakdown per load bucket"))
+        made.append(_save(phase_chart(means, keys), a.out / "phases_per_bucket.png", "phase breakdown per load bucket"))
     cells = {(c["measure"], c["feature"]): c["value"] for c in a.correlations
              if c["method"] == "pearson" and c["source"] == "load"}
     measures = [m for m in [*MEASURES, *PARTITION_PHASES, UNEXPLAINED] if (m, FEATURES[0]) in cells]
@@ -170,6 +168,64 @@ def _charts(a: Analysis, sample: list[dict]) -> list[tuple[str, str]]:
         ax.set_title("Correlation of each measure and phase with the load (the load's records)")
         made.append(_save(fig, a.out / "correlations.png", "correlation heat map"))
     return made
+
+
+def phase_colors() -> dict[str, str]:
+    """Each phase's colour, its own: a shade of its owner's hue family, lighter to darker in time order, so
+    that the chart shows at a glance whose time a recovery is."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    colors = {}
+    for owner, phases in PHASE_OWNERS.items():
+        name, light, dark = OWNER_COLORMAPS[owner]
+        step = (dark - light) / max(1, len(phases) - 1)
+        colors |= {p: to_hex(colormaps[name](light + i * step)) for i, p in enumerate(phases)}
+    return colors
+
+
+def phase_chart(means: dict[tuple, float], keys: list[tuple]):
+    """A horizontal bar per (source, detector, bucket) of `keys`, a panel per source, its phases' means
+    stacked in time order; the legend grouped by owner. Horizontal: the rows' labels never overlap."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    sources = sorted({k[0] for k in keys})
+    rows = {s: [k for k in keys if k[0] == s] for s in sources}
+    fig = plt.figure(figsize=(11, 1.2 + 0.38 * len(keys) + 0.45 * len(sources)))
+    grid = fig.add_gridspec(len(sources), 2, width_ratios=[4, 1], height_ratios=[len(rows[s]) for s in sources])
+    colors = phase_colors()
+    axes = []
+    for i, source in enumerate(sources):
+        ax = fig.add_subplot(grid[i, 0], sharex=axes[0] if axes else None)
+        axes.append(ax)
+        left = [0.0] * len(rows[source])
+        for phase in [*PARTITION_PHASES, UNEXPLAINED]:
+            values = [means.get((*k, phase), 0.0) for k in rows[source]]
+            ax.barh(range(len(values)), values, left=left, height=0.7, color=colors[phase], edgecolor="white",
+                    linewidth=0.6)
+            left = [x + y for x, y in zip(left, values)]
+        ax.set_yticks(range(len(left)), [f"detector {'on' if d else 'off'}, {b}" for _, d, b in rows[source]],
+                      fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(f"source: {source}", loc="left", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        if i < len(sources) - 1:
+            ax.tick_params(labelbottom=False)
+    axes[-1].set_xlabel("mean ms per partition (rows: Ray failure detector, partitions affected)")
+    axes[-1].set_xlim(left=0)  # from the fault (autoscaling may start it past 0, losing the 0 tick)
+    handles, labels = [], []
+    for owner, phases in PHASE_OWNERS.items():
+        handles += [Patch(visible=False)] + [Patch(facecolor=colors[p], edgecolor="white") for p in phases]
+        labels += [OWNER_TITLES[owner]] + [p[:-3].replace("_", " ") for p in phases]
+    key = fig.add_subplot(grid[:, 1])
+    key.axis("off")
+    legend = key.legend(handles, labels, loc="center left", fontsize=8, frameon=False, handlelength=1.5)
+    for text in legend.get_texts():
+        if text.get_text() in OWNER_TITLES.values():
+            text.set_fontweight("bold")
+    fig.suptitle("Where a partition's recovery goes (mean per phase, by whose time it is)")
+    return fig
 
 
 def _save(fig, path: Path, title: str) -> tuple[str, str]:
