@@ -56,7 +56,7 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
 READ_CHUNK_BYTES = 1 << 20  # reading a log through: recovery, producer state, timestamps
 _INDEX_ENTRY = struct.Struct(">ii")
-TAIL_BYTES = 8192  # the newest batches of a segment kept in memory: 80 MB for 10,000 partitions all written
+TAIL_BYTES = 8192  # at most this much of a segment's newest batches in memory: 80 MB for 10,000 partitions written
 
 
 class LogAppendInfo(NamedTuple):
@@ -96,7 +96,7 @@ class Segment:
         self._fd: int | None = None  # one descriptor per segment at most, opened when first used
         self._active = False  # opened for appends
         # The newest batches as written: the bytes from file position tail_start to the end, and per batch
-        # its base and last offsets and where it starts in `tail` (only what this process appended)
+        # its base and last offsets and its position in the file (only what this process appended)
         self.tail, self.tail_start = bytearray(), 0
         self.tail_bases, self.tail_lasts, self.tail_positions = array("q"), array("q"), array("q")
 
@@ -129,26 +129,23 @@ class Segment:
 
     def _keep_tail(self, data, position: int, headers: list[BatchHeader]) -> None:
         tail = self.tail
-        if position != self.tail_start + len(tail) or len(data) > TAIL_BYTES:  # not a continuation, or too big
+        if position != self.tail_start + len(tail) or len(data) > TAIL_BYTES // 2:  # not a continuation, or big
             del tail[:], self.tail_bases[:], self.tail_lasts[:], self.tail_positions[:]
             self.tail_start = position
-            if len(data) > TAIL_BYTES:
+            if len(data) > TAIL_BYTES // 2:
                 self.tail_start += len(data)
                 return
-        at = len(tail)
         tail += data
         for h in headers:
             self.tail_bases.append(h.base_offset)
             self.tail_lasts.append(h.last_offset)
-            self.tail_positions.append(at)
-            at += h.size
-        if len(tail) > TAIL_BYTES:  # drop the oldest batches until it fits
-            drop = bisect.bisect_left(self.tail_positions, len(tail) - TAIL_BYTES)
-            cut = self.tail_positions[drop]
+            self.tail_positions.append(position)
+            position += h.size
+        if len(tail) > TAIL_BYTES:  # the oldest batches go, down to half (not a few bytes at every append)
+            drop = bisect.bisect_left(self.tail_positions, self.tail_start + len(tail) - TAIL_BYTES // 2)
+            cut = self.tail_positions[drop] - self.tail_start
             del tail[:cut], self.tail_bases[:drop], self.tail_lasts[:drop], self.tail_positions[:drop]
             self.tail_start += cut
-            for i in range(len(self.tail_positions)):
-                self.tail_positions[i] -= cut
 
     def read_tail(self, offset: int, max_bytes: int, max_offset: int | None) -> bytes | None:
         """`Log.read` from the batches in memory; None when the batch holding `offset` is not among them."""
@@ -162,11 +159,11 @@ class Segment:
             return b""
         start = positions[first]
         limit = start + max_bytes
-        end = len(self.tail) if stop == n else positions[stop]
+        end = self.size if stop == n else positions[stop]
         if end > limit:  # the whole batches within max_bytes, but always the first (KIP-74)
             fit = bisect.bisect_right(positions, limit, first + 1, stop)
-            end = positions[fit - 1] if fit - 1 > first else positions[first + 1] if first + 1 < n else len(self.tail)
-        return bytes(self.tail[start:end])
+            end = positions[fit - 1] if fit - 1 > first else positions[first + 1] if first + 1 < n else self.size
+        return bytes(self.tail[start - self.tail_start:end - self.tail_start])
 
     def appended(self, header: BatchHeader, position: int, index_interval_bytes: int) -> bytes:
         """Account for a batch written at `position`; the .index entry to write, if one is due."""
