@@ -307,13 +307,7 @@ def test_a_followers_fetch_request_reads_back(replica_epoch):
 # The flexible messages with tagged fields (unknown to both) at every level, written here by hand since
 # kafka-python writes only those it knows; it reads them, and is the reference.
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+uvarint = wire._uvarint
 
 
 def compact(b: bytes | None) -> bytes:

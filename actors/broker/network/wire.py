@@ -144,6 +144,22 @@ def _read_topic(buf, pos: int) -> tuple[str, int, int]:
     return str(buf[start:end], "utf-8"), count, pos
 
 
+def _read_compact_records(frame, pos: int, view: bool) -> tuple[bytes, int]:
+    """Compact nullable bytes (records): a copy (b"" for null, or empty), and where they end. `view`: the
+    frame is a memoryview or bytearray, whose slices are not copies."""
+    n = frame[pos]
+    if n >= 0x80:
+        n, pos = _read_uvarint(frame, pos)
+    else:
+        pos += 1
+    if not n:
+        return b"", pos
+    end = pos + n - 1
+    if end > len(frame):
+        raise ValueError("records past the frame's end")
+    return (bytes(frame[pos:end]) if view else frame[pos:end]), end
+
+
 def _read_compact_topic(buf, pos: int) -> tuple[str, int, int]:
     """A topic's name (a non-nullable compact string: an unsigned varint one more than its length, UTF-8)
     and its partitions' count (a non-nullable compact array's)."""
@@ -328,18 +344,7 @@ def read_produce_request(frame, pos: int, version: int) -> ProduceParams:
             for _ in range(count):
                 (index,) = _I32.unpack_from(frame, pos)
                 pos += 4
-                n = frame[pos]
-                if n >= 0x80:
-                    n, pos = _read_uvarint(frame, pos)
-                else:
-                    pos += 1
-                records = b""
-                if n:
-                    end = pos + n - 1
-                    if end > size:
-                        raise ValueError("records past the frame's end")
-                    records = bytes(frame[pos:end]) if view else frame[pos:end]
-                    pos = end
+                records, pos = _read_compact_records(frame, pos, view)
                 entries.append((_new(TopicPartition, (topic, index)), records))
                 pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
             pos = _tagged(frame, pos, -1)[1] if frame[pos] else pos + 1
@@ -397,7 +402,7 @@ def read_fetch_request(frame, pos: int, version: int) -> FetchParams:
         pos += n
         if frame[pos]:
             state, _ = _tagged(frame, pos, REPLICA_STATE_TAG)
-            if state is not None and len(state) >= _REPLICA_STATE.size:  # as `replica_epoch` reads it
+            if state is not None and len(state) >= _REPLICA_STATE.size:  # a shorter one carries no epoch
                 replica_epoch = _I64.unpack_from(state, 4)[0]
     else:
         if version >= 7:
@@ -452,7 +457,6 @@ def _skip_aborted(frame, pos: int) -> int:
 def read_fetch_response(frame) -> FetchResponseData:
     """FetchResponse v12 from its header (v1: correlation id, tagged fields) in `frame` (no size), records
     copied out; a diverging epoch of (-1, -1), the schema's default, is none."""
-    size = len(frame)
     (correlation_id,) = _I32.unpack_from(frame)
     pos = _tagged(frame, 4, -1)[1] if frame[4] else 5
     _, error_code, session_id = _FETCH_HEAD.unpack_from(frame, pos)
@@ -466,18 +470,7 @@ def read_fetch_response(frame) -> FetchResponseData:
             pos += _FETCH_PARTITION.size
             pos = _skip_aborted(frame, pos) if frame[pos] else pos + 1
             pos += 4  # preferred read replica
-            n = frame[pos]
-            if n >= 0x80:
-                n, pos = _read_uvarint(frame, pos)
-            else:
-                pos += 1
-            records = b""
-            if n:
-                end = pos + n - 1
-                if end > size:
-                    raise ValueError("records past the frame's end")
-                records = bytes(frame[pos:end]) if view else frame[pos:end]
-                pos = end
+            records, pos = _read_compact_records(frame, pos, view)
             diverging = None
             if frame[pos]:
                 field, pos = _tagged(frame, pos, DIVERGING_EPOCH_TAG)
