@@ -37,6 +37,10 @@ loop of 5 million additions in a function (seconds, best of 3), and the bare exc
 its CPU per request, the least a request costs in CPython here. Figures from different days compare as
 ratios to these. Tables are printed per partition count, the rows written as JSON to `--out`.
 
+Where a Produce request's time goes, per rate: Kafka's RequestMetrics of the Produce requests the brokers
+answered in the window (the difference of their request timers at its start and end, summed over the
+brokers), mean and p99 of each timer, in the row (`produce_ms`) and a line under the table.
+
 Profiling (`--profile-rate R`): after the ladder, R is offered again for `--seconds` while py-spy samples
 every broker (`--native`: the event loop's C and the kernel calls show too, at 100 Hz, pausing the
 process at each sample); the collapsed stacks go to `--profile-dir`, and a breakdown of the samples of
@@ -65,6 +69,7 @@ from actors.runtime import configure_actor_process
 from benchmarks.bench_failover import cpu_seconds, new_cluster
 from benchmarks.bench_load_cost import thread_cpu
 from benchmarks.bench_produce import VALUE, exchange_floor, request_counts
+from benchmarks.request_breakdown import breakdown_line, produce_breakdown, request_timers
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.experiments.local import embedded_zookeeper_and_ray
@@ -263,8 +268,10 @@ def run_point(cluster, load, load_pid: int, n: int, rate: float, args) -> dict:
     time.sleep(args.warm_s)
     started = time.strftime("%H:%M:%S")
     m0, cpu0, threads0, req0 = ray.get(load.mark.remote()), cpu_seconds(), thread_cpu(load_pid), request_counts(cluster)
+    timers0 = request_timers(cluster)
     time.sleep(args.seconds)
     m1, cpu1, threads1, req1 = ray.get(load.mark.remote()), cpu_seconds(), thread_cpu(load_pid), request_counts(cluster)
+    timers1 = request_timers(cluster)
     latencies = ray.get(load.latencies_ms.remote(m0["acked"], m1["acked"]))
     ordered = np.sort(latencies)
     drained = ray.get(load.drain.remote(args.drain_timeout_s))
@@ -289,7 +296,8 @@ def run_point(cluster, load, load_pid: int, n: int, rate: float, args) -> dict:
         "produce_requests_per_s": round(produce_requests / wall), "follower_fetches_per_s": round(fetches / wall),
         "records_per_produce_request": round(acked / produce_requests, 2) if produce_requests else None,
         "delivery_errors": m1["errors"] - m0["errors"], "queue_full": m1["full"] - m0["full"],
-        "queued_at_end": m1["queued"], "window_started": started, "window_s": round(wall, 2), **drained}
+        "queued_at_end": m1["queued"], "window_started": started, "window_s": round(wall, 2),
+        "produce_ms": produce_breakdown(timers0, timers1), **drained}
     # offering less than the rate with librdkafka's queue full is the cluster's doing; with room in it, the client's
     row["client_behind"] = offered < SERVED * rate and not row["queue_full"]
     row["served"] = acked / wall >= SERVED * rate and not row["client_behind"]
@@ -495,6 +503,8 @@ def print_table(result: dict, floor_us: float) -> None:
           "processes' on the machine (SHARED: another run took some of the cores)")
     for line in [head] + sorted(lines[1:], key=lambda line: float(line[0].replace(",", ""))):
         print("  ".join(c.rjust(w) for c, w in zip(line, widths)))
+    for r in sorted(result["rows"], key=lambda r: r["rate"]):
+        print(f"{r['rate']:>8,.0f}/s " + breakdown_line(r["produce_ms"]))
     knee, limit = result["knee_per_s"], result["knee_limited_by"]
     print(f"knee ({n:,} partitions): " + ("none of the rates tried" if knee is None else f"{knee:,.0f} records/s")
           + {"cluster": "", "max rate": " (the highest rate tried, --max-rate: the knee is at least this)",

@@ -34,16 +34,19 @@ from actors.broker.isr import IsrManager
 from actors.broker.log.log_config import LogConfig
 from actors.broker.log.log_dirs import parse_log_dir_name
 from actors.broker.metadata_cache import MetadataCache
+from actors.broker.metrics import BrokerMetrics
 from actors.broker.network.group_apis import GroupApis
 from actors.broker.network.kafka_apis import KafkaApis
 from actors.broker.network.network import SocketServer
 from actors.broker.replica_manager import ReplicaManager, role
+from actors.broker.request_metrics import RequestMetrics, Snapshot
 from actors.config import BrokerConfig, ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.channel import start_request_sender
 from actors.names import controller_actor_name, request_sender_name
 from actors.links.faults import CLIENTS_LINK, Direction, LinkFault, broker_link, faultable
 from actors.links.proxy import LinkTable
+from actors.metrics import EXPORT_INTERVAL_S
 from actors.recording import RecordSink
 from actors.runtime import (
     beside_this_actor,
@@ -121,8 +124,11 @@ class BrokerActor:
                               GroupApis(broker_id, self.zk, self.metadata_cache, config.broker, self.groups,
                                         self.replica_manager.events))
         self.requests: Counter[str] = Counter()  # served, per API: the listeners' and the controller's
+        self.request_timers = RequestMetrics()  # the listeners' requests, timed
+        self.metrics = BrokerMetrics(broker_id, config.namespace)
         self.servers = {name: SocketServer(self.apis.handle, config.bind_host, 0, listener=name, requests=self.requests,
-                                           max_request_bytes=config.broker.socket_request_max_bytes)
+                                           max_request_bytes=config.broker.socket_request_max_bytes,
+                                           metrics=self.request_timers)
                         for name in (CLIENT_LISTENER, INTER_BROKER_LISTENER)}
         self.endpoints = self._listen(log_dir / LISTENERS_FILE)
         self.fetchers = ReplicaFetcherManager(
@@ -267,13 +273,14 @@ class BrokerActor:
 
     def _scheduler(self) -> None:
         """Kafka's periodic replica tasks: ISR shrink (every half replica.lag.time.max.ms), ISR change
-        propagation, high-watermark checkpoints, log retention."""
+        propagation, high-watermark checkpoints, log retention; and the metrics' export."""
         cfg = self.config.broker
         rm = self.replica_manager
         tasks = [(cfg.replica_lag_time_max_ms / 2, lambda: self.isr.shrink(now_ms(), cfg.replica_lag_time_max_ms)),
                  (cfg.isr_change_propagation_interval_ms, self.isr.propagate),
                  (cfg.replica_high_watermark_checkpoint_interval_ms, self._checkpoint),
-                 (cfg.log_retention_check_interval_ms, lambda: self._on_loop(rm.delete_old_segments))]
+                 (cfg.log_retention_check_interval_ms, lambda: self._on_loop(rm.delete_old_segments)),
+                 (1000 * EXPORT_INTERVAL_S, self._export_metrics)]
         due = [time.monotonic() + interval / 1000 for interval, _ in tasks]
         while not self._stopped.wait(max(0.0, min(due) - time.monotonic())):
             for i, (interval, task) in enumerate(tasks):
@@ -283,6 +290,12 @@ class BrokerActor:
                         task()
                     except Exception:  # a ZooKeeper hiccup must not end the scheduler
                         log.exception("Scheduled task failed")
+
+    def _export_metrics(self) -> None:
+        """The aggregates read on the loop, in one consistent copy; the Ray calls made here, off it."""
+        rm = self.replica_manager
+        self.metrics.export(*self._on_loop(lambda: (self.request_timers.snapshot(), dict(self.requests),
+                                                    rm.messages_in, rm.bytes_in, rm.under_replicated_partitions())))
 
     def _checkpoint(self) -> None:
         """Leader epochs written on the loop a few files at a time; the HW checkpoint fsync'ed here,
@@ -456,6 +469,12 @@ class BrokerActor:
                 "log_dirs": [str(d) for d in self.replica_manager.log_dirs.dirs],
                 "offline_log_dirs": sorted(str(d) for d in self.replica_manager.log_dirs.offline),
                 "rss_mb": rss_mb(), "requests": self._count(), "failed_isr_updates": self.isr.failed_isr_updates}
+
+    @ray.method(concurrency_group="control")
+    def request_metrics(self) -> Snapshot:
+        """The listeners' request timers so far, per request name (request_metrics.py's snapshot: to
+        difference with a later one)."""
+        return self._on_loop(self.request_timers.snapshot)
 
     def _count(self, *apis: str) -> dict[str, int]:
         """Count requests served, per API (the listeners' and the controller's); the counts so far."""

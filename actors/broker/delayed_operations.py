@@ -1,12 +1,14 @@
 """The requests that wait, on the broker's event loop, for their partitions to change (Kafka's
 DelayedProduce and DelayedFetch, in its produce and fetch purgatories): a produce with acks=all for
 the ISR to have its batches, a fetch with nothing to answer yet for records to arrive. Waiting costs
-no thread: each is a future that the partitions' changes or its timeout complete.
+no thread: each is a future that the partitions' changes or its timeout complete. The request's local
+work ends as it starts waiting (its RemoteTimeMs begins).
 """
 from __future__ import annotations
 
 import asyncio
 
+from actors.broker.request_metrics import mark_waiting
 from actors.broker.partition import Partition
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
@@ -17,6 +19,7 @@ class DelayedProduce:
     when all have answered or its timeout ends (the rest then get REQUEST_TIMED_OUT)."""
 
     def __init__(self, waits: list[tuple[TopicPartition, Partition, int, int]], timeout_s: float):
+        mark_waiting()
         loop = asyncio.get_running_loop()
         self.future = loop.create_future()
         self.errors: dict[TopicPartition, Errors] = {}
@@ -63,6 +66,7 @@ class DelayedFetch:
             self.future.set_result(None)
 
     async def wait(self, timeout_s: float) -> None:
+        mark_waiting()
         timer = asyncio.get_running_loop().call_later(timeout_s, self.wake)
         try:
             await self.future

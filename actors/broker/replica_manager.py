@@ -98,6 +98,8 @@ class ReplicaManager(ControllerRequests):
         # into, indexed so that a fetch need not look at every partition of its session
         self._outside_isr: dict[int, set[TopicPartition]] = {}
         self._outside_isr_of: dict[TopicPartition, tuple[LeaderAndIsrState, tuple[int, ...]]] = {}
+        # Kafka's BrokerTopicMetrics MessagesInPerSec and BytesInPerSec (all topics): appended by produce here
+        self.messages_in = self.bytes_in = 0
 
     @property
     def replicas(self) -> dict[TopicPartition, LeaderAndIsrState]:
@@ -313,6 +315,9 @@ class ReplicaManager(ControllerRequests):
                     raise self.io_failed(self._dir_of(partition), f"appending to {tp}", e) from None
                 results[tp] = ProduceResult(tp.topic, tp.partition, int(Errors.NONE), appended.first_offset,
                                             appended.log_start_offset)
+                if not appended.duplicate:  # the offsets come from the batch headers: no record is decoded
+                    self.messages_in += appended.last_offset - appended.first_offset + 1
+                    self.bytes_in += len(records)
                 if self.events.enabled:
                     self.events.client_append(tp, partition.state, hw_before, partition.high_watermark)
                 if acks == -1:
@@ -327,6 +332,12 @@ class ReplicaManager(ControllerRequests):
                     results[tp] = results[tp]._replace(error_code=int(error), error_message=error.name)
                     self.events.produce_error(tp, error)
         return list(results.values())
+
+    def under_replicated_partitions(self) -> int:
+        """Kafka's ReplicaManager UnderReplicatedPartitions: partitions led here whose ISR is smaller
+        than their replicas."""
+        return sum(1 for p in self.partitions.values()
+                   if p.is_leader and len(p.state.isr) < len(p.state.replicas))
 
     # -- fetch ---------------------------------------------------------------
 

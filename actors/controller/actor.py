@@ -20,7 +20,8 @@ from actors.controller.changes import ElectionType
 from actors.controller.channel import ControllerChannelManager
 from actors.controller.detector import RayFailureDetector
 from actors.controller.controller import KafkaController
-from actors.controller.metrics import GAUGE_REFRESH_S, ControllerMetrics
+from actors.controller.metrics import ControllerMetrics
+from actors.metrics import EXPORT_INTERVAL_S
 from actors.controller.events import (
     ApiPartitionReassignment,
     ControlledShutdown,
@@ -101,7 +102,7 @@ class ControllerActor:
         """Kafka refreshes its controller gauges after every event; here they cost O(partitions), so they
         are refreshed at most once a second, from a status read in order with the events, and once more
         after the last event of a burst (an idle cluster shows its final state, not the one before it)."""
-        while not self._stopped.wait(GAUGE_REFRESH_S):
+        while not self._stopped.wait(EXPORT_INTERVAL_S):
             if not self._processed.is_set():
                 continue
             self._processed.clear()

@@ -17,7 +17,7 @@ PURE = [
     *(f"actors.controller.{m}" for m in (
         "context", "state_machines", "election", "changes", "decisions", "timeline", "events", "request_batch")),
     *(f"actors.broker.{m}" for m in ("replication", "fetch_session", "errors", "controller_requests",
-                                     "delayed_operations")),
+                                     "delayed_operations", "request_metrics")),
     *(f"actors.broker.log.{m}" for m in ("batches", "producer_state", "leader_epochs", "checkpoints", "log_config")),
     *(f"actors.broker.network.{m}" for m in ("api_versions", "wire")),
     *(f"actors.broker.group.{m}" for m in ("group_records", "group_metadata", "group_metadata_manager",

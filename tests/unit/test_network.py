@@ -11,10 +11,13 @@ import struct
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest
 
 from actors.broker.network.api_versions import API_VERSIONS
 from actors.broker.network import network
+from actors.broker.network.kafka_apis import produce_response
 from actors.broker.network.network import CloseConnection, NetworkClient, SocketServer
+from actors.broker.request_metrics import TIMERS, mark_waiting
 from coordination.errors import Errors
 from tests.integration.conftest import fetch_request, produce_request
 
@@ -129,6 +132,38 @@ def test_waiting_requests_of_one_connection_overlap_up_to_a_bound_and_are_answer
     held, answers = run(scenario)
     assert held == network.MAX_IN_FLIGHT
     assert [int(a.cluster_id) for a in answers] == sorted(started) == started
+
+
+def test_a_request_waiting_in_purgatory_gets_remote_time_and_one_answered_at_once_none():
+    """RequestMetrics through a real connection: the wait a handler marks (as DelayedProduce does) until
+    its future completes is remote time, its work before it local; a request answered at once has its
+    handler in local time and no remote time; every answered request is timed, its total the sum."""
+    async def handler(ctx, request):
+        if ctx.api_key == ProduceRequest.API_KEY:
+            await asyncio.sleep(0.02)  # local work (the loop's other work meanwhile is not this request's)
+            mark_waiting()
+            await asyncio.sleep(0.1)  # the ISR catching up
+            return produce_response([])
+        return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=[])
+
+    async def scenario(server, _):
+        server.handler = handler
+        c = await client(server)
+        await asyncio.gather(c.send(produce_request("t", 0, [b"x"], acks=-1), 7),
+                             c.send(MetadataRequest(topics=None), 9))
+        c.close()
+        return server.metrics.snapshot()
+
+    stats = run(scenario)
+    produce, metadata = (dict(zip(TIMERS, stats[name]["sum"])) for name in ("Produce", "Metadata"))
+    assert stats["Produce"]["count"] == stats["Metadata"]["count"] == 1
+    assert 100 <= produce["RemoteTimeMs"] < 200 and 20 <= produce["LocalTimeMs"] < 100
+    assert metadata["RemoteTimeMs"] == 0 and metadata["LocalTimeMs"] < 20
+    # the Metadata answer waited behind the produce's, in order: in its response queue
+    assert metadata["ResponseQueueTimeMs"] >= 100
+    for timers in (produce, metadata):
+        parts = sum(v for k, v in timers.items() if k != "TotalTimeMs")
+        assert timers["TotalTimeMs"] == pytest.approx(parts)
 
 
 def test_an_unknown_api_versions_version_gets_v0_with_unsupported_version_and_its_own_versions():

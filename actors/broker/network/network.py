@@ -21,6 +21,12 @@ partition per ProduceRequest (five in flight): handled one at a time, each acks=
 replication round of its own, and a producer over 1,000 partitions queued for hundreds of
 milliseconds. Everything runs on the broker's event loop: a request that waits (acks=all, a
 long-polling fetch) costs no thread.
+
+Each request is timed as Kafka's RequestMetrics (request_metrics.py): received when its frame is cut,
+started at its handler's first step, locally complete when it first waits in purgatory (or complete if
+it never does), complete when its Task is done, sent at the write that carries its answer. uvloop hands
+the bytes to the socket at once, so the send time is the write call's (Kafka's, until the selector has
+sent them all).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import itertools
 import logging
 import socket
 import struct
+import time
 from collections import Counter, deque
 from typing import Awaitable, Callable, NamedTuple
 
@@ -39,6 +46,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from actors.broker.network import wire
 from actors.broker.network.api_versions import API_VERSIONS, api_versions_response, supported
+from actors.broker.request_metrics import CURRENT, RequestMetrics, RequestTiming
 from actors.protocol import CLIENT_LISTENER
 from coordination.errors import Errors
 
@@ -80,13 +88,15 @@ def request_name(api_key: int, request) -> str:
 
 class SocketServer:
     """One listener (Kafka's Acceptor and Processors for one endpoint). The listeners of a broker
-    share one count of requests served (`requests`)."""
+    share one count of requests served (`requests`) and one RequestMetrics (`metrics`)."""
 
     def __init__(self, handler: Handler, host: str, port: int, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 listener: str = CLIENT_LISTENER, requests: Counter[str] | None = None):
+                 listener: str = CLIENT_LISTENER, requests: Counter[str] | None = None,
+                 metrics: RequestMetrics | None = None):
         self.handler, self.host, self.port, self.max_request_bytes = handler, host, port, max_request_bytes
         self.listener = listener
         self.requests: Counter[str] = Counter() if requests is None else requests
+        self.metrics = RequestMetrics() if metrics is None else metrics
         self.closed_for_errors = 0  # connections closed for bad input
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
@@ -160,8 +170,10 @@ class _Connection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self.peer = "?"
         self._buffer = bytearray()
-        self._in_flight: deque[tuple[asyncio.Future | None, object, int, int]] = deque()  # (waiting, answer, id, v)
+        # (waiting, answer, correlation id, version, timing)
+        self._in_flight: deque[tuple[asyncio.Future | None, object, int, int, RequestTiming]] = deque()
         self._out: list[bytes] = []  # answers to write at the end of this turn
+        self._out_timings: list[RequestTiming] = []  # those answers' requests, timed at the write
         self._paused = self._writing_paused = False
         self._closing = False
 
@@ -175,7 +187,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self._closing = True
         self.server._connections.discard(self)
-        for waiting, _, _, _ in self._in_flight:
+        for waiting, *_ in self._in_flight:
             if waiting is not None:
                 waiting.cancel()
         self._in_flight.clear()
@@ -201,6 +213,7 @@ class _Connection(asyncio.Protocol):
 
     def _parse(self) -> None:
         buf, pos, server = self._buffer, 0, self.server
+        received = time.monotonic()  # every frame this read completed arrived with it
         try:
             while not self._closing and len(buf) - pos >= 4:
                 if len(self._in_flight) >= MAX_IN_FLIGHT:
@@ -218,30 +231,44 @@ class _Connection(asyncio.Protocol):
                 decoded = server.decode(frame, self.peer)
                 if isinstance(decoded, str):
                     return self._refuse(decoded)
-                self._start(*decoded)
+                self._start(*decoded, received)
         finally:
             del buf[:pos]
 
-    def _start(self, ctx: RequestContext, request) -> None:
+    def _start(self, ctx: RequestContext, request, received: float) -> None:
         server = self.server
+        name = "ApiVersions" if request is None else request_name(ctx.api_key, request)
+        timing = RequestTiming(name, received)
         if request is None:  # an ApiVersions of a version not served: v0, UNSUPPORTED_VERSION and the list
-            return self._answer(None, api_versions_response(Errors.UNSUPPORTED_VERSION), ctx)
-        server.requests[request_name(ctx.api_key, request)] += 1
+            return self._answer(api_versions_response(Errors.UNSUPPORTED_VERSION), ctx, timing)
+        server.requests[name] += 1
         if ctx.api_key == ApiVersionsRequest.API_KEY:
-            return self._answer(None, api_versions_response(), ctx)
+            return self._answer(api_versions_response(), ctx, timing)
         # a task's first step runs in creation order (the loop's FIFO): appends stay in order
-        task = self._loop.create_task(server.handler(ctx, request))
-        self._in_flight.append((task, None, ctx.correlation_id, ctx.api_version))
+        task = self._loop.create_task(self._handle(ctx, request, timing))
+        self._in_flight.append((task, None, ctx.correlation_id, ctx.api_version, timing))
         task.add_done_callback(self._answer_in_order)
 
-    def _answer(self, waiting, answer, ctx: RequestContext) -> None:
-        self._in_flight.append((waiting, answer, ctx.correlation_id, ctx.api_version))
+    async def _handle(self, ctx: RequestContext, request, timing: RequestTiming):
+        """The handler, timed from its first step; CURRENT is this request's in its Task's own context,
+        for purgatory to mark when it starts waiting."""
+        timing.started = time.monotonic()
+        CURRENT.set(timing)
+        try:
+            return await self.server.handler(ctx, request)
+        finally:
+            timing.complete = time.monotonic()
+
+    def _answer(self, answer, ctx: RequestContext, timing: RequestTiming) -> None:
+        """An answer of the SocketServer's own, handled as soon as it is read."""
+        timing.started = timing.complete = time.monotonic()
+        self._in_flight.append((None, answer, ctx.correlation_id, ctx.api_version, timing))
         self._answer_in_order()
 
     def _answer_in_order(self, _=None) -> None:
         in_flight = self._in_flight
         while in_flight and (in_flight[0][0] is None or in_flight[0][0].done()):
-            waiting, answer, correlation_id, version = in_flight.popleft()
+            waiting, answer, correlation_id, version, timing = in_flight.popleft()
             if waiting is not None:
                 if waiting.cancelled():
                     continue
@@ -252,10 +279,15 @@ class _Connection(asyncio.Protocol):
                         log.error("Closing connection from %s after an unexpected error", self.peer, exc_info=e)
                     return self.close()
                 answer = waiting.result()
-            if answer is not None and not self._closing:
-                if not self._out:
-                    self._loop.call_soon(self._flush)
-                self._out.append(_encode(answer, correlation_id, version))
+            if self._closing:
+                continue
+            if answer is None:  # acks=0: nothing to send, its response queue and send times are none
+                self.server.metrics.record(timing, timing.complete, timing.complete)
+                continue
+            if not self._out:
+                self._loop.call_soon(self._flush)
+            self._out.append(_encode(answer, correlation_id, version))
+            self._out_timings.append(timing)
         if self._paused and len(in_flight) < MAX_IN_FLIGHT and not self._closing:
             self._paused = False
             if not self._writing_paused:
@@ -265,8 +297,14 @@ class _Connection(asyncio.Protocol):
     def _flush(self) -> None:
         """One write for every answer of this turn (a follower's fetch answered with several produces)."""
         out, self._out = self._out, []
+        timings, self._out_timings = self._out_timings, []
         if not self._closing:
+            write_started = time.monotonic()
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            written = time.monotonic()
+            record = self.server.metrics.record
+            for timing in timings:
+                record(timing, write_started, written)
 
     def _refuse(self, what: str) -> None:
         self.server._refuse(self.peer, what)
