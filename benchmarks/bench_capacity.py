@@ -21,7 +21,9 @@ the load client (split into librdkafka's threads and Python), the controller (ca
 RequestSenders), ZooKeeper (the java process), the rest (Ray's daemons, this driver); and the brokers'
 Produce requests served per record. This run's processes are this driver's descendants: the cores other
 processes on the machine used are shown apart (`foreign`, kernel threads apart again), and a row where
-they reached 0.05 cores is marked SHARED. The client's queue is drained between rates.
+they reached 0.05 cores is marked SHARED. The client's queue is drained between rates. Beside each row, the
+Produce request's time split as Kafka's RequestMetrics split it (queue, local, remote, response queue,
+send: mean and p99 over the window, summed over the brokers' request_metrics()).
 
 The rates double from `--start-rate` (default: 500, or 2,000 under 100 partitions, the batched case)
 until the cluster falls behind (acknowledged < 97% of offered, or p99 above `--stop-p99-ms`), then are
