@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import AbstractSet, Callable, Iterable
 
 from actors.broker.controller_requests import ControllerRequests, now_ms
 from actors.broker.delayed_operations import DelayedFetch, DelayedProduce
@@ -391,7 +391,7 @@ class ReplicaManager(ControllerRequests):
 
     @staticmethod
     def _unread_in_session(session, to_read: list[FetchPartition],
-                           outside: set[TopicPartition]) -> list[FetchPartition]:
+                           outside: AbstractSet[TopicPartition]) -> list[FetchPartition]:
         """The session's partitions this fetch does not read whose ISR the follower is out of, as its
         session last named them. Kafka's leader reads every partition of a session at each fetch, so a
         follower refused while its broker was not yet alive here is taken at its next fetch, though its

@@ -341,7 +341,7 @@ class NetworkClient(asyncio.Protocol):
         return self._transport is not None and not self._transport.is_closing()
 
     async def send(self, request, version: int):
-        def frame(correlation_id: int) -> bytes:
+        def frame(correlation_id: int) -> bytearray:  # kafka-python encodes into a bytearray
             request.with_header(correlation_id=correlation_id, client_id=self.client_id)
             return request.encode(version=version, header=True, framed=True)
         request.with_header(client_id=self.client_id)  # the header names the response's class
@@ -352,7 +352,7 @@ class NetworkClient(asyncio.Protocol):
             return response.header.correlation_id, response
         return await self.send_frame(frame, read)
 
-    async def send_frame(self, frame: Callable[[int], bytes], read: Callable[[bytes], tuple[int, object]],
+    async def send_frame(self, frame: Callable[[int], bytes | bytearray], read: Callable[[bytes], tuple[int, object]],
                          timeout_s: float | None = None):
         """Send the frame `frame(correlation id)` makes (wire.py's, or a message's encoding); its answer as
         `read` decodes it from the response frame (header included, size excluded): (its correlation
