@@ -119,16 +119,17 @@ class Segment:
         self.index_path.touch()
         self._active = True
 
-    def write(self, data, index_entries: bytes, position: int, headers: list[BatchHeader]) -> None:
-        """Append `data` (the batches of `headers`) at `position`, the segment's end before them."""
+    def write(self, data, index_entries: bytes, headers: list[BatchHeader]) -> None:
+        """Append `data`, exactly the batches of `headers`, which `appended` has accounted for."""
         os.write(self._descriptor(), data)
         if index_entries:
             with open(self.index_path, "ab") as f:
                 f.write(index_entries)
-        self._keep_tail(data, position, headers)
+        self._keep_tail(data, headers)
 
-    def _keep_tail(self, data, position: int, headers: list[BatchHeader]) -> None:
+    def _keep_tail(self, data, headers: list[BatchHeader]) -> None:
         tail = self.tail
+        position = self.size - len(data)  # where the batches start: `appended` has moved the end past them
         if position != self.tail_start + len(tail) or len(data) > TAIL_BYTES // 2:  # not a continuation, or big
             del tail[:], self.tail_bases[:], self.tail_lasts[:], self.tail_positions[:]
             self.tail_start = position
@@ -293,12 +294,11 @@ class Log:
         segment = self.segments[-1]
         if segment.size and segment.size + len(data) > self.segment_bytes:
             segment = self._roll()
-        start = position = segment.size
-        entries = []
+        position, entries = segment.size, []
         for h in headers:
             entries.append(segment.appended(h, position, self.index_interval_bytes))
             position += h.size
-        segment.write(data, b"".join(entries), start, headers)
+        segment.write(data, b"".join(entries), headers)
 
     def _roll(self) -> Segment:
         self.flush()  # Kafka flushes a segment when it rolls (in the background) and checkpoints past it
