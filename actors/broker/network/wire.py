@@ -171,15 +171,8 @@ def _read_compact_topic(buf, pos: int) -> tuple[str, int, int]:
     end = pos + n - 1
     if n == 0 or end > len(buf):
         raise ValueError("a null topic name or one past the frame's end")
-    topic = str(buf[pos:end], "utf-8")
-    count = buf[end]
-    if count >= 0x80:
-        count, pos = _read_uvarint(buf, end)
-    else:
-        pos = end + 1
-    if count == 0:
-        raise ValueError("a null where the schema has none")
-    return topic, count - 1, pos
+    count, after = _read_compact_count(buf, end)
+    return str(buf[pos:end], "utf-8"), count, after
 
 
 class RequestHeader(NamedTuple):
