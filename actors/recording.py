@@ -1,9 +1,9 @@
 """Recording an experiment: actors send records to one RunRecorder actor, which appends them to
-the run directory's JSON Lines files (actors/records.py).
+the run directory's files (actors/records.py): JSON lines, or Arrow batches of the per-record kinds.
 
 Brokers, controllers and load generators hold a `RecordSink`: records are buffered and sent
 every FLUSH_INTERVAL_S without waiting for an answer, so recording costs the hot paths an
-append to a list. An actor that is killed loses at most its last interval of records. A
+append to a list (the load's actors build their own columns and hand the sink whole batches). An actor that is killed loses at most its last interval of records. A
 cluster without a recorder (ClusterConfig.recorder is None) records nothing.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import ray
 from pydantic import BaseModel
 
-from actors.records import JsonlWriter
+from actors.records import RunWriter
 from actors.runtime import configure_actor_process
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class RunRecorder:
 
     def __init__(self, run_dir: str):
         configure_actor_process()
-        self.writer = JsonlWriter(Path(run_dir))
+        self.writer = RunWriter(Path(run_dir))
         self._lock = threading.Lock()
         self.closed = False
 
@@ -38,6 +38,11 @@ class RunRecorder:
         with self._lock:
             if not self.closed:  # once the run has ended, what actors say while the cluster stops is not part of it
                 self.writer.append(name, lines)
+
+    def write_batches(self, name: str, batches: list) -> None:
+        with self._lock:
+            if not self.closed:
+                self.writer.write_batches(name, batches)
 
     def close(self) -> None:
         with self._lock:
@@ -51,6 +56,7 @@ class RecordSink:
     def __init__(self, recorder: str | None, namespace: str):
         self.recorder, self.namespace = recorder, namespace
         self._buffer: dict[str, list[str]] = defaultdict(list)
+        self._batches: dict[str, list] = defaultdict(list)  # COLUMNAR kinds: Arrow record batches
         self._lock = threading.Lock()
         self._handle = None
         self._stopped = threading.Event()
@@ -68,18 +74,29 @@ class RecordSink:
         with self._lock:
             self._buffer[name].append(line)
 
+    def emit_batch(self, name: str, batch) -> None:
+        """An Arrow record batch of a COLUMNAR kind (actors/columns.py)."""
+        if self.recorder is None or not batch.num_rows:
+            return
+        with self._lock:
+            self._batches[name].append(batch)
+
     def flush(self) -> None:
         with self._lock:
             buffer, self._buffer = self._buffer, defaultdict(list)
-        if not buffer:
+            batches, self._batches = self._batches, defaultdict(list)
+        if not buffer and not batches:
             return
         try:
             if self._handle is None:
                 self._handle = ray.get_actor(self.recorder, namespace=self.namespace)
             for name, lines in buffer.items():
                 self._handle.write.remote(name, lines)
+            for name, kind in batches.items():
+                self._handle.write_batches.remote(name, kind)
         except Exception as e:  # the recorder is gone (the run ended): drop the records
-            log.debug("Dropping %d records: %s", sum(map(len, buffer.values())), e)
+            log.debug("Dropping %d records and %d batches: %s", sum(map(len, buffer.values())),
+                      sum(map(len, batches.values())), e)
 
     def close(self) -> None:
         self._stopped.set()

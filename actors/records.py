@@ -1,4 +1,5 @@
-"""The records actors write into a run directory, and the JSON Lines files they go to.
+"""The records actors write into a run directory, and the files they go to: JSON Lines, but for the
+per-record kinds (COLUMNAR: `produced/`, `consumed/`), which are Parquet parts (actors/columns.py).
 
 Brokers, controllers and load generators send these through their record sink (actors/recording.py)
 to the RunRecorder, so they live with the actors rather than with the jobs that read them back
@@ -6,8 +7,8 @@ to the RunRecorder, so they live with the actors rather than with the jobs that 
 milliseconds since the epoch, on the clock of the machine that wrote them (one machine for a local
 run). Partitions are keyed "topic-partition" in JSON objects, as Kafka prints them (`tp_key`).
 
-Readers count malformed lines instead of failing on them (`JsonlReader`), so that a run cut short
-by a crash still reads.
+Readers count malformed lines (and unreadable parts) instead of failing on them (`RunReader`), so
+that a run cut short by a crash still reads.
 """
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from typing import Iterator, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from actors import columns
+
 TIMELINES = "timelines.jsonl"
-PRODUCED = "produced.jsonl"
-CONSUMED = "consumed.jsonl"
+PRODUCED = "produced"  # Parquet parts (actors/columns.py), as CONSUMED
+CONSUMED = "consumed"
 CONTROLLER_EVENTS = "controller_events.jsonl"
 CONTROLLER_REQUESTS = "controller_requests.jsonl"
 PRODUCE_ERRORS = "produce_errors.jsonl"
@@ -182,6 +185,9 @@ class ControllerRequestRecord(Record):
     ts_ms: float
 
 
+COLUMNAR: dict[str, type[Record]] = {PRODUCED: Ack, CONSUMED: Consumed}
+
+
 def tp_key(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
@@ -189,8 +195,8 @@ def tp_key(topic: str, partition: int) -> str:
 R = TypeVar("R", bound=BaseModel)
 
 
-class JsonlReader:
-    """Reads a run directory's files, counting malformed lines per file instead of stopping."""
+class RunReader:
+    """Reads a run directory's files, counting malformed lines (or parts) per file instead of stopping."""
 
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
@@ -198,7 +204,11 @@ class JsonlReader:
         self.examples: dict[str, str] = {}  # file -> the first malformed line's error
 
     def lines(self, name: str, model: type[R]) -> Iterator[R]:
+        """The file's records in the order written (a COLUMNAR kind's rows, part by part)."""
         path = self.dir / name
+        if name in COLUMNAR:
+            yield from columns.read_parts(path, model, lambda error: self._malformed(name, error))
+            return
         if not path.exists():
             return
         with open(path, errors="replace") as f:  # a torn write must not stop the reading
@@ -208,8 +218,7 @@ class JsonlReader:
                 try:
                     yield model.model_validate_json(line)
                 except ValidationError as e:
-                    self.malformed[name] = self.malformed.get(name, 0) + 1
-                    self.examples.setdefault(name, f"line {number}: {e.errors()[0]['msg']}")
+                    self._malformed(name, f"line {number}: {e.errors()[0]['msg']}")
 
     def document(self, name: str, model: type[R]) -> R | None:
         path = self.dir / name
@@ -218,24 +227,42 @@ class JsonlReader:
         try:
             return model.model_validate_json(path.read_text())
         except ValidationError as e:
-            self.malformed[name] = self.malformed.get(name, 0) + 1
-            self.examples.setdefault(name, e.errors()[0]["msg"])
+            self._malformed(name, e.errors()[0]["msg"])
             return None
 
+    def _malformed(self, name: str, error: str) -> None:
+        self.malformed[name] = self.malformed.get(name, 0) + 1
+        self.examples.setdefault(name, error)
 
-class JsonlWriter:
-    """Appends records to a run directory's files (one open file per kind, flushed per batch)."""
+
+class RunWriter:
+    """Appends records to a run directory's files: JSON lines (one open file per kind, flushed per
+    batch), or a COLUMNAR kind's batches (its Parquet parts, the last written at `close`)."""
 
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, object] = {}
+        self._parts: dict[str, columns.PartWriter] = {}
 
     def write(self, name: str, records: list[BaseModel]) -> None:
+        if name in COLUMNAR:
+            if records:
+                self.write_batches(name, [columns.batch_of(COLUMNAR[name], records)])
+            return
         self.append(name, [r.model_dump_json() for r in records])
+
+    def write_batches(self, name: str, batches: list) -> None:
+        """A COLUMNAR kind's Arrow record batches (what the RunRecorder receives from the load's actors)."""
+        parts = self._parts.get(name)
+        if parts is None:
+            parts = self._parts[name] = columns.PartWriter(self.dir / name)
+        parts.write(batches)
 
     def append(self, name: str, lines: list[str]) -> None:
         """Lines already serialised (what the RunRecorder receives from the actors)."""
+        if name in COLUMNAR:
+            raise ValueError(f"{name} is a directory of Parquet parts, not JSON lines")
         if not lines:
             return
         f = self._files.get(name)
@@ -251,3 +278,6 @@ class JsonlWriter:
         for f in self._files.values():
             f.close()
         self._files.clear()
+        for parts in self._parts.values():
+            parts.flush()
+        self._parts.clear()

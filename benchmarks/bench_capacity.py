@@ -74,12 +74,12 @@ from benchmarks.bench_produce import VALUE, exchange_floor, request_counts
 from benchmarks.request_breakdown import breakdown_line, produce_breakdown, request_timers
 from coordination import admin
 from coordination.zkdata import TopicPartition
+from jobs.experiments.capacity import SESSION_TIMEOUT_MS
+from jobs.measures.knee import SERVED, knee_of, ladder, point
 from jobs.experiments.local import embedded_zookeeper_and_ray
 
 TOPIC = "capacity"
-SERVED = 0.97  # acknowledged / offered at or above this: the cluster kept up
 SHARED_CORES = 0.05  # other processes on the machine using this much: the row is not this run's alone
-SESSION_TIMEOUT_MS = 18_000  # Kafka's zookeeper.session.timeout.ms: an overloaded broker is slow, not dead
 KINDS = {"brokers": ("BrokerActor",), "load_client": ("OpenLoopProducer",),
          "controller": ("ControllerActor", "RequestSender"), "zookeeper": ("java",)}
 
@@ -211,12 +211,6 @@ def descendants(root: int) -> set[int]:
     return out
 
 
-def percentile(ordered: np.ndarray, q: float) -> float:
-    """bench_produce.percentile's rule (the value at index q * n of the sorted values), on a sorted array:
-    a fast load acknowledges millions of records in a window."""
-    return round(float(ordered[min(len(ordered) - 1, int(q * len(ordered)))]), 2) if len(ordered) else float("nan")
-
-
 def cpu_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict:
     """CPU seconds between two cpu_seconds() snapshots per kind of this run's processes (a process started
     meanwhile counts from 0), KINDS grouped, the rest of this run's in `other` (Ray's daemons, this
@@ -275,19 +269,14 @@ def run_point(cluster, load, load_pid: int, n: int, rate: float, args) -> dict:
     m1, cpu1, threads1, req1 = ray.get(load.mark.remote()), cpu_seconds(), thread_cpu(load_pid), request_counts(cluster)
     timers1 = request_timers(cluster)
     latencies = ray.get(load.latencies_ms.remote(m0["acked"], m1["acked"]))
-    ordered = np.sort(latencies)
     drained = ray.get(load.drain.remote(args.drain_timeout_s))
-    wall = m1["t"] - m0["t"]
-    acked, offered = m1["acked"] - m0["acked"], (m1["sent"] - m0["sent"]) / wall
+    wall, acked = m1["t"] - m0["t"], m1["acked"] - m0["acked"]
     used = cpu_by_kind(cpu0, cpu1)
     per = lambda s: round(1e6 * s / acked, 1) if acked else None  # µs per acknowledged record
     produce_requests = sum(req1[b].get("Produce", 0) - req0[b].get("Produce", 0) for b in req1)
     fetches = sum(req1[b].get("FetchFollower", 0) - req0[b].get("FetchFollower", 0) for b in req1)
-    row = {
-        "partitions": n, "rate": rate, "offered_per_s": round(offered), "achieved_per_s": round(acked / wall),
-        "achieved_ratio": round(acked / wall / rate, 3),
-        "latency_ms_p50": percentile(ordered, 0.5), "latency_ms_p99": percentile(ordered, 0.99),
-        "latency_ms_p999": percentile(ordered, 0.999), "latency_ms_max": percentile(ordered, 1.0),
+    return {
+        "partitions": n, **point(rate, m0, m1, latencies, args.knee_p99_ms),
         "latency_ms_max_by_tenth": [round(float(part.max()), 1) if len(part) else None
                                     for part in np.array_split(latencies, 10)],
         "cpu_us_per_record": {k: per(v) for k, v in used.items() if not k.endswith("_by_kind")},
@@ -297,14 +286,7 @@ def run_point(cluster, load, load_pid: int, n: int, rate: float, args) -> dict:
            for k in ("other_by_kind", "foreign_by_kind")},
         "produce_requests_per_s": round(produce_requests / wall), "follower_fetches_per_s": round(fetches / wall),
         "records_per_produce_request": round(acked / produce_requests, 2) if produce_requests else None,
-        "delivery_errors": m1["errors"] - m0["errors"], "queue_full": m1["full"] - m0["full"],
-        "queued_at_end": m1["queued"], "window_started": started, "window_s": round(wall, 2),
-        "produce_ms": produce_breakdown(timers0, timers1), **drained}
-    # offering less than the rate with librdkafka's queue full is the cluster's doing; with room in it, the client's
-    row["client_behind"] = offered < SERVED * rate and not row["queue_full"]
-    row["served"] = acked / wall >= SERVED * rate and not row["client_behind"]
-    row["knee_ok"] = row["served"] and row["latency_ms_p99"] <= args.knee_p99_ms
-    return row
+        "window_started": started, "produce_ms": produce_breakdown(timers0, timers1), **drained}
 
 
 # Where a broker's time goes, by the innermost frame of a sample that matches (in this order): the
@@ -392,36 +374,6 @@ def print_profile(profile: dict) -> None:
             print(f"  {v:5.1f}%  {k}")
 
 
-def nice_rate(x: float) -> int:
-    """x to three significant digits (a bisected rate)."""
-    step = 10 ** max(0, len(str(int(x))) - 3)
-    return int(round(x / step) * step)
-
-
-def ladder(measure, args, start: float) -> list[dict]:
-    """The offered rates: `args.rates` in order, else doubling from `start`, then bisecting near the
-    knee; each list stops at the first rate at which the cluster (or the client) fell behind."""
-    rows: list[dict] = []
-    behind = lambda r: not r["served"] or r["latency_ms_p99"] > args.stop_p99_ms
-    given = iter(args.rates or [])
-    while True:
-        rate = next(given, None) if args.rates else (rows[-1]["rate"] * 2 if rows else start)
-        if rate is None or rate > args.max_rate:
-            break
-        rows.append(measure(rate))
-        if behind(rows[-1]):
-            break
-    if args.rates:
-        return rows
-    for _ in range(args.bisect):
-        lo = max((r["rate"] for r in rows if r["knee_ok"]), default=0)
-        hi = min((r["rate"] for r in rows if r["rate"] > lo and not r["knee_ok"]), default=None)
-        if hi is None or (lo and hi / lo <= 1.1):
-            break
-        rows.append(measure(nice_rate((lo + hi) / 2)))
-    return rows
-
-
 def capacity(connect: str, n: int, args) -> dict:
     """One cluster of n partitions: creation, priming, the idle window, then the ladder of rates."""
     cluster, zk = new_cluster(connect, session_timeout_ms=SESSION_TIMEOUT_MS)
@@ -439,7 +391,8 @@ def capacity(connect: str, n: int, args) -> dict:
         settled = settle(cluster.config.broker.replica_high_watermark_checkpoint_interval_ms / 1000)
         idle = idle_window(args.idle_s)
         start_rate = args.start_rate or (2000 if n < 100 else 500)
-        rows = ladder(lambda rate: _progress(run_point(cluster, load, load_pid, n, rate, args)), args, start_rate)
+        rows = ladder(lambda rate: _progress(run_point(cluster, load, load_pid, n, rate, args)), start_rate,
+                      args.rates, args.max_rate, args.bisect, args.stop_p99_ms)
         states = zk.get_partition_states([TopicPartition(TOPIC, i) for i in range(n)])
         _, epoch_after = cluster.wait_for_controller(zk)
         info = ray.get([h.info.remote() for h in cluster.brokers.values()])
@@ -448,12 +401,9 @@ def capacity(connect: str, n: int, args) -> dict:
                   "failed_isr_updates": sum(i["failed_isr_updates"] for i in info)}
         profile = profile_brokers(cluster, load, args.profile_rate, args.seconds, Path(args.profile_dir) / str(n)) \
             if args.profile_rate else None
-        knee = max((r["rate"] for r in rows if r["knee_ok"]), default=None)
-        above = min((r for r in rows if r["rate"] > (knee or 0)), key=lambda r: r["rate"], default=None)
+        knee, limited = knee_of(rows)
         return {"partitions": n, "topic_created_s": created, **primed, "settled_s": settled, "idle_cores": idle,
-                "rows": rows, "profile": profile,
-                "knee_per_s": knee, "knee_limited_by": "max rate" if above is None else
-                "client" if above["client_behind"] else "cluster", **health}
+                "rows": rows, "profile": profile, "knee_per_s": knee, "knee_limited_by": limited, **health}
     finally:
         if load is not None:
             ray.get(load.stop.remote())

@@ -1,11 +1,15 @@
-"""What the controller-failover benchmark's stream load costs the machine, in steady state.
+"""What the experiments' load costs the machine, in steady state, recording included.
 
-    .venv/bin/python -m benchmarks.bench_load_cost [--partitions 1000 10000] [--rate 500] [--warm-s 25] [--seconds 10]
+    .venv/bin/python -m benchmarks.bench_load_cost [--partitions 1000 10000] [--rates 500] [--warm-s 25] [--seconds 10]
 
-On a cluster of 3 brokers (RF 3) with N partitions, kray's load client (a confluent-kafka producer,
-acks=all, round robin over every partition) streams at the rate; after `--warm-s` (every partition
-written once at 500 records/s over 10,000 partitions takes 20 s) the CPU each kind of process uses
-is counted over `--seconds`, and the load client's is split between librdkafka's threads and Python.
+On a cluster of 3 brokers (RF 3) with N partitions, kray's load client (a LoadGenerator: a
+confluent-kafka producer, acks=all, round robin over every partition) streams at each rate and records
+every acknowledgement to a RunRecorder, as in an experiment (the run directory is a temporary one);
+after `--warm-s` (every partition written once at 500 records/s over 10,000 partitions takes 20 s) the
+CPU each kind of process uses is counted over `--seconds`. The load client's is split between
+librdkafka's threads and the rest (its Python: producing, the delivery reports, the recording; and the
+Ray worker's own threads), and given per acknowledged record beside the recorder's, and the run
+directory's size per record once the load has stopped.
 A failover under load gets what this leaves of the machine's cores: the figure that bounds how much
 slower it can be than an idle one when the failover itself already uses most of them.
 """
@@ -15,11 +19,15 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import ray
 
 from actors.clients.load import LoadGenerator
+from actors.recording import RunRecorder
 from actors.runtime import poll
 from benchmarks.bench_failover import cpu_seconds, cpu_used_since, new_cluster
 from coordination import admin
@@ -41,29 +49,47 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
+def run_bytes(run_dir: Path) -> int:
+    return sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file())
+
+
 def load_cost(connect: str, n: int, rate: float, warm_s: float, seconds: float) -> dict:
     cluster, zk = new_cluster(connect)
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-load-cost-"))
+    config = cluster.config.model_copy(update={"recorder": f"recorder-{run_dir.name}"})  # the load records, as in a run
+    recorder = RunRecorder.options(name=config.recorder, namespace=config.namespace).remote(str(run_dir))
     try:
         admin.create_topic(zk, "bench", n, 3)
         cluster.wait_for_metadata(lambda m: len(m["partitions"]) == n, timeout=600)
-        load = LoadGenerator.remote(0, cluster.config, [TopicPartition("bench", i) for i in range(n)], rate, 100, -1)
+        load = LoadGenerator.remote(0, config, [TopicPartition("bench", i) for i in range(n)], rate, 100, -1)
         ray.get(load.start.remote())
         poll(lambda: ray.get(load.stats.remote())["acked"] >= rate * 3, 120, "the load to flow")
         time.sleep(warm_s)
-        load_pid = next(p for p, (kind, _) in cpu_seconds().items() if kind == "LoadGenerator")
-        before, threads_before, acked_before = cpu_seconds(), thread_cpu(load_pid), ray.get(load.stats.remote())["acked"]
+        pids = {kind: p for p, (kind, _) in cpu_seconds().items() if kind in ("LoadGenerator", "RunRecorder")}
+        before, threads_before = cpu_seconds(), thread_cpu(pids["LoadGenerator"])
+        acked_before = ray.get(load.stats.remote())["acked"]
         start = time.monotonic()
         time.sleep(seconds)
         wall = time.monotonic() - start
         used = cpu_used_since(before, wall)
-        threads = {k: round((v - threads_before[k]) / wall, 3) for k, v in thread_cpu(load_pid).items()}
+        threads = {k: (v - threads_before[k]) for k, v in thread_cpu(pids["LoadGenerator"]).items()}
+        recorder_s = cpu_seconds()[pids["RunRecorder"]][1] - before[pids["RunRecorder"]][1]
         acked = ray.get(load.stats.remote())["acked"] - acked_before
-        ray.get(load.stop.remote())
+        total = ray.get(load.stop.remote())["acked"]
         ray.kill(load)
+        ray.get(recorder.close.remote())
+        per_record = lambda cpu_s: round(cpu_s / max(1, acked) * 1e6, 1)
         return {"partitions": n, "rate": rate, "acked_per_s": round(acked / wall),
                 "cores_by_kind": {k: round(v / wall, 3) for k, v in used["window_cpu_by_kind_s"].items()},
-                "cores_in_all": round(used["window_cpu_s"] / wall, 3), "load_client_cores": threads}
+                "cores_in_all": round(used["window_cpu_s"] / wall, 3),
+                "load_client_cores": {k: round(v / wall, 3) for k, v in threads.items()},
+                "us_per_record": {"load_python": per_record(threads["python"]),
+                                  "load_librdkafka": per_record(threads["librdkafka"]),
+                                  "recorder": per_record(recorder_s)},
+                "run_dir_bytes_per_record": round(run_bytes(run_dir) / max(1, total), 1)}
     finally:
+        ray.kill(recorder)
+        shutil.rmtree(run_dir, ignore_errors=True)
         cluster.stop(delete_logs=True)
         zk.close()
 
@@ -71,7 +97,7 @@ def load_cost(connect: str, n: int, rate: float, warm_s: float, seconds: float) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--rate", type=float, default=500)
+    parser.add_argument("--rates", type=float, nargs="+", default=[500])
     parser.add_argument("--warm-s", type=float, default=25)
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
@@ -79,7 +105,8 @@ def main() -> None:
         print(json.dumps({"machine": f"{platform.node()} {platform.machine()}",
                           "cpus": ray.cluster_resources().get("CPU")}))
         for n in args.partitions:
-            print(json.dumps(load_cost(env.connect, n, args.rate, args.warm_s, args.seconds)), flush=True)
+            for rate in args.rates:
+                print(json.dumps(load_cost(env.connect, n, rate, args.warm_s, args.seconds)), flush=True)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from actors.config import ControllerConfig
-from actors.records import PRODUCED, Ack, JsonlReader
+from actors.records import PRODUCED, Ack, RunReader
 from jobs.measures import rejoin, rundir
 from jobs.experiments.experiment import Experiment, FaultSpec
 from jobs.measures.failovers import of_faults
@@ -77,7 +77,7 @@ def experiment(partitions: int, kills: int, session_timeout_ms: int, detector: b
 
 def measure(run_dir: Path, labels: dict[int, str]) -> list[dict]:
     """The run's figures, a row per fault kind (`labels`: fault id -> its KINDS label) and source."""
-    reader = JsonlReader(run_dir)
+    reader = RunReader(run_dir)
     faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, rundir.FaultRecord)
               if not f.detail.startswith("failed")}
     handled = {i: f for i, f in of_faults(reader.lines(rundir.FAILOVERS, rundir.FailoverRecord)).items()

@@ -11,6 +11,11 @@ fault (FEATURES: the fault's, from its first controller failover in failovers.js
 partition's own rate). The controller's phases (CONTROLLER_PHASES: detection, inbox wait, election
 and ZooKeeper, propagation) are also kept one row per failover, as they happen once per failover.
 
+Per fault and source, the p50/p99 of each measure over the partitions it touched, beside the fault's
+offered load (the produce rate at the fault), its partitions, the run's knee (a sweep's capacity, in
+experiment.json) and the load's latency over the BASELINE_S before the fault, read from the run's
+produced/ records (Parquet: Spark reads them as they are): a load above the knee shows there first.
+
 Then: p50/p95/p99 (and the mean) of each measure and phase per source, detector and load bucket;
 Pearson and Spearman correlations of each with each load feature, with 95% confidence intervals
 (Fisher's z); a linear regression of each on the features that vary, coefficients with 95%
@@ -36,15 +41,16 @@ from operator import or_
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from actors.records import PRODUCED, PROBE_PRODUCER
 from coordination.errors import KrayError
 from jobs.measures import rundir
+from jobs.measures.statistics import fisher_interval, independent, interval, ols, t_quantile
 from jobs.measures.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
                          PHASE_SPANS, UNEXPLAINED, Analysis, bucket_label, bucket_order)
 from jobs.reports.report import summary_table, write_report
 from jobs.reports.spark import add_spark_arguments, runs_on_ray, settings_from, spark_hosts, spark_on_ray
 
 PERCENTILES = (0.5, 0.95, 0.99)
-Z95 = 1.959964  # the normal quantile of a 95% interval
 CORRUPT = "_corrupt_record"
 # a line without one of these is malformed (counted and reported): the phases and features need them
 REQUIRED = ["detected_ms", "processing_started_ms", "load", *(f"load.{f}" for f in (
@@ -53,6 +59,8 @@ REQUIRED_WAIT = ["fault_id", "fault_kind", "partition", "source", "role", "fault
                  "recovery_censored", "worst_wait_ms", "rate"]
 PER_PARTITION = [*MEASURES, *PARTITION_PHASES, UNEXPLAINED]  # what the per-partition statistics are of
 CHART_POINTS = 20_000  # the scatter chart draws a sample of at most this many partitions
+BASELINE_S = 5.0  # the load's latency before a fault is over the records sent this long before it
+PROBE_PREFIX = f"{PROBE_PRODUCER}-"
 
 
 # -- input ---------------------------------------------------------------------
@@ -65,6 +73,8 @@ class RunInput(NamedTuple):
     coordinators: Path | None  # None: no group_failovers.jsonl (a run without a consumer group)
     detector: bool | None  # the experiment's (experiment.json), None when it does not say
     session_timeout_ms: int | None
+    knee_per_s: float | None = None  # the capacity its load was set against (a sweep's load_fractions)
+    produced: Path | None = None  # None: no produced/ (a run cut short before its first part)
 
 
 def find_runs(paths: list[str | Path]) -> list[RunInput]:
@@ -81,9 +91,11 @@ def find_runs(paths: list[str | Path]) -> list[RunInput]:
         for c in candidates:
             f, w, g = c / rundir.FAILOVERS, c / rundir.WAITS, c / rundir.GROUP_FAILOVERS
             settings = _settings(c / rundir.EXPERIMENT)
+            produced = c / PRODUCED
             runs.append(RunInput(c.name, c, f if f.is_file() else None, w if w.is_file() else None,
                                  g if g.is_file() else None, settings.get("detector"),
-                                 settings.get("session_timeout_ms")))
+                                 settings.get("session_timeout_ms"), settings.get("knee_per_s"),
+                                 produced if any(produced.glob("part-*.parquet")) else None))
     if len({r.run_id for r in runs}) != len(runs):
         raise KrayError("two run directories have the same name: " + ", ".join(sorted(
             {r.run_id for r in runs if sum(x.run_id == r.run_id for x in runs) > 1})))
@@ -95,14 +107,18 @@ def _is_run(p: Path) -> bool:
 
 
 def _settings(path: Path) -> dict:
-    """The experiment's detector and session timeout, where experiment.json says them with their types."""
+    """The experiment's detector, session timeout and knee (load.knee_per_s), where experiment.json says
+    them with their types."""
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(raw, dict):
         return {}
-    return {k: raw[k] for k, t in (("detector", bool), ("session_timeout_ms", int)) if isinstance(raw.get(k), t)}
+    load = raw.get("load") if isinstance(raw.get("load"), dict) else {}
+    knee = load.get("knee_per_s")
+    return {**{k: raw[k] for k, t in (("detector", bool), ("session_timeout_ms", int)) if isinstance(raw.get(k), t)},
+            **({"knee_per_s": float(knee)} if isinstance(knee, (int, float)) and not isinstance(knee, bool) else {})}
 
 
 def failover_schema():
@@ -224,11 +240,43 @@ def wait_table(spark, runs: list[RunInput], failovers):
     unexplained = F.when(~F.col("recovery_censored"), F.coalesce(  # a censored partition has none
         F.col(UNEXPLAINED), F.col("recovery_ms") - reduce(lambda a, b: a + b, phases.values())))
     table = joined.select(
-        "run_id", "fault_id", "fault_kind", "partition", "source", "role", "recovery_censored", "worst_wait_censored",
+        "run_id", "fault_id", "fault_kind", "fault_ms", "partition", "source", "role", "recovery_censored",
+        "worst_wait_censored",
         (F.col("role") != "other").alias("touched"), *(F.col(m).cast("double").alias(m) for m in MEASURES),
         *(c.cast("double").alias(n) for n, c in phases.items()), unexplained.cast("double").alias(UNEXPLAINED),
         *(c.cast("double").alias(n) for n, c in features.items()))
     return table.withColumn("bucket", _bucket("partitions_affected")), raw
+
+
+def fault_table(spark, runs: list[RunInput], waits):
+    """One row per fault and source: the p50/p99 of each measure over the partitions it touched (with the
+    censored counted), the fault's offered load (produce_rate: the load's records/s at the fault), its
+    partitions and detector, the run's knee and the load as a fraction of it, and the load's latency
+    (send to acknowledgement, p50/p99) of the records sent in the BASELINE_S before the fault, read by
+    Spark from the run's produced/ Parquet parts."""
+    from pyspark.sql import functions as F
+
+    touched = waits.where("touched")
+    stats = [F.count(F.lit(1)).alias("partitions"), F.sum(F.col("recovery_censored").cast("int")).alias("censored")]
+    for m in MEASURES:
+        stats += [F.percentile(m, 0.5).alias(f"{m}_p50"), F.percentile(m, 0.99).alias(f"{m}_p99")]
+    keys = ["run_id", "fault_id", "source", "detector", "produce_rate", "partitions_total", "partitions_affected"]
+    table = touched.groupBy(*keys).agg(*stats, F.min("fault_ms").alias("fault_ms"))
+    knees = spark.createDataFrame([(r.run_id, r.knee_per_s) for r in runs], "run_id string, knee_per_s double")
+    table = table.join(knees, "run_id", "left").withColumn("knee_fraction", F.col("produce_rate") / F.col("knee_per_s"))
+    produced = [str(r.produced) for r in runs if r.produced is not None]
+    if not produced:
+        return table.withColumn("baseline_latency_ms_p50", F.lit(None).cast("double")) \
+                    .withColumn("baseline_latency_ms_p99", F.lit(None).cast("double"))
+    acks = (spark.read.parquet(*produced).where(~F.col("record_id").startswith(PROBE_PREFIX))
+            .select(F.element_at(F.split(F.input_file_name(), "/"), -3).alias("run_id"), "sent_ms",
+                    (F.col("acked_ms") - F.col("sent_ms")).alias("latency_ms")))
+    faults = table.select("run_id", "fault_id", "fault_ms").distinct()
+    baseline = (acks.join(faults, "run_id")
+                .where((F.col("sent_ms") >= F.col("fault_ms") - BASELINE_S * 1000) & (F.col("sent_ms") < F.col("fault_ms")))
+                .groupBy("run_id", "fault_id").agg(F.percentile("latency_ms", 0.5).alias("baseline_latency_ms_p50"),
+                                                   F.percentile("latency_ms", 0.99).alias("baseline_latency_ms_p99")))
+    return table.join(baseline, ["run_id", "fault_id"], "left")
 
 
 def _of_faults(failovers, columns: list[str]):
@@ -324,15 +372,6 @@ def percentiles(failovers, waits, coordinators=None) -> list[dict]:
                                       bucket_order(r["bucket"]), r["measure"]))
 
 
-def fisher_interval(r: float, n: int, method: str) -> tuple[float | None, float | None]:
-    """The 95% interval of a correlation coefficient by Fisher's z (Spearman's with Fieller's 1.06)."""
-    if n <= 3 or r is None:
-        return None, None
-    z = math.atanh(max(-0.999999, min(0.999999, r)))
-    se = math.sqrt((1.06 if method == "spearman" else 1.0) / (n - 3))
-    return math.tanh(z - Z95 * se), math.tanh(z + Z95 * se)
-
-
 def correlations(waits) -> list[dict]:
     """Pearson and Spearman between each per-partition measure or phase and each feature, per source, over
     the touched partitions recovered within their horizon (a censored value is only a lower bound) with
@@ -398,32 +437,8 @@ def regressions(waits) -> list[dict]:
             intercept, coefficients, errors, r2 = ols(g, x, 1 + len(varying) + i)
             t = t_quantile(n - len(features) - 1)
             out.append({**base, "intercept": intercept, "r2": r2, "skipped": None, "coefficients": {
-                f: _interval(c, e, t) for f, c, e in zip(features, coefficients, errors)}})
+                f: interval(c, e, t) for f, c, e in zip(features, coefficients, errors)}})
     return out
-
-
-def ols(g, x: list[int], y: int) -> tuple[float, list[float], list[float], float]:
-    """Least squares of column `y` on the intercept (column 0) and columns `x`, from the Gram matrix `g` of
-    them all: (intercept, coefficients, their standard errors, R²). Solved centred and on the correlation
-    scale, where the normal equations are well conditioned whatever the features' units."""
-    import numpy as np
-
-    n = g[0, 0]
-    idx = [*x, y]
-    mean = g[0, idx] / n
-    centred = g[np.ix_(idx, idx)] - n * np.outer(mean, mean)
-    scale = np.sqrt(np.diag(centred))
-    corr = centred / np.outer(scale, scale)
-    k = len(x)
-    inverse = np.linalg.inv(corr[:k, :k])
-    standardized = inverse @ corr[:k, k]
-    coefficients = standardized * scale[k] / scale[:k]
-    residual = centred[k, k] * (1 - corr[:k, k] @ standardized)
-    variance = max(residual, 0.0) / (n - k - 1)
-    errors = np.sqrt(variance * np.diag(inverse)) / scale[:k]
-    intercept = mean[k] - coefficients @ mean[:k]
-    return float(intercept), [float(c) for c in coefficients], [float(e) for e in errors], \
-        float(1 - residual / centred[k, k])
 
 
 def gram(rows, columns: list[str]):
@@ -439,38 +454,6 @@ def gram(rows, columns: list[str]):
         for j in range(i, k):
             g[i, j] = g[j, i] = sums[f"g{i}_{j}"]
     return g
-
-
-def independent(columns: list[str], g, tolerance: float = 1e-9) -> list[str]:
-    """The columns, in order, each kept only if it is not (within `tolerance`, on the correlation scale) a
-    linear combination of the intercept and the columns kept before it; `g` is the Gram matrix of the
-    intercept and `columns`."""
-    import numpy as np
-
-    kept = [0]
-    for j in range(1, len(columns) + 1):
-        idx = kept + [j]
-        sub = g[np.ix_(idx, idx)]
-        scale = np.sqrt(np.diag(sub))
-        if scale.min() > 0 and np.linalg.eigvalsh(sub / np.outer(scale, scale))[0] > tolerance:
-            kept.append(j)
-    return [columns[j - 1] for j in kept[1:]]
-
-
-def _interval(value: float, error: float, t: float) -> tuple[float, float | None, float | None]:
-    if math.isnan(error):
-        return value, None, None
-    return value, value - t * error, value + t * error
-
-
-def t_quantile(df: int) -> float:
-    """Student's t 97.5% quantile (a 95% interval's), by the Cornish-Fisher expansion around the normal's
-    (Abramowitz and Stegun 26.7.5: within 0.004 at 3 degrees of freedom, 3e-4 at 5, closer as they grow);
-    Spark has none."""
-    z, v = Z95, max(df, 1)
-    return (z + (z ** 3 + z) / (4 * v) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * v ** 2)
-            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * v ** 3)
-            + (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / (92160 * v ** 4))
 
 
 def analyse(spark, paths: list[str | Path], out: str | Path,
@@ -500,16 +483,20 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     corr = correlations(waits)
     progress("Linear regressions")
     reg = regressions(waits)
+    progress(f"Per fault: the measures against the offered load and the knee, the load's latency before each "
+             f"fault (from the runs' {PRODUCED}/ Parquet)")
+    faults = [r.asDict() for r in fault_table(spark, runs, waits).orderBy("run_id", "fault_id", "source").collect()]
     progress(f"Writing Parquet tables and the report to {out}")
     failovers.write.mode("overwrite").parquet(str(out / "failovers.parquet"))
     waits.write.mode("overwrite").parquet(str(out / "waits.parquet"))
     coordinators.write.mode("overwrite").parquet(str(out / "coordinators.parquet"))
-    for name, rows in (("percentiles", pct), ("correlations", corr), ("inputs", inputs), ("regressions", reg)):
+    for name, rows in (("percentiles", pct), ("correlations", corr), ("inputs", inputs), ("regressions", reg),
+                       ("faults", faults)):
         _write_rows(rows, out / f"{name}.parquet")
     points = waits.where("touched").select("partitions_affected", "worst_wait_ms", "recovery_ms", "role", "source",
                                            "detector")
     sample = points.sample(fraction=min(1.0, CHART_POINTS / max(partitions, 1)), seed=1).collect()
-    result = Analysis(n, partitions, inputs, pct, corr, reg, out, runs_on_ray(spark))
+    result = Analysis(n, partitions, inputs, pct, corr, reg, out, runs_on_ray(spark), faults)
     write_report(result, [r.asDict() for r in sample])
     for frame in (failovers_raw, waits_raw, coordinators_raw, failovers, waits):
         frame.unpersist()

@@ -6,23 +6,29 @@ row, at a target rate or (rate 0) as fast as its window of unacknowledged record
 batches, retries and keeps each partition's order, idempotent with acks=all as Kafka's default.
 Retries back off from 20 ms up to 100 ms (retry.backoff.max.ms): librdkafka's default ceiling of a
 second also paces its queries for a leader it has lost.
-Every acknowledged record is recorded (produced.jsonl) with when it was sent and acknowledged, every
+Every acknowledged record is recorded (produced/, Parquet) with when it was sent and acknowledged, every
 record the client gave up on (produce_errors.jsonl), and librdkafka's statistics once a second
 (client_stats.jsonl: per broker round trip, queue latency, requests waiting; per partition the
 leader it knows and the records waiting). A Prober sends one record at a time to each of its
 partitions beside the load, so that a partition's availability is measured apart from the load
 client's queue (jobs/measures/waits.py). A ConsumerWorker follows the same partitions from offset 0
-and records every record it reads (consumed.jsonl). A GroupMember is one of a consumer group
-subscribed to the load's topics: it records what it was given (consumed.jsonl, its group named) and
+and records every record it reads (consumed/, Parquet). A GroupMember is one of a consumer group
+subscribed to the load's topics: it records what it was given (consumed/, its group named) and
 each commit the coordinator acknowledged (group_commits.jsonl). `read_back` reads partitions from the
 start to their high watermark, for the final check; `read_commits` a group's commits as its
 coordinator's log holds them.
 
 Each record's id, "<producer>-<sequence>", is its key; its value starts with it, padded to the
 record size.
+
+A record costs the load's Python a produce call and a delivery callback that appends a tuple; the
+rest is done in bulk every FLUSH_INTERVAL_S on the producing thread: the acknowledgements become an
+Arrow batch of Acks (the send times looked up by sequence, the ids cast from the keys), shipped to the
+run's recorder (actors/columns.py).
 """
 from __future__ import annotations
 
+import array
 import heapq
 import json
 import logging
@@ -30,14 +36,17 @@ import threading
 import time
 
 import confluent_kafka
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 
-from actors import records
+from actors import columns, records
 from actors.broker.group import group_records
 from actors.clients.consumer import Consumer, ConsumedRecord, consumer_config, records_of
 from actors.clients.producer import client_stats, producer_config
 from actors.config import ClusterConfig
-from actors.recording import RecordSink
+from actors.recording import FLUSH_INTERVAL_S, RecordSink
 from actors.runtime import configure_actor_process, rss_mb
 from coordination.zkdata import TopicPartition
 
@@ -46,10 +55,6 @@ log = logging.getLogger(__name__)
 PAD = b" "
 WINDOW_PER_PARTITION = 8  # unacknowledged records per partition a streaming generator allows
 STATS_INTERVAL_MS = 1000  # librdkafka's statistics, into client_stats.jsonl
-
-
-def record_value(record_id: str, size: int) -> bytes:
-    return record_id.encode().ljust(size, PAD)
 
 
 def record_id_of(key: bytes | None, value: bytes) -> str:
@@ -67,19 +72,26 @@ def bootstrap_servers(config: ClusterConfig) -> str:
 
 
 class _Producing:
-    """A named producer that records what its client saw: every acknowledgement (produced.jsonl), every
+    """A named producer that records what its client saw: every acknowledgement (produced/), every
     record it gave up on (produce_errors.jsonl), and librdkafka's statistics once a second
-    (client_stats.jsonl). Produces and delivery callbacks run on one thread, the subclass's `_loop`."""
+    (client_stats.jsonl). Produces, delivery callbacks and the shipping of acknowledgements run on one
+    thread, the subclass's `_loop`, until `stop` (then on its caller's)."""
 
     def __init__(self, name: str, config: ClusterConfig, acks: int, record_size: int, **overrides):
         configure_actor_process()
         self.name, self.record_size = name, record_size
+        self.prefix = f"{name}-"  # of every record id
         self.producer = confluent_kafka.Producer(producer_config(
             bootstrap_servers(config), acks, **{"statistics.interval.ms": STATS_INTERVAL_MS, **overrides},
-            stats_cb=self._on_stats))
+            stats_cb=self._on_stats, on_delivery=self._on_delivery))
         self.sink = RecordSink(config.recorder, config.namespace)
-        self.sequence = self.acked = self.failed = 0
+        self.sequence = self.acked = self.failed = self.full = 0  # full: produces refused, librdkafka's queue full
         self.last_error: str | None = None
+        self._sent = array.array("d")  # each record's send time (ms), by sequence: 8 bytes a record, no object
+        self._latencies = array.array("d")  # each shipped acknowledgement's latency (ms), in shipping order
+        self._acks: list[tuple] = []  # (topic, partition, offset, key, acked s) since the last shipping
+        self._counting = threading.Lock()  # _acks handed over and counted in `acked` at once, for `mark`
+        self._shipped = time.monotonic()
         self._acked_partitions: set[tuple[str, int]] = set()  # those with an acknowledged record
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"load-{name}", daemon=True)
@@ -90,33 +102,81 @@ class _Producing:
     def _loop(self) -> None:
         raise NotImplementedError
 
-    def _produce(self, tp: TopicPartition, done=None) -> None:
-        """Send one record to `tp`; `done()` once it is acknowledged or given up on."""
-        record_id = f"{self.name}-{self.sequence}"
+    def _produce(self, tp: TopicPartition, sent_ms: float, on_delivery=None) -> bool:
+        """Send one record to `tp`; `on_delivery` in place of the producer's own callback (which it calls).
+        False: librdkafka's queue is full (queue.buffering.max.messages), nothing sent."""
+        key = f"{self.prefix}{self.sequence}".encode()
+        try:
+            if on_delivery is None:
+                self.producer.produce(tp.topic, key.ljust(self.record_size, PAD), key, tp.partition)
+            else:
+                self.producer.produce(tp.topic, key.ljust(self.record_size, PAD), key, tp.partition,
+                                      on_delivery=on_delivery)
+        except BufferError:
+            self.full += 1
+            return False
         self.sequence += 1
-        sent = now_ms()
+        self._sent.append(sent_ms)
+        return True
 
-        def delivered(err, msg) -> None:
-            self._delivered(err, msg, sent, record_id)
-            if done is not None:
-                done()
-        self.producer.produce(tp.topic, record_value(record_id, self.record_size), record_id.encode(),
-                              partition=tp.partition, on_delivery=delivered)
-
-    def _delivered(self, err, msg, sent_ms: float, record_id: str) -> None:
-        if err is not None:  # delivery.timeout.ms ran out, or a non-retriable error: the checker sees what is missing
-            self.failed += 1
-            self.last_error = f"{err.name()}: {err.str()}"[:300]
-            log.warning("Producer %s: %s", self.name, self.last_error)
-            self.sink.emit(records.PRODUCE_ERRORS, records.ProduceError(
-                topic=msg.topic(), partition=msg.partition(), record_id=record_id, sent_ms=sent_ms,
-                failed_ms=now_ms(), error=self.last_error))
+    def _on_delivery(self, err, msg) -> None:
+        """librdkafka's report of one record, served by poll: kept as a tuple until the next shipping."""
+        if err is None:
+            self._acks.append((msg.topic(), msg.partition(), msg.offset(), msg.key(), time.time()))
             return
-        self.acked += 1
-        self._acked_partitions.add((msg.topic(), msg.partition()))
-        self.sink.emit(records.PRODUCED, records.Ack(
-            topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), record_id=record_id,
-            broker_id=-1, leader_epoch=-1, sent_ms=sent_ms, acked_ms=now_ms()))
+        # delivery.timeout.ms ran out, or a non-retriable error: the checker sees what is missing
+        self.failed += 1
+        self.last_error = f"{err.name()}: {err.str()}"[:300]
+        log.warning("Producer %s: %s", self.name, self.last_error)
+        record_id = msg.key().decode()
+        self.sink.emit(records.PRODUCE_ERRORS, records.ProduceError(
+            topic=msg.topic(), partition=msg.partition(), record_id=record_id,
+            sent_ms=self._sent[int(record_id[len(self.prefix):])], failed_ms=now_ms(), error=self.last_error))
+
+    def _poll(self, timeout_s: float) -> None:
+        """Serve librdkafka's reports; ship the acknowledgements every FLUSH_INTERVAL_S."""
+        self.producer.poll(timeout_s)
+        if time.monotonic() - self._shipped >= FLUSH_INTERVAL_S:
+            self._ship()
+
+    def _ship(self) -> None:
+        """The acknowledgements since the last shipping, as one batch of Acks to the recorder."""
+        self._shipped = time.monotonic()
+        with self._counting:
+            acks, self._acks = self._acks, []
+            self.acked += len(acks)
+        if not acks:
+            return
+        topics, partitions, offsets, keys, acked_s = zip(*acks)
+        self._acked_partitions.update(zip(topics, partitions))
+        record_ids = pa.array(keys, pa.binary()).cast(pa.string())
+        sequences = pc.cast(pc.utf8_slice_codeunits(record_ids, len(self.prefix)), pa.int64()).to_numpy()
+        sent_ms, acked_ms = np.frombuffer(self._sent, dtype=np.float64)[sequences], np.array(acked_s) * 1000
+        self._latencies.frombytes((acked_ms - sent_ms).tobytes())
+        if not self.sink.enabled:
+            return
+        unknown = np.full(len(acks), -1)  # the broker and leader epoch: Kafka's produce response does not say
+        self.sink.emit_batch(records.PRODUCED, columns.batch(records.Ack, {
+            "topic": topics, "partition": partitions, "offset": offsets, "record_id": record_ids,
+            "broker_id": unknown, "leader_epoch": unknown, "sent_ms": sent_ms, "acked_ms": acked_ms}))
+
+    def in_flight(self) -> int:
+        """Records sent and neither acknowledged nor given up on."""
+        return self.sequence - self.acked - len(self._acks) - self.failed
+
+    def mark(self) -> dict:
+        """The counters now, to measure a window between two marks: records sent, acknowledged, given up
+        on and refused (librdkafka's queue full), records still in librdkafka, and `shipped`: how many
+        latencies `latencies_ms` holds (they come every FLUSH_INTERVAL_S, the counts at once)."""
+        with self._counting:
+            acked = self.acked + len(self._acks)
+        return {"t": time.monotonic(), "sent": self.sequence, "acked": acked, "errors": self.failed,
+                "full": self.full, "queued": len(self.producer), "shipped": len(self._latencies)}
+
+    def latencies_ms(self, start: int, end: int) -> np.ndarray:
+        """Latencies (send to acknowledgement, ms) of the acknowledgements shipped between two marks (a
+        copy: the loop thread appends to the array, which an exported buffer would forbid)."""
+        return np.frombuffer(self._latencies[start:end], dtype=np.float64)
 
     def _on_stats(self, raw: str) -> None:
         self.sink.emit(records.CLIENT_STATS, client_stats(self.name, json.loads(raw), now_ms()))
@@ -125,12 +185,14 @@ class _Producing:
         self._stopped.set()
         self._thread.join(timeout=30)
         self.producer.flush(150)
+        self._ship()
         self.sink.close()
         return self.stats()
 
     def stats(self) -> dict:
-        return {"name": self.name, "acked": self.acked, "sent": self.sequence, "errors": self.failed,
-                "last_error": self.last_error, "partitions_acked": len(self._acked_partitions), "rss_mb": rss_mb()}
+        return {"name": self.name, "acked": self.acked + len(self._acks), "sent": self.sequence,
+                "errors": self.failed, "last_error": self.last_error,
+                "partitions_acked": len(self._acked_partitions), "rss_mb": rss_mb()}
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
@@ -143,36 +205,57 @@ class LoadGenerator(_Producing):
             "retry.backoff.ms": retry_backoff_ms, "retry.backoff.max.ms": 5 * retry_backoff_ms,
             "linger.ms": linger_ms, "queue.buffering.max.messages": 1_000_000})
         self.partitions = list(partitions)
-        self.rate, self.per_partition, self.once = rate, records_per_partition, once
+        self.per_partition, self.once = records_per_partition, once
         self.window = max(1, len(partitions)) * WINDOW_PER_PARTITION * records_per_partition
-        self._pace = (rate, time.monotonic(), 0)  # records/s, since when, the sequence then
+        self.set_rate(rate)
 
     def start(self) -> None:
-        self._pace = (self.rate, time.monotonic(), self.sequence)
+        self.set_rate(self.rate)
         super().start()
+
+    def set_rate(self, rate: float | None) -> None:
+        """Offer `rate` records/s from now on, open loop (0: streaming; None: nothing)."""
+        self.rate, self._pace = rate, (rate, time.monotonic(), self.sequence)  # records/s, since when, sequence then
 
     def add_partitions(self, partitions: list[TopicPartition], rate: float) -> None:
         """Load these partitions too from now on (a topic created during a run), at `rate` records/s in
         all (0: streaming, the window grows with the partitions)."""
         self.window = max(1, len(self.partitions) + len(partitions)) * WINDOW_PER_PARTITION * self.per_partition
         self.partitions = self.partitions + list(partitions)
-        self.rate, self._pace = rate, (rate, time.monotonic(), self.sequence)
+        self.set_rate(rate)
+
+    def drain(self, timeout_s: float) -> dict:
+        """Offer nothing more; wait until every record is acknowledged or given up on, else purge what
+        librdkafka still queues (in flight: answered or timed out as usual)."""
+        self.set_rate(None)
+        start = time.monotonic()
+        while self.in_flight() and time.monotonic() - start < timeout_s:
+            time.sleep(0.01)  # the loop thread serves the acknowledgements
+        left = self.in_flight()
+        if left:
+            self.producer.purge(in_queue=True, in_flight=False)
+        return {"drain_s": round(time.monotonic() - start, 2), "purged": left}
 
     def _loop(self) -> None:
         turn = 0
         while not self._stopped.is_set():
             rate, since, base = self._pace
             partitions = self.partitions
-            allowed = int(rate * (time.monotonic() - since)) - (self.sequence - base) if rate > 0 \
-                else self.window - (self.sequence - self.acked - self.failed)
+            if rate is None:
+                allowed = 0
+            elif rate > 0:
+                allowed = int(rate * (time.monotonic() - since)) - (self.sequence - base)
+            else:
+                allowed = self.window - self.in_flight()
             if self.once:
                 allowed = min(allowed, len(partitions) * self.per_partition - self.sequence)
+            sent = now_ms()
             for _ in range(max(0, allowed) // self.per_partition):
                 tp = partitions[turn % len(partitions)]
                 turn += 1
-                for _ in range(self.per_partition):
-                    self._produce(tp)
-            self.producer.poll(0.001 if self.rate > 0 or allowed <= 0 else 0)
+                if not all(self._produce(tp, sent) for _ in range(self.per_partition)):
+                    break  # librdkafka's queue is full: offered again on the next turn, from the pace
+            self._poll(0.001 if rate != 0 or allowed <= 0 else 0)
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
@@ -197,13 +280,15 @@ class Prober(_Producing):
             now = time.monotonic()
             while self._due and self._due[0][0] <= now:
                 _, i = heapq.heappop(self._due)
-                self._produce(self.partitions[i], self._next(i, now))
-            self.producer.poll(0.002)
+                self._produce(self.partitions[i], now_ms(), self._next(i, now))
+            self._poll(0.002)
 
     def _next(self, i: int, sent: float):
-        def done() -> None:
+        """The probe's delivery callback: the producer's, then the partition's next probe scheduled."""
+        def delivered(err, msg) -> None:
+            self._on_delivery(err, msg)
             heapq.heappush(self._due, (max(sent + self.interval_s, time.monotonic()), i))
-        return done
+        return delivered
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
@@ -230,9 +315,8 @@ class ConsumerWorker:
                 log.warning("Consumer: %s: %s", type(e).__name__, e)
                 self._stopped.wait(0.2)
                 continue
-            ts = now_ms()
-            for tp, r in got:
-                self.sink.emit(records.CONSUMED, consumed(tp, r, ts, final=False))
+            if got:
+                self.sink.emit_batch(records.CONSUMED, consumed_batch(got, now_ms(), final=False))
             self.consumed += len(got)
 
     def stop(self) -> int:
@@ -312,9 +396,8 @@ class GroupMember:
             log.warning("Group member %s: %s: %s", self.name, type(e).__name__, e)
             self._stopped.wait(0.2)
             return
-        ts = now_ms()
-        for tp, r in got:
-            self.sink.emit(records.CONSUMED, consumed(tp, r, ts, final=False, group=self.group, member=self.name))
+        if got:
+            self.sink.emit_batch(records.CONSUMED, consumed_batch(got, now_ms(), False, self.group, self.name))
         self.consumed += len(got)
 
     def _commit(self, asynchronous: bool) -> None:
@@ -359,22 +442,25 @@ class GroupMember:
                 "rss_mb": rss_mb()}
 
 
-def consumed(tp: TopicPartition, record: ConsumedRecord, ts_ms: float, final: bool, group: str | None = None,
-             member: str | None = None) -> records.Consumed:
-    return records.Consumed(topic=tp.topic, partition=tp.partition, offset=record.offset,
-                            record_id=record_id_of(record.key, record.value), leader_epoch=record.leader_epoch,
-                            ts_ms=ts_ms, final=final, group=group, member=member)
+def consumed_batch(got: list[tuple[TopicPartition, ConsumedRecord]], ts_ms: float, final: bool,
+                   group: str | None = None, member: str | None = None) -> pa.RecordBatch:
+    """Records read at `ts_ms`, as a batch of Consumed rows."""
+    n = len(got)
+    return columns.batch(records.Consumed, {
+        "topic": [tp.topic for tp, _ in got], "partition": [tp.partition for tp, _ in got],
+        "offset": [r.offset for _, r in got], "record_id": [record_id_of(r.key, r.value) for _, r in got],
+        "leader_epoch": [r.leader_epoch for _, r in got], "ts_ms": [ts_ms] * n, "final": [final] * n,
+        "group": [group] * n, "member": [member] * n})
 
 
-def read_back(config: ClusterConfig, partitions: list[TopicPartition]):
-    """Every record below each partition's high watermark, from offset 0, as final Consumed records."""
+def read_back(config: ClusterConfig, partitions: list[TopicPartition]) -> pa.RecordBatch:
+    """Every record below each partition's high watermark, from offset 0, as a batch of final Consumed rows."""
     consumer = Consumer(bootstrap_servers(config), max_wait_ms=100)
     try:
         got = consumer.read_to_end(partitions)
     finally:
         consumer.close()
-    ts = now_ms()
-    yield from (consumed(tp, r, ts, final=True) for tp, r in got)
+    return consumed_batch(got, now_ms(), final=True)
 
 
 def read_commits(config: ClusterConfig, group: str, offsets: TopicPartition) -> list[records.GroupCommit]:

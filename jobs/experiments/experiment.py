@@ -94,6 +94,10 @@ class LoadSpec(Spec):
                                   "record in flight each (spread evenly over the streamed partitions; 0: no probes)")
     probe_interval_ms: float = Field(100, gt=0, description="a probed partition's next record goes this long after "
                                      "its last was sent, or at its acknowledgement if later")
+    knee_per_s: float | None = Field(None, gt=0, description="the cluster's capacity this load was set against "
+                                     "(a sweep's load_fractions): the highest rate it served with p99 <= 50 ms, "
+                                     "measured at the sweep's start at the largest partition count")
+    knee_fraction: float | None = Field(None, gt=0, description="the load as a fraction of knee_per_s, at that count")
 
     @property
     def acks_code(self) -> int:

@@ -10,7 +10,9 @@ every few seconds.
 """
 from __future__ import annotations
 
+import logging
 import threading
+from collections import Counter
 import time
 import uuid
 from pathlib import Path
@@ -23,7 +25,7 @@ from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.names import recorder_name
 from actors.recording import RunRecorder
-from actors.records import JsonlWriter
+from actors.records import RunWriter
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.experiments.chaos import Chaos
@@ -35,6 +37,8 @@ from jobs.experiments.settling import Settling
 from jobs.experiments.summary import summarise
 from jobs.measures import rundir
 
+log = logging.getLogger(__name__)
+
 
 def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs", progress: Callable[[str], None] = print,
                    load_stopped: Callable[[], None] | None = None) -> tuple[Path, rundir.Summary]:
@@ -45,6 +49,18 @@ def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs", progre
     run_dir = Path(runs_dir) / run_id
     with embedded_zookeeper_and_ray(progress) as env:
         return run_dir, ExperimentRun(experiment, run_dir, env.connect, env.zk_server, progress, load_stopped).run()
+
+
+def group_settled(assigned: list[list[str]], partitions: list[TopicPartition]) -> bool:
+    """Whether the members' assignments ("topic-partition"s, one list per member) cover `partitions` as
+    the group's assignor (librdkafka's default, range: each topic's partitions split among the members
+    subscribed to it) gives them once every member is subscribed to every topic: each member holds a
+    partition of each topic that has at least as many partitions as there are members. A member still
+    on an older subscription holds none of the newer topics."""
+    held = [{key.rsplit("-", 1)[0] for key in member} for member in assigned]
+    counts = Counter(tp.topic for tp in partitions)
+    return {f"{tp.topic}-{tp.partition}" for tp in partitions} <= {key for member in assigned for key in member} \
+        and all(topic in topics for topics in held for topic, n in counts.items() if n >= len(assigned))
 
 
 class ExperimentRun:
@@ -59,7 +75,7 @@ class ExperimentRun:
             broker=experiment.broker.model_copy(update={"log_dirs": str(run_dir / "logs")}),
             controller=experiment.controller.model_copy(update={"ray_failure_detector_enable": experiment.detector}))
         self.zk_server = zk_server
-        self.writer = JsonlWriter(run_dir)
+        self.writer = RunWriter(run_dir)
         self._lock = threading.Lock()  # the cluster's broker handles change under fault threads
 
     def run(self) -> rundir.Summary:
@@ -84,6 +100,10 @@ class ExperimentRun:
             self.sampler.stop()
             self.cluster.stop(delete_logs=True)
             self.zk.close()
+            try:  # a run cut short keeps the records its recorder holds (closing twice is harmless)
+                ray.get(self.recorder.close.remote(), timeout=30)
+            except ray.exceptions.RayError as e:
+                log.warning("The run's recorder did not close: %s", e)
             ray.kill(self.recorder)
         self.writer.close()
         return summarise(self.run_dir, exp, started, self.load_ended_ms, self.offsets_partition)
@@ -130,18 +150,21 @@ class ExperimentRun:
         that the schedule's next fault finds the group consuming all of them. After a topic is added the
         members rejoin one by one, each as its own metadata shows the topic (eager: a member stops
         fetching until its rejoin completes); a kill of the coordinator amid those rejoins left a member
-        with nothing to fetch until the group settled on a third coordinator, past the horizon."""
+        with nothing to fetch until the group settled on a third coordinator, past the horizon. So the
+        assignment must be the one every member's new subscription gives (`group_settled`): the others'
+        rejoins can complete a generation that covers every partition while one member, not yet
+        subscribed to the new topic, holds only old ones and rejoins once more later."""
         began, deadline = time.monotonic(), time.monotonic() + timeout_s
-        streamed = {f"{tp.topic}-{tp.partition}" for tp in self._streamed()}
+        streamed = self._streamed()
         while time.monotonic() < deadline:
             stats = ray.get([m.stats.remote() for m in self.members], timeout=10)
-            if all(s["consumed"] for s in stats) and streamed <= {tp for s in stats for tp in s["assigned"]}:
+            if all(s["consumed"] for s in stats) and group_settled([s["assigned"] for s in stats], streamed):
                 self.progress(f"Group {self.exp.load.group}: {len(self.members)} members consuming "
                               f"{len(streamed):,} partitions after {time.monotonic() - began:.1f} s")
                 return
             time.sleep(0.2)
-        self.progress(f"Group {self.exp.load.group}: not every member consuming, or not every partition assigned, "
-                      f"after {timeout_s:.0f} s; going on")
+        self.progress(f"Group {self.exp.load.group}: not every member consuming, or not every partition assigned "
+                      f"as every member's subscription gives, after {timeout_s:.0f} s; going on")
 
     def _grow(self, done: int, timeout_s: float) -> None:
         """Create the topics due once `done` faults are done (after_fault), as soon as every broker is

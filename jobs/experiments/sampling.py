@@ -13,7 +13,7 @@ import ray
 
 from actors.clients.load import now_ms
 from actors.cluster import LocalCluster
-from actors.records import JsonlWriter
+from actors.records import RunWriter
 from coordination.zkclient import KrayZkClient
 from jobs.experiments.experiment import Experiment
 from jobs.experiments.settling import zk_leaderships
@@ -26,7 +26,7 @@ class Sampler:
     """`load` gives the load's producers and its other actors (probers, consumers, group members) as they
     are at each sample: topics created during the run add consumers."""
 
-    def __init__(self, experiment: Experiment, zk: KrayZkClient, cluster: LocalCluster, writer: JsonlWriter,
+    def __init__(self, experiment: Experiment, zk: KrayZkClient, cluster: LocalCluster, writer: RunWriter,
                  load: Callable[[], tuple[list, list]]):
         self.exp, self.zk, self.cluster, self.writer, self.load = experiment, zk, cluster, writer, load
         self._stopped = threading.Event()

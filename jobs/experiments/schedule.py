@@ -14,7 +14,7 @@ from typing import Callable
 from actors.clients.load import now_ms
 from actors.cluster import LocalCluster
 from actors.links.shapes import healed
-from actors.records import JsonlWriter
+from actors.records import RunWriter
 from coordination import zkdata
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
@@ -85,7 +85,7 @@ class Scheduler:
     before the next fault that waits for recovery."""
 
     def __init__(self, experiment: Experiment, zk: KrayZkClient, cluster: LocalCluster, chaos: Chaos,
-                 lock: threading.Lock, writer: JsonlWriter, settling: Settling, sampler: Sampler,
+                 lock: threading.Lock, writer: RunWriter, settling: Settling, sampler: Sampler,
                  grow: Callable[[int, float], None], progress: Callable[[str], None]):
         self.exp, self.zk, self.cluster, self.chaos, self.lock = experiment, zk, cluster, chaos, lock
         self.writer, self.settling, self.sampler, self.grow, self.progress = writer, settling, sampler, grow, progress

@@ -17,7 +17,7 @@ from actors.clients.load import now_ms, read_back, read_commits
 from actors.cluster import LocalCluster
 from actors.config import ClusterConfig
 from actors.controller.changes import imbalanced_leaderships
-from actors.records import CONSUMED, GROUP_COMMITS, JsonlWriter, tp_key
+from actors.records import CONSUMED, GROUP_COMMITS, RunWriter, tp_key
 from coordination import zkdata
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
@@ -27,7 +27,7 @@ from jobs.measures.check import check_replication
 
 log = logging.getLogger(__name__)
 
-READ_BACK_CHUNK = 5000
+READ_BACK_CHUNK = 100_000  # rows of the final read-back per call to the recorder
 
 
 def recovered(assignment: dict[TopicPartition, list[int]], states: dict[str, rundir.PartitionLeadership],
@@ -64,7 +64,7 @@ class Settling:
     cluster's broker handles, which the faults' threads change."""
 
     def __init__(self, experiment: Experiment, config: ClusterConfig, zk: KrayZkClient, cluster: LocalCluster,
-                 lock: threading.Lock, writer: JsonlWriter, recorder, progress: Callable[[str], None]):
+                 lock: threading.Lock, writer: RunWriter, recorder, progress: Callable[[str], None]):
         self.exp, self.config, self.zk, self.cluster, self.lock = experiment, config, zk, cluster, lock
         self.writer, self.recorder, self.progress = writer, recorder, progress
 
@@ -120,13 +120,9 @@ class Settling:
         """Every partition from offset 0 and, for a `group`, its commits, to the run's recorder; the
         group's offsets partition."""
         self.progress("Reading every partition back from offset 0")
-        chunk: list[str] = []
-        for record in read_back(self.config, partitions):
-            chunk.append(record.model_dump_json())
-            if len(chunk) >= READ_BACK_CHUNK:
-                self.recorder.write.remote(CONSUMED, chunk)
-                chunk = []
-        ray.get(self.recorder.write.remote(CONSUMED, chunk))
+        final = read_back(self.config, partitions)
+        ray.get([self.recorder.write_batches.remote(CONSUMED, [final.slice(start, READ_BACK_CHUNK)])
+                 for start in range(0, final.num_rows, READ_BACK_CHUNK)])
         if not group:
             return None
         self.progress(f"Reading group {self.exp.load.group}'s commits from {GROUP_METADATA_TOPIC}")

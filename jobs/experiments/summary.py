@@ -20,8 +20,8 @@ from actors.records import (
     BrokerEvent,
     Consumed,
     GroupCommit,
-    JsonlReader,
-    JsonlWriter,
+    RunReader,
+    RunWriter,
     ProduceError,
     TimelineRecord,
     tp_key,
@@ -42,7 +42,7 @@ def summarise(run_dir: Path, exp: Experiment, started_ms: float, load_ended_ms: 
               offsets: TopicPartition | None) -> rundir.Summary:
     """Composes, checks and writes what the run directory holds; its summary. `offsets`: the load
     group's partition of __consumer_offsets, None without a group."""
-    reader, writer = JsonlReader(run_dir), JsonlWriter(run_dir)
+    reader, writer = RunReader(run_dir), RunWriter(run_dir)
     faults = list(reader.lines(rundir.FAULTS, FaultRecord))
     samples = []  # every acknowledged record's (source, sent, latency), from the same read that indexes them
     given = _given(reader, exp)
@@ -85,7 +85,7 @@ def summarise(run_dir: Path, exp: Experiment, started_ms: float, load_ended_ms: 
     return summary
 
 
-def _given(reader: JsonlReader, exp: Experiment) -> dict[str, tuple[str, float]]:
+def _given(reader: RunReader, exp: Experiment) -> dict[str, tuple[str, float]]:
     """Each record the load's group was given: its partition and when a member was first given it."""
     out: dict[str, tuple[str, float]] = {}
     if not exp.load.group_members:
@@ -102,7 +102,7 @@ def report(run_dir: Path) -> str:
     """What a run did, for people: its failovers phase by phase (the controller's part), what the client
     waited through each fault (recovery and worst wait, the load's and the probes'), and its summary
     with the invariant checks made when it ended (not made again: they read every record)."""
-    reader = JsonlReader(run_dir)
+    reader = RunReader(run_dir)
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
     faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, FaultRecord)}
     lines = [f"{'failover':<24}{'fault':<28}{'detect':>8}{'queue':>7}{'zk':>7}{'acked':>8}{'partitions':>11}"]

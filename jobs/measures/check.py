@@ -3,7 +3,7 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
 
     lost                       A record the leader acknowledged is in the log for good: every Ack
                                is found, same record_id at the same topic/partition/offset, in the
-                               final read-back (consumed.jsonl, final=True); an Ack whose offset the
+                               final read-back (consumed/, final=True); an Ack whose offset the
                                client was not told, anywhere in its partition's read-back. Not
                                checkable, and a note says so, when the run has no final read-back.
     duplicated                 A record is written once: no record_id at more than one offset of
@@ -46,7 +46,7 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
                                records given at one offset: one of them was not).
 
 Memory is linear in the run: the final read-back is indexed by (topic, partition, offset) and
-produced.jsonl is streamed against it.
+produced/ is streamed against it.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ from actors.records import (
     ControllerEventRecord,
     ControllerRequestRecord,
     GroupCommit,
-    JsonlReader,
+    RunReader,
     tp_key,
 )
 from jobs.measures.rundir import (
@@ -117,7 +117,7 @@ class ReadBack(NamedTuple):
     delivered: dict[str, dict[Key, set[str]]]  # group -> location -> the record ids its members were given there
 
 
-def read_consumed(reader: JsonlReader) -> ReadBack:
+def read_consumed(reader: RunReader) -> ReadBack:
     final: dict[Key, str] = {}
     repeats: list[Key] = []
     delivered: dict[str, dict[Key, set[str]]] = defaultdict(lambda: defaultdict(set))
@@ -162,9 +162,9 @@ def check_dense(final: dict[Key, str], repeats: list[Key], v: Violations) -> Non
             expected = offset + 1
 
 
-def check_acks(reader: JsonlReader, final: dict[Key, str], judge_lost: bool, notes: list[str],
+def check_acks(reader: RunReader, final: dict[Key, str], judge_lost: bool, notes: list[str],
                on_ack: Callable[[Ack], None] = lambda a: None) -> tuple[Violations, Violations, Violations, int]:
-    """Streams produced.jsonl once: lost, per-producer order, and one leader per leader epoch; each Ack
+    """Streams produced/ once: lost, per-producer order, and one leader per leader epoch; each Ack
     handed to `on_ack` too (the groups' checks).
 
     Returns (lost, reordered, multiple_leaders, acks read)."""
@@ -279,7 +279,7 @@ class GroupChecks:
         return self.backwards, self.undelivered, self.unacked
 
 
-def check_controllers(reader: JsonlReader) -> tuple[Violations, Violations, int]:
+def check_controllers(reader: RunReader) -> tuple[Violations, Violations, int]:
     """(multiple controllers, failed events, controller epochs seen)."""
     v, failed = Violations(), Violations()
     by_epoch: dict[int, set[int]] = defaultdict(set)
@@ -300,7 +300,7 @@ def _leader_ok(p: PartitionLeadership, live: list[int]) -> bool:
     return p.leader == -1 or (p.leader in live and p.leader in p.isr)
 
 
-def check_leaders(reader: JsonlReader, final_state: FinalState | None,
+def check_leaders(reader: RunReader, final_state: FinalState | None,
                   grace_ms: float) -> tuple[Violations, int]:
     """A leader outside its ISR at once; outside the live brokers for at least grace_ms."""
     v = Violations()
@@ -432,13 +432,13 @@ def check_actions(actions: list[ActionRecord], final: FinalState, asked: int | N
 
 
 def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
-    reader = JsonlReader(Path(run_dir))
+    reader = RunReader(Path(run_dir))
     notes: list[str] = []
     results: dict[str, Violations] = {}
 
     final, consumed_live, repeats, delivered = read_consumed(reader)
     if not final:
-        notes.append("no final read-back in consumed.jsonl: lost, duplicated and log density not checked")
+        notes.append("no final read-back in consumed/: lost, duplicated and log density not checked")
     groups = GroupChecks(delivered, list(reader.lines(GROUP_COMMITS, GroupCommit)), notes)
     lost, reordered, leaders, acked = check_acks(reader, final, bool(final), notes, groups.on_ack)
     results["group_commits_backwards"], results["group_not_delivered"], results["group_delivered_unacked"] = \

@@ -86,3 +86,4 @@ class Analysis(NamedTuple):
     # dropped (features a linear combination of the others), skipped
     out: Path
     on_ray: bool
+    faults: list[dict] = []  # per fault and source (analysis.fault_table): measures' p50/p99, offered load, knee

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from typing import Iterable, NamedTuple
 
-from actors.records import BROKER_EVENTS, BrokerEvent, JsonlReader
+from actors.records import BROKER_EVENTS, BrokerEvent, RunReader
 from jobs.measures.rundir import FINAL_STATE, PARTITION_STATES, FaultRecord, FinalState, StateSample
 
 
@@ -63,7 +63,7 @@ def rejoins(faults: list[FaultRecord], events: Iterable[BrokerEvent], states: li
     return out
 
 
-def of_run(reader: JsonlReader, faults: list[FaultRecord], until_ms: float) -> list[Rejoin]:
+def of_run(reader: RunReader, faults: list[FaultRecord], until_ms: float) -> list[Rejoin]:
     """`rejoins` over a run directory's records (the printed report's, the unavailability benchmark's)."""
     final = reader.document(FINAL_STATE, FinalState)
     return rejoins(faults, reader.lines(BROKER_EVENTS, BrokerEvent), list(reader.lines(PARTITION_STATES, StateSample)),

@@ -1,5 +1,5 @@
-"""The run directory of a chaos experiment: one JSON Lines file per record kind, a pydantic
-model per line, and a summary.
+"""The run directory of a chaos experiment: one JSON Lines file per record kind (the per-record kinds:
+a directory of Parquet parts), a pydantic model per line, and a summary.
 
     runs/<run id>/experiment.json          the experiment as run (defaults filled in)
                  /faults.jsonl             every fault injected (FaultRecord)
@@ -10,11 +10,11 @@ model per line, and a summary.
                                            (GroupFailoverRecord)
                  /timelines.jsonl          the controllers' own failover timelines, as recorded (TimelineRecord)
                  /load.jsonl               periodic load samples (LoadSample)
-                 /produced.jsonl           every acknowledged produce, the load's and the probes' (Ack)
+                 /produced/                every acknowledged produce, the load's and the probes' (Ack; Parquet parts)
                  /produce_errors.jsonl     every record a producer gave up on (ProduceError)
                  /broker_events.jsonl      the brokers' steps a failover waits on (BrokerEvent)
                  /client_stats.jsonl       each producer's librdkafka statistics, once a second (ClientStats)
-                 /consumed.jsonl           every record consumed, live, by the group's members and in the final
+                 /consumed/                every record consumed, live, by the group's members and in the final
                                            read-back (Consumed)
                  /group_commits.jsonl      the group's commits: as its members were told, and its log read back
                                            (GroupCommit)
@@ -26,7 +26,7 @@ model per line, and a summary.
                  /timeline.html            the run on one page, for people (jobs/reports/timeline_page.py)
 
 The records the actors write (timelines, produced, consumed, controller events and requests), the
-record base and the JSON Lines reader and writer are in actors/records.py, beside the actors; this
+record base and the run directory's reader and writer are in actors/records.py, beside the actors; this
 module has the ones the experiment's runner writes. Times are wall-clock milliseconds, partitions
 keyed "topic-partition", as there.
 """

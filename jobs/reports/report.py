@@ -51,6 +51,13 @@ def summary_table(a: Analysis) -> str:
             [["on" if d else "off", b, str(by[("coordinator", d, b, next(iter(COORDINATOR_STEPS)))]["n"]),
               *(f"{_fmt(by[('coordinator', d, b, s)]['p50'])}/{_fmt(by[('coordinator', d, b, s)]['p99'])}"
                 for s in COORDINATOR_STEPS)] for d, b in coordinator])
+    placed = [f for f in a.faults if f["knee_fraction"] is not None and f["source"] == "load"]
+    if placed:
+        low, high = min(f["knee_fraction"] for f in placed), max(f["knee_fraction"] for f in placed)
+        knees = ", ".join(f"{k:,.0f}" for k in sorted({f["knee_per_s"] for f in placed}))
+        lines += ["", f"The load offered at the faults: {low:.0%} to {high:.0%} of the knee ({knees} records/s, p99 <= "
+                      f"50 ms): " + ("every fault below it." if high < 1 else "NOT every fault below it: a failover "
+                                     "there measures a queue as well.")]
     bad = sum(i["malformed"] for i in a.inputs)
     lines.append(f"{a.partitions} partition-fault rows and {a.failovers} failovers from {len(a.inputs)} runs; {bad} "
                  f"malformed lines; Spark on Ray: {'yes' if a.on_ray else 'no'}. Report: {a.out / 'report.md'}")
@@ -79,6 +86,7 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
              "*coordinator* rows the group's coordinator through each fault on its broker, each step in ms after "
              "the fault: " + "; ".join(f"`{s}` {what}" for s, what in COORDINATOR_STEPS.items()) + ".", ""]
     lines += [f"![{title}]({name})" for name, title in charts] + [""]
+    lines += offered_load_section(a.faults)
     lines += ["## Percentiles per load bucket", "",
               "| source | detector | partitions affected | measure | n | censored | mean | p50 | p95 | p99 |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -128,6 +136,57 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
     return path
 
 
+def offered_load_section(faults: list[dict]) -> list[str]:
+    """Each fault against the load offered at it: the run's knee, the load's fraction of it, the load's own
+    latency in the seconds before the fault, and the p50/p99 of each measure per source."""
+    if not faults:
+        return []
+    knees = sorted({f["knee_per_s"] for f in faults if f["knee_per_s"]})
+    lines = ["## Against the offered load", "",
+             ("The knee (the highest rate the cluster served with p99 <= 50 ms, measured at the sweep's start): " +
+              ", ".join(f"{k:,.0f} records/s" for k in knees) + ". " if knees else
+              "No knee was measured for these runs (their loads were given as rates). ") +
+             "*offered*: the load's records/s at the fault; *before*: the load's latency p50/p99 over the records "
+             "sent in the 5 s before the fault (from `produced/`): a load near or above the knee shows there.", "",
+             "| run | fault | source | partitions | offered/s | of the knee | before p50/p99 | recovery p50/p99 | "
+             "worst wait p50/p99 | censored |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for f in faults:
+        pair = lambda m: f"{_fmt(f[f'{m}_p50'])} / {_fmt(f[f'{m}_p99'])}"
+        fraction = "-" if f["knee_fraction"] is None else f"{f['knee_fraction']:.0%}"
+        lines.append(f"| {f['run_id']} | {f['fault_id']} | {f['source']} | {_fmt(f['partitions_total'])} | "
+                     f"{_fmt(f['produce_rate'])} | {fraction} | "
+                     f"{_fmt(f['baseline_latency_ms_p50'])} / {_fmt(f['baseline_latency_ms_p99'])} | "
+                     f"{pair('recovery_ms')} | {pair('worst_wait_ms')} | {f['censored']} of {f['partitions']} |")
+    return lines + [""]
+
+
+def offered_load_chart(faults: list[dict]):
+    """The p99 of the recovery and of the worst wait per fault and source, against the offered load (the
+    knees marked) and against the partitions."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharey="row")
+    markers = {"load": "o", "probe": "^", "group": "s"}
+    for row, measure in zip(axes, MEASURES):
+        for ax, feature, label in zip(row, ("produce_rate", "partitions_total"),
+                                      ("offered load at the fault (records/s)", "partitions")):
+            for source, marker in markers.items():
+                pts = [f for f in faults if f["source"] == source and f[f"{measure}_p99"] is not None]
+                if pts:
+                    ax.scatter([f[feature] for f in pts], [max(f[f"{measure}_p99"], 0.5) for f in pts], marker=marker,
+                               s=30, alpha=0.7, label=f"{source} p99")
+            if feature == "produce_rate":
+                for knee in sorted({f["knee_per_s"] for f in faults if f["knee_per_s"]}):
+                    ax.axvline(knee, color="#b2182b", linestyle="--", linewidth=1)
+                    ax.annotate(f"knee {knee:,.0f}/s", (knee, 1), xycoords=("data", "axes fraction"), rotation=90,
+                                va="top", ha="right", fontsize=8, color="#b2182b")
+            ax.set(xlabel=label, ylabel=f"{measure[:-3].replace('_', ' ')} p99 (ms)", yscale="log")
+            ax.set_xlim(left=0)
+            ax.legend(fontsize=8)
+    fig.suptitle("Per fault: the p99 over the partitions it touched, against the load and the partitions")
+    return fig
+
+
 def _charts(a: Analysis, sample: list[dict]) -> list[tuple[str, str]]:
     import matplotlib
     matplotlib.use("Agg")
@@ -147,6 +206,9 @@ def _charts(a: Analysis, sample: list[dict]) -> list[tuple[str, str]]:
                    yscale="log", title=measure[:-3].replace("_", " ").capitalize() + " per partition")
             ax.legend()
         made.append(_save(fig, a.out / "waits_vs_partitions.png", "recovery and worst wait against load"))
+    if a.faults:
+        made.append(_save(offered_load_chart(a.faults), a.out / "waits_vs_offered_load.png",
+                          "recovery and worst wait against the offered load, the knee marked"))
     means = {(r["source"], r["detector"], r["bucket"], r["measure"]): r["mean"] or 0 for r in a.percentiles
              if r["source"] not in PER_FAULT_SOURCES}
     keys = sorted({k[:3] for k in means}, key=lambda k: (k[0], bool(k[1]), bucket_order(k[2])))

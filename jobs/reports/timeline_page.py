@@ -1,5 +1,5 @@
 """The timeline page of a run directory (timeline.html): what the faults did, at a glance, on one time
-axis. Produce throughput and latency (produced.jsonl), ISR sizes and offline partitions
+axis. Produce throughput and latency (produced/), ISR sizes and offline partitions
 (partition_states.jsonl), controller epochs (load.jsonl), each partition's wait through each fault
 (waits.jsonl: its recovery and its worst wait, as the summary counts them), and every fault
 (faults.jsonl) shaded across all of them with its kind and target.
@@ -23,7 +23,7 @@ from html import escape
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-from actors.records import PRODUCED, Ack, JsonlReader
+from actors.records import PRODUCED, Ack, RunReader
 from jobs.measures import rundir
 from jobs.measures.phases import PARTITION_PHASES
 from jobs.measures.rundir import FaultRecord, LoadSample, PartitionWait, Source, StateSample, Summary
@@ -140,7 +140,7 @@ def _axis(faults: list[FaultRecord], load: list[LoadSample], isr: list[IsrCount]
 def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample], states: Iterable[StateSample],
                   waits: list[PartitionWait], acks: Iterable[Ack], summary: Summary | None = None) -> str:
     """The page. `states` and `acks` are read once, as they stream (partition_states.jsonl and
-    produced.jsonl are a run's largest files)."""
+    produced/ are a run's largest files)."""
     faults = sorted(faults, key=lambda f: (f.injected_ms, f.fault_id))
     load = sorted(load, key=lambda s: s.ts_ms)
     counts = sorted(map(IsrCount.of, states), key=lambda c: c.ts_ms)
@@ -175,7 +175,7 @@ def timeline_html(title: str, faults: list[FaultRecord], load: list[LoadSample],
 
 def write_timeline(run_dir: Path) -> Path:
     """Reads the run directory's records and writes its timeline.html; the page's path."""
-    reader = JsonlReader(run_dir)
+    reader = RunReader(run_dir)
     page = timeline_html(
         run_dir.name, list(reader.lines(rundir.FAULTS, FaultRecord)), list(reader.lines(rundir.LOAD, LoadSample)),
         reader.lines(rundir.PARTITION_STATES, StateSample),

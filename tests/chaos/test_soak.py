@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from actors.records import JsonlReader
+from actors.records import RunReader
 from coordination.server import ZooKeeperEnsemble, ZooKeeperSettings
 from jobs.measures import rundir
 from jobs.measures.check import INVARIANTS
@@ -42,7 +42,7 @@ def test_soak_with_every_fault_kind(ray_session, tmp_path):
     assert {f["kind"] for f in faults} == {k.value for k in FaultKind}  # every kind drawn at least once
     assert len(faults) >= SOAK_S / 30
 
-    samples = list(JsonlReader(run_dir).lines(rundir.LOAD, rundir.LoadSample))
+    samples = list(RunReader(run_dir).lines(rundir.LOAD, rundir.LoadSample))
     first = [s for s in samples if s.ts_ms - samples[0].ts_ms < 180_000]
     start = {a: sorted(s.rss_mb[a] for s in first if a in s.rss_mb) for a in samples[-1].rss_mb}
     growth = {a: samples[-1].rss_mb[a] / v[len(v) // 2] for a, v in start.items() if v}

@@ -11,9 +11,10 @@ import pytest
 import ray
 
 from jobs.measures import rundir
-from jobs.analysis import analyse, find_runs, fisher_interval, t_quantile
+from jobs.analysis import analyse, find_runs
+from jobs.measures.statistics import fisher_interval, t_quantile
 from jobs.reports.report import summary_table
-from jobs.sweep import Sweep, run_sweep
+from jobs.sweep import CAPACITY, Sweep, run_sweep
 from jobs.measures.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
                          UNEXPLAINED, bucket_label)
 from coordination.errors import KrayError
@@ -392,21 +393,36 @@ def test_bucket_labels(affected, label):
 
 
 def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, monkeypatch, tmp_path):
-    """The main job's path end to end, small: a sweep of two experiments (detector on and off) of the quick
-    sweep's shape, whose partitions grow between their two kills (a topic added under load), with a
-    consumer group, on this test run's ZooKeeper and Ray; then the Spark analysis of their run directories
-    (with this module's Spark session: RayDP takes 30-50 s to start). The group gets Kafka's test-harness
-    settings (5 offsets partitions, no initial rebalance delay)."""
+    """The main job's path end to end, small: the cluster's knee at 18 partitions measured first, then a
+    sweep of two experiments (detector on and off) of the quick sweep's shape at half that knee, whose
+    partitions grow between their two kills (a topic added under load), with a consumer group, on this
+    test run's ZooKeeper and Ray; then the Spark analysis of their run directories (with this module's
+    Spark session: RayDP takes 30-50 s to start), which reads the runs' produced/ Parquet for the load's
+    latency before each fault. The group gets Kafka's test-harness settings (5 offsets partitions, no
+    initial rebalance delay)."""
     monkeypatch.setenv("KRAY_ZK_CONNECT", zk_connect)
     lines = []
     offsets = 5
     sweep = Sweep(name="tiny", partitions=[6, 18], grow_partitions=True, detector=[True, False], kills=1,
-                  spacing_s=5, down_s=2, settle_s=20, horizon_s=6,
+                  spacing_s=5, down_s=2, settle_s=20, horizon_s=6, rates=[], load_fractions=[0.5],
+                  capacity={"start_rate": 1000, "max_rate": 4000, "warm_s": 0.5, "window_s": 1.5, "bisect": 0},
                   broker={"group_initial_rebalance_delay_ms": 0, "offsets_topic_num_partitions": offsets})
     sweep_dir, result = run_sweep(sweep, tmp_path, progress=lines.append, session=spark)
-    runs = sorted(p for p in sweep_dir.iterdir() if p.name != "analysis")
-    assert [r.name.rsplit("-", 1)[0].split("-", 2)[2] for r in runs] == ["tiny-b3-p6.18-r0-ray",
-                                                                         "tiny-b3-p6.18-r0-zk"]
+    runs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name != "analysis")
+    assert [r.name.rsplit("-", 1)[0].split("-", 2)[2] for r in runs] == ["tiny-b3-p6.18-f50-ray",
+                                                                         "tiny-b3-p6.18-f50-zk"]
+    [capacity] = json.loads((sweep_dir / CAPACITY).read_text())
+    knee = capacity["knee_per_s"]
+    # 18 partitions take far more than 4,000 records/s (batched: bench_capacity): the ladder stops at its top
+    assert capacity["partitions"] == 18 and knee == 4000 and capacity["limited_by"] == "max rate"
+    assert [r["rate"] for r in capacity["rows"]] == [1000, 2000, 4000]
+    assert any(f"Knee at 18 partitions: {knee:,.0f} records/s (at least: the max rate was the limit)" in line
+               for line in lines)
+    assert sum(f"{knee / 2:,.0f} records/s offered at the last count: 50% of the knee, below it" in line
+               for line in lines) == 2
+    for run in runs:
+        load = json.loads((run / rundir.EXPERIMENT).read_text())["load"]
+        assert (load["knee_per_s"], load["knee_fraction"], load["rate"]) == (knee, 0.5, pytest.approx(knee / 2 / 3))
     assert any("every invariant holds" in line for line in lines) and not any("BROKEN" in line for line in lines)
     assert sum("Topic load2 created after fault 1: 12 partitions more, 18 under load" in line for line in lines) == 2
     assert sum("members consuming 18 partitions" in line for line in lines) == 2  # the group took load2 before kill 2
@@ -445,3 +461,11 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, m
     assert ("The consumer group's coordinator, ms after a fault on its broker" in summary_table(result)) == \
         bool(coordinators)
     assert "report.md" in summary_table(result) and (result.out / "report.md").exists()
+    # per fault against the offered load: the knee, the fraction, the load's latency before it (from produced/)
+    faults = [f for f in pq.read_table(result.out / "faults.parquet").to_pylist() if f["source"] == "load"]
+    assert {(f["run_id"], f["fault_id"]) for f in faults} == {(r.name, i) for r in runs for i in (1, 2)}
+    assert all(f["knee_per_s"] == knee and 0 < f["knee_fraction"] < 1 for f in faults)
+    assert all(0 < f["baseline_latency_ms_p50"] <= f["baseline_latency_ms_p99"] for f in faults)
+    assert "every fault below it" in summary_table(result)
+    assert (result.out / "waits_vs_offered_load.png").stat().st_size > 10_000
+    assert "## Against the offered load" in (result.out / "report.md").read_text()

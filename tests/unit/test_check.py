@@ -1,9 +1,12 @@
 """jobs.measures.check: the invariant checker on fabricated run directories."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from actors.records import (
@@ -17,7 +20,7 @@ from actors.records import (
     ControllerEventRecord,
     ControllerRequestRecord,
     GroupCommit,
-    JsonlWriter,
+    RunWriter,
     tp_key,
 )
 from jobs.measures import check
@@ -64,7 +67,7 @@ class Run:
             cache.partitions[tp] = p.model_copy()
 
     def write(self, run_dir: Path) -> Path:
-        w = JsonlWriter(run_dir)
+        w = RunWriter(run_dir)
         w.write(PRODUCED, self.acks)
         w.write(CONSUMED, self.consumed)
         w.write(CONTROLLER_REQUESTS, self.requests)
@@ -384,19 +387,19 @@ def test_malformed_lines_are_counted_and_the_rest_checked(tmp_path, capsys):
     run = clean_run()
     lose_last_record(run)
     run.write(tmp_path)
-    with open(tmp_path / PRODUCED, "a") as f:
-        f.write('{"topic": "orders", "partition": 0, "off\n')  # cut short by a crash
-        f.write('{"topic": "orders"}\n')
+    torn = (tmp_path / PRODUCED / "part-00000.parquet").read_bytes()
+    (tmp_path / PRODUCED / "part-00001.parquet").write_bytes(torn[:len(torn) // 2])  # cut short by a crash
+    pq.write_table(pa.table({"topic": ["orders"]}), tmp_path / PRODUCED / "part-00002.parquet")  # not an Ack's
     with open(tmp_path / PARTITION_STATES, "a") as f:
         f.write("not json\n")
     report = check.check_run(tmp_path)
     assert report.malformed_lines == {PRODUCED: 2, PARTITION_STATES: 1}
-    assert report.malformed_examples[PRODUCED].startswith(f"line {ACKED + 1}: ")
+    assert report.malformed_examples[PRODUCED].startswith("part-00001.parquet: ")
     assert report.invariants == only("lost")
     assert report.counts["acked"] == ACKED and report.counts["state_samples"] == 5
     assert check.main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert f"Malformed lines: {PRODUCED}: 2 (line {ACKED + 1}: " in out
+    assert f"Malformed lines: {PRODUCED}: 2 (part-00001.parquet: " in out
     assert f"{PARTITION_STATES}: 1 (line 6: " in out
 
 
@@ -417,7 +420,7 @@ def test_missing_final_read_back_is_a_note(tmp_path, drop_file):
     run.consumed = [c for c in run.consumed if not c.final]
     run.write(tmp_path)
     if drop_file:
-        (tmp_path / CONSUMED).unlink()
+        shutil.rmtree(tmp_path / CONSUMED)
     report = check.check_run(tmp_path)
     assert report.invariants == NONE
     assert len(report.notes) == 1 and "no final read-back" in report.notes[0]
@@ -471,7 +474,7 @@ def test_a_runs_report_prints_the_checks_its_summary_kept(tmp_path, monkeypatch)
 
     run_dir = clean_run().write(tmp_path)
     kept = check.check_run(run_dir)
-    writer = JsonlWriter(run_dir)
+    writer = RunWriter(run_dir)
     writer.document(SUMMARY, Summary(run_id=run_dir.name, experiment="clean", started_ms=0, ended_ms=1, faults=0,
                                      failovers=0, acked=ACKED, consumed=ACKED, check=kept))
     writer.close()

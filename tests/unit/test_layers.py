@@ -13,7 +13,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("actors", "coordination", "jobs")
 PURE = [
-    "actors.protocol", "actors.records", "actors.names", "actors.links.faults", "actors.links.shapes",
+    "actors.protocol", "actors.records", "actors.columns", "actors.names", "actors.links.faults", "actors.links.shapes",
     *(f"actors.controller.{m}" for m in (
         "context", "state_machines", "election", "changes", "decisions", "timeline", "events", "request_batch")),
     *(f"actors.broker.{m}" for m in ("replication", "fetch_session", "errors", "controller_requests",
@@ -24,7 +24,8 @@ PURE = [
                                            "group_coordinator")),
     *(f"coordination.{m}" for m in ("zkdata", "errors", "topic_config")),
     "jobs.measures.failovers", "jobs.reports.timeline_page", "jobs.experiments.disk_faults",
-    "jobs.measures.group_failovers", "jobs.experiments.summary",
+    "jobs.measures.group_failovers", "jobs.experiments.summary", "jobs.measures.statistics",
+    "jobs.measures.knee",
 ]
 RUNTIMES = ("ray", "kazoo")
 

@@ -33,11 +33,14 @@ def test_the_full_sweep_gives_the_analysis_at_least_30_faults():
     assert sum(len(e.schedule) for e in Sweep().experiments()) >= 30
 
 
-def test_the_quick_sweep_is_one_cluster_per_detector_setting_growing_from_60_to_1000_partitions():
-    experiments = QUICK.experiments()
-    assert [(e.detector, e.name) for e in experiments] == [(True, "sweep-b3-p60.300.1000-r0-ray"),
-                                                           (False, "sweep-b3-p60.300.1000-r0-zk")]
+def test_the_quick_sweep_is_one_cluster_per_detector_setting_growing_from_60_to_1000_partitions_at_half_the_knee():
+    assert QUICK.knee_counts() == [1000]
+    experiments = QUICK.experiments({1000: 3000.0})
+    assert [(e.detector, e.name) for e in experiments] == [(True, "sweep-b3-p60.300.1000-f50-ray"),
+                                                           (False, "sweep-b3-p60.300.1000-f50-zk")]
     for e in experiments:
+        # the rate is the first topic's; the runner keeps it per partition as topics are added: 1,500/s at 1,000
+        assert (e.load.rate, e.load.knee_per_s, e.load.knee_fraction) == (0.5 * 3000 * 60 / 1000, 3000.0, 0.5)
         assert [(t.name, t.partitions, t.after_fault) for t in e.topics] == [("load", 60, 0), ("load2", 240, 1),
                                                                            ("load3", 700, 2)]
         assert [f.fault for f in e.schedule] == [FaultKind.KILL_BROKER] * 3  # one at each of 60, 300, 1,000
@@ -70,7 +73,24 @@ def test_no_file_runs_the_quick_sweep_and_full_the_old_grid(tmp_path, capsys):
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+def test_load_fractions_are_placed_against_each_counts_knee_beside_the_given_rates():
+    sweep = Sweep(partitions=[100, 500], rates=[0], load_fractions=[0.5, 0.25], detector=[True], group_members=0)
+    assert sweep.knee_counts() == [100, 500]
+    loads = [(e.topics[0].partitions, e.name.split("-")[3], e.load.rate, e.load.knee_fraction)
+             for e in sweep.experiments({100: 8000.0, 500: 4000.0})]
+    assert loads == [(100, "r0", 0, None), (100, "f25", 2000, 0.25), (100, "f50", 4000, 0.5),
+                     (500, "r0", 0, None), (500, "f25", 1000, 0.25), (500, "f50", 2000, 0.5)]
+    assert Sweep(partitions=[100, 500], rates=[2000]).knee_counts() == []  # no fractions: nothing to measure
+    assert Sweep(partitions=[100, 500], load_fractions=[1], rates=[], grow_partitions=True).knee_counts() == [500]
+
+
 @pytest.mark.parametrize("fields,message", [
+    ({"rates": [], "load_fractions": []}, "no load"),
+    ({"load_fractions": [0]}, "load_fractions must be above 0"),
+    ({"load_fractions": [2.5]}, "at most 2"),
+    ({"capacity": {"window_s": 0}}, "greater than 0"),
+    ({"capacity": {"colour": 1}}, "Extra inputs are not permitted"),
+    ({"capacity": {"start_rate": 1000, "max_rate": 500}}, r"max_rate \(500\) is below start_rate \(1000\)"),
     ({"replication_factor": 4}, "replication factor 4 larger than 3 brokers"),
     ({"spacing_s": 2, "down_s": 3}, "must be longer than down_s"),
     ({"partitions": [0]}, "partitions must be >= 1"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from actors.records import PRODUCED, Ack, JsonlWriter
+from actors.records import PRODUCED, Ack, RunWriter
 from jobs.measures import rundir
 from jobs.measures.rundir import (
     FaultKind,
@@ -192,15 +192,15 @@ def test_of_a_thousand_partitions_only_the_unavailable_get_bars_longest_first_wi
 
 def test_write_timeline_reads_the_run_directory(tmp_path):
     run_dir = tmp_path / "20261126-short-links-ab12"
-    writer = JsonlWriter(run_dir)
+    writer = RunWriter(run_dir)
     parts = records()
     writer.write(rundir.FAULTS, parts["faults"])
     writer.write(rundir.LOAD, parts["load"])
     writer.write(rundir.PARTITION_STATES, parts["states"])
     writer.write(rundir.WAITS, parts["waits"])
     writer.write(PRODUCED, acks())
-    writer.append(PRODUCED, ['{"torn": '])  # a run cut short still gets its page
     writer.close()
+    (run_dir / PRODUCED / "part-00001.parquet").write_bytes(b"PAR1")  # a run cut short still gets its page
     path = write_timeline(run_dir)
     assert path == run_dir / rundir.TIMELINE
     assert path.read_text() == page().replace("20261126-short-links", run_dir.name)
