@@ -10,6 +10,12 @@ CPU each kind of process uses is counted over `--seconds`. The load client's is 
 librdkafka's threads and the rest (its Python: producing, the delivery reports, the recording; and the
 Ray worker's own threads), and given per acknowledged record beside the recorder's, and the run
 directory's size per record once the load has stopped.
+
+Beside it, on the same cluster just before, the barest Python client of librdkafka at the same rate
+and linger.ms (bench_capacity's OpenLoopProducer: a produce call and a delivery callback appending a
+latency, no statistics, no key): what any Python load client pays for librdkafka's calls and
+callbacks. The load client's own cost per record (`harness_python`) is its Python threads' CPU above
+that baseline's.
 A failover under load gets what this leaves of the machine's cores: the figure that bounds how much
 slower it can be than an idle one when the failover itself already uses most of them.
 """
@@ -53,6 +59,28 @@ def run_bytes(run_dir: Path) -> int:
     return sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file())
 
 
+def bare_client_cost(servers: str, n: int, rate: float, warm_s: float, seconds: float) -> dict:
+    """µs per acknowledged record of the barest Python client (OpenLoopProducer, linger.ms 1 as the
+    LoadGenerator's) at `rate` over the topic's n partitions: its Python threads and librdkafka's."""
+    from benchmarks.bench_capacity import OpenLoopProducer  # (bench_capacity imports this module)
+
+    bare = OpenLoopProducer.remote(servers, "bench", n, 1)
+    try:
+        pid = ray.get(bare.pid.remote())
+        ray.get(bare.prime.remote(120))
+        ray.get(bare.set_rate.remote(rate))
+        time.sleep(warm_s)
+        t0, m0 = thread_cpu(pid), ray.get(bare.mark.remote())
+        time.sleep(seconds)
+        t1, m1 = thread_cpu(pid), ray.get(bare.mark.remote())
+        ray.get(bare.drain.remote(60))
+    finally:
+        ray.get(bare.stop.remote())
+        ray.kill(bare)
+    acked = max(1, m1["acked"] - m0["acked"])
+    return {f"bare_{k}": round((t1[k] - t0[k]) / acked * 1e6, 1) for k in t1}
+
+
 def load_cost(connect: str, n: int, rate: float, warm_s: float, seconds: float) -> dict:
     cluster, zk = new_cluster(connect)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-load-cost-"))
@@ -61,6 +89,7 @@ def load_cost(connect: str, n: int, rate: float, warm_s: float, seconds: float) 
     try:
         admin.create_topic(zk, "bench", n, 3)
         cluster.wait_for_metadata(lambda m: len(m["partitions"]) == n, timeout=600)
+        bare = bare_client_cost(cluster.bootstrap_servers(), n, rate, warm_s, seconds)
         load = LoadGenerator.remote(0, config, [TopicPartition("bench", i) for i in range(n)], rate, 100, -1)
         ray.get(load.start.remote())
         poll(lambda: ray.get(load.stats.remote())["acked"] >= rate * 3, 120, "the load to flow")
@@ -85,7 +114,8 @@ def load_cost(connect: str, n: int, rate: float, warm_s: float, seconds: float) 
                 "load_client_cores": {k: round(v / wall, 3) for k, v in threads.items()},
                 "us_per_record": {"load_python": per_record(threads["python"]),
                                   "load_librdkafka": per_record(threads["librdkafka"]),
-                                  "recorder": per_record(recorder_s)},
+                                  "recorder": per_record(recorder_s), **bare,
+                                  "harness_python": round(per_record(threads["python"]) - bare["bare_python"], 1)},
                 "run_dir_bytes_per_record": round(run_bytes(run_dir) / max(1, total), 1)}
     finally:
         ray.kill(recorder)
