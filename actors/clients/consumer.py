@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import confluent_kafka
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
@@ -50,6 +51,7 @@ def consumer_config(bootstrap_servers: str, max_wait_ms: int = 500, **overrides)
 
 class Consumer:
     def __init__(self, bootstrap_servers: str, max_wait_ms: int = 500, **overrides):
+        self.bootstrap_servers = bootstrap_servers
         self._consumer = confluent_kafka.Consumer(consumer_config(bootstrap_servers, max_wait_ms, **overrides))
         self.partitions: list[TopicPartition] = []
 
@@ -62,20 +64,28 @@ class Consumer:
         return records_of(self._consumer.consume(max_records, timeout_s))
 
     def high_watermarks(self, timeout_s: float = 60) -> dict[TopicPartition, int]:
-        """Each assigned partition's high watermark, from its leader (ListOffsets latest), asked again
-        while the answer is a retriable error (a leader that moved: the client refreshes its metadata)."""
+        """Each assigned partition's high watermark from its leader: ListOffsets latest, one request per
+        leader for all its partitions (librdkafka's admin API; a request per partition took 40 s over
+        1,000 partitions on a busy machine), asked again for the partitions answered with a retriable
+        error (a leader that moved: the client refreshes its metadata)."""
         import time
 
-        out, deadline = {}, time.monotonic() + timeout_s
-        for tp in self.partitions:
-            while tp not in out:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 3})
+        out, todo, deadline = {}, list(self.partitions), time.monotonic() + timeout_s
+        while todo:
+            asked = {tp: confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in todo}
+            futures = admin.list_offsets({c: OffsetSpec.latest() for c in asked.values()}, request_timeout=10)
+            failed = []
+            for tp, c in asked.items():
                 try:
-                    out[tp] = self._consumer.get_watermark_offsets(
-                        confluent_kafka.TopicPartition(tp.topic, tp.partition), timeout=5)[1]
+                    out[tp] = futures[c].result().offset
                 except confluent_kafka.KafkaException as e:
                     if not e.args[0].retriable() and e.args[0].code() not in RETRIED or time.monotonic() > deadline:
                         raise
-                    time.sleep(0.1)
+                    failed.append(tp)
+            todo = failed
+            if todo:
+                time.sleep(0.1)
         return out
 
     def read_to_end(self, partitions: list[TopicPartition], timeout_s: float = 120
