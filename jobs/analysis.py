@@ -43,6 +43,7 @@ from typing import Callable, NamedTuple
 
 from actors.records import PRODUCED, PROBE_PRODUCER
 from coordination.errors import KrayError
+from jobs.experiments.experiment import Experiment
 from jobs.measures import rundir
 from jobs.measures.statistics import fisher_interval, independent, interval, ols, t_quantile
 from jobs.measures.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
@@ -74,6 +75,7 @@ class RunInput(NamedTuple):
     detector: bool | None  # the experiment's (experiment.json), None when it does not say
     session_timeout_ms: int | None
     knee_per_s: float | None = None  # the capacity its load was set against (a sweep's load_fractions)
+    offered: tuple[tuple[int, float], ...] = ()  # (after_fault, records/s): each streamed topic's share of the load
     produced: Path | None = None  # None: no produced/ (a run cut short before its first part)
 
 
@@ -94,7 +96,7 @@ def find_runs(paths: list[str | Path]) -> list[RunInput]:
             produced = c / PRODUCED
             runs.append(RunInput(c.name, c, f if f.is_file() else None, w if w.is_file() else None,
                                  g if g.is_file() else None, settings.get("detector"),
-                                 settings.get("session_timeout_ms"), settings.get("knee_per_s"),
+                                 settings.get("session_timeout_ms"), settings.get("knee_per_s"), settings.get("offered", ()),
                                  produced if any(produced.glob("part-*.parquet")) else None))
     if len({r.run_id for r in runs}) != len(runs):
         raise KrayError("two run directories have the same name: " + ", ".join(sorted(
@@ -106,9 +108,16 @@ def _is_run(p: Path) -> bool:
     return (p / rundir.EXPERIMENT).is_file() or (p / rundir.FAILOVERS).is_file()
 
 
+def offered_at(offered: tuple[tuple[int, float], ...], fault_id: int) -> float | None:
+    """The load offered at the schedule's fault `fault_id` (1, 2, ...): the shares of the topics under load
+    by then (created before the load, or after fewer faults). None: the run does not say (no
+    experiment.json, or a load streamed closed loop)."""
+    return sum(rate for after, rate in offered if after < fault_id) if offered else None
+
+
 def _settings(path: Path) -> dict:
-    """The experiment's detector, session timeout and knee (load.knee_per_s), where experiment.json says
-    them with their types."""
+    """The experiment's detector, session timeout, knee (load.knee_per_s) and offered load per topic (its
+    open-loop rate, per streamed partition the same), where experiment.json says them with their types."""
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -116,9 +125,19 @@ def _settings(path: Path) -> dict:
     if not isinstance(raw, dict):
         return {}
     load = raw.get("load") if isinstance(raw.get("load"), dict) else {}
-    knee = load.get("knee_per_s")
-    return {**{k: raw[k] for k, t in (("detector", bool), ("session_timeout_ms", int)) if isinstance(raw.get(k), t)},
-            **({"knee_per_s": float(knee)} if isinstance(knee, (int, float)) and not isinstance(knee, bool) else {})}
+    out = {k: raw[k] for k, t in (("detector", bool), ("session_timeout_ms", int)) if isinstance(raw.get(k), t)}
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if number(load.get("knee_per_s")):
+        out["knee_per_s"] = float(load["knee_per_s"])
+    try:
+        experiment = Experiment.model_validate(raw)
+    except ValueError:  # an older or hand-written experiment.json: no offered load
+        return out
+    streamed = [t for t in experiment.topics if t.load == "stream"]
+    first = sum(t.partitions for t in streamed if not t.after_fault)
+    if experiment.load.rate > 0 and first:
+        out["offered"] = tuple((t.after_fault, experiment.load.rate * t.partitions / first) for t in streamed)
+    return out
 
 
 def failover_schema():
@@ -250,10 +269,10 @@ def wait_table(spark, runs: list[RunInput], failovers):
 
 def fault_table(spark, runs: list[RunInput], waits):
     """One row per fault and source: the p50/p99 of each measure over the partitions it touched (with the
-    censored counted), the fault's offered load (produce_rate: the load's records/s at the fault), its
-    partitions and detector, the run's knee and the load as a fraction of it, and the load's latency
-    (send to acknowledgement, p50/p99) of the records sent in the BASELINE_S before the fault, read by
-    Spark from the run's produced/ Parquet parts."""
+    censored counted), the load's acknowledged rate at the fault (produce_rate), its partitions and
+    detector, the run's knee, and the load's latency (send to acknowledgement, p50/p99) of the records
+    sent in the BASELINE_S before the fault, read by Spark from the run's produced/ Parquet parts. The
+    load offered at the fault and its fraction of the knee are added from the experiment (`analyse`)."""
     from pyspark.sql import functions as F
 
     touched = waits.where("touched")
@@ -263,7 +282,7 @@ def fault_table(spark, runs: list[RunInput], waits):
     keys = ["run_id", "fault_id", "source", "detector", "produce_rate", "partitions_total", "partitions_affected"]
     table = touched.groupBy(*keys).agg(*stats, F.min("fault_ms").alias("fault_ms"))
     knees = spark.createDataFrame([(r.run_id, r.knee_per_s) for r in runs], "run_id string, knee_per_s double")
-    table = table.join(knees, "run_id", "left").withColumn("knee_fraction", F.col("produce_rate") / F.col("knee_per_s"))
+    table = table.join(knees, "run_id", "left")
     produced = [str(r.produced) for r in runs if r.produced is not None]
     if not produced:
         return table.withColumn("baseline_latency_ms_p50", F.lit(None).cast("double")) \
@@ -485,7 +504,11 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     reg = regressions(waits)
     progress(f"Per fault: the measures against the offered load and the knee, the load's latency before each "
              f"fault (from the runs' {PRODUCED}/ Parquet)")
-    faults = [r.asDict() for r in fault_table(spark, runs, waits).orderBy("run_id", "fault_id", "source").collect()]
+    offered = {r.run_id: r.offered for r in runs}
+    faults = [{**row, "offered_per_s": (o := offered_at(offered[row["run_id"]], row["fault_id"])),
+               "knee_fraction": o / row["knee_per_s"] if o is not None and row["knee_per_s"] else None}
+              for row in (r.asDict() for r in fault_table(spark, runs, waits).orderBy("run_id", "fault_id", "source")
+                          .collect())]
     progress(f"Writing Parquet tables and the report to {out}")
     failovers.write.mode("overwrite").parquet(str(out / "failovers.parquet"))
     waits.write.mode("overwrite").parquet(str(out / "waits.parquet"))

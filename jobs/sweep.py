@@ -189,7 +189,8 @@ class Sweep(BaseModel):
 # make demo's: the detector on and off, 60 to 1,000 partitions at half the knee measured at 1,000; each kill's
 # waits observed 15 s (a kill waits for the cluster to recover from the one before, so only the last kill's adds
 # to the run)
-QUICK = Sweep(grow_partitions=True, kills=1, horizon_s=15, rates=[], load_fractions=[0.5])
+QUICK = Sweep(grow_partitions=True, kills=1, horizon_s=15, rates=[], load_fractions=[0.5],
+              capacity={"start_rate": 1000, "warm_s": 1, "window_s": 3})
 
 
 CAPACITY = "capacity.json"  # in the sweep's directory: the capacities measured (Capacity, one per count)

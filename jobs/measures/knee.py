@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 SERVED = 0.97  # acknowledged / offered at or above this: the cluster kept up
 KNEE_P99_MS = 50.0
-STOP_P99_MS = 500.0  # a p99 above this ends the doubling too
+STOP_P99_MS = 250.0  # a p99 above this (five times the knee's bound) ends the doubling too
 
 
 class Capacity(BaseModel):

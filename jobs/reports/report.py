@@ -146,15 +146,17 @@ def offered_load_section(faults: list[dict]) -> list[str]:
              ("The knee (the highest rate the cluster served with p99 <= 50 ms, measured at the sweep's start): " +
               ", ".join(f"{k:,.0f} records/s" for k in knees) + ". " if knees else
               "No knee was measured for these runs (their loads were given as rates). ") +
-             "*offered*: the load's records/s at the fault; *before*: the load's latency p50/p99 over the records "
-             "sent in the 5 s before the fault (from `produced/`): a load near or above the knee shows there.", "",
-             "| run | fault | source | partitions | offered/s | of the knee | before p50/p99 | recovery p50/p99 | "
-             "worst wait p50/p99 | censored |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "*offered*: the load's open-loop rate at the fault (the experiment's); *acknowledged*: the load's "
+             "records/s over the second before it (a backlog from an earlier fault drains above the offered rate); "
+             "*before*: the load's latency p50/p99 over the records sent in the 5 s before the fault (from "
+             "`produced/`): a load near or above the knee shows there.", "",
+             "| run | fault | source | partitions | offered/s | of the knee | acknowledged/s | before p50/p99 | "
+             "recovery p50/p99 | worst wait p50/p99 | censored |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for f in faults:
         pair = lambda m: f"{_fmt(f[f'{m}_p50'])} / {_fmt(f[f'{m}_p99'])}"
         fraction = "-" if f["knee_fraction"] is None else f"{f['knee_fraction']:.0%}"
         lines.append(f"| {f['run_id']} | {f['fault_id']} | {f['source']} | {_fmt(f['partitions_total'])} | "
-                     f"{_fmt(f['produce_rate'])} | {fraction} | "
+                     f"{_fmt(f['offered_per_s'])} | {fraction} | {_fmt(f['produce_rate'])} | "
                      f"{_fmt(f['baseline_latency_ms_p50'])} / {_fmt(f['baseline_latency_ms_p99'])} | "
                      f"{pair('recovery_ms')} | {pair('worst_wait_ms')} | {f['censored']} of {f['partitions']} |")
     return lines + [""]
@@ -168,14 +170,15 @@ def offered_load_chart(faults: list[dict]):
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharey="row")
     markers = {"load": "o", "probe": "^", "group": "s"}
     for row, measure in zip(axes, MEASURES):
-        for ax, feature, label in zip(row, ("produce_rate", "partitions_total"),
-                                      ("offered load at the fault (records/s)", "partitions")):
+        for ax, feature, label in zip(row, ("offered", "partitions_total"),
+                                      ("load at the fault (records/s: offered, else acknowledged)", "partitions")):
             for source, marker in markers.items():
-                pts = [f for f in faults if f["source"] == source and f[f"{measure}_p99"] is not None]
+                pts = [{**f, "offered": f["offered_per_s"] if f["offered_per_s"] is not None else f["produce_rate"]}
+                       for f in faults if f["source"] == source and f[f"{measure}_p99"] is not None]
                 if pts:
                     ax.scatter([f[feature] for f in pts], [max(f[f"{measure}_p99"], 0.5) for f in pts], marker=marker,
                                s=30, alpha=0.7, label=f"{source} p99")
-            if feature == "produce_rate":
+            if feature == "offered":
                 for knee in sorted({f["knee_per_s"] for f in faults if f["knee_per_s"]}):
                     ax.axvline(knee, color="#b2182b", linestyle="--", linewidth=1)
                     ax.annotate(f"knee {knee:,.0f}/s", (knee, 1), xycoords=("data", "axes fraction"), rotation=90,
