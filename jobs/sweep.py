@@ -60,7 +60,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coordination.errors import KrayError
-from jobs.measures.knee import KNEE_P99_MS, Capacity
+from jobs.measures.knee import KNEE_P99_MS, STOP_P99_MS, Capacity
 from jobs.experiments.experiment import Experiment, FaultSpec, Spec
 from jobs.measures.rundir import FaultKind
 from jobs.reports.spark import SparkSettings, add_spark_arguments, settings_from
@@ -277,8 +277,9 @@ def measure(sweep: Sweep, partitions: int, connect: str, step: Callable[[str], N
     is measured; a knee not found is an error (the sweep cannot place its loads)."""
     from jobs.experiments.capacity import measure_capacity
 
-    step(f"Measuring the cluster's capacity at {partitions:,} partitions (open loop, rates doubling from "
-         f"{sweep.capacity.start_rate:,.0f}/s until p99 > {KNEE_P99_MS:g} ms or it falls behind)")
+    step(f"Measuring the cluster's capacity at {partitions:,} partitions: open-loop rates doubling from "
+         f"{sweep.capacity.start_rate:,.0f}/s until one is not served or its p99 passes {STOP_P99_MS:g} ms, then "
+         f"bisected; the knee is the highest served with p99 <= {KNEE_P99_MS:g} ms")
     capacity = measure_capacity(connect, sweep.experiments()[0], partitions, **sweep.capacity.model_dump(),
                                 progress=lambda line: step("  " + line))
     if capacity.knee_per_s is None:

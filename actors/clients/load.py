@@ -29,6 +29,7 @@ run's recorder (actors/columns.py).
 from __future__ import annotations
 
 import array
+import collections
 import heapq
 import json
 import logging
@@ -91,6 +92,8 @@ class _Producing:
         self.last_error: str | None = None
         self._sent = array.array("d")  # each record's send time (ms), by sequence: 8 bytes a record, no object
         self._latencies = array.array("d")  # each shipped acknowledgement's latency (ms), in shipping order
+        self._shipped_at: collections.deque[tuple[float, int]] = collections.deque(maxlen=100)  # (when, latencies
+        # shipped by then): the last 20 s
         self._acks: list[tuple] = []  # (topic, partition, offset, key, acked s) since the last shipping
         self._counting = threading.Lock()  # _acks handed over and counted in `acked` at once, for `mark`
         self._shipped = time.monotonic()
@@ -155,6 +158,7 @@ class _Producing:
         sequences = pc.cast(pc.utf8_slice_codeunits(record_ids, len(self.prefix)), pa.int64()).to_numpy()
         sent_ms, acked_ms = np.frombuffer(self._sent, dtype=np.float64)[sequences], np.array(acked_s) * 1000
         self._latencies.frombytes((acked_ms - sent_ms).tobytes())
+        self._shipped_at.append((self._shipped, len(self._latencies)))
         if not self.sink.enabled:
             return
         unknown = np.full(len(acks), -1)  # the broker and leader epoch: Kafka's produce response does not say
@@ -174,6 +178,13 @@ class _Producing:
             acked = self.acked + len(self._acks)
         return {"t": time.monotonic(), "sent": self.sequence, "acked": acked, "errors": self.failed,
                 "full": self.full, "queued": len(self.producer), "shipped": len(self._latencies)}
+
+    def recent_p99_ms(self, seconds: float) -> float | None:
+        """The p99 latency of the acknowledgements shipped in the last `seconds` (None: none were)."""
+        since = time.monotonic() - seconds
+        start = max((n for at, n in list(self._shipped_at) if at < since), default=0)  # shipped before the window
+        recent = np.sort(self.latencies_ms(start, len(self._latencies)))
+        return float(recent[min(len(recent) - 1, int(0.99 * len(recent)))]) if len(recent) else None
 
     def latencies_ms(self, start: int, end: int) -> np.ndarray:
         """Latencies (send to acknowledgement, ms) of the acknowledgements shipped between two marks (a

@@ -36,8 +36,10 @@ from jobs.experiments.schedule import Scheduler
 from jobs.experiments.settling import Settling
 from jobs.experiments.summary import summarise
 from jobs.measures import rundir
+from jobs.measures.knee import KNEE_P99_MS
 
 log = logging.getLogger(__name__)
+STEADY_P99_MS = 2 * KNEE_P99_MS  # a fault waits for the load's p99 over the last second to be within this
 
 
 def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs", progress: Callable[[str], None] = print,
@@ -91,7 +93,7 @@ class ExperimentRun:
         self.sampler = Sampler(exp, self.zk, self.cluster, self.writer,
                                lambda: (self.generators, self.probers + self.consumers))
         scheduler = Scheduler(exp, self.zk, self.cluster, Chaos(self.cluster, self.zk, self.zk_server), self._lock,
-                              self.writer, self.settling, self.sampler, self._grow, self.progress)
+                              self.writer, self.settling, self.sampler, self._grow, self.progress, self._steady_load)
         try:
             self._start()
             scheduler.drive()
@@ -165,6 +167,29 @@ class ExperimentRun:
             time.sleep(0.2)
         self.progress(f"Group {self.exp.load.group}: not every member consuming, or not every partition assigned "
                       f"as every member's subscription gives, after {timeout_s:.0f} s; going on")
+
+    def _steady_load(self, timeout_s: float) -> str:
+        """Until the open-loop load's p99 latency over the last second is within STEADY_P99_MS, so that a
+        fault meets the load at its offered rate rather than a queue (a topic just added, with its first
+        writes, or the last fault's backlog still draining): what it found, for the fault's record. A
+        streaming (closed-loop) load has no rate to settle at: nothing to wait for."""
+        generators = self.generators[:self.exp.load.producers]  # not the one writing idle partitions once
+        if self.exp.load.rate <= 0 or not generators:
+            return ""
+        began = time.monotonic()
+        while True:
+            p99 = max((p for p in ray.get([g.recent_p99_ms.remote(1.0) for g in generators], timeout=10)
+                       if p is not None), default=None)
+            waited = time.monotonic() - began
+            if p99 is not None and p99 <= STEADY_P99_MS:
+                if waited >= 1:
+                    self.progress(f"The load is steady again after {waited:.1f} s (p99 {p99:.0f} ms over the last second)")
+                return f"the load steady (p99 {p99:.0f} ms over the last second) after {waited:.1f} s; "
+            if waited > timeout_s:
+                self.progress(f"The load is not steady after {timeout_s:g} s (p99 {p99} ms over the last second); "
+                              f"injecting anyway")
+                return f"injected with the load not steady after {timeout_s:g} s (p99 {p99} ms); "
+            time.sleep(0.25)
 
     def _grow(self, done: int, timeout_s: float) -> None:
         """Create the topics due once `done` faults are done (after_fault), as soon as every broker is

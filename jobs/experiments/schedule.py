@@ -86,9 +86,13 @@ class Scheduler:
 
     def __init__(self, experiment: Experiment, zk: KrayZkClient, cluster: LocalCluster, chaos: Chaos,
                  lock: threading.Lock, writer: RunWriter, settling: Settling, sampler: Sampler,
-                 grow: Callable[[int, float], None], progress: Callable[[str], None]):
+                 grow: Callable[[int, float], None], progress: Callable[[str], None],
+                 steady: Callable[[float], str] = lambda timeout_s: ""):
+        """`steady(timeout_s)`: after the cluster has recovered, until the load is steady again (what it
+        found, for the fault's record)."""
         self.exp, self.zk, self.cluster, self.chaos, self.lock = experiment, zk, cluster, chaos, lock
         self.writer, self.settling, self.sampler, self.grow, self.progress = writer, settling, sampler, grow, progress
+        self.steady = steady
         self.rng = random.Random(experiment.seed)
         self._recovery_turn = threading.Condition()  # faults that wait for recovery go one at a time, in order
         self._recovery_queue: list[int] = []  # their fault ids, in schedule order
@@ -236,6 +240,8 @@ class Scheduler:
                     self._awaited = {}
                     note = f"injected without the cluster recovered after {spec.recovery_timeout_s:g} s; "
                     self.progress(f"Fault {fault_id}: the cluster has not recovered; injecting anyway")
+                else:
+                    note = self.steady(spec.recovery_timeout_s)
             target, picked = self._target(spec)
             record.target, note = target, note + picked
             if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, *DISK_FAULTS):
