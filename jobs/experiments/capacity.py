@@ -16,6 +16,7 @@ from actors.config import ClusterConfig
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.experiments.local import fresh_chroot
+from jobs.experiments.runner import beside_the_load
 from jobs.measures.knee import KNEE_P99_MS, Capacity, knee_of, ladder, point
 
 SESSION_TIMEOUT_MS = 18_000  # Kafka's zookeeper.session.timeout.ms: a broker overloaded by a rate is slow, not dead
@@ -26,15 +27,18 @@ def measure_capacity(connect: str, experiment, partitions: int, start_rate: floa
                      progress: Callable[[str], None] = lambda line: None) -> Capacity:
     """The knee of a cluster shaped as `experiment` (its brokers, broker settings and load: acks, record
     size, records per partition) with one topic of `partitions` (RF 3, or the brokers if fewer), measured
-    with the experiment's load client; its ZooKeeper sessions are Kafka's 18 s, not the experiment's,
-    so that a rate beyond the cluster makes it slow rather than starts failovers. Every partition is
-    written once before the first window. The cluster is stopped and its logs deleted after."""
+    with the experiment's load client and, running beside it as in the experiment, its consumers, probes
+    and consumer group (`beside_the_load`): a 1,000-partition load that the producers alone carried at
+    4,000/s queued for minutes at 2,000/s with 3 group members and 60 probes beside it. Its ZooKeeper
+    sessions are Kafka's 18 s, not the experiment's, so that a rate beyond the cluster makes it slow
+    rather than starts failovers. Every partition is written once before the first window. The cluster is
+    stopped and its logs deleted after."""
     began = time.monotonic()
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "kray-capacity"), namespace=f"capacity-{uuid.uuid4().hex[:6]}",
                            zk_session_timeout_ms=SESSION_TIMEOUT_MS, broker=experiment.broker)
     zk = config.zk_client().start()
     cluster = LocalCluster(config, experiment.broker_ids)
-    load = None
+    load, beside = None, []
     try:
         cluster.start()
         cluster.wait_until_ready(zk)
@@ -44,7 +48,9 @@ def measure_capacity(connect: str, experiment, partitions: int, start_rate: floa
         spec = experiment.load
         load = LoadGenerator.remote(0, config, topic, None, spec.record_size, spec.acks_code,
                                     spec.records_per_partition)
-        ray.get(load.start.remote())
+        consumers, probers, members = beside_the_load(config, spec, topic, topic)
+        beside = consumers + probers + members
+        ray.get([a.start.remote() for a in [load, *beside]], timeout=60)
         ray.get(load.set_rate.remote(start_rate))
         deadline = time.monotonic() + 120
         while ray.get(load.stats.remote())["partitions_acked"] < partitions and time.monotonic() < deadline:
@@ -67,8 +73,8 @@ def measure_capacity(connect: str, experiment, partitions: int, start_rate: floa
         return Capacity(partitions=partitions, knee_per_s=knee, limited_by=limited, knee_p99_ms=KNEE_P99_MS,
                         rows=rows, seconds=round(time.monotonic() - began, 1))
     finally:
-        if load is not None:
-            ray.get(load.stop.remote(), timeout=60)
-            ray.kill(load)
+        for actor in [load, *beside] if load is not None else beside:
+            ray.get(actor.stop.remote(), timeout=60)
+            ray.kill(actor)
         cluster.stop(delete_logs=True)
         zk.close()

@@ -29,7 +29,7 @@ from actors.records import RunWriter
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.experiments.chaos import Chaos
-from jobs.experiments.experiment import Experiment
+from jobs.experiments.experiment import Experiment, LoadSpec
 from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 from jobs.experiments.sampling import Sampler
 from jobs.experiments.schedule import Scheduler
@@ -51,6 +51,20 @@ def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs", progre
     run_dir = Path(runs_dir) / run_id
     with embedded_zookeeper_and_ray(progress) as env:
         return run_dir, ExperimentRun(experiment, run_dir, env.connect, env.zk_server, progress, load_stopped).run()
+
+
+def beside_the_load(config: ClusterConfig, load: LoadSpec, streamed: list[TopicPartition],
+                    partitions: list[TopicPartition]) -> tuple[list, list, list]:
+    """The actors an experiment's load has beside its producers, not started: consumers of every
+    partition, a prober of `probe_partitions` spread evenly over the streamed ones, and the consumer
+    group's members subscribed to the streamed topics."""
+    consumers = [ConsumerWorker.remote(config, partitions[i::load.consumers], i) for i in range(load.consumers)]
+    k = min(load.probe_partitions, len(streamed))
+    probers = [Prober.remote(config, [streamed[i * len(streamed) // k] for i in range(k)], load.probe_interval_ms,
+                             load.record_size)] if k else []
+    members = [GroupMember.remote(config, load.group, sorted({tp.topic for tp in streamed}), i,
+                                  load.commit_interval_ms) for i in range(load.group_members)]
+    return consumers, probers, members
 
 
 def group_settled(assigned: list[list[str]], partitions: list[TopicPartition]) -> bool:
@@ -133,13 +147,7 @@ class ExperimentRun:
         if idle and n:  # idle partitions among busy ones: their records once, at the start
             self.generators.append(LoadGenerator.remote(n, self.config, idle, load.rate / n, load.record_size,
                                                         load.acks_code, load.records_per_partition, once=True))
-        self.consumers = [ConsumerWorker.remote(self.config, self.partitions[i::load.consumers], i)
-                          for i in range(load.consumers)]
-        k = min(load.probe_partitions, len(streamed))
-        self.probers = [Prober.remote(self.config, [streamed[i * len(streamed) // k] for i in range(k)],
-                                      load.probe_interval_ms, load.record_size)] if k else []
-        self.members = [GroupMember.remote(self.config, load.group, sorted({tp.topic for tp in streamed}), i,
-                                           load.commit_interval_ms) for i in range(load.group_members)]
+        self.consumers, self.probers, self.members = beside_the_load(self.config, load, streamed, self.partitions)
         self.consumers = self.consumers + self.members
         ray.get([a.start.remote() for a in self.generators + self.probers + self.consumers], timeout=60)
         if self.members and self.generators:
