@@ -190,7 +190,7 @@ class Sweep(BaseModel):
 # waits observed 15 s (a kill waits for the cluster to recover from the one before, so only the last kill's adds
 # to the run)
 QUICK = Sweep(grow_partitions=True, kills=1, horizon_s=15, rates=[], load_fractions=[0.5],
-              capacity={"start_rate": 1000, "warm_s": 1, "window_s": 3})
+              capacity={"start_rate": 1000, "warm_s": 1, "window_s": 3, "bisect": 2})
 
 
 CAPACITY = "capacity.json"  # in the sweep's directory: the capacities measured (Capacity, one per count)
