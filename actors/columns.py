@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 PART_ROWS = 250_000  # rows buffered before a part is written
-PART_AGE_S = 2.0  # nor is a row kept longer than this (what a recorder that dies can lose)
+PART_AGE_S = 2.0  # nor, checked as batches arrive, longer than this (what a recorder that dies can lose)
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
 R = TypeVar("R", bound=BaseModel)
@@ -68,7 +68,8 @@ class PartWriter:
     def __init__(self, directory: Path, clock: typing.Callable[[], float] = time.monotonic):
         self.dir, self.clock = Path(directory), clock
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._parts = len(list(self.dir.glob("part-*.parquet")))  # a writer reopened goes on numbering
+        self._parts = 1 + max((int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")), default=-1)  # a
+        # writer reopened goes on numbering after the last part there
         self._buffer: list[pa.RecordBatch] = []
         self._rows = 0
         self._oldest = 0.0

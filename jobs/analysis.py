@@ -11,10 +11,11 @@ fault (FEATURES: the fault's, from its first controller failover in failovers.js
 partition's own rate). The controller's phases (CONTROLLER_PHASES: detection, inbox wait, election
 and ZooKeeper, propagation) are also kept one row per failover, as they happen once per failover.
 
-Per fault and source, the p50/p99 of each measure over the partitions it touched, beside the fault's
-offered load (the produce rate at the fault), its partitions, the run's knee (a sweep's capacity, in
-experiment.json) and the load's latency over the BASELINE_S before the fault, read from the run's
-produced/ records (Parquet: Spark reads them as they are): a load above the knee shows there first.
+Per fault and source, the p50/p99 of each measure over the partitions it touched, beside the load
+offered at the fault (the experiment's open-loop rate over the topics loaded by then) and the load's
+acknowledged rate, its partitions, the run's knee (a sweep's capacity, in experiment.json) and the load's
+latency over the BASELINE_S before the fault, read from the run's produced/ records (Parquet: Spark reads
+them as they are, an unreadable part passed over): a load above the knee shows there first.
 
 Then: p50/p95/p99 (and the mean) of each measure and phase per source, detector and load bucket;
 Pearson and Spearman correlations of each with each load feature, with 95% confidence intervals
@@ -287,7 +288,7 @@ def fault_table(spark, runs: list[RunInput], waits):
     if not produced:
         return table.withColumn("baseline_latency_ms_p50", F.lit(None).cast("double")) \
                     .withColumn("baseline_latency_ms_p99", F.lit(None).cast("double"))
-    acks = (spark.read.parquet(*produced).where(~F.col("record_id").startswith(PROBE_PREFIX))
+    acks = (spark.read.option("ignoreCorruptFiles", "true").parquet(*produced).where(~F.col("record_id").startswith(PROBE_PREFIX))
             .select(F.element_at(F.split(F.input_file_name(), "/"), -3).alias("run_id"), "sent_ms",
                     (F.col("acked_ms") - F.col("sent_ms")).alias("latency_ms")))
     faults = table.select("run_id", "fault_id", "fault_ms").distinct()

@@ -132,7 +132,8 @@ class _Producing:
         # delivery.timeout.ms ran out, or a non-retriable error: the checker sees what is missing
         self.failed += 1
         self.last_error = f"{err.name()}: {err.str()}"[:300]
-        log.warning("Producer %s: %s", self.name, self.last_error)
+        if err.code() != confluent_kafka.KafkaError._PURGE_QUEUE:  # a drain's purge is asked for: not logged each
+            log.warning("Producer %s: %s", self.name, self.last_error)
         record_id = msg.key().decode()
         self.sink.emit(records.PRODUCE_ERRORS, records.ProduceError(
             topic=msg.topic(), partition=msg.partition(), record_id=record_id,
@@ -168,7 +169,8 @@ class _Producing:
 
     def in_flight(self) -> int:
         """Records sent and neither acknowledged nor given up on."""
-        return self.sequence - self.acked - len(self._acks) - self.failed
+        with self._counting:
+            return self.sequence - self.acked - len(self._acks) - self.failed
 
     def mark(self) -> dict:
         """The counters now, to measure a window between two marks: records sent, acknowledged, given up
@@ -247,7 +249,7 @@ class LoadGenerator(_Producing):
         left = self.in_flight()
         if left:
             self.producer.purge(in_queue=True, in_flight=False)
-        return {"drain_s": round(time.monotonic() - start, 2), "purged": left}
+        return {"drain_s": round(time.monotonic() - start, 2), "unacknowledged": left}
 
     def _loop(self) -> None:
         turn = 0
@@ -293,7 +295,8 @@ class Prober(_Producing):
             now = time.monotonic()
             while self._due and self._due[0][0] <= now:
                 _, i = heapq.heappop(self._due)
-                self._produce(self.partitions[i], now_ms(), self._next(i, now))
+                if not self._produce(self.partitions[i], now_ms(), self._next(i, now)):  # librdkafka's queue full
+                    heapq.heappush(self._due, (now + self.interval_s, i))
             self._poll(0.002)
 
     def _next(self, i: int, sent: float):

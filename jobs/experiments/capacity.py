@@ -55,9 +55,12 @@ def measure_capacity(connect: str, experiment, partitions: int, start_rate: floa
         deadline = time.monotonic() + 120
         while ray.get(load.stats.remote())["partitions_acked"] < partitions and time.monotonic() < deadline:
             time.sleep(0.2)
-        while members and time.monotonic() < deadline:  # the group's first rebalance is not in any window
+        while members:  # the group's first rebalance is not in any window
             stats = ray.get([m.stats.remote() for m in members], timeout=10)
             if all(s["consumed"] for s in stats) and group_settled([s["assigned"] for s in stats], topic):
+                break
+            if time.monotonic() > deadline:
+                progress("Not every partition written, or the group not settled, after 120 s: measuring anyway")
                 break
             time.sleep(0.2)
 
@@ -79,7 +82,10 @@ def measure_capacity(connect: str, experiment, partitions: int, start_rate: floa
                         rows=rows, seconds=round(time.monotonic() - began, 1))
     finally:
         for actor in [load, *beside] if load is not None else beside:
-            ray.get(actor.stop.remote(), timeout=60)
+            try:  # a load client's stop flushes for up to 150 s: whatever it says, the cluster is stopped
+                ray.get(actor.stop.remote(), timeout=200)
+            except ray.exceptions.RayError as e:
+                progress(f"A load actor did not stop cleanly: {e}")
             ray.kill(actor)
         cluster.stop(delete_logs=True)
         zk.close()

@@ -186,8 +186,8 @@ class ExperimentRun:
             return ""
         began = time.monotonic()
         while True:
-            p99 = max((p for p in ray.get([g.recent_p99_ms.remote(1.0) for g in generators], timeout=10)
-                       if p is not None), default=None)
+            p99s = ray.get([g.recent_p99_ms.remote(1.0) for g in generators], timeout=10)
+            p99 = None if None in p99s else max(p99s)  # a generator acknowledged nothing in the second: not steady
             waited = time.monotonic() - began
             if p99 is not None and p99 <= STEADY_P99_MS:
                 if waited >= 1:

@@ -75,10 +75,12 @@ def test_a_part_is_written_once_enough_rows_or_enough_time_have_gathered(tmp_pat
     parts.flush()
     parts.flush()  # nothing buffered: no empty part
     assert len(list((tmp_path / "p").iterdir())) == 2
+    (tmp_path / "p" / "part-00000.parquet").unlink()  # a gap: the next part must not take the last one's name
     again = columns.PartWriter(tmp_path / "p")  # reopened (a recorder restarted): the numbering goes on
     again.write([batch])
     again.flush()
-    assert sorted(p.name for p in (tmp_path / "p").iterdir())[-1] == "part-00002.parquet"
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["part-00001.parquet", "part-00002.parquet"]
+    assert pq.read_table(tmp_path / "p" / "part-00001.parquet").num_rows == 200
 
 
 def test_a_torn_part_or_a_part_of_other_columns_is_counted_and_the_rest_read(tmp_path):
