@@ -68,8 +68,7 @@ import ray
 
 from actors.clients.producer import producer_config
 from actors.runtime import configure_actor_process
-from benchmarks.bench_failover import cpu_seconds, new_cluster
-from benchmarks.bench_load_cost import thread_cpu
+from benchmarks.bench_failover import cpu_seconds, new_cluster, thread_cpu
 from benchmarks.bench_produce import VALUE, exchange_floor, request_counts
 from benchmarks.request_breakdown import breakdown_line, produce_breakdown, request_timers
 from coordination import admin

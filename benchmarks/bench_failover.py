@@ -223,6 +223,20 @@ def cpu_seconds() -> dict[int, tuple[str, float]]:
     return out
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of a process's threads: librdkafka's (named rdk:...) and the rest."""
+    tick, out = os.sysconf("SC_CLK_TCK"), {"librdkafka": 0.0, "python": 0.0}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            raw = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        out["librdkafka" if name.startswith("rdk:") else "python"] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def cpu_used_since(before: dict[int, tuple[str, float]], wall_s: float) -> dict:
     """Where the machine's CPU went from the kill to the last acknowledgement: in all, by kind of
     process, and in the processes started meanwhile (a new worker process: a candidate started again)."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import shutil
 import tempfile
@@ -35,24 +34,11 @@ import ray
 from actors.clients.load import LoadGenerator
 from actors.recording import RunRecorder
 from actors.runtime import poll
-from benchmarks.bench_failover import cpu_seconds, cpu_used_since, new_cluster
+from benchmarks.bench_capacity import OpenLoopProducer
+from benchmarks.bench_failover import cpu_seconds, cpu_used_since, new_cluster, thread_cpu
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.experiments.local import embedded_zookeeper_and_ray
-
-
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds so far of a process's threads: librdkafka's (named rdk:...) and the rest."""
-    tick, out = os.sysconf("SC_CLK_TCK"), {"librdkafka": 0.0, "python": 0.0}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            raw = open(f"/proc/{pid}/task/{tid}/stat").read()
-        except OSError:  # the thread ended meanwhile
-            continue
-        name = raw[raw.index("(") + 1:raw.rindex(")")]
-        fields = raw.rsplit(")", 1)[1].split()
-        out["librdkafka" if name.startswith("rdk:") else "python"] += (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def run_bytes(run_dir: Path) -> int:
@@ -62,8 +48,6 @@ def run_bytes(run_dir: Path) -> int:
 def bare_client_cost(servers: str, n: int, rate: float, warm_s: float, seconds: float) -> dict:
     """µs per acknowledged record of the barest Python client (OpenLoopProducer, linger.ms 1 as the
     LoadGenerator's) at `rate` over the topic's n partitions: its Python threads and librdkafka's."""
-    from benchmarks.bench_capacity import OpenLoopProducer  # (bench_capacity imports this module)
-
     bare = OpenLoopProducer.remote(servers, "bench", n, 1)
     try:
         pid = ray.get(bare.pid.remote())
