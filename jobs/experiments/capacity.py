@@ -16,7 +16,7 @@ from actors.config import ClusterConfig
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.experiments.local import fresh_chroot
-from jobs.experiments.runner import beside_the_load, group_settled
+from jobs.experiments.runner import await_group, beside_the_load
 from jobs.measures.knee import KNEE_P99_MS, Capacity, knee_of, ladder, point
 
 SESSION_TIMEOUT_MS = 18_000  # Kafka's zookeeper.session.timeout.ms: a broker overloaded by a rate is slow, not dead
@@ -55,14 +55,9 @@ def measure_capacity(connect: str, experiment, partitions: int, start_rate: floa
         deadline = time.monotonic() + 120
         while ray.get(load.stats.remote())["partitions_acked"] < partitions and time.monotonic() < deadline:
             time.sleep(0.2)
-        while members:  # the group's first rebalance is not in any window
-            stats = ray.get([m.stats.remote() for m in members], timeout=10)
-            if all(s["consumed"] for s in stats) and group_settled([s["assigned"] for s in stats], topic):
-                break
-            if time.monotonic() > deadline:
-                progress("Not every partition written, or the group not settled, after 120 s: measuring anyway")
-                break
-            time.sleep(0.2)
+        # the group's first rebalance is not in any window
+        if members and await_group(members, topic, max(0.0, deadline - time.monotonic())) is None:
+            progress("Not every partition written, or the group not settled, after 120 s: measuring anyway")
 
         def measure(rate: float) -> dict:
             ray.get(load.set_rate.remote(rate))

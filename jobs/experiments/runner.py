@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -77,6 +77,18 @@ def group_settled(assigned: list[list[str]], partitions: list[TopicPartition]) -
     counts = Counter(tp.topic for tp in partitions)
     return {f"{tp.topic}-{tp.partition}" for tp in partitions} <= {key for member in assigned for key in member} \
         and all(topic in topics for topics in held for topic, n in counts.items() if n >= len(assigned))
+
+
+def await_group(members: list, partitions: list[TopicPartition], timeout_s: float) -> float | None:
+    """Until every member has been given records and the assignment is the one every member's
+    subscription gives (`group_settled`): the seconds it took, None after timeout_s."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        stats = ray.get([m.stats.remote() for m in members], timeout=10)
+        if all(s["consumed"] for s in stats) and group_settled([s["assigned"] for s in stats], partitions):
+            return time.monotonic() - began
+        time.sleep(0.2)
+    return None
 
 
 class ExperimentRun:
@@ -164,15 +176,12 @@ class ExperimentRun:
         assignment must be the one every member's new subscription gives (`group_settled`): the others'
         rejoins can complete a generation that covers every partition while one member, not yet
         subscribed to the new topic, holds only old ones and rejoins once more later."""
-        began, deadline = time.monotonic(), time.monotonic() + timeout_s
         streamed = self._streamed()
-        while time.monotonic() < deadline:
-            stats = ray.get([m.stats.remote() for m in self.members], timeout=10)
-            if all(s["consumed"] for s in stats) and group_settled([s["assigned"] for s in stats], streamed):
-                self.progress(f"Group {self.exp.load.group}: {len(self.members)} members consuming "
-                              f"{len(streamed):,} partitions after {time.monotonic() - began:.1f} s")
-                return
-            time.sleep(0.2)
+        took = await_group(self.members, streamed, timeout_s)
+        if took is not None:
+            self.progress(f"Group {self.exp.load.group}: {len(self.members)} members consuming "
+                          f"{len(streamed):,} partitions after {took:.1f} s")
+            return
         self.progress(f"Group {self.exp.load.group}: not every member consuming, or not every partition assigned "
                       f"as every member's subscription gives, after {timeout_s:.0f} s; going on")
 
