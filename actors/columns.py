@@ -11,6 +11,7 @@ columns are the records' pydantic models' fields (`schema`), so a reader gets ba
 """
 from __future__ import annotations
 
+import functools
 import time
 import types
 import typing
@@ -28,8 +29,10 @@ _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_
 R = TypeVar("R", bound=BaseModel)
 
 
+@functools.cache
 def schema(model: type[BaseModel]) -> pa.Schema:
-    """The model's fields as Arrow columns, in the model's order; `X | None` is a nullable X."""
+    """The model's fields as Arrow columns, in the model's order; `X | None` is a nullable X (worked out
+    once per model: every batch a load client ships asks for it)."""
     fields = []
     for name, info in model.model_fields.items():
         kind, nullable = info.annotation, False
