@@ -44,6 +44,7 @@ from actors.data_protocol import FetchedPartition, FetchPartition, ProduceResult
 from actors.broker.network import wire
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination.zkdata import TopicPartition
+from benchmarks.bench_produce import FixedAnswer
 from tests.integration.conftest import produce_request
 
 BROKERS, LEADER, TOPIC = (1, 2, 3), 1, "t"
@@ -110,23 +111,7 @@ async def _cluster(partitions: int, log_dir: str):
 
 async def _floor(rate: float, seconds: float) -> float:
     """µs of CPU per exchange: the same client against a protocol answering a fixed frame at once."""
-    answer = bytearray(struct.pack(">ii", 4, 0))
-
-    class Answer(asyncio.Protocol):
-        def connection_made(self, transport) -> None:
-            self.transport, self.buffer = transport, bytearray()
-
-        def data_received(self, data: bytes) -> None:
-            self.buffer += data
-            while len(self.buffer) >= 4:
-                end = 4 + struct.unpack_from(">i", self.buffer)[0]
-                if len(self.buffer) < end:
-                    break
-                struct.pack_into(">i", answer, 4, struct.unpack_from(">i", self.buffer, 8)[0])
-                del self.buffer[:end]
-                self.transport.write(bytes(answer))
-
-    server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", 0)
+    server = await asyncio.get_running_loop().create_server(FixedAnswer, "127.0.0.1", 0)
     client = NetworkClient()
     await client.connect("127.0.0.1", server.sockets[0].getsockname()[1])
     load = _Client(client, [struct.pack(">ihhi", 120, 0, 9, 0) + bytes(112)])

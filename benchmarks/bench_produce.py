@@ -138,6 +138,24 @@ class FloorBroker:
         return R(responses=out, throttle_time_ms=0)
 
 
+class FixedAnswer(asyncio.Protocol):
+    """Frames requests and answers each at once with a fixed 60-byte frame that starts with the request's
+    correlation id (a Kafka request header's, bytes 8-12 with the size): the least a request costs here."""
+
+    def connection_made(self, transport) -> None:
+        self.transport, self.buffer = transport, bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= 4:
+            end = 4 + struct.unpack_from(">i", self.buffer)[0]
+            if len(self.buffer) < end:
+                break
+            answer = struct.pack(">i", 60) + self.buffer[8:12] + bytes(56)
+            del self.buffer[:end]
+            self.transport.write(answer)
+
+
 @ray.remote(num_cpus=0)
 class ExchangeFloor:
     """The least a request costs here: a uvloop protocol that frames requests and answers each at once."""
@@ -147,22 +165,8 @@ class ExchangeFloor:
 
         self.loop = uvloop.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        answer = struct.pack(">i", 60) + bytes(60)
-
-        class Answer(asyncio.Protocol):
-            def connection_made(self, transport) -> None:
-                self.transport, self.buffer = transport, bytearray()
-
-            def data_received(self, data: bytes) -> None:
-                self.buffer += data
-                while len(self.buffer) >= 4:
-                    end = 4 + struct.unpack_from(">i", self.buffer)[0]
-                    if len(self.buffer) < end:
-                        break
-                    del self.buffer[:end]
-                    self.transport.write(answer)
-
-        server = asyncio.run_coroutine_threadsafe(self.loop.create_server(Answer, "127.0.0.1", 0), self.loop).result()
+        server = asyncio.run_coroutine_threadsafe(self.loop.create_server(FixedAnswer, "127.0.0.1", 0),
+                                                  self.loop).result()
         self.port = server.sockets[0].getsockname()[1]
 
     def address(self) -> tuple[int, int]:
