@@ -32,8 +32,10 @@ import tempfile
 import time
 
 import uvloop
+from kafka.protocol.producer import ProduceRequest
 
 from actors.broker.fetcher import ReplicaFetcherManager
+from actors.broker.log.batches import build
 from actors.broker.log.log_config import LogConfig
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network.kafka_apis import KafkaApis
@@ -45,7 +47,6 @@ from actors.broker.network import wire
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination.zkdata import TopicPartition
 from benchmarks.bench_produce import FixedAnswer
-from tests.integration.conftest import produce_request
 
 BROKERS, LEADER, TOPIC = (1, 2, 3), 1, "t"
 CONFIG = BrokerConfig()
@@ -103,7 +104,9 @@ async def _cluster(partitions: int, log_dir: str):
         managers.append(manager)
     frames = []
     for tp in tps:
-        request = produce_request(TOPIC, tp.partition, [b"x" * 100], acks=-1)
+        T = ProduceRequest.TopicProduceData
+        request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+            T(name=TOPIC, partition_data=[T.PartitionProduceData(index=tp.partition, records=build([b"x" * 100]))])])
         request.with_header(correlation_id=0, client_id="bench")
         frames.append(bytes(request.encode(version=9, header=True, framed=True)))
     return server, managers, frames, port
