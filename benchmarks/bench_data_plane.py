@@ -130,8 +130,9 @@ class _Barest:
     """The least kray's round could do in CPython: the same wire codecs (wire.py), one file write per
     batch on the leader and on each follower, an offset per follower, the high watermark, and the
     answers; no validation, CRC, producer state, epochs, indexes, fetch-session bookkeeping, metrics or
-    logs. A leader protocol answers produces and follower fetches; each follower fetches again as soon
-    as an answer comes, naming the partitions it appended to."""
+    logs. A leader protocol answers produces and follower fetches (from the batches it keeps in memory,
+    as kray's active segment serves a follower that keeps up); each follower fetches again as soon as an
+    answer comes, naming the partitions it appended to."""
 
     def __init__(self, partitions: int, log_dir: str):
         import os
@@ -196,6 +197,11 @@ class _Barest:
                 first -= 1
             out.append(FetchedPartition(TOPIC, i, 0, self.hw[i], 0, b"".join(b for _, b in batches[first:])))
         protocol.reply(wire.fetch_response(correlation_id, 0, 1, out))
+
+    def close(self) -> None:
+        for fds in self.fds.values():
+            for fd in fds:
+                self.os.close(fd)
 
     def follower_answered(self, follower: int, frame) -> list[FetchPartition]:
         response = wire.read_fetch_response(frame)
@@ -266,9 +272,11 @@ async def _barest(partitions: int, frames: list[bytes], rate: float, seconds: fl
         fetches[0] += 1
         protocol.reply(wire.fetch_request(fetches[0], "f", follower, 500, 1, 1 << 20, 1, 1, partitions_, []))
 
+    followers = []
     for follower in BROKERS[1:]:
-        _, protocol = await loop.create_connection(
+        transport, protocol = await loop.create_connection(
             lambda b=follower: _Frames(lambda p, f, b=b: fetch(p, b, round_.follower_answered(b, f))), "127.0.0.1", port)
+        followers.append(transport)
         fetch(protocol, follower, [])
     client = NetworkClient()
     await client.connect("127.0.0.1", port)
@@ -278,7 +286,10 @@ async def _barest(partitions: int, frames: list[bytes], rate: float, seconds: fl
     await load.offer(rate, seconds)
     used, records = time.process_time() - cpu, load.acked - acked
     client.close()
+    for transport in followers:
+        transport.close()
     leader.close()
+    round_.close()
     return used / records * 1e6, 1 + (fetches[0] - fetched) / records
 
 

@@ -98,6 +98,7 @@ class _Producing:
         self._shipped = time.monotonic()
         self._acked_partitions: set[tuple[str, int]] = set()  # those with an acknowledged record
         self._stopped = threading.Event()
+        self._stats_failed = False  # a statistics JSON did not read (logged once)
         self._thread = threading.Thread(target=self._loop, name=f"load-{name}", daemon=True)
 
     def start(self) -> None:
@@ -193,7 +194,17 @@ class _Producing:
         return np.frombuffer(self._latencies[start:end], dtype=np.float64)
 
     def _on_stats(self, raw: str) -> None:
-        self.sink.emit(records.CLIENT_STATS, client_stats(self.name, raw, now_ms()))
+        """Called from poll: an error here would end the loop thread (confluent-kafka raises it from poll),
+        so a statistics JSON that does not read is logged, once, and passed over."""
+        try:
+            stats = client_stats(self.name, raw, now_ms())
+        except Exception as e:
+            if not self._stats_failed:
+                log.warning("Producer %s: librdkafka's statistics did not read (%s: %s); passed over", self.name,
+                            type(e).__name__, e)
+            self._stats_failed = True
+            return
+        self.sink.emit(records.CLIENT_STATS, stats)
 
     def stop(self) -> dict:
         self._stopped.set()

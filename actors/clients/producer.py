@@ -79,12 +79,23 @@ class Producer:
 
 _DECODE = json.JSONDecoder().raw_decode
 _SPACE = re.compile(r"\s*")
+_BROKERS = re.compile(r'"brokers"\s*:')
 _WAITING = re.compile(r'"(?:msgq_cnt|xmit_msgq_cnt|msgs_inflight)"\s*:\s*[1-9]')  # a partition where records wait
 
 
 def _value(raw: str, key_at: int):
     """The JSON value of the key whose quoted name starts at `key_at`."""
     return _DECODE(raw, _SPACE.match(raw, raw.index(":", key_at) + 1).end())[0]
+
+
+def _key_before(raw: str, name: str, end: int) -> int:
+    """Where the last key `name` before `end` starts (a quoted string followed by a colon: not a value
+    such as a topic's own name), -1 without one."""
+    quoted = f'"{name}"'
+    at = raw.rfind(quoted, 0, end)
+    while at >= 0 and raw[_SPACE.match(raw, at + len(quoted)).end()] != ":":
+        at = raw.rfind(quoted, 0, at)
+    return at
 
 
 def client_stats(producer: str, raw: str, ts_ms: float) -> ClientStats:
@@ -97,7 +108,8 @@ def client_stats(producer: str, raw: str, ts_ms: float) -> ClientStats:
     def ms(window: dict, key: str) -> float:
         return window.get(key, 0) / 1000
 
-    at = raw.find('"brokers"')
+    found = _BROKERS.search(raw)  # the first key "brokers" (a client id could be the string "brokers")
+    at = found.start() if found else -1
     brokers = {b["nodeid"]: BrokerClientStats(
         state=b["state"], rtt_ms_avg=ms(b["rtt"], "avg"), rtt_ms_p99=ms(b["rtt"], "p99"),
         int_latency_ms_avg=ms(b["int_latency"], "avg"), int_latency_ms_p99=ms(b["int_latency"], "p99"),
@@ -111,10 +123,10 @@ def client_stats(producer: str, raw: str, ts_ms: float) -> ClientStats:
         read.add(start)
         v = _DECODE(raw, start)[0]
         if v["partition"] >= 0:  # not the queue of records waiting for a partition (-1)
-            partitions[tp_key(_value(raw, raw.rfind('"topic"', 0, start)), v["partition"])] = PartitionClientStats(
+            partitions[tp_key(_value(raw, _key_before(raw, "topic", start)), v["partition"])] = PartitionClientStats(
                 leader=v["leader"], queued=v["msgq_cnt"], sending=v["xmit_msgq_cnt"],
                 in_flight=v.get("msgs_inflight", 0))
-    at = raw.rfind('"eos"')
+    at = _key_before(raw, "eos", len(raw))
     eos = _value(raw, at) if at >= 0 else {}
     if not isinstance(eos, dict) or "idemp_state" not in eos:  # a topic named eos, and no idempotence
         eos = {}

@@ -88,13 +88,18 @@ def test_librdkafkas_own_statistics_read_with_partitions_where_records_wait():
     assert unassigned["msgq_cnt"] == 4
 
 
-def test_a_topic_named_eos_is_no_idempotence_state_and_topics_keep_their_own_partitions():
-    stats = {"name": "x", "brokers": {}, "topics": {
+def test_names_that_are_keys_elsewhere_are_read_as_names():
+    """Topics named eos, brokers, topic or partition, and a client id of brokers: each a value where the
+    reading looks for a key of that name."""
+    stats = {"name": "x", "client_id": "brokers", "type": "producer", "brokers": {"a": broker(3)}, "topics": {
         "eos": topic("eos", [partition(0, 1, 2, 0, 0)]),
-        "brokers": topic("brokers", [partition(5, 3, 0, 1, 0), partition(6, 3, 0, 0, 0)])}}
-    got = client_stats("p", json.dumps(stats), 0)
-    assert (got.idempotence, got.brokers) == (None, {})
-    assert sorted(got.partitions) == ["brokers-5", "eos-0"]
+        "brokers": topic("brokers", [partition(5, 3, 0, 1, 0), partition(6, 3, 0, 0, 0)]),
+        "topic": topic("topic", [partition(1, 2, 0, 0, 9)]),
+        "partition": topic("partition", [partition(2, 2, 4, 0, 0)])}}
+    for separators in ((", ", ": "), (",", ":")):
+        got = client_stats("p", json.dumps(stats, separators=separators), 0)
+        assert (got.idempotence, sorted(got.brokers)) == (None, [3])
+        assert sorted(got.partitions) == ["brokers-5", "eos-0", "partition-2", "topic-1"]
 
 
 def full_decode(producer: str, s: dict, ts_ms: float) -> dict:
@@ -109,8 +114,9 @@ def full_decode(producer: str, s: dict, ts_ms: float) -> dict:
 @pytest.mark.parametrize("seed", range(20))
 def test_what_is_read_is_what_decoding_everything_gives(seed):
     rng = random.Random(seed)
-    names = [f"t{i}" for i in range(rng.randint(0, 4))]
-    stats = {"name": "x", "brokers": {str(b): broker(b) for b in range(-1, rng.randint(0, 4))},
+    names = rng.sample(["t0", "t1", "topic", "eos", "brokers", "partition", "msgq_cnt"], rng.randint(0, 4))
+    stats = {"name": "x", "client_id": rng.choice(["rdkafka", "brokers", "eos", "topic"]),
+             "brokers": {str(b): broker(b) for b in range(-1, rng.randint(0, 4))},
              "topics": {n: topic(n, [partition(i, rng.randint(-1, 3), rng.choice([0, 0, 0, 1, 12]),
                                                rng.choice([0, 0, 3]), rng.choice([0, 0, 0, 1, 250]))
                                      for i in range(-1, rng.randint(0, 60))]) for n in names}}
