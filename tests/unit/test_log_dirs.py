@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,26 @@ def fail(log_dir: Path) -> None:
 
 def test_next_log_dir_is_the_live_one_with_fewest_logs_first_in_order_among_equals():
     a, b, c = Path("/a"), Path("/b"), Path("/c")
-    assert next_log_dir([a, b, c], []) == a
-    assert next_log_dir([a, b, c], [a, b]) == c
-    assert next_log_dir([a, b, c], [a, a, b, c]) == b
-    assert next_log_dir([b, c], [a, a, a, b]) == c  # a failed: not a choice
+    assert next_log_dir([a, b, c], Counter()) == a
+    assert next_log_dir([a, b, c], Counter([a, b])) == c
+    assert next_log_dir([a, b, c], Counter([a, a, b, c])) == b
+    assert next_log_dir([b, c], Counter([a, a, a, b])) == c  # a failed: not a choice
+
+
+def test_logs_go_to_the_dir_with_fewest_as_logs_are_created_found_and_deleted(tmp_path):
+    """The count of logs per directory follows every log made, found at start and deleted: a deleted
+    one's directory gets the next new log."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "t-0").mkdir(parents=True)
+    (a / "t-1").mkdir()
+    dirs = LogDirs([a, b])
+    made = [dirs.assign(TopicPartition("u", i), is_new=True) for i in range(4)]
+    assert made == [b, b, a, b]  # b to two like a, then a (first among equals), then b
+    dirs.forget(TopicPartition("t", 0))
+    dirs.forget(TopicPartition("t", 1))
+    dirs.forget(TopicPartition("t", 1))  # twice: counted once
+    assert dirs.assign(TopicPartition("u", 9), is_new=True) == a
+    assert dirs.counts == Counter({a: 2, b: 3})
 
 
 @pytest.mark.parametrize("name, tp", [("t-0", TopicPartition("t", 0)), ("my-topic-12", TopicPartition("my-topic", 12)),
