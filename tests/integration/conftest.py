@@ -147,10 +147,16 @@ def put_back(cluster: LocalCluster, zk: KrayZkClient, timeout: float = 60.0) -> 
         return True
     wait_until(candidates_answer, timeout=timeout, what="every controller candidate answering")
     cluster.wait_for_controller(zk, timeout=timeout)
-    for topic in zk.get_all_topics() - set(zk.children(zkdata.DELETE_TOPICS)):
-        admin.delete_topic(zk, topic)
 
     def deleted() -> bool:
+        """Every topic marked for deletion at each look, not once: a topic created after a first pass
+        (`__consumer_offsets`, which a closed consumer's FindCoordinator may still be creating) would
+        otherwise wait out the timeout (a CI run, slowed by other work on the machine, did)."""
+        for topic in zk.get_all_topics() - set(zk.children(zkdata.DELETE_TOPICS)):
+            try:
+                admin.delete_topic(zk, topic)
+            except KrayError:  # gone or marked since the listing: the next look sees it
+                pass
         brokers = list(cluster.brokers.values())
         return (not zk.get_all_topics() and not zk.children(zkdata.DELETE_TOPICS)
                 and not any(ray.get([h.partitions_on_disk.remote() for h in brokers], timeout=5))
