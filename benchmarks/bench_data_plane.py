@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import cProfile
 import io
+import os
 import pstats
 import random
 import struct
@@ -35,7 +36,7 @@ import uvloop
 from kafka.protocol.producer import ProduceRequest
 
 from actors.broker.fetcher import ReplicaFetcherManager
-from actors.broker.log.batches import build
+from actors.broker.log.batches import assign_offsets, build, iter_batches, read_header
 from actors.broker.log.log_config import LogConfig
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.network.kafka_apis import KafkaApis
@@ -135,9 +136,6 @@ class _Barest:
     answer comes, naming the partitions it appended to."""
 
     def __init__(self, partitions: int, log_dir: str):
-        import os
-
-        self.os = os
         self.leo = [0] * partitions
         self.hw = [0] * partitions
         self.fds = {b: [os.open(f"{log_dir}/{b}-{i}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -154,11 +152,10 @@ class _Barest:
         protocol.expect(header.correlation_id)
         for tp, records in request.entries:
             i, base = tp.partition, self.leo[tp.partition]
-            batch = bytearray(records)
-            struct.pack_into(">q", batch, 0, base)  # its offsets
-            self.os.write(self.fds[LEADER][i], batch)
+            batch = assign_offsets(records, base, 0)
+            os.write(self.fds[LEADER][i], batch)
             self.batches[i].append((base, bytes(batch)))
-            self.leo[i] = base + struct.unpack_from(">i", batch, 23)[0] + 1  # last offset delta
+            self.leo[i] = read_header(batch).last_offset + 1
             self.acks[i].append((self.leo[i] - 1, protocol, header.correlation_id))
             for follower, news in self.news.items():
                 news.add(i)
@@ -201,19 +198,16 @@ class _Barest:
     def close(self) -> None:
         for fds in self.fds.values():
             for fd in fds:
-                self.os.close(fd)
+                os.close(fd)
 
     def follower_answered(self, follower: int, frame) -> list[FetchPartition]:
         response = wire.read_fetch_response(frame)
         changed = []
         for f in response.partitions:
             if f.records:
-                self.os.write(self.fds[follower][f.partition], f.records)
-                pos, end = 0, 0
-                while pos < len(f.records):  # the log end: after the last batch
-                    end = struct.unpack_from(">q", f.records, pos)[0] + struct.unpack_from(">i", f.records, pos + 23)[0] + 1
-                    pos += 12 + struct.unpack_from(">i", f.records, pos + 8)[0]
-                changed.append(FetchPartition(TOPIC, f.partition, end, 0))
+                os.write(self.fds[follower][f.partition], f.records)
+                *_, (_, last) = iter_batches(f.records)  # the log end: after the last batch
+                changed.append(FetchPartition(TOPIC, f.partition, last.last_offset + 1, 0))
         return changed
 
 
@@ -301,8 +295,6 @@ async def main(args) -> None:
         load = _Client(client, frames)
         await load.offer(args.rate, 2)  # warm: sessions open, every file touched
         print(f"{args.partitions:,} partitions, {args.rate:,} acks=all records/s, {args.seconds} s windows")
-        import os
-
         for repeat in range(args.repeats + (1 if args.profile else 0)):
             os.makedirs(f"{log_dir}/barest-{repeat}")
             profile = cProfile.Profile() if repeat == args.repeats else None
