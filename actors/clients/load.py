@@ -181,12 +181,11 @@ class _Producing:
         return {"t": time.monotonic(), "sent": self.sequence, "acked": acked, "errors": self.failed,
                 "full": self.full, "queued": len(self.producer), "shipped": len(self._latencies)}
 
-    def recent_p99_ms(self, seconds: float) -> float | None:
-        """The p99 latency of the acknowledgements shipped in the last `seconds` (None: none were)."""
+    def recent_latencies_ms(self, seconds: float) -> np.ndarray:
+        """The latencies of the acknowledgements shipped in the last `seconds`."""
         since = time.monotonic() - seconds
         start = max((n for at, n in list(self._shipped_at) if at < since), default=0)  # shipped before the window
-        recent = np.sort(self.latencies_ms(start, len(self._latencies)))
-        return float(recent[min(len(recent) - 1, int(0.99 * len(recent)))]) if len(recent) else None
+        return self.latencies_ms(start, len(self._latencies))
 
     def latencies_ms(self, start: int, end: int) -> np.ndarray:
         """Latencies (send to acknowledgement, ms) of the acknowledgements shipped between two marks (a

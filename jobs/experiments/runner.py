@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import ray
 
 from actors.clients.load import ConsumerWorker, GroupMember, LoadGenerator, Prober, now_ms
@@ -36,7 +37,7 @@ from jobs.experiments.schedule import Scheduler
 from jobs.experiments.settling import Settling
 from jobs.experiments.summary import summarise
 from jobs.measures import rundir
-from jobs.measures.knee import KNEE_P99_MS
+from jobs.measures.knee import KNEE_P99_MS, percentile
 
 log = logging.getLogger(__name__)
 STEADY_P99_MS = 2 * KNEE_P99_MS  # a fault waits for the load's p99 over the last second to be within this
@@ -195,8 +196,9 @@ class ExperimentRun:
             return ""
         began = time.monotonic()
         while True:
-            p99s = ray.get([g.recent_p99_ms.remote(1.0) for g in generators], timeout=10)
-            p99 = None if None in p99s else max(p99s)  # a generator acknowledged nothing in the second: not steady
+            recent = ray.get([g.recent_latencies_ms.remote(1.0) for g in generators], timeout=10)
+            # a generator acknowledged nothing in the second: not steady
+            p99 = None if any(len(r) == 0 for r in recent) else max(percentile(np.sort(r), 0.99) for r in recent)
             waited = time.monotonic() - began
             if p99 is not None and p99 <= STEADY_P99_MS:
                 if waited >= 1:
