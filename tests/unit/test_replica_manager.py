@@ -10,7 +10,7 @@ import time
 import pytest
 
 from actors.broker.errors import FencedLeaderEpochException, NotLeaderOrFollowerException
-from actors.broker.log.batches import decode_records
+from actors.broker.log.batches import assign_offsets, build, decode_records
 from actors.broker.log.log import read_recovery_point
 from actors.broker.log.log_config import LogConfig
 from actors.broker.metadata_cache import MetadataCache
@@ -331,6 +331,33 @@ def test_a_restarted_follower_is_not_taken_back_on_what_its_earlier_incarnation_
     assert expanded == [] and rm.partition(T0).followers[2].log_end_offset == 0
     run(rm.fetch(fetch(partitions=[FetchPartition("t", 0, 3, 1)], replica_epoch=new)))  # caught up again
     assert expanded == [(2, [T0])]
+
+
+def test_a_restarted_follower_elected_leader_answers_a_retry_of_the_old_leaders_last_batch_with_its_offset(
+        rm, tmp_path):
+    """A broker restarted, followed broker 2 again and was elected (preferred
+    leader) holding broker 2's last batch, which broker 2 then answered NOT_LEADER_OR_FOLLOWER. Its
+    producer state, read from the log at the restart and kept by every follower append since, answers
+    the producer's retry with the batch's offset. The same record under a bumped producer epoch from
+    sequence 0 (librdkafka's recovery from an OUT_OF_ORDER_SEQUENCE_NUMBER on another partition) is a
+    new record, here as in Kafka (ProducerStateManager.checkSequence): a duplicate seen once in a chaos run."""
+    def replicated(replicas: ReplicaManager, offset: int) -> None:  # broker 2's batch: sequence = offset
+        records = assign_offsets(build([b"x"], producer_id=7, first_sequence=offset), offset, 1)
+        assert replicas.partition(T0).append_as_follower(records, offset, 0, leader_epoch=1)
+
+    rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1)), BROKER_EPOCH)
+    for offset in range(3):
+        replicated(rm, offset)
+    again = ReplicaManager(BROKER, tmp_path, CONFIG_FOR)  # killed and started again
+    again.load_logs()
+    again.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1)), BROKER_EPOCH)
+    for offset in range(3, 6):
+        replicated(again, offset)
+    again.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=2)), BROKER_EPOCH)
+    [retry] = run(again.append_records(1, 0, [(T0, build([b"x"], producer_id=7, first_sequence=5))]))
+    assert (retry.error_code, retry.base_offset, again.partition(T0).log.log_end_offset) == (Errors.NONE, 5, 6)
+    [bumped] = run(again.append_records(1, 0, [(T0, build([b"x"], producer_id=7, producer_epoch=1))]))
+    assert (bumped.error_code, bumped.base_offset) == (Errors.NONE, 6)
 
 
 def test_only_the_followers_outside_an_isr_are_indexed_and_consumers_read_only_what_they_name(rm):
