@@ -75,6 +75,7 @@ from coordination.zkdata import TopicPartition
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
 T = TypeVar("T")
+LEADER_AND_ISR_STEP = 1000  # partitions a turn of the event loop: making a new one costs 0.1-0.5 ms
 LISTENERS_FILE = "listeners.json"  # kray only: the ports this broker advertised, for its next incarnation
 
 
@@ -350,12 +351,15 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
-        """Apply the roles, then stop fetching for new leaders and (re)start it for new followers, from
-        the listeners the request names (Kafka's live leaders)."""
-        def apply() -> ControllerResponse:
-            response = self.replica_manager.become_leader_or_follower(request, self.broker_epoch)
+        """Apply the roles, LEADER_AND_ISR_STEP partitions a turn of the event loop, each turn then stopping
+        fetching for new leaders and (re)starting it for new followers, from the listeners the request names."""
+        def step() -> ControllerResponse | None:
+            try:
+                states, results = next(steps)
+            except StopIteration as done:
+                return done.value
             self.fetchers.addresses.update({b.id: (b.host, b.port) for b in request.live_leaders})
-            for st, result in zip(request.partition_states, response.partition_errors):
+            for st, result in zip(states, results):
                 if result.error_code != Errors.NONE:
                     continue
                 tp = TopicPartition(st.topic, st.partition)
@@ -368,10 +372,13 @@ class BrokerActor:
                         self.groups.on_elected(st.partition, st.leader_epoch)
                     else:
                         self.groups.on_resigned(st.partition, st.leader_epoch)
-            return response
+            return None
         self._count("LeaderAndIsr")
         with self._lock:
-            return _answer(request, self._on_loop(apply))
+            steps = self.replica_manager.leader_and_isr_steps(request, self.broker_epoch, LEADER_AND_ISR_STEP)
+            while (response := self._on_loop(step)) is None:
+                pass
+            return _answer(request, response)
 
     @ray.method(concurrency_group="control")
     def update_metadata(self, request: UpdateMetadataRequest) -> ControllerResponse:

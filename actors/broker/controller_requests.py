@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Generator
 
 from actors.broker.errors import KafkaStorageException
 from actors.broker.events import BrokerEvents
@@ -24,6 +24,7 @@ from actors.protocol import (
     LeaderAndIsrRequest,
     PartitionError,
     PartitionErrors,
+    PartitionState,
     StopReplicaRequest,
 )
 from coordination.errors import Errors
@@ -77,73 +78,34 @@ class ControllerRequests:
         return Errors.NONE
 
     def become_leader_or_follower(self, request: LeaderAndIsrRequest, broker_epoch: int) -> ControllerResponse:
+        """A LeaderAndIsr applied whole."""
+        steps = self.leader_and_isr_steps(request, broker_epoch, len(request.partition_states) or 1)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def leader_and_isr_steps(self, request: LeaderAndIsrRequest, broker_epoch: int, chunk: int
+                             ) -> Generator[tuple[list[PartitionState], list[PartitionError]], None, ControllerResponse]:
+        """A LeaderAndIsr applied `chunk` partition states a step, each step giving the states it applied
+        and their results; the response at the end. Between steps the broker serves its other requests
+        (Kafka's request handlers and fetchers go on while becomeLeaderOrFollower runs): a broker making
+        75,000 new partitions in one step kept its fetchers silent for half a minute, and the leaders
+        took it out of the ISR of every partition it followed."""
         error = self.check_request(request, broker_epoch)
         if error != Errors.NONE:
             return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
-        results = []
+        results: list[PartitionError] = []
         debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
-        now = now_ms()
         led: dict[TopicPartition, tuple[int, tuple[int, ...]]] = {}
         followed: dict[TopicPartition, int] = {}
-        for st in request.partition_states:
-            tp = TopicPartition(st.topic, st.partition)
-            current = self.partitions.get(tp)
-            current_epoch = current.state.leader_epoch if current else -1
-            if tp in self.offline_partitions:
-                state_change_log.warning("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch %d "
-                                         "for partition %s as the local replica for the partition is in an offline "
-                                         "log directory", self.broker_id, request.controller_id,
-                                         request.controller_epoch, tp)
-                code = Errors.KAFKA_STORAGE_ERROR
-            elif st.leader_epoch > current_epoch:
-                if self.broker_id not in st.replicas:
-                    state_change_log.warning("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d "
-                                             "epoch %d for partition %s as itself is not in assigned replica "
-                                             "list %s", self.broker_id, request.controller_id,
-                                             request.controller_epoch, tp, st.replicas)
-                    code = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    state = LeaderAndIsrState(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
-                                              st.zk_version, st.controller_epoch)
-                    try:
-                        partition = self._get_or_create(tp, st.is_new)
-                        try:
-                            if st.leader == self.broker_id:
-                                partition.make_leader(state, now)
-                            else:
-                                partition.make_follower(state)
-                        except OSError as e:
-                            raise self.io_failed(self._dir_of(partition), f"changing the role of {tp}", e) from None
-                    except KafkaStorageException as e:
-                        state_change_log.error("[Broker id=%d] Skipped the become-%s state change for %s with "
-                                               "leader epoch %d since the replica for the partition is offline due "
-                                               "to storage error %s", self.broker_id, role_name(st, self.broker_id),
-                                               tp, st.leader_epoch, e)
-                        self.offline_partitions.add(tp)  # Kafka's markPartitionOffline
-                        if (dropped := self.partitions.pop(tp, None)) is not None:
-                            dropped.stop()
-                        results.append(PartitionError(tp.topic, tp.partition, int(Errors.KAFKA_STORAGE_ERROR)))
-                        continue
-                    if debug:
-                        state_change_log.debug("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
-                                               "(controller %d epoch %d)", self.broker_id,
-                                               "Became leader of" if st.leader == self.broker_id
-                                               else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
-                                               request.controller_id, request.controller_epoch)
-                    code = Errors.NONE
-                    if st.leader == self.broker_id:
-                        led[tp] = (st.leader_epoch, tuple(st.isr))
-                    else:
-                        followed[tp] = st.leader_epoch
-            else:
-                if debug:
-                    state_change_log.debug("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch "
-                                           "%d for partition %s since its associated leader epoch %d is not higher "
-                                           "than the current leader epoch %d", self.broker_id,
-                                           request.controller_id, request.controller_epoch, tp, st.leader_epoch,
-                                           current_epoch)
-                code = Errors.STALE_CONTROLLER_EPOCH
-            results.append(PartitionError(tp.topic, tp.partition, int(code)))
+        states = request.partition_states
+        for first in range(0, len(states), chunk):
+            now, step_states = now_ms(), states[first:first + chunk]
+            step_results = [self._apply_partition_state(request, st, now, debug, led, followed) for st in step_states]
+            results += step_results
+            yield step_states, step_results
         counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION,
                                        Errors.KAFKA_STORAGE_ERROR)}
         for r in results:
@@ -155,6 +117,68 @@ class ControllerRequests:
                               "offline log directory", self.broker_id, request.controller_id,
                               request.controller_epoch, len(results), *counts.values())
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
+
+    def _apply_partition_state(self, request: LeaderAndIsrRequest, st: PartitionState, now: int, debug: bool,
+                               led: dict[TopicPartition, tuple[int, tuple[int, ...]]],
+                               followed: dict[TopicPartition, int]) -> PartitionError:
+        """One partition state of a LeaderAndIsr, the partitions that became led or followed noted."""
+        tp = TopicPartition(st.topic, st.partition)
+        current = self.partitions.get(tp)
+        current_epoch = current.state.leader_epoch if current else -1
+        if tp in self.offline_partitions:
+            state_change_log.warning("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch %d "
+                                     "for partition %s as the local replica for the partition is in an offline "
+                                     "log directory", self.broker_id, request.controller_id,
+                                     request.controller_epoch, tp)
+            code = Errors.KAFKA_STORAGE_ERROR
+        elif st.leader_epoch > current_epoch:
+            if self.broker_id not in st.replicas:
+                state_change_log.warning("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d "
+                                         "epoch %d for partition %s as itself is not in assigned replica "
+                                         "list %s", self.broker_id, request.controller_id,
+                                         request.controller_epoch, tp, st.replicas)
+                code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                state = LeaderAndIsrState(st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
+                                          st.zk_version, st.controller_epoch)
+                try:
+                    partition = self._get_or_create(tp, st.is_new)
+                    try:
+                        if st.leader == self.broker_id:
+                            partition.make_leader(state, now)
+                        else:
+                            partition.make_follower(state)
+                    except OSError as e:
+                        raise self.io_failed(self._dir_of(partition), f"changing the role of {tp}", e) from None
+                except KafkaStorageException as e:
+                    state_change_log.error("[Broker id=%d] Skipped the become-%s state change for %s with "
+                                           "leader epoch %d since the replica for the partition is offline due "
+                                           "to storage error %s", self.broker_id, role_name(st, self.broker_id),
+                                           tp, st.leader_epoch, e)
+                    self.offline_partitions.add(tp)  # Kafka's markPartitionOffline
+                    if (dropped := self.partitions.pop(tp, None)) is not None:
+                        dropped.stop()
+                    return PartitionError(tp.topic, tp.partition, int(Errors.KAFKA_STORAGE_ERROR))
+                if debug:
+                    state_change_log.debug("[Broker id=%d] %s %s with leader epoch %d, leader %d, ISR %s "
+                                           "(controller %d epoch %d)", self.broker_id,
+                                           "Became leader of" if st.leader == self.broker_id
+                                           else "Became follower of", tp, st.leader_epoch, st.leader, st.isr,
+                                           request.controller_id, request.controller_epoch)
+                code = Errors.NONE
+                if st.leader == self.broker_id:
+                    led[tp] = (st.leader_epoch, tuple(st.isr))
+                else:
+                    followed[tp] = st.leader_epoch
+        else:
+            if debug:
+                state_change_log.debug("[Broker id=%d] Ignoring LeaderAndIsr request from controller %d epoch "
+                                       "%d for partition %s since its associated leader epoch %d is not higher "
+                                       "than the current leader epoch %d", self.broker_id,
+                                       request.controller_id, request.controller_epoch, tp, st.leader_epoch,
+                                       current_epoch)
+            code = Errors.STALE_CONTROLLER_EPOCH
+        return PartitionError(tp.topic, tp.partition, int(code))
 
     def stop_replicas(self, request: StopReplicaRequest, broker_epoch: int) -> ControllerResponse:
         error = self.check_request(request, broker_epoch)

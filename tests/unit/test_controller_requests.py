@@ -131,6 +131,41 @@ def test_empty_request_adopts_controller_epoch(rm):
     assert rm.controller_epoch == 12
 
 
+def test_leader_and_isr_in_steps_applies_each_steps_states_and_answers_as_a_whole(rm):
+    """The broker applies a large LeaderAndIsr a step at a time (its other requests are served between
+    them): each step has applied its states, and the response is the whole request's."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=5)), BROKER_EPOCH)
+    states = [ps(T0, leader=2, leader_epoch=5)] + [ps(TopicPartition("s", i), leader=1 + i % 2, leader_epoch=0)
+                                                   for i in range(6)] + [ps(T1, leader=2, leader_epoch=0,
+                                                                            isr=(2, 3), replicas=(2, 3))]
+    steps = rm.leader_and_isr_steps(lai(*states, controller_epoch=2), BROKER_EPOCH, 3)
+    seen = []
+    with pytest.raises(StopIteration) as done:
+        while True:
+            step_states, results = next(steps)
+            assert [(r.topic, r.partition) for r in results] == [(s.topic, s.partition) for s in step_states]
+            assert all(TopicPartition(s.topic, s.partition) in rm.replicas
+                       for s, r in zip(step_states, results) if r.error_code == Errors.NONE)
+            seen.append(len(step_states))
+    assert seen == [3, 3, 2]
+    response = done.value.value
+    assert errors(response) == {T0: Errors.STALE_CONTROLLER_EPOCH, T1: Errors.UNKNOWN_TOPIC_OR_PARTITION} | {
+        TopicPartition("s", i): Errors.NONE for i in range(6)}
+    assert [(e.topic, e.partition) for e in response.partition_errors] == [(s.topic, s.partition) for s in states]
+    assert rm.controller_epoch == 2
+    whole = rm.become_leader_or_follower(lai(*states, controller_epoch=2), BROKER_EPOCH)
+    assert set(errors(whole).values()) == {Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+def test_leader_and_isr_in_steps_refused_whole_takes_no_step(rm):
+    rm.become_leader_or_follower(lai(controller_epoch=7), BROKER_EPOCH)
+    steps = rm.leader_and_isr_steps(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=6), BROKER_EPOCH, 1)
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    assert done.value.value.error_code == Errors.STALE_CONTROLLER_EPOCH
+    assert rm.replicas == {}
+
+
 def test_check_request_for_update_metadata(rm):
     um = UpdateMetadataRequest(controller_id=9, controller_epoch=4, broker_epoch=BROKER_EPOCH,
                                partition_states=[], live_brokers=[])

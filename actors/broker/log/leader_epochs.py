@@ -18,9 +18,10 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochCache:
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, read: bool = True):
+        """`read`: load the checkpoint at `path` (a new log has none to read)."""
         self.path = path
-        self.entries: list[tuple[int, int]] = read_checkpoint(path, (int, int)) if path else []
+        self.entries: list[tuple[int, int]] = read_checkpoint(path, (int, int)) if path and read else []
         self.dirty = False
 
     @property

@@ -70,6 +70,18 @@ def segment_name(base_offset: int, suffix: str = SEGMENT_SUFFIX) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
+def _make_dir(directory: Path) -> bool:
+    """Make a log's directory (and its parents); True when it did not exist before."""
+    try:
+        os.mkdir(directory)
+        return True
+    except FileExistsError:
+        return False
+    except FileNotFoundError:  # a log directory not made yet
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        return _make_dir(directory)
+
+
 def read_recovery_point(directory: Path) -> int:
     """The offset a log's directory says it was flushed up to; 0 (nothing flushed, as Kafka takes a log
     missing from its checkpoint) when the file is absent or unreadable."""
@@ -237,18 +249,24 @@ class Log:
     def __init__(self, directory: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  index_interval_bytes: int = INDEX_INTERVAL_BYTES):
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        fresh = _make_dir(self.dir)
         self.segment_bytes = segment_bytes
         self.index_interval_bytes = index_interval_bytes
         self.segments: list[Segment] = []
         self.recovery: str | None = None
-        self.leader_epochs = LeaderEpochCache(self.dir / "leader-epoch-checkpoint")
-        for epoch, offset in self._recover():  # what the checkpoint may have missed
-            self.leader_epochs.assign(epoch, offset)
-        self.leader_epochs.truncate_from_end(self.log_end_offset)
-        self.leader_epochs.truncate_from_start(self.log_start_offset)
-        # Kafka after an unclean start: the checkpointed recovery point, never past the log end
-        self.recovery_point = max(self.log_start_offset, min(read_recovery_point(self.dir), self.log_end_offset))
+        checkpoint = self.dir / "leader-epoch-checkpoint"
+        if fresh:  # a directory made just now holds nothing to read or recover (a broker makes 75,000 at once)
+            self.leader_epochs = LeaderEpochCache(checkpoint, read=False)
+            self.segments.append(Segment(self.dir, 0))
+            self.recovery_point = 0
+        else:
+            self.leader_epochs = LeaderEpochCache(checkpoint)
+            for epoch, offset in self._recover():  # what the checkpoint may have missed
+                self.leader_epochs.assign(epoch, offset)
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
+            # Kafka after an unclean start: the checkpointed recovery point, never past the log end
+            self.recovery_point = max(self.log_start_offset, min(read_recovery_point(self.dir), self.log_end_offset))
         self._open_active()
 
     # -- offsets -------------------------------------------------------------
