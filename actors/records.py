@@ -55,6 +55,7 @@ class TimelineRecord(Record):
     requests_sent_ms: float | None = None
     requests_acked_ms: float | None = None
     requests: int = 0
+    steps_ms: dict[str, float] = Field(default_factory=dict)  # a controller failover's steps, as its log line has them
 
 
 class Ack(Record):

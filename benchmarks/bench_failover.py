@@ -44,7 +44,7 @@ from actors.config import ClusterConfig, ControllerConfig
 from actors.protocol import LeaderAndIsrRequest, PartitionState
 from coordination import admin, zkdata
 from coordination.server import first_server, four_letter_word
-from coordination.zkclient import CreateOp, KrayZkClient, SetDataOp
+from coordination.zkclient import CreateOp, DeleteOp, KrayZkClient, SetDataOp
 from coordination.zkdata import TopicPartition
 from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 
@@ -71,7 +71,8 @@ def new_cluster(connect: str, brokers=(1, 2, 3), niceness: int = 0, session_time
 
 
 def write_floor(zk: KrayZkClient, n: int) -> float:
-    """Seconds for a fenced multi write of n partition states (the znodes exist already)."""
+    """Seconds for a fenced multi write of n partition states (on znodes of its own, made before and
+    deleted after)."""
     base = f"/floor-{uuid.uuid4().hex[:6]}"
     zk.kazoo.ensure_path(base)
     state = zkdata.PartitionStateZNode(leader=2, leader_epoch=1, controller_epoch=1, isr=[2, 3]).encode()
@@ -79,7 +80,9 @@ def write_floor(zk: KrayZkClient, n: int) -> float:
     zk.fenced_multi([CreateOp(f"{base}/{i}", state) for i in range(n)], version, pipelined=True)
     start = time.perf_counter()
     zk.fenced_multi([SetDataOp(f"{base}/{i}", state) for i in range(n)], version, pipelined=True)
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    zk.fenced_multi([DeleteOp(f"{base}/{i}") for i in range(n)] + [DeleteOp(base)], version, pipelined=True)
+    return elapsed
 
 
 def call_floor(n: int, brokers: int) -> float:
@@ -117,7 +120,7 @@ def broker_failure(connect: str, p: int) -> dict:
         leaders = {s.state.leader for s in zk.get_partition_states(
             [TopicPartition("bench", i) for i in range(p)]).values()}
         assert victim not in leaders, "a partition is still led by the dead broker"
-        return _phases(t, "detected_ms") | {
+        return timeline_phases(t, "detected_ms") | {
             "scenario": "broker_failure", "partitions_led_by_dead_broker": p,
             "floor_zk_multi_s": round(floor_zk, 3), "floor_actor_calls_s": round(floor_call, 3),
             "floor_s": round(floor_zk + floor_call, 3)}
@@ -189,7 +192,7 @@ def controller_failover(connect: str, n: int, load_rates: list[float], server=No
                                    and t["requests_acked_ms"]), None), 600, "timeline")
             cpu = cpu_used_since(cpu_before, time.monotonic() - wall_before)
             stats = ray.get(load.stop.remote()) if load is not None else {}
-            rows.append(_phases(t, "processing_started_ms") | memory | cpu | {
+            rows.append(timeline_phases(t, "processing_started_ms") | memory | cpu | {
                 "scenario": "controller_failover", "partitions": n, "topics": len(topics), "load_rate": rate,
                 "control_niceness": niceness,
                 "load_acked": stats.get("acked", 0), "load_errors": stats.get("errors", 0),
@@ -251,7 +254,8 @@ def cpu_used_since(before: dict[int, tuple[str, float]], wall_s: float) -> dict:
                                      if c >= 0.05}}
 
 
-def _phases(t: dict, start_key: str) -> dict:
+def timeline_phases(t: dict, start_key: str) -> dict:
+    """A failover timeline's phases (ms) and its total (s) from `start_key` to the last acknowledgement."""
     ms = lambda a, b: round(t[b] - t[a], 1)  # noqa: E731
     return {"inbox_wait_ms": ms("detected_ms", "processing_started_ms"),
             "zk_written_ms": ms("processing_started_ms", "zk_written_ms"),

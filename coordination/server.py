@@ -28,14 +28,41 @@ ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 
 class ZooKeeperSettings(BaseModel):
-    """The zoo.cfg knobs kray cares about; session limits bound what clients may ask for."""
+    """The zoo.cfg knobs and JVM options kray cares about; session limits bound what clients may ask for.
+
+    Sized for 200,000 partitions (400,000+ znodes; BENCHMARKS.md, "The controller at scale"), without
+    costing a small cluster anything: the JVM takes heap as it needs it, up to `heap_mb`."""
 
     tick_time_ms: int = Field(500, ge=50)
     min_session_timeout_ms: int | None = None  # ZooKeeper's default: 2 ticks
     max_session_timeout_ms: int = Field(60_000, ge=1)
     init_limit: int = 10
     sync_limit: int = 5
-    heap_mb: int = Field(1024, ge=64)  # every znode lives in the heap: 50,000 partitions are 100,000+ znodes
+    # every znode lives in the heap; with 1 GB, 100,000 partitions' creation ran into back-to-back
+    # collections and 2 s sessions expired
+    heap_mb: int = Field(3072, ge=64)
+    # G1 (not the serial collector Java picks on a small machine), its pauses aimed far below the
+    # shortest session a client may ask for (2 ticks): a pause longer than a session ends it. gc.log
+    # has each pause with its CPU time: on a busy machine a pause's wall time is mostly waiting for a
+    # core (100k partitions on 2 cores: 0.15 s paused, 0.05 s of CPU)
+    gc_pause_goal_ms: int = Field(50, ge=1)
+    # the largest request, response or znode: a topic's znode holds its whole assignment, and
+    # ZooKeeper's 1 MB holds about 60,000 partitions at RF 3; 4 MB about 240,000
+    jute_maxbuffer_bytes: int = Field(4 * 1024 * 1024, ge=1024 * 1024)
+    # writes between snapshots (ZooKeeper's default): creating 100,000 partitions takes 2-3, each written
+    # by its own thread while requests go on
+    snap_count: int = Field(100_000, ge=1000)
+
+    def jvm_options(self, gc_log: Path) -> list[str]:
+        return [f"-Xmx{self.heap_mb}m", "-XX:+UseG1GC", f"-XX:MaxGCPauseMillis={self.gc_pause_goal_ms}",
+                f"-Xlog:gc,gc+cpu:file={gc_log}:uptime", f"-Djute.maxbuffer={self.jute_maxbuffer_bytes}",
+                "-Dzookeeper.admin.enableServer=false"]
+
+    def describe(self) -> str:
+        """The settings as the server's log states them at its start."""
+        return (f"heap up to {self.heap_mb} MB (G1, pauses aimed under {self.gc_pause_goal_ms} ms, logged in "
+                f"gc.log), jute.maxbuffer {self.jute_maxbuffer_bytes // 1024} KB, snapCount {self.snap_count}, "
+                f"tickTime {self.tick_time_ms} ms")
 
 
 def free_port() -> int:
@@ -82,9 +109,10 @@ THROWAWAY_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 class _ServerProcess:
     """One QuorumPeerMain JVM with its own config, data dir and log file."""
 
-    def __init__(self, directory: Path, client_port: int, config: str, myid: int | None, heap_mb: int):
+    def __init__(self, directory: Path, client_port: int, config: str, myid: int | None, settings: ZooKeeperSettings):
         self.directory = directory
-        self.heap_mb = heap_mb
+        self.settings = settings
+        self.heap_mb = settings.heap_mb
         self.client_port = client_port
         self.data_dir = directory / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -101,9 +129,13 @@ class _ServerProcess:
             )
         if shutil.which("java") is None:
             raise ZooKeeperServerError("java not found: install OpenJDK 17 (make setup checks)")
+        said = f"ZooKeeper on 127.0.0.1:{self.client_port}: {self.settings.describe()}"
+        log.info("%s (%s)", said, self.directory)
         with open(self.directory / "zookeeper.out", "ab") as out:
+            out.write(f"{said}\n".encode())
+            out.flush()
             self.process = subprocess.Popen(
-                ["java", f"-Xmx{self.heap_mb}m", "-Dzookeeper.admin.enableServer=false",
+                ["java", *self.settings.jvm_options(self.directory / "gc.log"),
                  "-cp", str(ZOOKEEPER_JAR), ZOOKEEPER_MAIN, str(self.config_file)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
@@ -201,6 +233,7 @@ def _common_config(settings: ZooKeeperSettings, client_port: int) -> str:
         "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
         "maxClientCnxns=0",
         "autopurge.purgeInterval=1",
+        f"snapCount={settings.snap_count}",
     ]
     if settings.min_session_timeout_ms is not None:
         lines.append(f"minSessionTimeout={settings.min_session_timeout_ms}")
@@ -219,8 +252,7 @@ class ZooKeeperServer(_Launcher):
         super().__init__(base_dir)
         self.settings = settings or ZooKeeperSettings()
         port = port or free_port()
-        self.servers = [_ServerProcess(self.base_dir, port, _common_config(self.settings, port), None,
-                                       self.settings.heap_mb)]
+        self.servers = [_ServerProcess(self.base_dir, port, _common_config(self.settings, port), None, self.settings)]
 
 
 class ZooKeeperEnsemble(_Launcher):
@@ -237,7 +269,7 @@ class ZooKeeperEnsemble(_Launcher):
         extra = f"initLimit={self.settings.init_limit}\nsyncLimit={self.settings.sync_limit}\n"
         self.servers = [
             _ServerProcess(self.base_dir / f"server{i + 1}", client,
-                           _common_config(self.settings, client) + extra + peers, i + 1, self.settings.heap_mb)
+                           _common_config(self.settings, client) + extra + peers, i + 1, self.settings)
             for i, (client, _, _) in enumerate(ports)
         ]
 

@@ -475,7 +475,8 @@ class BrokerActor:
                 "log_dir": str(self.replica_manager.log_dir), "recovered_partitions": self.recovered,
                 "log_dirs": [str(d) for d in self.replica_manager.log_dirs.dirs],
                 "offline_log_dirs": sorted(str(d) for d in self.replica_manager.log_dirs.offline),
-                "rss_mb": rss_mb(), "requests": self._count(), "failed_isr_updates": self.isr.failed_isr_updates}
+                "rss_mb": rss_mb(), "requests": self._count(), "failed_isr_updates": self.isr.failed_isr_updates,
+                "last_leader_and_isr": self.replica_manager.last_leader_and_isr}
 
     @ray.method(concurrency_group="control")
     def request_metrics(self) -> Snapshot:

@@ -50,6 +50,9 @@ class ControllerRequests:
 
     broker_id: int
     controller_epoch: int  # the newest accepted: a controller with an older one was deposed
+    # the last LeaderAndIsr handled: its partitions, those applied, and its time from the first step to
+    # the last (the broker's other requests served between its steps included)
+    last_leader_and_isr: dict[str, float]
     events: BrokerEvents
     log_dirs: LogDirs
     partitions: dict[TopicPartition, Partition]
@@ -93,6 +96,7 @@ class ControllerRequests:
         (Kafka's request handlers and fetchers go on while becomeLeaderOrFollower runs): a broker making
         75,000 new partitions in one step kept its fetchers silent for half a minute, and the leaders
         took it out of the ISR of every partition it followed."""
+        started = time.monotonic()
         error = self.check_request(request, broker_epoch)
         if error != Errors.NONE:
             return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
@@ -112,10 +116,13 @@ class ControllerRequests:
             counts[r.error_code] += 1
         self.wake_fetches()
         self.events.leader_and_isr(request.controller_epoch, led, followed)
+        self.last_leader_and_isr = {"partitions": len(results), "applied": counts[Errors.NONE],
+                                    "ms": round((time.monotonic() - started) * 1000, 1)}
         state_change_log.info("[Broker id=%d] Handled LeaderAndIsr request from controller %d epoch %d for %d "
-                              "partitions: %d applied, %d with a stale leader epoch, %d not assigned here, %d in an "
-                              "offline log directory", self.broker_id, request.controller_id,
-                              request.controller_epoch, len(results), *counts.values())
+                              "partitions in %.0f ms: %d applied, %d with a stale leader epoch, %d not assigned "
+                              "here, %d in an offline log directory", self.broker_id, request.controller_id,
+                              request.controller_epoch, len(results), self.last_leader_and_isr["ms"],
+                              *counts.values())
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
 
     def _apply_partition_state(self, request: LeaderAndIsrRequest, st: PartitionState, now: int, debug: bool,

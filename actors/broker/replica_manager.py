@@ -73,6 +73,7 @@ class ReplicaManager(ControllerRequests):
         self.in_metadata = in_metadata  # whether the metadata cache knows a partition (Kafka tells apart
         # UNKNOWN_TOPIC_OR_PARTITION and NOT_LEADER_OR_FOLLOWER by it)
         self.controller_epoch = 0
+        self.last_leader_and_isr: dict[str, float] = {}
         self.log_dirs = LogDirs([Path(log_dir)] if isinstance(log_dir, (str, Path)) else [Path(d) for d in log_dir])
         self.log_dir = self.log_dirs.dirs[0]
         self.failure_channel = LogDirFailureChannel()  # its on_offline: the shell's, to the event loop

@@ -379,6 +379,7 @@ class KafkaController:
                 "broker", lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
         laps.lap("channel")
         on_controller_failover(scope, laps)
+        self.timeline.steps_ms = {step: round(ms, 1) for step, ms in laps.laps}
         if self.config.auto_leader_rebalance_enable:
             self._start_auto_rebalance_task()
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from coordination import admin, zkclient, zkdata
@@ -51,6 +52,29 @@ def test_standalone_server_stops_cleanly():
     assert not base.exists()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_server_states_its_settings_takes_znodes_past_1_mb_and_logs_its_collections():
+    """Sized for 200,000 partitions: a topic's znode of a few MB (ZooKeeper's own limit is 1 MB), the
+    settings in its log, its garbage collector's pauses in gc.log, its snapshots every snapCount writes."""
+    settings = ZooKeeperSettings(snap_count=1000)
+    with ZooKeeperServer(settings) as server:
+        client = KazooClient(server.connect_string)
+        client.start()
+        try:
+            client.create("/big", b"x" * (3 * 1024 * 1024))
+            assert len(client.get("/big")[0]) == 3 * 1024 * 1024
+            for i in range(1100):
+                client.create_async(f"/n{i}")
+            client.sync("/")
+        finally:
+            client.stop()
+        out = (server.base_dir / "zookeeper.out").read_text()
+        assert out.startswith(f"ZooKeeper on 127.0.0.1:{server.servers[0].client_port}: {settings.describe()}")
+        assert "jute.maxbuffer 4096 KB" in out and "G1" in out
+        assert "Using G1" in (server.base_dir / "gc.log").read_text()
+        assert "snapCount=1000" in (server.base_dir / "zoo.cfg").read_text()
+        assert len(list((server.base_dir / "data" / "version-2").glob("snapshot.*"))) >= 2
 
 
 def test_ensemble_elects_new_leader_after_leader_killed():
