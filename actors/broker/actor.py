@@ -75,7 +75,6 @@ from coordination.zkdata import TopicPartition
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
 T = TypeVar("T")
-LEADER_AND_ISR_STEP = 1000  # partitions a turn of the event loop: making a new one costs 0.1-0.5 ms
 LISTENERS_FILE = "listeners.json"  # kray only: the ports this broker advertised, for its next incarnation
 
 
@@ -351,12 +350,13 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
-        """Apply the roles, LEADER_AND_ISR_STEP partitions a turn of the event loop, each turn then stopping
-        fetching for new leaders and (re)starting it for new followers, from the listeners the request names."""
+        """Apply the roles a step (LEADER_AND_ISR_STEP partitions) a turn of the event loop, each turn then
+        (re)starting or stopping fetching from the listeners the request names; fetches in flight cut at the end."""
         def step() -> ControllerResponse | None:
             try:
                 states, results = next(steps)
             except StopIteration as done:
+                self.fetchers.interrupt_for_added()
                 return done.value
             self.fetchers.addresses.update({b.id: (b.host, b.port) for b in request.live_leaders})
             for st, result in zip(states, results):
@@ -366,7 +366,7 @@ class BrokerActor:
                 if st.leader == self.broker_id or st.leader < 0:
                     self.fetchers.unfollow(tp)
                 else:
-                    self.fetchers.follow(tp, self.replica_manager.partition(tp), st.leader)
+                    self.fetchers.follow(tp, self.replica_manager.partition(tp), st.leader, interrupt=False)
                 if st.topic == GROUP_METADATA_TOPIC:  # Kafka's onLeadershipChange: the groups follow the leader
                     if st.leader == self.broker_id:
                         self.groups.on_elected(st.partition, st.leader_epoch)
@@ -375,7 +375,7 @@ class BrokerActor:
             return None
         self._count("LeaderAndIsr")
         with self._lock:
-            steps = self.replica_manager.leader_and_isr_steps(request, self.broker_epoch, LEADER_AND_ISR_STEP)
+            steps = self.replica_manager.leader_and_isr_steps(request, self.broker_epoch)
             while (response := self._on_loop(step)) is None:
                 pass
             return _answer(request, response)

@@ -52,6 +52,43 @@ def test_a_partition_given_to_a_long_polling_fetcher_is_fetched_at_once(tmp_path
     assert asyncio.run(scenario()) < 5
 
 
+def test_partitions_added_without_interrupting_wait_for_the_fetch_in_flight_until_it_is_cut(tmp_path):
+    """A LeaderAndIsr's steps add partitions without cutting the long-polling fetch (each cut resets the
+    session, and the next fetch names every partition): an acks=all produce to one waits until
+    `interrupt_for_added`, once the steps are done, cuts it; a second call cuts nothing."""
+    async def scenario() -> None:
+        leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
+        follower = ReplicaManager(FOLLOWER, tmp_path / "follower", CONFIG_FOR)
+        both = dict(isr=(LEADER, FOLLOWER), replicas=(LEADER, FOLLOWER))
+        server = SocketServer(KafkaApis(LEADER, leader, MetadataCache(), lambda: "c", lambda: 0).handle,
+                              "127.0.0.1", 0)
+        port = await server.start()
+        fetcher = ReplicaFetcher(FOLLOWER, LEADER, lambda: ("127.0.0.1", port), LONG_POLL)
+        try:
+            for rm in (leader, follower):
+                rm.become_leader_or_follower(lai(ps(T0, leader=LEADER, leader_epoch=0, **both),
+                                                 ps(T1, leader=LEADER, leader_epoch=0, **both)), BROKER_EPOCH)
+            fetcher.add(T0, follower.partition(T0))
+            await asyncio.sleep(0.5)  # T0 is caught up: the fetch now waits on the leader, up to 10 s
+            fetcher.add(T1, follower.partition(T1), interrupt=False)
+            produce = asyncio.ensure_future(leader.append_records(-1, 30_000, [(T1, batch(3))]))
+            await asyncio.sleep(1.0)
+            assert not produce.done() and follower.partition(T1).log.log_end_offset == 0
+            fetcher.interrupt_for_added()
+            [result] = await asyncio.wait_for(produce, 5)
+            assert result.error_code == 0 and follower.partition(T1).log.log_end_offset == 3
+            await asyncio.sleep(0.3)  # waiting again, on a session naming T0 and T1
+            session = fetcher.session.session_id
+            fetcher.interrupt_for_added()  # nothing added since: the fetch in flight stays
+            await asyncio.sleep(0.3)
+            assert fetcher.session.session_id == session
+        finally:
+            await fetcher.stop()
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
 def leader_and_follower(tmp_path) -> tuple[ReplicaManager, ReplicaManager]:
     """Two brokers' replicas of T0 and T1, both led by LEADER, both in sync."""
     leader = ReplicaManager(LEADER, tmp_path / "leader", CONFIG_FOR)
