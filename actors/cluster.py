@@ -163,12 +163,13 @@ class LocalCluster:
         self.wait_for_metadata(lambda m: m["controller_epoch"] >= epoch, timeout=timeout)
         return controller_id, epoch
 
-    def wait_for_metadata(self, predicate, timeout: float = 60.0) -> dict[int, dict]:
-        """Poll every broker's metadata cache until predicate(cache) holds for all of them."""
+    def wait_for_metadata(self, predicate, timeout: float = 60.0, interval: float = 0.05) -> dict[int, dict]:
+        """Poll every broker's metadata cache until predicate(cache) holds for all of them (each look
+        ships every partition's state from every broker: at 100,000 partitions, look every few seconds)."""
         def converged() -> dict[int, dict] | None:
             caches = dict(zip(self.brokers, ray.get([h.metadata.remote() for h in self.brokers.values()])))
             return caches if all(predicate(c) for c in caches.values()) else None
-        return poll(converged, timeout, "broker metadata caches to converge", tolerate=())
+        return poll(converged, timeout, "broker metadata caches to converge", tolerate=(), interval=interval)
 
     def bootstrap_servers(self) -> str:
         """The brokers' PLAINTEXT (clients') listeners as a Kafka client's bootstrap.servers."""
