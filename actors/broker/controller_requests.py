@@ -105,20 +105,22 @@ class ControllerRequests:
             return ControllerResponse(api=request.api, broker_id=self.broker_id, error_code=error)
         results: list[PartitionError] = []
         debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
-        led: dict[TopicPartition, tuple[int, tuple[int, ...]]] = {}
-        followed: dict[TopicPartition, int] = {}
         states = request.partition_states
         for first in range(0, len(states), chunk):
             now, step_states = now_ms(), states[first:first + chunk]
+            led: dict[TopicPartition, tuple[int, tuple[int, ...]]] = {}
+            followed: dict[TopicPartition, int] = {}
             step_results = [self._apply_partition_state(request, st, now, debug, led, followed) for st in step_states]
             results += step_results
+            # recorded as each step is applied: what follows it (a group coordinator's loading) may end
+            # before the last step does
+            self.events.leader_and_isr(request.controller_epoch, led, followed)
             yield step_states, step_results
         counts = {code: 0 for code in (Errors.NONE, Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION,
                                        Errors.KAFKA_STORAGE_ERROR)}
         for r in results:
             counts[r.error_code] += 1
         self.wake_fetches()
-        self.events.leader_and_isr(request.controller_epoch, led, followed)
         self.last_leader_and_isr = {"partitions": len(results), "applied": counts[Errors.NONE],
                                     "ms": round((time.monotonic() - started) * 1000, 1)}
         state_change_log.info("[Broker id=%d] Handled LeaderAndIsr request from controller %d epoch %d for %d "

@@ -44,9 +44,10 @@ def test_request_metrics_and_messages_in_after_an_acks_all_produce(new_cluster):
     namespace, brokers = cluster.config.namespace, {str(b) for b in cluster.brokers}
     under_replicated = SERVER + "replicamanager_underreplicatedpartitions"
 
-    def exported():
+    def exported():  # each counter reaches the scrape on its own: a scrape may have one and not yet another
         v = scrape(namespace)
         return total(v, SERVER + "brokertopicmetrics_messagesinpersec_total") == 40 \
+            and total(v, SERVER + "brokertopicmetrics_bytesinpersec_total") > 0 \
             and total(v, NETWORK + "totaltimems_count", "Produce") >= 1 \
             and {b for (n, b, _) in v if n == under_replicated} == brokers and v
     values = wait_until(exported, timeout=60, what="the produce in every broker's metrics export")
