@@ -280,7 +280,7 @@ def main() -> None:
                              "controller won, so it does not include detection)")
     parser.add_argument("--socket-timeout-ms", type=int, default=30_000,
                         help="controller.socket.timeout.ms of the controller-failover clusters: how long a "
-                             "controller waits on a broker before sending its requests again")
+                             "controller waits on a broker's answer before it logs that it waits on")
     parser.add_argument("--zk-heap-mb", type=int, default=None, help="the embedded ZooKeeper server's heap")
     parser.add_argument("--control-niceness", type=int, default=0,
                         help="control_plane_niceness of the clusters (below 0 needs root or CAP_SYS_NICE)")

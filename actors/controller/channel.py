@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 
 import ray
+from ray.exceptions import GetTimeoutError
 
 from actors.config import ClusterConfig
 from actors.controller.request_batch import InOrder, Owner, takeover
@@ -94,15 +95,24 @@ class RequestSender:
         """The broker's answers; None once another owner took over (its requests are no longer wanted)."""
         backoff = self.config.request_retry_backoff_ms / 1000
         link, wanted = broker_link(self._controller_id), lambda: self._owner == owner
+        call = None  # the call in flight, when one is
         while wanted():
             try:
-                if not self._cross(link, Direction.FORWARD, requests, wanted):
-                    return None
-                broker = ray.get_actor(broker_actor_name(self.broker_id), namespace=self.config.namespace)
-                responses = ray.get(broker.handle.remote(requests),
-                                    timeout=self.config.controller_socket_timeout_ms / 1000)
+                if call is None:
+                    if not self._cross(link, Direction.FORWARD, requests, wanted):
+                        return None
+                    broker = ray.get_actor(broker_actor_name(self.broker_id), namespace=self.config.namespace)
+                    call = broker.handle.remote(requests)
+                responses = ray.get(call, timeout=self.config.controller_socket_timeout_ms / 1000)
                 return responses if self._cross(link, Direction.BACKWARD, responses, wanted) else None
-            except Exception as e:  # actor gone, restarting, or timed out: Kafka retries until removed
+            except GetTimeoutError:  # the broker has the requests and is still at them (Ray loses no call to
+                # a live actor): one sent again would wait behind them and be applied twice (a broker
+                # making 75,000 new partitions was sent its LeaderAndIsr four times)
+                log.warning("[Controller id=%d, targetBrokerId=%d] No answer to %s within controller.socket."
+                            "timeout.ms; waiting on", self._controller_id, self.broker_id,
+                            ", ".join(r.api for r in requests))
+            except Exception as e:  # actor gone or restarting: Kafka retries until removed
+                call = None
                 log.warning("[Controller id=%d, targetBrokerId=%d] Controller's connection to broker was "
                             "unsuccessful (%s); retrying %s", self._controller_id, self.broker_id,
                             type(e).__name__, ", ".join(r.api for r in requests))
