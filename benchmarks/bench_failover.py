@@ -129,16 +129,21 @@ def broker_failure(connect: str, p: int) -> dict:
         zk.close()
 
 
+def zookeeper_mntr(connect: str) -> dict[str, str]:
+    """The first server's `mntr` answer, by key."""
+    return dict(line.split("\t", 1) for line in four_letter_word(*first_server(connect), "mntr").splitlines()
+                if "\t" in line)
+
+
 def zookeeper_memory(connect: str, server) -> dict:
     """The ZooKeeper server's resident memory (MB, when this process started it) and `mntr`'s data size."""
-    mntr = dict(line.split("\t", 1) for line in four_letter_word(*first_server(connect), "mntr").splitlines()
-                if "\t" in line)
+    mntr = zookeeper_mntr(connect)
     out = {"zk_znodes": int(mntr.get("zk_znode_count", -1)),
            "zk_data_mb": round(int(mntr.get("zk_approximate_data_size", 0)) / 2**20, 1)}
     if server is not None:
         status = open(f"/proc/{server.servers[0].process.pid}/status").read()
         out["zk_rss_mb"] = round(int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmRSS"))) / 1024)
-        out["zk_heap_max_mb"] = server.servers[0].heap_mb
+        out["zk_heap_max_mb"] = server.settings.heap_mb
     return out
 
 

@@ -40,10 +40,9 @@ from actors.cluster import poll
 from actors.config import ClusterConfig
 from benchmarks.bench_failover import (
     bench_topics, call_floor, cpu_seconds, cpu_used_since, new_cluster, timeline_phases, write_floor,
-    zookeeper_memory,
+    zookeeper_memory, zookeeper_mntr,
 )
 from coordination import admin, zkdata
-from coordination.server import first_server, four_letter_word
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 from jobs.experiments.local import embedded_zookeeper_and_ray
@@ -202,13 +201,13 @@ class ZooKeeperWatch:
         self.expired = self._expired() if server is not None else 0
 
     def _expired(self) -> int:
-        mntr = four_letter_word(*first_server(self.server.connect_string), "mntr")
-        return int(next(l.split()[1] for l in mntr.splitlines() if l.startswith("zk_stale_sessions_expired")))
+        return int(zookeeper_mntr(self.server.connect_string)["zk_stale_sessions_expired"])
 
     def since_last(self) -> dict:
         if self.server is None:
             return {}
-        expired, self.expired = self._expired() - self.expired, self._expired()
+        now = self._expired()  # one look: two could count a session expired between them in neither
+        expired, self.expired = now - self.expired, now
         pauses = [float(m.group(1)) for line in (self.server.base_dir / "gc.log").read_text().splitlines()
                   if (m := self.PAUSE.search(line))]
         new, self.pauses_seen = pauses[self.pauses_seen:], len(pauses)

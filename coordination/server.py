@@ -112,7 +112,6 @@ class _ServerProcess:
     def __init__(self, directory: Path, client_port: int, config: str, myid: int | None, settings: ZooKeeperSettings):
         self.directory = directory
         self.settings = settings
-        self.heap_mb = settings.heap_mb
         self.client_port = client_port
         self.data_dir = directory / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
