@@ -545,14 +545,15 @@ def format_reassignment_states(states: Mapping[TopicPartition, ReassignmentState
 
 
 def format_election_results(election_type: str,
-                            results: Mapping[TopicPartition, ApiError | None]) -> tuple[str, int]:
+                            results: Mapping[TopicPartition, ApiError | int | None]) -> tuple[str, int]:
     """kafka-leader-election's report (Kafka 2.8's LeaderElectionCommand) and how many partitions failed.
     Kafka 2.8 names the elected partitions again on its "Valid replica already elected" line (KAFKA-12684,
     fixed in 3.0); this names those that needed no election."""
     outcomes = sorted(results.items())
-    elected = [tp for tp, e in outcomes if e is None]
-    not_needed = [tp for tp, e in outcomes if e is not None and e.error == Errors.ELECTION_NOT_NEEDED]
-    failed = [(tp, e) for tp, e in outcomes if e is not None and e.error != Errors.ELECTION_NOT_NEEDED]
+    errors = [(tp, e) for tp, e in outcomes if isinstance(e, ApiError)]  # else elected: its new leader
+    elected = [tp for tp, e in outcomes if not isinstance(e, ApiError)]
+    not_needed = [tp for tp, e in errors if e.error == Errors.ELECTION_NOT_NEEDED]
+    failed = [(tp, e) for tp, e in errors if e.error != Errors.ELECTION_NOT_NEEDED]
     lines = []
     if elected:
         lines.append(f"Successfully completed leader election ({election_type}) for partitions "

@@ -137,7 +137,7 @@ class ControllerActor:
 
     def elect_leaders(self, partitions: list[tuple[str, int]] | None = None,
                       election_type: ElectionType = ElectionType.PREFERRED, timeout: float = 60.0):
-        """Kafka's ElectLeaders (all partitions when None): per partition None or its ApiError."""
+        """Kafka's ElectLeaders (all partitions when None): per partition its new leader or its ApiError."""
         return self._ask(ReplicaLeaderElection(partitions=None if partitions is None else tuple(partitions),
                                                election_type=election_type, reply=Future()), timeout)
 

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 
 def elect_leaders(s: FlowScope, partitions, election_type: ElectionType,
-                  trigger: str) -> dict[TopicPartition, ApiError | None]:
-    """Kafka's onReplicaElection, after election_needed: None per partition elected, else its error. An
+                  trigger: str) -> dict[TopicPartition, ApiError | int]:
+    """Kafka's onReplicaElection, after election_needed: per partition its new leader, or its error (Kafka's
+    Either[ApiError, Int]: a broker answering ElectLeaders waits until its cache shows that leader). An
     unclean election (only the admin API asks for one) elects offline partitions from outside the ISR
     whatever unclean.leader.election.enable says, as Kafka's does."""
     valid, errors = election_needed(s.ctx, partitions, election_type)
@@ -43,7 +44,8 @@ def elect_leaders(s: FlowScope, partitions, election_type: ElectionType,
                                             PreferredElection() if preferred else OfflineElection(allow_unclean=True))
         unavailable = Errors.PREFERRED_LEADER_NOT_AVAILABLE if preferred else Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE
         errors.update({tp: ApiError(unavailable, reason) for tp, reason in failed.items()})
-    return {tp: errors.get(tp) for tp in list(valid) + [tp for tp in errors if tp not in valid]}
+    return {tp: errors[tp] if tp in errors else s.ctx.partition_leadership[tp].leader_and_isr.leader
+            for tp in list(valid) + [tp for tp in errors if tp not in valid]}
 
 
 @handles(PreferredReplicaElection)
@@ -53,7 +55,7 @@ def process_preferred_replica_election_znode(s: FlowScope, _event: PreferredRepl
         if znode is None:
             return
         results = elect_leaders(s, znode.topic_partitions(), ElectionType.PREFERRED, "ZooKeeper")
-        failed = {tp: e for tp, e in results.items() if e}
+        failed = {tp: e for tp, e in results.items() if isinstance(e, ApiError)}
         if failed:
             log.warning("%s Preferred replica election failed for %s", s.prefix, failed)
     except MalformedZNodeError as e:

@@ -78,3 +78,22 @@ def test_a_timeline_waits_for_the_requests_sent_ahead_as_well_as_the_last_ones()
                                processing_started_ms=1, inbox_depth=0)
     nothing.sent([], 3)
     assert nothing.requests_acked_ms == 3
+
+
+def test_an_api_election_answers_each_elected_partitions_new_leader_and_each_other_its_error():
+    """Kafka's onReplicaElection answers Either[ApiError, Int]: the broker that asked waits until its cache
+    shows that leader (a newer leader epoch alone may be another change's, such as a reassignment's end)."""
+    from concurrent.futures import Future
+
+    from actors.controller.changes import ElectionType
+    from actors.controller.events import ReplicaLeaderElection
+    from coordination.errors import ApiError, Errors
+    from coordination.zkdata import TopicPartition
+
+    moved, kept = TopicPartition("t", 0), TopicPartition("t", 1)
+    cluster = Cluster([1, 2, 3], {"t": {0: [2, 1, 3], 1: [1, 2, 3]}}, leaders={moved: (1, [1, 2, 3])})
+    reply = Future()
+    cluster.run(ReplicaLeaderElection(partitions=None, election_type=ElectionType.PREFERRED, reply=reply))
+    answer = reply.result()
+    assert answer[moved] == 2 and cluster.state(moved).leader == 2
+    assert isinstance(answer[kept], ApiError) and answer[kept].error == Errors.ELECTION_NOT_NEEDED

@@ -448,8 +448,9 @@ class AdminApis:
 
     async def elect_leaders(self, ctx: RequestContext, request) -> ElectLeadersResponse:
         """Kafka's handleElectReplicaLeader: the controller elects, then the answer waits until this
-        broker's metadata cache shows each elected partition's new leader epoch (DelayedElectLeader). Asked
-        for every partition, those that needed no election are left out of the answer."""
+        broker's metadata cache shows each elected partition led by the leader the controller elected
+        (DelayedElectLeader's expected leaders; a newer leader epoch alone may be another change's, such as
+        a reassignment's end). Asked for every partition, those that needed no election are left out."""
         try:
             election = ElectionType(request.election_type)
         except ValueError:
@@ -457,23 +458,24 @@ class AdminApis:
                                         replica_election_results=[])
         asked = None if request.topic_partitions is None else \
             [TopicPartition(t.topic, p) for t in request.topic_partitions for p in t.partitions]
-        epochs = {tp: st.leader_epoch for tp, st in self.cache.partitions.items()}
         answer = await self._ask_controller("elect_leaders", asked, election)
         if isinstance(answer, Errors):
-            answer = {tp: ApiError(answer, None) for tp in (asked if asked is not None else epochs)}
-        elected = [tp for tp, e in answer.items() if e is None]
+            answer = {tp: ApiError(answer, None) for tp in (asked if asked is not None else self.cache.partitions)}
+        elected = {tp: leader for tp, leader in answer.items() if not isinstance(leader, ApiError)}
 
         def moved(tp: TopicPartition) -> bool:
             st = self.cache.partitions.get(tp)
-            return st is not None and st.leader_epoch > epochs.get(tp, -1)
+            return st is not None and st.leader == elected[tp]
         if elected and not await self.waits.until(lambda: all(map(moved, elected)), request.timeout_ms):
             answer |= {tp: ApiError(Errors.REQUEST_TIMED_OUT, None) for tp in elected if not moved(tp)}
         if asked is None:
-            answer = {tp: e for tp, e in answer.items() if e is None or e.error != Errors.ELECTION_NOT_NEEDED}
+            answer = {tp: e for tp, e in answer.items()
+                      if not isinstance(e, ApiError) or e.error != Errors.ELECTION_NOT_NEEDED}
         R = ElectLeadersResponse.ReplicaElectionResult
         return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[
             R(topic=topic, partition_result=[R.PartitionResult(
-                partition_id=p, error_code=int(e.error) if e else 0, error_message=e.message if e else None)
+                partition_id=p, error_code=int(e.error) if isinstance(e, ApiError) else 0,
+                error_message=e.message if isinstance(e, ApiError) else None)
                 for p, e in ps]) for topic, ps in _by_topic(answer.items()).items()])
 
     # -- describing ----------------------------------------------------------
