@@ -37,6 +37,14 @@ class ControllerConfig(BaseModel):
                                 "in place of one that died. A new candidate is a new process, seconds of CPU; "
                                 "started at once, it competed for the cores with the failover its death had just "
                                 "started (a 10,000-partition failover under load took twice as long)")
+    warm_standby_enable: bool = Field(
+        True, description="kray only: a candidate that is not the controller keeps a copy of every topic's "
+                          "assignment and every partition's state, current from ZooKeeper by zxid, and a "
+                          "winner reads only what changed since (actors/controller/standby.py); off gives "
+                          "Kafka's failover, which reads them all")
+    warm_standby_refresh_ms: int = Field(
+        5000, ge=10, description="kray only: how often a standby brings its copy up to date (a round reads only "
+                                 "what changed; the winner runs one more after its election, whatever this is)")
     control_plane_niceness: int = Field(
         0, ge=-20, le=19, description="kray only: the nice value of the controller candidates and RequestSenders. "
                                       "The brokers and load clients run at 15 (Ray's default for its workers); at "

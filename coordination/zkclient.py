@@ -31,14 +31,14 @@ from typing import Callable, Iterable, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError,
                               OperationTimeoutError, SessionExpiredError)
-from kazoo.protocol.states import KeeperState, ZnodeStat
+from kazoo.protocol.states import Callback, KeeperState, ZnodeStat
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 from kazoo.retry import KazooRetry
 
 from coordination import zkdata
 from coordination.errors import ControllerMovedException, KrayError, MalformedZNodeError
 from coordination.zkdata import TopicPartition
-from coordination.zkprotocol import CreateOp, DeleteOp, FencedMulti, MultiRead, SetDataOp, ZkOp
+from coordination.zkprotocol import CreateOp, DeleteOp, FencedMulti, MultiRead, SetDataOp, SetWatches, ZkOp
 
 __all__ = ["Attempts", "CreateOp", "DeleteOp", "KrayZkClient", "OpResult", "PartitionStateRecord", "SetDataOp",
            "ZkOp"]
@@ -50,6 +50,7 @@ T = TypeVar("T")
 MULTI_BATCH = 1000  # ops per ZooKeeper multi; stays well under jute.maxbuffer (1 MB)
 STALE_VERSIONS_PER_BATCH = 3  # conditional writes that failed before the rest of a batch is given back
 READ_BATCH = 500  # paths per MultiRead
+SET_WATCHES_BATCH = 20_000  # paths per SetWatches: about 1 MB
 CREDENTIAL_ENV = "KRAY_ZK_CREDENTIAL"  # "user:password": kray's digest identity in ZooKeeper
 SECURE_ACL = CREATOR_ALL_ACL + READ_ACL_UNSAFE  # Kafka's zookeeper.set.acl: kray writes, anyone reads
 
@@ -96,6 +97,23 @@ class PartitionStateRecord:
     zk_version: int
 
 
+def topic_znode_of(path: str, got: tuple[bytes, ZnodeStat] | None) -> zkdata.TopicZNode | None:
+    """A topic's znode as read; None when absent or malformed (logged)."""
+    try:
+        return None if got is None else zkdata.decode(zkdata.TopicZNode, path, got[0])
+    except MalformedZNodeError as e:
+        log.error("Skipping topic: %s", e)
+
+
+def partition_state_of(path: str, got: tuple[bytes, ZnodeStat] | None) -> PartitionStateRecord | None:
+    """A partition's state znode as read; None when absent or malformed (logged)."""
+    try:
+        return None if got is None else PartitionStateRecord(zkdata.decode(zkdata.PartitionStateZNode, path, got[0]),
+                                                             got[1].version)
+    except MalformedZNodeError as e:
+        log.error("Skipping partition state: %s", e)
+
+
 class KrayZkClient:
     """A kazoo session plus Kafka's typed reads and fenced writes."""
 
@@ -124,6 +142,8 @@ class KrayZkClient:
         self._state_changed = threading.Condition()
         self.kazoo.add_listener(self._on_state)
         self.lost_answers = 0  # requests sent again after a lost connection (a run's record)
+        self._change_lock = threading.Lock()
+        self._changes: list[set[str]] = []  # one set per `changed_since` waiting on its answers
 
     # -- session -------------------------------------------------------------
 
@@ -150,6 +170,11 @@ class KrayZkClient:
     @property
     def session_id(self) -> int:
         return self.kazoo.client_id[0] if self.kazoo.client_id else 0
+
+    @property
+    def last_zxid(self) -> int:
+        """The zxid of the last answer this session had: ZooKeeper had applied every change up to it."""
+        return self.kazoo.last_zxid
 
     def add_state_listener(self, listener: Callable[[KazooState], None]) -> None:
         self.kazoo.add_listener(listener)
@@ -498,32 +523,48 @@ class KrayZkClient:
         return set(self.children(zkdata.TOPICS))
 
     def get_topic_znodes(self, topics: Iterable[str]) -> dict[str, zkdata.TopicZNode]:
-        out = {}
+        """Topics' assignments; absent ones are left out, malformed ones logged and skipped."""
         raw = self.get_many(zkdata.topic_path(t) for t in topics)
-        for path, got in raw.items():
-            if got is None:
-                continue
-            try:
-                out[path.rsplit("/", 1)[1]] = zkdata.decode(zkdata.TopicZNode, path, got[0])
-            except MalformedZNodeError as e:
-                log.error("Skipping topic: %s", e)
-        return out
+        return {path.rsplit("/", 1)[1]: znode for path, got in raw.items()
+                if (znode := topic_znode_of(path, got)) is not None}
 
     def get_partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionStateRecord]:
         """Typed records of the partitions' state znodes; absent ones are left out, malformed ones
         logged and skipped."""
         paths = {tp: zkdata.partition_state_path(tp) for tp in partitions}
         raw = self.get_many(paths.values())
-        out = {}
-        for tp, path in paths.items():
-            got = raw[path]
-            if got is None:
-                continue
-            try:
-                out[tp] = PartitionStateRecord(zkdata.decode(zkdata.PartitionStateZNode, path, got[0]), got[1].version)
-            except MalformedZNodeError as e:
-                log.error("Skipping partition state: %s", e)
-        return out
+        return {tp: record for tp, path in paths.items() if (record := partition_state_of(path, raw[path])) is not None}
+
+    def changed_since(self, paths: Iterable[str], zxid: int) -> set[str]:
+        """The paths whose znode changed after `zxid`, or is gone, without reading them: SetWatches
+        (zkprotocol), whose watches fire before it is answered. A watch left armed that fires later is
+        no answer to anyone; the next call judges by zxid again."""
+        paths, fired = list(paths), set()
+        watchers = self.kazoo._data_watchers  # kazoo dispatches a fired watch to the callbacks kept here
+        with self._change_lock:
+            self._changes.append(fired)
+        root = self.kazoo.chroot
+        try:
+            for path in paths:
+                watchers[root + path].add(self._on_change)  # kept by the path with the chroot, as sent
+            self.until_connected(lambda: [r.get() for r in [
+                self._send(SetWatches(root, zxid, tuple(paths[i:i + SET_WATCHES_BATCH])))
+                for i in range(0, len(paths), SET_WATCHES_BATCH)]], same_session=False)
+            done = threading.Event()  # the watches fired before the answers run on kazoo's callback thread
+            self.kazoo.handler.dispatch_callback(Callback("watch", done.set, ()))
+            if not done.wait(self.session_timeout_ms / 1000):
+                raise KrayError("kazoo's callback thread did not run the fired watches")
+        finally:
+            with self._change_lock:
+                self._changes.remove(fired)
+        return fired
+
+    def _on_change(self, event) -> None:
+        """kazoo's callback thread: a watch `changed_since` armed fired (a session's end fires with no path)."""
+        if event.path is not None:
+            with self._change_lock:
+                for fired in self._changes:
+                    fired.add(event.path)
 
     def create_partition_states(self, states: dict[TopicPartition, zkdata.PartitionStateZNode | bytes],
                                 epoch_zk_version: int) -> dict[TopicPartition, Exception | None]:

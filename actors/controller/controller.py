@@ -49,6 +49,7 @@ from actors.controller.events import (
 )
 from actors.controller.failover import on_controller_failover
 from actors.controller.flow import FLOWS, FlowScope
+from actors.controller.standby import WarmStandby
 from actors.controller.state_machines import PartitionStateName as P
 from actors.controller.timeline import FailoverTimeline, Laps
 from actors.records import tp_key
@@ -78,6 +79,8 @@ class KafkaController:
         # from ZooKeeper sessions only, as in Kafka
         self._detector_factory = detector_factory
         self._controller_watch = None  # a candidate's, on the active controller: (detector, ActiveController)
+        self.standby = (WarmStandby(zk, broker_id, self.config.warm_standby_refresh_ms)
+                        if self.config.warm_standby_enable else None)
         self.election = ControllerElection(zk, broker_id, notify=lambda: self.put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False
@@ -191,6 +194,8 @@ class KafkaController:
                 # the top-level paths once, as Kafka's startup does, off every failover's path (the broker
                 # beside this candidate made them already; this is for a candidate on its own)
                 self.zk.ensure_persistent_paths()
+                if self.standby is not None:
+                    self.standby.start()
             case ControllerChange() | Reelect():
                 self._maybe_resign_then_elect()
                 self._watch_active_controller()
@@ -305,11 +310,15 @@ class KafkaController:
         self.active = False
         self._stop_links()
         self._reset()
+        if self.standby is not None:
+            self.standby.resume()
 
     def close(self) -> None:
         """Stop what runs beside the inbox (a broker shutting down): watches on the active controller,
-        the failure detector, the senders."""
+        the failure detector, the senders, the warm standby."""
         self.stop_controller_watch()
+        if self.standby is not None:
+            self.standby.stop()
         self._stop_links()
 
     def _stop_links(self) -> None:
@@ -378,6 +387,8 @@ class KafkaController:
             scope.detector = self._detector_factory(
                 "broker", lambda b, state: self.put(BrokerActorDied(broker_id=b, state=state)))
         laps.lap("channel")
+        if self.standby is not None:
+            scope.warm = self.standby.caught_up
         on_controller_failover(scope, laps)
         self.timeline.steps_ms = {step: round(ms, 1) for step, ms in laps.laps}
         if self.config.auto_leader_rebalance_enable:
@@ -437,4 +448,5 @@ class KafkaController:
             "leader_elections": self.scope.psm.elections,
             "unclean_leader_elections": self.scope.psm.unclean_elections,
             "sender_queue_depths": self.channel.queue_depths() if self.channel is not None else {},
+            "warm_standby": self.standby.describe() if self.standby is not None else None,
         }

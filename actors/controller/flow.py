@@ -24,9 +24,18 @@ from actors.controller.state_machines import PartitionStateName as P, ReplicaSta
 from actors.controller.zk_state_machines import ZkPartitionStateMachine, ZkReplicaStateMachine
 from actors.protocol import EndPoint, LiveBroker
 from coordination import zkdata
+from coordination.zkclient import PartitionStateRecord
 from coordination.zkdata import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+class ContextReads(Protocol):
+    """Where a failover reads the assignments and states: ZooKeeper, or the warm standby's copy."""
+
+    def get_topic_znodes(self, topics: Iterable[str]) -> dict[str, zkdata.TopicZNode]: ...
+
+    def get_partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionStateRecord]: ...
 
 
 class Watches(Protocol):
@@ -75,6 +84,7 @@ class FlowScope:
         self.on_sent = on_sent
         self.links: BrokerLinks | None = None  # set at failover
         self.detector: LivenessWatch | None = None
+        self.warm: Callable[[], ContextReads] | None = None  # the warm standby's copy, caught up (at failover)
         self.deletion = TopicDeletionManager(self)
 
     @property
@@ -85,12 +95,14 @@ class FlowScope:
 
     def initialize_context(self) -> None:
         """Kafka's initializeControllerContext: live brokers with their epochs, every topic's assignment,
-        every partition's leader and ISR."""
+        every partition's leader and ISR (the assignments and states from the warm standby's copy,
+        caught up now, when there is one)."""
         started = now_ms()
+        reads = self.zk if self.warm is None else self.warm()
         self.ctx.add_live_brokers(self.read_brokers(self.zk.get_all_broker_ids()))
-        self.add_topics(self.zk.get_all_topics())
+        self.add_topics(self.zk.get_all_topics(), reads)
         assigned = now_ms()
-        self.sync_leaderships(self.ctx.all_partitions())
+        self.psm.read_leaderships(list(self.ctx.all_partitions()), reads)
         log.info("%s Initialized the context: brokers and %d topic assignments in %.0f ms, %d partition states "
                  "in %.0f ms", self.prefix, len(self.ctx.all_topics), assigned - started,
                  len(self.ctx.partition_leadership), now_ms() - assigned)
@@ -101,10 +113,10 @@ class FlowScope:
                                rack=info.rack), epoch)
                 for b, (info, epoch) in self.zk.get_brokers(broker_ids).items()}
 
-    def add_topics(self, new_topics: set[str]) -> list[TopicPartition]:
+    def add_topics(self, new_topics: set[str], reads: ContextReads | None = None) -> list[TopicPartition]:
         """Read the topics' assignments into the context and watch each topic znode for new partitions."""
         added = []
-        for topic, znode in self.zk.get_topic_znodes(new_topics).items():
+        for topic, znode in (reads or self.zk).get_topic_znodes(new_topics).items():
             self.ctx.all_topics.add(topic)
             self.ctx.topic_ids[topic] = znode.topic_id or ""
             for p, a in znode.full_assignment().items():

@@ -112,11 +112,12 @@ class _Machine:
             return written, moved
         return finish
 
-    def read_leaderships(self, partitions: list[TopicPartition]) -> set[TopicPartition]:
-        """Bring the context's leader/ISR of these partitions up to ZooKeeper's; those ZooKeeper has."""
+    def read_leaderships(self, partitions: list[TopicPartition], reads=None) -> set[TopicPartition]:
+        """Bring the context's leader/ISR of these partitions up to ZooKeeper's (or up to `reads`, the warm
+        standby's copy at failover); those it has."""
         found: set[TopicPartition] = set()
         if partitions:
-            for tp, record in self.zk.get_partition_states(partitions).items():
+            for tp, record in (reads or self.zk).get_partition_states(partitions).items():
                 self.ctx.partition_leadership[tp] = leadership_from_record(record)
                 found.add(tp)
             self.ctx.leaderships_synced.update(partitions)

@@ -456,6 +456,32 @@ def test_failover_timelines_are_recorded(new_cluster):
     assert failovers and failovers[0]["requests_acked_ms"] is not None and failovers[0]["epoch"] == 1
 
 
+def test_a_new_controller_builds_its_context_from_its_warm_standby_copy_and_acts_on_it(new_cluster):
+    """The candidates hold every assignment and state while they wait; the winner reads none of them
+    again when none changed, and its context is right: it handles the next broker failure as a
+    controller that read them all would."""
+    cluster, zk = new_cluster(warm_standby_refresh_ms=200)
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
+    controller = controller_of(cluster, zk)
+    standbys = [cluster.controller_actor(b) for b in cluster.brokers if b != controller.id]
+    wait_until(lambda: all((ray.get(a.status.remote())["warm_standby"] or {}).get("partitions") == 6
+                           for a in standbys), what="both standbys to hold the topic's 6 partitions")
+    cluster.kill_controller(controller.id)
+    new_id, _ = cluster.wait_for_controller(zk, min_epoch=controller.epoch + 1, timeout=60)
+    status = ray.get(cluster.controller_actor(new_id).status.remote())
+    warm = status["warm_standby"]
+    assert warm["active"] and (warm["topics"], warm["partitions"]) == (1, 6)
+    assert (warm["topics_read"], warm["states_read"]) == (0, 0)  # nothing changed since its last round
+    assert status["partitions"] == 6 and status["offline_partitions"] == 0
+    victim = next(b for b in cluster.brokers if b != new_id)
+    before = zk_states(zk, "t")
+    cluster.kill_broker(victim)
+    wait_until(lambda: all(victim not in s.isr and s.leader != victim for s in zk_states(zk, "t").values()),
+               what="the dead broker's leaderships moved and its replicas out of every ISR")
+    assert all(s.leader_epoch == before[tp].leader_epoch + 1 for tp, s in zk_states(zk, "t").items())
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
+
+
 def test_a_broker_that_died_while_no_controller_was_active_leaves_the_isrs_at_failover(new_cluster):
     """The new controller finds in ZooKeeper a broker that is not alive in ISRs and as a leader (it died
     with the old controller, or before it could act). As Kafka's ReplicaStateMachine.startup, it moves
