@@ -38,10 +38,12 @@ class ControllerConfig(BaseModel):
                                 "started at once, it competed for the cores with the failover its death had just "
                                 "started (a 10,000-partition failover under load took twice as long)")
     warm_standby_enable: bool = Field(
-        True, description="kray only: a candidate that is not the controller keeps a copy of every topic's "
-                          "assignment and every partition's state, current from ZooKeeper by zxid, and a "
-                          "winner reads only what changed since (actors/controller/standby.py); off gives "
-                          "Kafka's failover, which reads them all")
+        False, description="kray only: a candidate that is not the controller keeps a copy of every topic's "
+                           "assignment and every partition's state, current from ZooKeeper by zxid, and a "
+                           "winner reads only what changed since (actors/controller/standby.py). Off (Kafka's "
+                           "failover, which reads them all) by default: on one 2-core host at 100,000 "
+                           "partitions its rounds cost the brokers more than it saves the new controller "
+                           "(BENCHMARKS.md, \"The controller at scale\")")
     warm_standby_refresh_ms: int = Field(
         5000, ge=10, description="kray only: how often a standby brings its copy up to date (a round reads only "
                                  "what changed; the winner runs one more after its election, whatever this is)")

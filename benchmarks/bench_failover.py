@@ -60,10 +60,11 @@ class Echo:
 
 
 def new_cluster(connect: str, brokers=(1, 2, 3), niceness: int = 0, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                socket_timeout_ms: int = 30_000) -> tuple[LocalCluster, KrayZkClient]:
+                socket_timeout_ms: int = 30_000, warm_standby: bool = False) -> tuple[LocalCluster, KrayZkClient]:
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "bench"), namespace=f"bench-{uuid.uuid4().hex[:6]}",
                            zk_session_timeout_ms=session_timeout_ms, controller_socket_timeout_ms=socket_timeout_ms,
-                           controller=ControllerConfig(control_plane_niceness=niceness))
+                           controller=ControllerConfig(control_plane_niceness=niceness,
+                                                       warm_standby_enable=warm_standby))
     zk = config.zk_client(session_timeout_ms=30_000).start()
     cluster = LocalCluster(config, list(brokers)).start()
     cluster.wait_until_ready(zk)

@@ -2,7 +2,7 @@
 phases and set beside the same run's floors.
 
     .venv/bin/python -m benchmarks.bench_scale [--partitions 10000 100000] [--load-partitions 300]
-        [--load-rate 0] [--zk-heap-mb 4096] [--out runs/bench-scale.jsonl]
+        [--load-rate 0] [--warm-standby] [--zk-heap-mb 4096] [--out runs/bench-scale.jsonl]
 
 Per N (3 brokers, RF 3, topics of at most 25,000 partitions), in this order, a JSON line each:
 - `start`: the cluster's start, then `create`: the topics created until every broker's cache has them (the
@@ -13,7 +13,8 @@ Per N (3 brokers, RF 3, topics of at most 25,000 partitions), in this order, a J
 - `memory`: each process's resident memory and its share per partition (the controller, each broker,
   ZooKeeper);
 - `controller_failover`: the active controller SIGKILLed; the new controller's timeline from winning to the
-  last broker's acknowledgement, with its steps (its log line's laps);
+  last broker's acknowledgement, with its steps (its log line's laps), and its warm standby's last round
+  (how many assignments and states it read again; with `--warm-standby`; without, Kafka's failover reads all);
 - `broker_failure`: a broker that is not the controller's SIGKILLed (it leads a third); the controller's
   timeline from detection to the last acknowledgement;
 - `broker_restart`: the same broker started again, until it is back in every ISR (the logs it loads, its
@@ -101,7 +102,8 @@ def controller_failover(cluster, zk) -> dict:
     controller = cluster.controller_actor(new_id)
     t = wait_timeline(controller, "controller_failover", killed_ms)
     return timeline_phases(t, "processing_started_ms") | cpu_used_since(cpu, time.monotonic() - wall) | {
-        "controller": new_id, "epoch": epoch, "steps_ms": t["steps_ms"]} | leader_and_isr_handled(cluster)
+        "controller": new_id, "epoch": epoch, "steps_ms": t["steps_ms"],
+        "warm_standby": ray.get(controller.status.remote())["warm_standby"]} | leader_and_isr_handled(cluster)
 
 
 def broker_failure(cluster, zk, victim: int) -> dict:
@@ -151,9 +153,9 @@ def controlled_shutdown(cluster, zk, broker_id: int, partitions: list[TopicParti
 
 
 def run(connect: str, server, n: int, per_topic: int, load_partitions: int, load_rate: float, session_timeout_ms: int,
-        restart_timeout_s: float, emit) -> None:
+        restart_timeout_s: float, warm_standby: bool, emit) -> None:
     start = time.perf_counter()
-    cluster, zk = new_cluster(connect, BROKERS, session_timeout_ms=session_timeout_ms)
+    cluster, zk = new_cluster(connect, BROKERS, session_timeout_ms=session_timeout_ms, warm_standby=warm_standby)
     emit("start", {"total_s": round(time.perf_counter() - start, 2)})
     load = None
     try:
@@ -226,6 +228,8 @@ def main() -> None:
     parser.add_argument("--restart-timeout-s", type=float, default=300,
                         help="how long the killed broker's return is followed (0: it stays dead, and the "
                              "controlled shutdown leaves one broker)")
+    parser.add_argument("--warm-standby", action=argparse.BooleanOptionalAction, default=False,
+                        help="the controller candidates' warm standby (off: Kafka's failover, reading everything)")
     parser.add_argument("--zk-heap-mb", type=int, default=None, help="the embedded ZooKeeper server's heap")
     parser.add_argument("--out", type=Path, default=None, help="also append the rows to this JSON-lines file")
     args = parser.parse_args()
@@ -234,7 +238,8 @@ def main() -> None:
         watch = ZooKeeperWatch(env.zk_server)
         for n in args.partitions:
             def emit(scenario: str, row: dict, load=None) -> None:
-                row = {"scenario": scenario, "partitions": n, "load_rate": args.load_rate} | row | \
+                row = {"scenario": scenario, "partitions": n, "load_rate": args.load_rate,
+                       "warm_standby": args.warm_standby} | row | \
                     watch.since_last() | machine
                 if load is not None:
                     stats = ray.get(load.stats.remote())
@@ -245,7 +250,7 @@ def main() -> None:
                     with args.out.open("a") as f:
                         f.write(line + "\n")
             run(env.connect, env.zk_server, n, args.partitions_per_topic, args.load_partitions, args.load_rate,
-                args.session_timeout_ms, args.restart_timeout_s, emit)
+                args.session_timeout_ms, args.restart_timeout_s, args.warm_standby, emit)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from actors.links.faults import Direction, LinkFault, faultable
 from actors.links.proxy import LinkTable
 from actors.names import broker_actor_name, controller_actor_name
 from actors.recording import RecordSink
-from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, die_with, preload, rss_mb
+from actors.runtime import BROKER_ACTOR_MODULE, configure_actor_process, die_with, gc_paused, preload, rss_mb
 from actors.protocol import ControllerResponse
 
 
@@ -63,6 +63,7 @@ class ControllerActor:
             detector_factory=(lambda role, on_death: RayFailureDetector(
                 config.namespace, broker_actor_name if role == "broker" else controller_actor_name, on_death))
             if config.controller.ray_failure_detector_enable else None,
+            standby_session=lambda: config.zk_client(links=self.links).start(),
         )
         self.controller.inbox_depth = self.inbox.depth
         self.sink = RecordSink(config.recorder, config.namespace)
@@ -80,7 +81,8 @@ class ControllerActor:
         self.metrics.event_started(state)
         started = time.time() * 1000
         epoch, was_active = self.controller.ctx.epoch, self.controller.active  # a failed event resigns
-        error = self.controller.process(event)
+        with gc_paused():
+            error = self.controller.process(event)
         c = self.controller
         if error is not None and self._stopped.is_set():
             error = None  # its ZooKeeper client closed under it as the candidate shut down: no failure

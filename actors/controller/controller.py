@@ -68,7 +68,9 @@ AUTO_REBALANCE_FIRST_DELAY_S = 5.0  # Kafka schedules the first check 5 s after 
 class KafkaController:
     def __init__(self, broker_id: int, zk: KrayZkClient, inbox: ControllerEventManager,
                  channel_factory: Callable[[int], object], config: ControllerConfig | None = None,
-                 detector_factory: Callable[[str, Callable[[int, str], None]], object] | None = None):
+                 detector_factory: Callable[[str, Callable[[int, str], None]], object] | None = None,
+                 standby_session: Callable[[], KrayZkClient] | None = None):
+        """`standby_session()`: a new ZooKeeper client for a round of the warm standby (None: no standby)."""
         self.broker_id = broker_id
         self.zk = zk
         self.inbox = inbox
@@ -79,8 +81,8 @@ class KafkaController:
         # from ZooKeeper sessions only, as in Kafka
         self._detector_factory = detector_factory
         self._controller_watch = None  # a candidate's, on the active controller: (detector, ActiveController)
-        self.standby = (WarmStandby(zk, broker_id, self.config.warm_standby_refresh_ms)
-                        if self.config.warm_standby_enable else None)
+        self.standby = (WarmStandby(standby_session, zk, broker_id, self.config.warm_standby_refresh_ms)
+                        if self.config.warm_standby_enable and standby_session is not None else None)
         self.election = ControllerElection(zk, broker_id, notify=lambda: self.put(ControllerChange()))
         self.watch_generation = 0
         self._session_lost = False

@@ -460,7 +460,7 @@ def test_a_new_controller_builds_its_context_from_its_warm_standby_copy_and_acts
     """The candidates hold every assignment and state while they wait; the winner reads none of them
     again when none changed, and its context is right: it handles the next broker failure as a
     controller that read them all would."""
-    cluster, zk = new_cluster(warm_standby_refresh_ms=200)
+    cluster, zk = new_cluster(warm_standby_enable=True, warm_standby_refresh_ms=200)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     controller = controller_of(cluster, zk)
     standbys = [cluster.controller_actor(b) for b in cluster.brokers if b != controller.id]

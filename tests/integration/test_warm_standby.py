@@ -1,6 +1,6 @@
 """The warm standby against a real ZooKeeper: which znodes changed since a zxid, and a standby that
-missed changes (its session expired meanwhile, no round ran) reading them, and only them, before the
-failover that needs them acts."""
+missed changes (no round ran, the candidate's session expired meanwhile) reading them, and only them,
+before the failover that needs them acts."""
 from __future__ import annotations
 
 from actors.controller.standby import WarmStandby
@@ -45,7 +45,8 @@ def test_a_standby_that_missed_changes_reads_them_and_only_them_before_it_acts(z
     put_topic(zk, "a", range(20))
     put_topic(zk, "b", range(2))
     client = KrayZkClient(chroot_connect, session_timeout_ms=6000).start()
-    standby = WarmStandby(client, 1, refresh_ms=3_600_000)  # one round at its start, then none until it wins
+    standby = WarmStandby(lambda: KrayZkClient(chroot_connect).start(), client, 1,
+                          refresh_ms=3_600_000)  # one round at its start, then none until it wins
     try:
         standby.start()
         wait_until(lambda: standby.last_round.get("partitions") == 22, what="the standby's first round")
@@ -55,7 +56,8 @@ def test_a_standby_that_missed_changes_reads_them_and_only_them_before_it_acts(z
         put_topic(zk, "a", range(21))
         zk.kazoo.delete(zkdata.topic_path("b"), recursive=True)
         put_topic(zk, "c", range(1), leader=2)
-        # ... and its session expired meanwhile: no watch of the old session can tell it anything
+        # ... and the candidate's session expired meanwhile (each round has a session of its own, gone at its
+        # end: no watch tells the standby anything, the zxid does)
         session = client.session_id
         zkclient.expire_session(client.connect, client.kazoo.client_id)
         wait_until(lambda: client.session_id not in (0, session), what="a new session")

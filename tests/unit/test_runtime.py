@@ -59,3 +59,38 @@ def test_a_process_ends_when_the_one_it_dies_with_ends(pidfd):
     finally:
         broker.kill()
         candidate.kill()
+
+
+def test_the_collector_is_paused_while_any_gc_paused_block_runs_and_back_after_the_last():
+    import gc
+    import threading
+
+    from actors.runtime import gc_paused
+
+    assert gc.isenabled()
+    inner_done, outer_may_end = threading.Event(), threading.Event()
+    seen = []
+
+    def other_thread() -> None:
+        with gc_paused():
+            seen.append(gc.isenabled())
+            inner_done.set()
+            outer_may_end.wait(5)
+
+    with gc_paused():
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        inner_done.wait(5)
+        with gc_paused():  # nested in the same thread
+            seen.append(gc.isenabled())
+        seen.append(gc.isenabled())
+    seen.append(gc.isenabled())  # the other thread's block still runs
+    outer_may_end.set()
+    thread.join(5)
+    assert seen == [False, False, False, False] and gc.isenabled()
+    try:
+        with gc_paused():
+            raise KeyError("the block failed")
+    except KeyError:
+        pass
+    assert gc.isenabled()
