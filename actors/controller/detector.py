@@ -18,8 +18,11 @@ Failure cases:
 - the GCS subscription breaks: the detector resubscribes; meanwhile ZooKeeper's session
   timeout still finds every death, only later.
 - the actor died before it was watched (the broker that hosted the previous controller dies
-  with it, and the new controller starts watching afterwards): no state change will come, so
-  a watched name that Ray cannot find is looked up among the dead actors, and reported.
+  with it, and the new controller starts watching afterwards): no state change will come. A new
+  controller asks for the registered brokers' actors by name before it loads its context
+  (`dead_now`), and removes the registrations of those Ray has no actor for, so that its failover
+  handles them; a watched name that Ray cannot find is also looked up among the dead actors, and
+  reported.
 
 Uses Ray's GCS pub/sub client (`ray._private.gcs_pubsub`), which Ray's dashboard uses for
 the same purpose; Ray has no public API for actor-state notifications.
@@ -67,6 +70,21 @@ class RayFailureDetector:
             self._actors = {a: b for a, b in self._actors.items() if b in self._watched and b not in fresh}
             self._found_dead &= self._watched - set(fresh)
         self._resolve.set()
+
+    def dead_now(self, broker_ids: set[int]) -> set[int]:
+        """Those of these brokers Ray has no live actor for, asked by name now rather than learnt from its
+        notifications: what a new controller inherits (the broker that hosted the controller before it
+        died with it, its registration still there until its session times out). A lookup that fails
+        for another reason (the GCS busy) counts as alive: the watch finds it later."""
+        dead = set()
+        for broker_id in sorted(broker_ids):
+            try:
+                ray.get_actor(self.actor_name(broker_id), namespace=self.namespace)
+            except ValueError:
+                dead.add(broker_id)
+            except Exception:
+                pass
+        return dead
 
     def stop(self) -> None:
         self._stopped.set()

@@ -63,6 +63,8 @@ class LivenessWatch(Protocol):
 
     def watch(self, broker_ids: set[int], fresh: set[int] = frozenset()) -> None: ...
 
+    def dead_now(self, broker_ids: set[int]) -> set[int]: ...
+
 
 class FlowScope:
     """The active controller's term as the flows see it. Rebuilt at each resignation: nothing survives."""
@@ -99,7 +101,16 @@ class FlowScope:
         caught up now, when there is one)."""
         started = now_ms()
         reads = self.zk if self.warm is None else self.warm()
-        self.ctx.add_live_brokers(self.read_brokers(self.zk.get_all_broker_ids()))
+        brokers = self.read_brokers(self.zk.get_all_broker_ids())
+        for b in sorted(self.detector.dead_now(set(brokers)) if self.detector is not None else ()):
+            if self.zk.delete_broker_registration(b, brokers[b][1]):
+                # kray, not Kafka (whose new controller finds it alive until its session expires, then handles
+                # its death as an event of its own, a second LeaderAndIsr to every broker behind the first)
+                log.info("%s Ray has no actor for broker %d, still registered (broker epoch %d): it died, most "
+                         "likely with the controller it hosted; its registration removed, its replicas offline "
+                         "from this failover on", self.prefix, b, brokers[b][1])
+                del brokers[b]
+        self.ctx.add_live_brokers(brokers)
         self.add_topics(self.zk.get_all_topics(), reads)
         assigned = now_ms()
         self.psm.read_leaderships(list(self.ctx.all_partitions()), reads)

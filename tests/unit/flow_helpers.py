@@ -202,12 +202,27 @@ class Watches:
         self.paths.discard(path)
 
 
+class Liveness:
+    """A failure detector's double: the brokers it knows dead, and those it was asked to watch."""
+
+    def __init__(self, dead: set[int]):
+        self.dead, self.watched = set(dead), set()
+
+    def watch(self, broker_ids, fresh=frozenset()):
+        self.watched = set(broker_ids)
+
+    def dead_now(self, broker_ids):
+        return self.dead & set(broker_ids)
+
+
 class Cluster:
     """A ZooKeeper double holding brokers, topics and partition states, and an active controller's
     scope over it, after its failover (failover.py)."""
 
     def __init__(self, brokers: list[int], topics: dict[str, dict[int, list[int]]],
-                 leaders: dict[TopicPartition, tuple[int, list[int]]] | None = None, **config):
+                 leaders: dict[TopicPartition, tuple[int, list[int]]] | None = None,
+                 dead: set[int] | None = None, **config):
+        """`dead`: registered brokers a failure detector (Ray) knows dead at the failover."""
         ctx = ControllerContext(epoch=EPOCH, epoch_zk_version=EPOCH_ZK_VERSION)
         self.zk = InMemoryControllerZk(ctx)
         for b in brokers:
@@ -222,6 +237,8 @@ class Cluster:
         self.watches = Watches()
         self.scope = FlowScope(1, ctx, self.zk, ControllerConfig(**config), self.watches)
         self.scope.links = self.links = Links()
+        if dead is not None:
+            self.scope.detector = Liveness(dead)
         on_controller_failover(self.scope, Laps())
         self.failover_requests = [*self.links.sent, self.scope.batch.build(ctx)]
         self.links.added.clear()

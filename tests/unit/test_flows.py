@@ -14,6 +14,7 @@ from actors.controller.events import ELECTION_EVENTS, BrokerChange, ControllerEv
 from actors.controller.flow import FLOWS
 from coordination import zkdata
 from coordination.errors import ControllerMovedException
+from coordination.zkdata import TopicPartition
 from tests.unit.flow_helpers import T0, Cluster, apis
 
 
@@ -41,6 +42,23 @@ def test_a_failover_tells_every_broker_who_is_alive_before_any_leader_and_isr():
     assert apis(first) == {1: ["UpdateMetadata"], 2: ["UpdateMetadata"], 3: ["UpdateMetadata"]}
     assert "LeaderAndIsr" in apis(last)[1]
     assert (c.state(T0).leader, c.state(T0).isr) == (1, [1])  # the dead leader's partition elected
+
+
+def test_a_failover_handles_the_death_it_inherits_from_the_controllers_host_in_its_own_requests():
+    """The broker that hosted the controller died with it; its registration outlives it until its
+    session expires. A failure detector that knows it dead has the failover remove the registration and
+    treat the broker as dead from the start: its leaderships elected and its ISR memberships ended in
+    the failover's own requests, none sent to it, no broker failure left to handle after."""
+    c = Cluster([1, 2, 3], {"t": {0: [3, 1, 2], 1: [1, 2, 3]}}, dead={3})
+    assert zkdata.broker_path(3) not in c.zk.nodes and set(c.ctx.live_brokers) == {1, 2}
+    assert c.scope.detector.watched == {1, 2}
+    first, last = c.failover_requests
+    assert set(first) == set(last) == {1, 2}  # the dead broker is sent nothing
+    assert (c.state(T0).leader, c.state(T0).isr) == (1, [1, 2])  # it led: elected, out of the ISR
+    assert c.state(TopicPartition("t", 1)).isr == [1, 2]  # it followed: out of the ISR
+    assert not c.run(BrokerChange())  # the registration's removal fired the watch: nothing is left to do
+    alive = Cluster([1, 2, 3], {"t": {0: [3, 1, 2]}}, dead=set())
+    assert set(alive.ctx.live_brokers) == {1, 2, 3} and alive.state(T0).leader == 3
 
 
 # -- fencing ----------------------------------------------------------------------------------------
