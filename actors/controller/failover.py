@@ -17,18 +17,23 @@ def on_controller_failover(s: FlowScope, laps: Laps) -> None:
     leadership.delete_isr_change_notifications(s)
     log_dirs.delete_log_dir_event_notifications(s)
     laps.lap("isr and log dir notifications")
-    s.initialize_context()
-    s.deletion.init()
-    laps.lap("context")
+    s.initialize_live_brokers()
     for broker_id in s.ctx.live_brokers:
         s.links.add_broker(broker_id)
-    if s.detector is not None:
-        s.detector.watch(set(s.ctx.live_brokers))
-    laps.lap("links")
-    # the live brokers first, in a request of their own: brokers need them before LeaderAndIsr (Kafka's order)
+    laps.lap("live brokers")
+    # the live brokers first, in a request of their own: brokers need them before LeaderAndIsr (Kafka's
+    # order). Sent before the partitions are read (kray, not Kafka, which reads them first; the request
+    # names none): a broker that died with the controller it hosted stops being named leader in every
+    # broker's Metadata answers at once, so clients ask again for the new leader instead of backing off
     s.batch.add_update_metadata(s.ctx.live_or_shutting_down_broker_ids, [])
     s.send_now()
     laps.lap("live brokers sent")
+    s.initialize_context()
+    s.deletion.init()
+    laps.lap("context")
+    if s.detector is not None:
+        s.detector.watch(set(s.ctx.live_brokers))
+    laps.lap("detector")
     s.rsm.startup()
     laps.lap("replica state machine")
     s.psm.startup()

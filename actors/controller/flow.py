@@ -95,28 +95,32 @@ class FlowScope:
 
     # -- ZooKeeper into the context: the one place for each kind of state ------------
 
-    def initialize_context(self) -> None:
-        """Kafka's initializeControllerContext: live brokers with their epochs, every topic's assignment,
-        every partition's leader and ISR (the assignments and states from the warm standby's copy,
-        caught up now, when there is one)."""
-        started = now_ms()
-        reads = self.zk if self.warm is None else self.warm()
+    def initialize_live_brokers(self) -> None:
+        """The first part of Kafka's initializeControllerContext: the live brokers with their epochs. With
+        the Ray detector on, a registered broker Ray has no actor for is dead, its registration removed:
+        kray, not Kafka, whose new controller finds it alive until its session expires, then handles its
+        death as an event of its own, a second LeaderAndIsr to every broker behind the first (the broker
+        that hosted the controller and died with it)."""
         brokers = self.read_brokers(self.zk.get_all_broker_ids())
         for b in sorted(self.detector.dead_now(set(brokers)) if self.detector is not None else ()):
             if self.zk.delete_broker_registration(b, brokers[b][1]):
-                # kray, not Kafka (whose new controller finds it alive until its session expires, then handles
-                # its death as an event of its own, a second LeaderAndIsr to every broker behind the first)
                 log.info("%s Ray has no actor for broker %d, still registered (broker epoch %d): it died, most "
                          "likely with the controller it hosted; its registration removed, its replicas offline "
                          "from this failover on", self.prefix, b, brokers[b][1])
                 del brokers[b]
         self.ctx.add_live_brokers(brokers)
+
+    def initialize_context(self) -> None:
+        """The rest of Kafka's initializeControllerContext: every topic's assignment, every partition's
+        leader and ISR (from the warm standby's copy, caught up now, when there is one)."""
+        started = now_ms()
+        reads = self.zk if self.warm is None else self.warm()
         self.add_topics(self.zk.get_all_topics(), reads)
         assigned = now_ms()
         self.psm.read_leaderships(list(self.ctx.all_partitions()), reads)
-        log.info("%s Initialized the context: brokers and %d topic assignments in %.0f ms, %d partition states "
-                 "in %.0f ms", self.prefix, len(self.ctx.all_topics), assigned - started,
-                 len(self.ctx.partition_leadership), now_ms() - assigned)
+        log.info("%s Initialized the context: %d topic assignments in %.0f ms, %d partition states in %.0f ms",
+                 self.prefix, len(self.ctx.all_topics), assigned - started, len(self.ctx.partition_leadership),
+                 now_ms() - assigned)
 
     def read_brokers(self, broker_ids: Iterable[int]) -> dict[int, tuple[LiveBroker, int]]:
         """Registrations, with their broker epochs."""
