@@ -43,7 +43,7 @@ class ControllerConfig(BaseModel):
                            "winner reads only what changed since (actors/controller/standby.py). Off (Kafka's "
                            "failover, which reads them all) by default: on one 2-core host at 100,000 "
                            "partitions its rounds cost the brokers more than it saves the new controller "
-                           "(BENCHMARKS.md, \"The controller at scale\")")
+                           "(BENCHMARKS.md, \"The warm standby, the collector paused, and the controller-host kill\")")
     warm_standby_refresh_ms: int = Field(
         5000, ge=10, description="kray only: how often a standby brings its copy up to date (a round reads only "
                                  "what changed; the winner runs one more after its election, whatever this is)")

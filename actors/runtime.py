@@ -135,9 +135,9 @@ def gc_paused():
     the last block ends if one is due. A controller event at 100,000 partitions allocates millions of
     objects that their reference counts free, not the collector: with it on, the young generations were
     collected every 50,000 of them, each pass also walking what survived: 40% of a failover's context in
-    one process, 20% in the cluster (BENCHMARKS.md, "The controller at scale"). Not the brokers': paused
-    for a LeaderAndIsr (whose steps let produces and fetches run between them) they spent more CPU, not
-    less."""
+    one process, 20% in the cluster (BENCHMARKS.md, "The warm standby, the collector paused, and the
+    controller-host kill"). Not the brokers': paused for a LeaderAndIsr (whose steps let produces and fetches
+    run between them) they spent more CPU, not less."""
     global _gc_pauses
     with _gc_pauses_lock:
         _gc_pauses += 1
