@@ -5,7 +5,7 @@ each broker-side phase beside it (issues 5 and 29).
         [--timeouts 2000] [--rate 0] [--brokers 3] [--kinds kill-broker controller-host restart-broker expire-broker-session
         pause-broker] [--control-niceness 0]
 
-Each configuration is one chaos experiment (jobs/experiments/runner.py): 3 brokers, one topic of P partitions with
+Each configuration is one chaos experiment (jobs/experiments/runner.py): `--brokers` brokers (3), one topic of P partitions with
 replication factor 3, acks=all with min.insync.replicas=2, one producer streaming records to every
 partition (`--rate 0`: back to back) and a probe producer beside it (one record in flight on each of 60
 partitions). The fault kinds take turns, `--kills` of each, every fault once the cluster has recovered

@@ -117,7 +117,7 @@ class FlowScope:
         reads = self.zk if self.warm is None else self.warm()
         self.add_topics(self.zk.get_all_topics(), reads)
         assigned = now_ms()
-        self.psm.read_leaderships(list(self.ctx.all_partitions()), reads)
+        self.sync_leaderships(self.ctx.all_partitions(), reads)
         log.info("%s Initialized the context: %d topic assignments in %.0f ms, %d partition states in %.0f ms",
                  self.prefix, len(self.ctx.all_topics), assigned - started, len(self.ctx.partition_leadership),
                  now_ms() - assigned)
@@ -142,9 +142,11 @@ class FlowScope:
             self.watches.watch_data(zkdata.topic_path(topic), lambda t=topic: PartitionModifications(topic=t))
         return added
 
-    def sync_leaderships(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        """Bring the context's leader/ISR of these partitions up to ZooKeeper's; those ZooKeeper has."""
-        return self.psm.read_leaderships(list(partitions))
+    def sync_leaderships(self, partitions: Iterable[TopicPartition],
+                         reads: ContextReads | None = None) -> set[TopicPartition]:
+        """Bring the context's leader/ISR of these partitions up to ZooKeeper's (or to `reads`, the warm
+        standby's copy at failover); those it has."""
+        return self.psm.read_leaderships(list(partitions), reads)
 
     def write_topic_assignment(self, topic: str) -> None:
         """Write the controller's view of the topic's assignment (RS, AR, RR per partition) to /brokers/topics/T."""

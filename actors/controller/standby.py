@@ -2,8 +2,10 @@
 copy of what a failover reads most of, every topic's assignment and every partition's leader and ISR,
 so that the one that wins reads only what changed since.
 
-Kafka's new controller reads all of it (at 100,000 partitions: a second here, two thirds of it
-decoding); KRaft's standbys hold the metadata log instead. docs/KAFKA_DIFFERENCES.md, "Warm standby".
+Kafka's new controller reads all of it; KRaft's standbys hold the metadata log instead.
+docs/KAFKA_DIFFERENCES.md, "Controller failover: warm standby". Off by default: at 100,000 partitions on
+one 2-core host its rounds cost the brokers more than the copy saved the winner, whose context step is
+mostly building the context's objects, not reading them (BENCHMARKS.md).
 
 How it stays right, and how it fails:
 - The copy is as of a zxid: each znode in it is as ZooKeeper held it at that zxid or later. A round
