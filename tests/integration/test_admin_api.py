@@ -70,11 +70,17 @@ def test_kafka_python_admin_creates_alters_moves_elects_and_deletes_through_the_
         assert assignment(zk, "placed") == {0: [2, 3], 1: [3, 1]}
         assert {len(r) for r in assignment(zk, "sized").values()} == {2}
         assert admin.topic_config(zk, "sized") == {"retention.ms": "60000"}
-        # DescribeLogDirs: each broker's replicas, where the assignments put them
-        hosted = {(b["broker"], t["name"], p["partition_index"]) for b in client.describe_log_dirs()
-                  for d in b["log_dirs"] for t in d["topics"] for p in t["partitions"]}
-        assert hosted == {(b, topic, p) for topic in ("sized", "placed")
-                          for p, replicas in assignment(zk, topic).items() for b in replicas}
+        # DescribeLogDirs: each broker's replicas, where the assignments put them. CreateTopics answers once
+        # the answering broker's cache has the leaders (Kafka's DelayedCreatePartitions), not every broker's:
+        # a follower may not host its replica yet, and the client asks another broker which partitions
+        # there are (seen here: a run whose client learnt of neither topic, another missing one replica)
+        expected = {(b, topic, p) for topic in ("sized", "placed")
+                    for p, replicas in assignment(zk, topic).items() for b in replicas}
+
+        def hosted() -> set:
+            return {(b["broker"], t["name"], p["partition_index"]) for b in client.describe_log_dirs()
+                    for d in b["log_dirs"] for t in d["topics"] for p in t["partitions"]}
+        wait_until(lambda: hosted() == expected, timeout=30, what="every replica in its broker's log dirs")
         client.create_topics([NewTopic("checked", 1, 1)], validate_only=True)
         assert "checked" not in zk.get_all_topics()
         # refused as `kray topics` refuses, with Kafka's codes, and nothing written
