@@ -392,6 +392,26 @@ def percentiles(failovers, waits, coordinators=None) -> list[dict]:
                                       bucket_order(r["bucket"]), r["measure"]))
 
 
+def controller_by_count(failovers) -> list[dict]:
+    """The controller's phases against the cluster's size: per failover kind, detector and partition count
+    (the cluster's, at the failover), the failovers, the partitions they affected (mean) and each phase's
+    and their sum's p50 and mean. A growing sweep kills at each count: its chart of phases against the count."""
+    from pyspark.sql import functions as F
+
+    columns = [*CONTROLLER_PHASES, "total_ms"]
+    aggs = [F.count(F.lit(1)).alias("n"), F.avg("partitions_affected").alias("partitions_affected")]
+    for c in columns:
+        aggs += [F.percentile(c, 0.5).alias(f"{c}__p50"), F.avg(c).alias(f"{c}__mean")]
+    table = failovers.withColumn("total_ms", reduce(lambda a, b: a + b, [F.col(c) for c in CONTROLLER_PHASES]))
+    rows = table.groupBy("kind", "detector", "partitions_total").agg(*aggs).orderBy("kind", "detector",
+                                                                                    "partitions_total")
+    return [{"kind": r["kind"], "detector": None if r["detector"] is None else bool(r["detector"]),
+             "partitions_total": int(r["partitions_total"]), "n": r["n"],
+             "partitions_affected": r["partitions_affected"],
+             **{f"{c}_{stat}": r[f"{c}__{stat}"] for c in columns for stat in ("p50", "mean")}}
+            for r in rows.collect() if r["partitions_total"] is not None]
+
+
 def correlations(waits) -> list[dict]:
     """Pearson and Spearman between each per-partition measure or phase and each feature, per source, over
     the touched partitions recovered within their horizon (a censored value is only a lower bound) with
@@ -499,6 +519,7 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     progress(f"{n} failovers, {partitions} partition-fault rows; {sum(i['malformed'] for i in inputs)} malformed "
              f"lines; computing percentiles")
     pct = percentiles(failovers, waits, coordinators)
+    by_count = controller_by_count(failovers)
     progress("Correlations (Pearson, Spearman) with confidence intervals")
     corr = correlations(waits)
     progress("Linear regressions")
@@ -515,12 +536,12 @@ def analyse(spark, paths: list[str | Path], out: str | Path,
     waits.write.mode("overwrite").parquet(str(out / "waits.parquet"))
     coordinators.write.mode("overwrite").parquet(str(out / "coordinators.parquet"))
     for name, rows in (("percentiles", pct), ("correlations", corr), ("inputs", inputs), ("regressions", reg),
-                       ("faults", faults)):
+                       ("faults", faults), ("controller_by_count", by_count)):
         _write_rows(rows, out / f"{name}.parquet")
     points = waits.where("touched").select("partitions_affected", "worst_wait_ms", "recovery_ms", "role", "source",
                                            "detector")
     sample = points.sample(fraction=min(1.0, CHART_POINTS / max(partitions, 1)), seed=1).collect()
-    result = Analysis(n, partitions, inputs, pct, corr, reg, out, runs_on_ray(spark), faults)
+    result = Analysis(n, partitions, inputs, pct, corr, reg, out, runs_on_ray(spark), faults, by_count)
     write_report(result, [r.asDict() for r in sample])
     for frame in (failovers_raw, waits_raw, coordinators_raw, failovers, waits):
         frame.unpersist()

@@ -35,6 +35,9 @@ A sweep file is YAML; unknown fields and impossible values are errors that name 
     grow_partitions: false           # true: one experiment per (brokers, rate, detector) whose load
                                      # grows through the partition counts (a topic added for each next
                                      # count, once every broker is back), `kills` at each count
+    grown_load: stream               # with grow_partitions, the added topics' load: stream (the first
+                                     # count's rate per partition) or idle (never written: the cluster
+                                     # grows while the load stays on the first count's partitions)
 
 Every experiment of the grid runs on one ZooKeeper and one Ray (the embedded local default, or the
 cluster found: see jobs/experiments/runner.py), one after the other, into RUNS_DIR/<sweep run id>/; the
@@ -54,7 +57,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -115,6 +118,11 @@ class Sweep(BaseModel):
                                   "before each next count's kills, so that the partitions under load (and those a "
                                   "kill affects) reach it; `kills` at each count. One cluster start and one "
                                   "read-back for all the counts")
+    grown_load: Literal["stream", "idle"] = Field(
+        "stream", description="with grow_partitions, the load of each next count's topic: stream (the first "
+        "count's rate per partition, so the load grows with the count) or idle (created and never written: the "
+        "cluster's partitions grow, to 100,000 on one host, while the load and its probes stay on the first "
+        "count's; each kill still affects a third of them all at the controller and the brokers)")
 
     @model_validator(mode="after")
     def _possible(self) -> "Sweep":
@@ -126,6 +134,8 @@ class Sweep(BaseModel):
             raise ValueError("load_fractions must be above 0 and at most 2 (twice the knee)")
         if min(self.brokers) < self.replication_factor:
             raise ValueError(f"replication factor {self.replication_factor} larger than {min(self.brokers)} brokers")
+        if self.grown_load == "idle" and not self.grow_partitions:
+            raise ValueError("grown_load: idle is the load of the topics a growing sweep adds (grow_partitions: true)")
         if self.spacing_s <= self.down_s:
             raise ValueError(f"spacing_s ({self.spacing_s}) must be longer than down_s ({self.down_s})")
         try:
@@ -141,7 +151,9 @@ class Sweep(BaseModel):
         if not self.load_fractions:
             return []
         counts = sorted(set(self.partitions))
-        return counts[-1:] if self.grow_partitions else counts
+        if not self.grow_partitions:
+            return counts
+        return counts[:1] if self.grown_load == "idle" else counts[-1:]  # where the whole load is
 
     def experiments(self, knees: dict[int, float] | None = None) -> list[Experiment]:
         """The grid, smallest load first. `knees`: records/s per partition count (knee_counts), for the load
@@ -153,9 +165,11 @@ class Sweep(BaseModel):
         for brokers, stage, (rate, fraction), detector in itertools.product(sorted(self.brokers), stages, loads,
                                                                             self.detector):
             load = {"rate": rate}
-            if fraction is not None:  # the knee is the whole load's at the last count; the rate is the first topic's
-                knee = (knees or {}).get(stage[-1], 1000.0)
-                load = {"rate": fraction * knee * stage[0] / stage[-1], "knee_per_s": knee, "knee_fraction": fraction}
+            if fraction is not None:  # the knee is the whole load's (at the last count, unless the growth is idle);
+                # the rate is the first topic's
+                whole = stage[0] if self.grown_load == "idle" else stage[-1]
+                knee = (knees or {}).get(whole, 1000.0)
+                load = {"rate": fraction * knee * stage[0] / whole, "knee_per_s": knee, "knee_fraction": fraction}
             # without the detector a dead broker is found when its session expires: leave time for that
             spacing = self.spacing_s + (0 if detector else self.session_timeout_ms / 1000)
             kills = self.kills * len(stage)
@@ -182,7 +196,8 @@ class Sweep(BaseModel):
         """Topic `load` of the first count's partitions; with more counts (grow_partitions), a topic
         `load<i>` per next count, created after the kills of the counts before, making up the difference."""
         return [{"name": "load" if i == 0 else f"load{i + 1}", "partitions": count - (stage[i - 1] if i else 0),
-                 "replication_factor": self.replication_factor, "after_fault": i * self.kills}
+                 "replication_factor": self.replication_factor, "after_fault": i * self.kills,
+                 "load": self.grown_load if i else "stream"}
                 for i, count in enumerate(stage)]
 
 

@@ -66,9 +66,11 @@ class TopicSpec(Spec):
     after_fault: int = Field(0, ge=0, description="0: created before the load. N: created during the run, once "
                              "the schedule's first N faults are done and every broker is back, and put under the "
                              "same load per partition; fault N + 1 (which must wait for recovery) comes after it")
-    load: Literal["stream", "once"] = Field("stream", description="stream: under the load all along. once: "
-                                            "records_per_partition records to each partition as the load "
-                                            "starts, then idle (idle partitions among busy ones)")
+    load: Literal["stream", "once", "idle"] = Field(
+        "stream", description="stream: under the load all along. once: records_per_partition records to each "
+        "partition as the load starts, then idle (idle partitions among busy ones). idle: never written, and "
+        "its leaderships read at the end only, not every sample: partitions that only count (a cluster grown "
+        "to 100,000 partitions while the load stays on a few hundred)")
 
     @model_validator(mode="after")
     def _once_from_the_start(self) -> "TopicSpec":

@@ -30,7 +30,7 @@ from actors.records import RunWriter
 from coordination import admin
 from coordination.zkdata import TopicPartition
 from jobs.experiments.chaos import Chaos
-from jobs.experiments.experiment import Experiment, LoadSpec
+from jobs.experiments.experiment import Experiment, LoadSpec, TopicSpec
 from jobs.experiments.local import embedded_zookeeper_and_ray, fresh_chroot
 from jobs.experiments.sampling import Sampler
 from jobs.experiments.schedule import Scheduler
@@ -146,9 +146,11 @@ class ExperimentRun:
         first = [t for t in exp.topics if not t.after_fault]  # the others are created during the run (_grow)
         for t in first:
             admin.create_topic(self.zk, t.name, t.partitions, t.replication_factor)
-        self.partitions = [TopicPartition(t.name, p) for t in first for p in range(t.partitions)]
-        self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= len(self.partitions), timeout=120)
-        self.progress(f"Controller is broker {controller} (epoch {epoch}); {len(self.partitions)} partitions online")
+        self.created = sum(t.partitions for t in first)
+        self.partitions = written(first)
+        self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= self.created,
+                                       timeout=creation_timeout_s(self.created))
+        self.progress(f"Controller is broker {controller} (epoch {epoch}); {self.created:,} partitions online")
         load = exp.load
         n = load.producers
         streamed = self._streamed()
@@ -156,9 +158,9 @@ class ExperimentRun:
         self.generators = [LoadGenerator.remote(i, self.config, streamed[i::n], load.rate / n if n else 0,
                                                 load.record_size, load.acks_code, load.records_per_partition)
                            for i in range(n)]
-        idle = sorted(set(self.partitions) - set(streamed))
-        if idle and n:  # idle partitions among busy ones: their records once, at the start
-            self.generators.append(LoadGenerator.remote(n, self.config, idle, load.rate / n, load.record_size,
+        once = sorted(set(self.partitions) - set(streamed))
+        if once and n:  # idle partitions among busy ones: their records once, at the start
+            self.generators.append(LoadGenerator.remote(n, self.config, once, load.rate / n, load.record_size,
                                                         load.acks_code, load.records_per_partition, once=True))
         self.consumers, self.probers, self.members = beside_the_load(self.config, load, streamed, self.partitions)
         self.consumers = self.consumers + self.members
@@ -226,10 +228,22 @@ class ExperimentRun:
             time.sleep(0.2)
         for t in topics:
             admin.create_topic(self.zk, t.name, t.partitions, t.replication_factor)
-        new = [TopicPartition(t.name, p) for t in topics for p in range(t.partitions)]
+        count = sum(t.partitions for t in topics)
+        self.created += count
+        self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= self.created,
+                                       timeout=creation_timeout_s(count))
+        new = written(topics)
         total = len(self.partitions) + len(new)
-        self.cluster.wait_for_metadata(lambda m: len(m["partitions"]) >= total, timeout=120)
         self.partitions = self.partitions + new  # sampled, awaited and read back from now on
+        if new:
+            self._load_new(topics, new, total, deadline)
+        self.progress(f"Topic {names} created after fault {done}: {count:,} partitions more, {self.created:,} in "
+                      f"all, {total:,} written")
+
+    def _load_new(self, topics: list[TopicSpec], new: list[TopicPartition], total: int, deadline: float) -> None:
+        """Hand `new` to the producers and to consumers of their own, and the streamed topics to the group;
+        until every one of the `total` written partitions has an acknowledged record and the group is
+        assigned them too (deadline: time.monotonic()'s)."""
         load, n, c = self.exp.load, self.exp.load.producers, self.exp.load.consumers
         rate = load.rate * len(self._streamed()) / self._first_partitions / n if n else 0
         ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators[:n])], timeout=60)
@@ -237,13 +251,11 @@ class ExperimentRun:
         ray.get([w.start.remote() for w in consumers] +
                 [m.subscribe.remote([t.name for t in topics if t.load == "stream"]) for m in self.members], timeout=60)
         self.consumers = self.consumers + consumers
-        deadline = time.monotonic() + timeout_s
         while n and time.monotonic() < deadline and sum(
                 s["partitions_acked"] for s in ray.get([g.stats.remote() for g in self.generators], timeout=10)) < total:
             time.sleep(0.2)
         if self.members and n:
             self._await_group(max(1.0, deadline - time.monotonic()))
-        self.progress(f"Topic {names} created after fault {done}: {len(new):,} partitions more, {total:,} under load")
 
     def _finish(self) -> None:
         self.progress("Load stopped; waiting for the cluster to converge")
@@ -261,5 +273,16 @@ class ExperimentRun:
 
     def _streamed(self) -> list[TopicPartition]:
         """The partitions under the load (not those of topics loaded once)."""
-        idle = {t.name for t in self.exp.topics if t.load == "once"}
-        return [tp for tp in self.partitions if tp.topic not in idle]
+        once = {t.name for t in self.exp.topics if t.load == "once"}
+        return [tp for tp in self.partitions if tp.topic not in once]
+
+
+def written(topics: list[TopicSpec]) -> list[TopicPartition]:
+    """The partitions of `topics` the run writes (sampled, awaited and read back): not an idle topic's."""
+    return [TopicPartition(t.name, p) for t in topics if t.load != "idle" for p in range(t.partitions)]
+
+
+def creation_timeout_s(partitions: int) -> float:
+    """How long new partitions may take to be online: 2 minutes, and a second per 500 partitions more
+    (100,000 took 48-238 s on a 2-core host, BENCHMARKS.md)."""
+    return max(120.0, partitions / 500)

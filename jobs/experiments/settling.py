@@ -46,9 +46,10 @@ def recovered(assignment: dict[TopicPartition, list[int]], states: dict[str, run
             {tp: replicas[0] for tp, replicas in assignment.items()}, leaders, imbalance_percentage))
 
 
-def zk_assignments(zk: KrayZkClient) -> dict[TopicPartition, list[int]]:
-    """Every topic's (the load's, those the admin actions made)."""
-    return {TopicPartition(name, p): replicas for name, topic in zk.get_topic_znodes(zk.get_all_topics()).items()
+def zk_assignments(zk: KrayZkClient, skip: frozenset[str] = frozenset()) -> dict[TopicPartition, list[int]]:
+    """Every topic's (the load's, those the admin actions made) but those `skip` names."""
+    names = [name for name in zk.get_all_topics() if name not in skip]
+    return {TopicPartition(name, p): replicas for name, topic in zk.get_topic_znodes(names).items()
             for p, replicas in topic.assignment().items()}
 
 

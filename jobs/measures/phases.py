@@ -87,3 +87,5 @@ class Analysis(NamedTuple):
     out: Path
     on_ray: bool
     faults: list[dict] = []  # per fault and source (analysis.fault_table): measures' p50/p99, offered load, knee
+    by_count: list[dict] = []  # per failover kind, detector and partitions_total: the controller's phases'
+    # p50 and mean (analysis.controller_by_count)

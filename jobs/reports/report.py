@@ -87,6 +87,7 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
              "the fault: " + "; ".join(f"`{s}` {what}" for s, what in COORDINATOR_STEPS.items()) + ".", ""]
     lines += [f"![{title}]({name})" for name, title in charts] + [""]
     lines += offered_load_section(a.faults)
+    lines += by_count_section(a.by_count)
     lines += ["## Percentiles per load bucket", "",
               "| source | detector | partitions affected | measure | n | censored | mean | p50 | p95 | p99 |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -134,6 +135,50 @@ def write_report(a: Analysis, sample: list[dict]) -> Path:
     path = a.out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def by_count_section(by_count: list[dict]) -> list[str]:
+    """The controller's phases (p50, ms) at each partition count of the cluster, per failover kind and detector."""
+    if not by_count:
+        return []
+    lines = ["## The controller's phases against the partition count", "",
+             "Per failover kind, detector and the cluster's partition count at the failover: the failovers, the "
+             "partitions each affected (mean) and the p50 of each phase of the controller's (ms), and of their sum.",
+             "", "| kind | detector | partitions | failovers | affected | " + " | ".join(CONTROLLER_PHASES) + " | total |",
+             "|---|---|---|---|---|" + "---|" * (len(CONTROLLER_PHASES) + 1)]
+    for r in by_count:
+        lines.append(f"| {r['kind']} | {'-' if r['detector'] is None else 'on' if r['detector'] else 'off'} | "
+                     f"{r['partitions_total']:,} | {r['n']} | {_fmt(r['partitions_affected'])} | " +
+                     " | ".join(_fmt(r[f"{c}_p50"]) for c in [*CONTROLLER_PHASES, "total_ms"]) + " |")
+    return lines + [""]
+
+
+def by_count_chart(by_count: list[dict]):
+    """A panel per failover kind: each controller phase's p50 (and their sum's) against the cluster's
+    partition count, both axes logarithmic; the detector off dashed."""
+    import matplotlib.pyplot as plt
+
+    kinds = sorted({r["kind"] for r in by_count})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(6.5 * len(kinds), 4.8), squeeze=False)
+    colors = dict(zip([*CONTROLLER_PHASES, "total_ms"], ["#9ecae1", "#6baed6", "#2171b5", "#08306b", "#e6550d"]))
+    for ax, kind in zip(axes[0], kinds):
+        for detector in sorted({r["detector"] for r in by_count if r["kind"] == kind}, key=bool, reverse=True):
+            rows = sorted((r for r in by_count if r["kind"] == kind and r["detector"] == detector),
+                          key=lambda r: r["partitions_total"])
+            for phase, color in colors.items():
+                points = [(r["partitions_total"], max(r[f"{phase}_p50"], 0.1)) for r in rows
+                          if r[f"{phase}_p50"] is not None]
+                if points:
+                    ax.plot(*zip(*points), marker="o", color=color, linestyle="-" if detector is not False else "--",
+                            linewidth=2.4 if phase == "total_ms" else 1.6,
+                            label=f"{phase[:-3].replace('_', ' ')}" + ("" if detector is not False else
+                                                                        " (detector off)"))
+        ax.set(xscale="log", yscale="log", xlabel="partitions in the cluster", ylabel="p50 (ms)",
+               title=kind.replace("_", " "))
+        ax.grid(which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("The controller's phases against the partition count")
+    return fig
 
 
 def offered_load_section(faults: list[dict]) -> list[str]:
@@ -212,6 +257,9 @@ def _charts(a: Analysis, sample: list[dict]) -> list[tuple[str, str]]:
     if a.faults:
         made.append(_save(offered_load_chart(a.faults), a.out / "waits_vs_offered_load.png",
                           "recovery and worst wait against the offered load, the knee marked"))
+    if a.by_count:
+        made.append(_save(by_count_chart(a.by_count), a.out / "controller_phases_vs_partitions.png",
+                          "the controller's phases against the partition count"))
     means = {(r["source"], r["detector"], r["bucket"], r["measure"]): r["mean"] or 0 for r in a.percentiles
              if r["source"] not in PER_FAULT_SOURCES}
     keys = sorted({k[:3] for k in means}, key=lambda k: (k[0], bool(k[1]), bucket_order(k[2])))

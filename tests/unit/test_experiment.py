@@ -186,7 +186,7 @@ BAD = [
     ("only-idle-topics", "name: x\ntopics: [{name: a, load: once}]\n",
      ["the load needs a topic streamed from the start"]),
     ("unknown-topic-load", "name: x\ntopics: [{name: a, load: sometimes}]\n",
-     ["topics.0.load: Input should be 'stream' or 'once'"]),
+     ["topics.0.load: Input should be 'stream', 'once' or 'idle'"]),
     ("every-min-over-max", "name: x\nrandom_faults: {every_s: [5, 2]}\n",
      ["random_faults", "every_s must be (min, max) with 0 < min <= max"]),
     ("every-min-zero", "name: x\nrandom_faults: {every_s: [0, 2]}\n",

@@ -1,6 +1,9 @@
 """The sweep's grid and its validation (pure: no Ray, no ZooKeeper)."""
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+
 import pytest
 
 from coordination.errors import KrayError
@@ -59,6 +62,27 @@ def test_growing_partitions_tops_each_count_up_with_a_topic_and_keeps_the_other_
         assert e.schedule[-1].at_s < e.duration_s
 
 
+def test_an_idle_growth_adds_topics_no_one_writes_and_places_its_load_against_the_first_counts_knee():
+    sweep = Sweep(partitions=[300, 10_000, 100_000], grow_partitions=True, grown_load="idle", rates=[300],
+                  load_fractions=[0.5], detector=[True], group_members=0, kills=1)
+    assert sweep.knee_counts() == [300]  # where the whole load is
+    by_rate = {e.name.split("-")[3]: e for e in sweep.experiments({300: 2000.0})}
+    assert by_rate["r300"].load.rate == 300 and by_rate["f50"].load.rate == 1000  # not scaled by 300 / 100,000
+    for e in by_rate.values():
+        assert [(t.name, t.partitions, t.after_fault, t.load) for t in e.topics] == [
+            ("load", 300, 0, "stream"), ("load2", 9700, 1, "idle"), ("load3", 90_000, 2, "idle")]
+        assert len(e.schedule) == 3 and all(f.after_recovery for f in e.schedule)  # a kill at each count
+
+
+def test_the_100000_partition_sweep_file_is_a_growing_idle_sweep_killing_at_10000_and_100000():
+    sweep = load_sweep(Path(__file__).parents[2] / "experiments" / "sweep-100k.yaml")
+    (experiment,) = sweep.experiments()
+    counts = list(itertools.accumulate(t.partitions for t in experiment.topics))
+    assert counts == [300, 10_000, 100_000] and sweep.grown_load == "idle"
+    kills_at = [counts[sum(t.after_fault <= i for t in experiment.topics) - 1] for i in range(len(experiment.schedule))]
+    assert kills_at == [300, 10_000, 100_000]
+
+
 def test_no_file_runs_the_quick_sweep_and_full_the_old_grid(tmp_path, capsys):
     assert sweep_of(None, full=False) is QUICK
     full = sweep_of(None, full=True)
@@ -96,6 +120,8 @@ def test_load_fractions_are_placed_against_each_counts_knee_beside_the_given_rat
     ({"partitions": [0]}, "partitions must be >= 1"),
     ({"partitions": []}, "at least 1 item"),
     ({"colour": "red"}, "Extra inputs are not permitted"),
+    ({"grown_load": "idle"}, "grown_load: idle is the load of the topics a growing sweep adds"),
+    ({"grown_load": "once", "grow_partitions": True}, "Input should be 'stream' or 'idle'"),
     ({"brokers": [100]}, "an experiment of this grid is impossible: brokers"),
     ({"kills": 200000}, "an experiment of this grid is impossible: duration_s"),
 ])
