@@ -29,6 +29,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 from actors.broker.replica_manager import ReplicaManager
 from coordination import zkdata
 from coordination.errors import MalformedZNodeError
+from coordination.zkdata import TopicPartition
 from coordination.zkclient import Attempts, KrayZkClient
 from coordination.zkdata import TopicPartition
 
@@ -110,8 +111,8 @@ class IsrManager:
         self._writer.shutdown(wait=False, cancel_futures=True)
 
     def _write(self, decided: list, verb: str, joining: int | None, broker_epoch: int | None) -> None:
-        """The conditional writes, MULTI_OPS at a time; a partition whose zkVersion moved is refused alone
-        (its change given up) and the rest written again."""
+        """The conditional writes, MULTI_OPS at a time; when a multi is refused, the partitions whose
+        zkVersion moved are settled (`_settle_refused`) and the rest written again."""
         pending = list(decided)
         while pending:
             chunk, pending = pending[:MULTI_OPS], pending[MULTI_OPS:]
@@ -125,40 +126,51 @@ class IsrManager:
             if refused is not None and sent_again and (stats := self._landed(chunk)) is not None:
                 refused = None  # the first try went through whole; only its answer was lost
             if refused is not None:
-                self._refused(chunk[refused], verb)
-                pending = chunk[:refused] + chunk[refused + 1:] + pending
+                pending = self._settle_refused(chunk, verb) + pending
                 continue
             self._applied(chunk, stats, verb)
 
-    def _refused(self, change, verb: str) -> None:
-        """The partition's zkVersion moved. If the znode holds exactly the state this write would make, an
-        earlier write of it went through and only its answer was lost (a connection loss): it counts as
-        done, at the version found (Kafka's checkLeaderAndIsrZkData). Otherwise the controller wrote:
-        give the change up until its LeaderAndIsr arrives (`Partition.give_up_isr_change`)."""
-        tp, partition, isr, state = change
-        stats = self._landed([change])
-        if stats is not None:
-            self._applied([change], stats, verb)
-            return
-        if self.on_loop(lambda: partition.give_up_isr_change(state.leader_epoch)):
-            self.failed_isr_updates += 1
-            log.info("[Partition %s broker=%d] Failed to update ISR to %s due to invalid version (cached "
-                     "zkVersion %d). Giving up.", tp, self.broker_id, ",".join(map(str, isr)), state.zk_version)
+    def _settle_refused(self, chunk: list, verb: str) -> list:
+        """A multi of `chunk` was refused: zkVersions moved. Every znode of the chunk is read at once and
+        each moved one settled as Kafka settles one partition's: if it holds exactly the state this write
+        would make, an earlier write of it went through and only its answer was lost (a connection loss),
+        so it counts as done at the version found (checkLeaderAndIsrZkData); otherwise the controller
+        wrote, and the change is given up until its LeaderAndIsr arrives (`Partition.give_up_isr_change`).
+        Returns the rest, whose versions had not moved, to write again. One read per refused multi: settled
+        one refusal at a time, a leader that had decided 50,000 shrinks on states the controller's
+        LeaderAndIsr was about to replace took minutes over them, its followers' expansions queued behind."""
+        found = self.zk.get_many(zkdata.partition_state_path(tp) for tp, *_ in chunk)
+        again, landed, stats, moved = [], [], [], []
+        for change in chunk:
+            tp, _, isr, state = change
+            got = found[zkdata.partition_state_path(tp)]
+            if got is not None and got[1].version == state.zk_version:
+                again.append(change)
+            elif _holds(tp, got, state, isr):
+                landed.append(change)
+                stats.append(got[1])
+            else:
+                moved.append(change)
+        if landed:
+            self._applied(landed, stats, verb)
+        if moved:
+            given_up = self.on_loop(lambda: [partition.give_up_isr_change(state.leader_epoch)
+                                             for _, partition, _, state in moved])
+            self.failed_isr_updates += sum(given_up)
+            for (tp, _, isr, state), gave_up in zip(moved, given_up):
+                if gave_up:
+                    log.info("[Partition %s broker=%d] Failed to update ISR to %s due to invalid version (cached "
+                             "zkVersion %d). Giving up.", tp, self.broker_id, ",".join(map(str, isr)), state.zk_version)
+        return again
 
     def _landed(self, chunk: list) -> list | None:
         """Each partition's znode stat if every znode holds exactly the state its write would make,
-        else None (Kafka's checkLeaderAndIsrZkData, for one partition or a multi's whole chunk)."""
+        else None (Kafka's checkLeaderAndIsrZkData, for a multi's whole chunk)."""
         found = self.zk.get_many(zkdata.partition_state_path(tp) for tp, *_ in chunk)
         stats = []
         for tp, _, isr, state in chunk:
             got = found[zkdata.partition_state_path(tp)]
-            try:
-                znode = zkdata.decode(zkdata.PartitionStateZNode, zkdata.partition_state_path(tp), got[0]) \
-                    if got is not None else None
-            except MalformedZNodeError:
-                znode = None
-            if znode is None or (znode.leader, znode.leader_epoch, znode.controller_epoch, tuple(znode.isr)) != \
-                    (state.leader, state.leader_epoch, state.controller_epoch, tuple(isr)):
+            if not _holds(tp, got, state, isr):
                 return None
             stats.append(got[1])
         return stats
@@ -229,3 +241,15 @@ class IsrManager:
 
 class _NotRegistered(Exception):
     """The broker an ISR expansion would take in has no registration any more."""
+
+
+def _holds(tp: TopicPartition, got, state, isr: tuple[int, ...]) -> bool:
+    """Whether a partition's state znode as read (`got`: (data, stat), or None when absent) holds exactly
+    the state an ISR write of `isr` on `state` makes."""
+    try:
+        znode = zkdata.decode(zkdata.PartitionStateZNode, zkdata.partition_state_path(tp), got[0]) \
+            if got is not None else None
+    except MalformedZNodeError:
+        return False
+    return znode is not None and (znode.leader, znode.leader_epoch, znode.controller_epoch, tuple(znode.isr)) == \
+        (state.leader, state.leader_epoch, state.controller_epoch, tuple(isr))

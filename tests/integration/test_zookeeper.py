@@ -450,8 +450,8 @@ def test_an_isr_expansion_takes_in_only_a_registered_broker(zk, tmp_path):
     assert zk_isr() == [1, 2] and partition.state.isr == (1, 2)
 
 
-def led_alone_with_a_registered_follower(zk, tmp_path, tps: list[TopicPartition]):
-    """Broker 1 leading `tps` with the ISR [1] (their state znodes so), replicas [1, 2], and broker 2
+def led_alone_with_a_registered_follower(zk, tmp_path, tps: list[TopicPartition], isr: tuple[int, ...] = (1,)):
+    """Broker 1 leading `tps` with the ISR `isr` (their state znodes so), replicas [1, 2], and broker 2
     registered: (broker 1's ReplicaManager, broker 2's epoch, which its metadata has alive)."""
     from actors.broker.log.log_config import LogConfig
     from actors.broker.replica_manager import ReplicaManager
@@ -460,16 +460,59 @@ def led_alone_with_a_registered_follower(zk, tmp_path, tps: list[TopicPartition]
 
     zk.ensure_persistent_paths()
     epoch = zk.kazoo.create(zkdata.broker_path(2), b"{}", ephemeral=True, include_data=True)[1].czxid
+    tx = zk.kazoo.transaction()
+    for path in sorted({zkdata.partition_state_path(tp).rsplit("/", 2)[0] for tp in tps}):
+        zk.kazoo.ensure_path(path)
     for tp in tps:
-        zk.kazoo.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, [1]),
-                        makepath=True)
+        zk.kazoo.ensure_path(zkdata.partition_state_path(tp).rsplit("/", 1)[0])
+        tx.create(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 0, 1, list(isr)))
+    assert not [r for r in tx.commit() if isinstance(r, Exception)]
     rm = ReplicaManager(1, tmp_path, lambda topic: LogConfig.from_overrides(BrokerConfig(), {}),
                         alive_broker_epoch={2: epoch}.get)
     rm.become_leader_or_follower(LeaderAndIsrRequest(
         controller_id=1, controller_epoch=1, broker_epoch=-1, live_leaders=[], partition_states=[PartitionState(
-            topic=tp.topic, partition=tp.partition, controller_epoch=1, leader=1, leader_epoch=0, isr=(1,),
+            topic=tp.topic, partition=tp.partition, controller_epoch=1, leader=1, leader_epoch=0, isr=isr,
             zk_version=0, replicas=(1, 2)) for tp in tps]), -1)
     return rm, epoch
+
+
+def test_a_shrink_decided_on_states_the_controller_rewrote_settles_its_refusals_a_multi_at_a_time(zk, tmp_path):
+    """A leader decides to shrink 600 ISRs while the controller has already rewritten half of them (a dead
+    follower's removal whose LeaderAndIsr has not arrived yet). Each refused multi is settled at once: one
+    read of its znodes gives up every moved partition's change and the rest are written again, so the
+    shrinks land with a few reads rather than one read and one multi per refused partition (which held a
+    100,000-partition leader's ISR writer for minutes, and its followers' expansions behind it)."""
+    from actors.broker.isr import IsrManager
+
+    tps = [TopicPartition("shrunk", p) for p in range(600)]
+    rm, _ = led_alone_with_a_registered_follower(zk, tmp_path, tps, isr=(1, 2))
+    moved = tps[::2]
+    tx = zk.kazoo.transaction()
+    for tp in moved:  # the controller's write: epoch 1, the follower out
+        tx.set_data(zkdata.partition_state_path(tp), zkdata.PartitionStateZNode.encode_fields(1, 1, 1, [1]))
+    tx.commit()
+
+    class ReadsCounted:  # the real client, its get_many calls counted
+        reads = 0
+
+        def __getattr__(self, name):
+            return getattr(zk, name)
+
+        def get_many(self, paths):
+            ReadsCounted.reads += 1
+            return zk.get_many(paths)
+
+    isr = IsrManager(1, ReadsCounted(), rm, on_loop=lambda fn: fn())
+    isr.shrink(int(time.time() * 1000) + 10**9, 1000)  # follower 2 lags: every ISR is due
+
+    found = zk.get_many(zkdata.partition_state_path(tp) for tp in tps)
+    states = {tp: zkdata.decode(zkdata.PartitionStateZNode, "", found[zkdata.partition_state_path(tp)][0])
+              for tp in tps}
+    assert all((states[tp].leader_epoch, states[tp].isr) == ((1, [1]) if tp in moved else (0, [1])) for tp in tps)
+    assert all(rm.partition(tp).isr_change_given_up == (tp in moved) for tp in tps)
+    assert [rm.partition(tp).state.isr for tp in tps if tp not in moved] == [(1,)] * 300
+    assert isr.failed_isr_updates == 300
+    assert ReadsCounted.reads <= 4  # one per refused multi (600 / 500 partitions, the rest written again)
 
 
 def test_the_isr_expansions_of_one_fetch_go_in_one_multi_and_a_moved_partition_is_refused_alone(zk, tmp_path):
