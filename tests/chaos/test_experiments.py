@@ -280,3 +280,24 @@ def test_flaky_zookeeper_with_admin_actions_loses_no_event_and_no_session(enviro
 def test_the_flaky_zookeeper_experiment_loses_no_event_and_no_session(environment, tmp_path):
     flaky_zookeeper_keeps_every_invariant_and_every_session(
         load_experiment(REPO / "experiments" / "flaky-zookeeper.yaml"), tmp_path)
+
+
+@pytest.mark.slow  # about 10 minutes: 100,000 partitions made, and a broker killed among them, on one host
+def test_the_sweep_to_100000_partitions_keeps_every_invariant_and_charts_the_controllers_phases(environment, tmp_path):
+    """experiments/sweep-100k.yaml: one cluster grown from 300 to 10,000 to 100,000 partitions (the growth
+    idle, the load on the first 300), a broker killed at each count; every invariant holds at every count
+    and the Spark report has the controller's phases at each."""
+    from jobs.sweep import load_sweep, run_sweep
+
+    lines: list[str] = []
+    _, result = run_sweep(load_sweep(REPO / "experiments" / "sweep-100k.yaml"), tmp_path, progress=lines.append)
+    print("\n".join(lines))
+    assert any("every invariant holds" in line for line in lines) and not any("BROKEN" in line for line in lines)
+    assert any("90,000 partitions more, 100,000 in all, 300 written" in line for line in lines)
+    by_count = {r["partitions_total"]: r for r in result.by_count if r["kind"] == "broker_failure"}
+    assert sorted(by_count) == [300, 10_000, 100_000]
+    for count, row in by_count.items():  # RF 3 on 3 brokers: a kill affects every partition at the controller
+        assert row["n"] == 1 and row["partitions_affected"] == count
+        assert all(row[f"{phase}_p50"] is not None for phase in ("election_zk_ms", "propagation_ms"))
+    assert (result.out / "controller_phases_vs_partitions.png").stat().st_size > 10_000
+    assert "| broker_failure | on | 100,000 | 1 | 100,000 |" in (result.out / "report.md").read_text()

@@ -424,7 +424,8 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, m
         load = json.loads((run / rundir.EXPERIMENT).read_text())["load"]
         assert (load["knee_per_s"], load["knee_fraction"], load["rate"]) == (knee, 0.5, pytest.approx(knee / 2 / 3))
     assert any("every invariant holds" in line for line in lines) and not any("BROKEN" in line for line in lines)
-    assert sum("Topic load2 created after fault 1: 12 partitions more, 18 under load" in line for line in lines) == 2
+    assert sum("Topic load2 created after fault 1: 12 partitions more, 18 in all, 18 written" in line
+               for line in lines) == 2
     assert sum("members consuming 18 partitions" in line for line in lines) == 2  # the group took load2 before kill 2
     for run in runs:  # the kills' load: the topics' partitions and the group's offsets partitions
         kills = [json.loads(line) for line in (run / rundir.FAILOVERS).read_text().splitlines()
@@ -448,6 +449,17 @@ def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, m
     assert {w["run_id"] for w in killed if w["partition"].startswith("load2-") and w["fault_id"] == 2} == \
         {r.name for r in runs}
     assert {w["source"] for w in waits} == {"load", "probe", "group"}  # the probes and the group beside the load
+    # the controller's phases against the partition count: a row per count and detector, the chart, the table
+    by_count = {(r["kind"], r["detector"], r["partitions_total"]): r for r in result.by_count}
+    assert set(by_count) == {("broker_failure", d, n) for d in (True, False) for n in (6 + offsets, 18 + offsets)}
+    for (_, detector, n), r in by_count.items():
+        assert r["n"] == 1 and r["total_ms_p50"] == pytest.approx(sum(r[f"{p}_p50"] for p in CONTROLLER_PHASES))
+        [failover] = [row for row in table if row["detector"] == detector and row["partitions_total"] == n]
+        assert r["propagation_ms_p50"] == pytest.approx(failover["propagation_ms"])
+    assert (result.out / "controller_phases_vs_partitions.png").stat().st_size > 10_000
+    report = (result.out / "report.md").read_text()
+    assert "## The controller's phases against the partition count" in report
+    assert f"| broker_failure | off | {18 + offsets} | 1 |" in report
     # the second kill of each run was of the group's coordinator (unless the controller's broker coordinated it,
     # which the fault's record says), the first perhaps too (a non-controller picked at random): each such
     # failover beside the producers'
