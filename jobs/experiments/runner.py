@@ -236,7 +236,7 @@ class ExperimentRun:
         total = len(self.partitions) + len(new)
         self.partitions = self.partitions + new  # sampled, awaited and read back from now on
         if new:
-            self._load_new(topics, new, total, deadline)
+            self._load_new(topics, new, total, time.monotonic() + timeout_s)
         self.progress(f"Topic {names} created after fault {done}: {count:,} partitions more, {self.created:,} in "
                       f"all, {total:,} written")
 
