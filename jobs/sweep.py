@@ -122,7 +122,7 @@ class Sweep(BaseModel):
         "stream", description="with grow_partitions, the load of each next count's topic: stream (the first "
         "count's rate per partition, so the load grows with the count) or idle (created and never written: the "
         "cluster's partitions grow, to 100,000 on one host, while the load and its probes stay on the first "
-        "count's; each kill still affects a third of them all at the controller and the brokers)")
+        "count's; a kill still takes the leader of a third of them all and a follower of the rest)")
 
     @model_validator(mode="after")
     def _possible(self) -> "Sweep":
