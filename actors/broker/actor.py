@@ -350,7 +350,7 @@ class BrokerActor:
 
     @ray.method(concurrency_group="control")
     def leader_and_isr(self, request: LeaderAndIsrRequest) -> ControllerResponse:
-        """Apply the roles a step (LEADER_AND_ISR_STEP partitions) a turn of the event loop, each turn then
+        """Apply the roles a step (LEADER_AND_ISR_STEP partitions, LEADER_AND_ISR_STEP_S) a loop turn, each then
         (re)starting or stopping fetching from the listeners the request names; fetches in flight cut at the end."""
         def step() -> ControllerResponse | None:
             try:

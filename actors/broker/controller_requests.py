@@ -33,7 +33,11 @@ from coordination.zkdata import TopicPartition
 state_change_log = logging.getLogger("state.change.logger")
 
 UNKNOWN_BROKER_EPOCH = -1
-LEADER_AND_ISR_STEP = 1000  # partitions applied a step: making a new one costs 0.1-0.5 ms
+LEADER_AND_ISR_STEP = 1000  # partitions applied a step at most, and
+LEADER_AND_ISR_STEP_S = 0.05  # the seconds a step may take: making a new partition's directory and files costs
+# 0.1-1.2 ms on this VM's disk, so 1,000 of them held the event loop for up to 1.2 s a step; through the 90,000 of
+# a topic's creation the load's produces and replication got a turn that rarely, its ISRs shrank, its waiting
+# produces failed and librdkafka's retries timed out (120 s) and bumped its epoch: written twice
 # each step's partition states and their results; the response when the steps are done
 LeaderAndIsrSteps = Generator[tuple[list[PartitionState], list[PartitionError]], None, ControllerResponse]
 
@@ -85,7 +89,7 @@ class ControllerRequests:
 
     def become_leader_or_follower(self, request: LeaderAndIsrRequest, broker_epoch: int) -> ControllerResponse:
         """A LeaderAndIsr applied whole."""
-        steps = self.leader_and_isr_steps(request, broker_epoch, len(request.partition_states) or 1)
+        steps = self.leader_and_isr_steps(request, broker_epoch, len(request.partition_states) or 1, None)
         while True:
             try:
                 next(steps)
@@ -93,9 +97,11 @@ class ControllerRequests:
                 return done.value
 
     def leader_and_isr_steps(self, request: LeaderAndIsrRequest, broker_epoch: int,
-                             chunk: int = LEADER_AND_ISR_STEP) -> LeaderAndIsrSteps:
-        """A LeaderAndIsr applied `chunk` partition states a step, each step giving the states it applied
-        and their results; the response at the end. Between steps the broker serves its other requests
+                             chunk: int = LEADER_AND_ISR_STEP, step_s: float | None = LEADER_AND_ISR_STEP_S
+                             ) -> LeaderAndIsrSteps:
+        """A LeaderAndIsr applied `chunk` partition states a step at most, and no more than `step_s` seconds
+        allow (None: no limit; a step applies one at least), each step giving the states it applied and their
+        results; the response at the end. Between steps the broker serves its other requests
         (Kafka's request handlers and fetchers go on while becomeLeaderOrFollower runs): a broker making
         75,000 new partitions in one step kept its fetchers silent for half a minute, and the leaders
         took it out of the ISR of every partition it followed."""
@@ -106,11 +112,19 @@ class ControllerRequests:
         results: list[PartitionError] = []
         debug = state_change_log.isEnabledFor(logging.DEBUG)  # a line per partition only when asked
         states = request.partition_states
-        for first in range(0, len(states), chunk):
+        first = 0
+        while first < len(states):
             now, step_states = now_ms(), states[first:first + chunk]
+            budget = time.monotonic() + step_s if step_s is not None else None
             led: dict[TopicPartition, tuple[int, tuple[int, ...]]] = {}
             followed: dict[TopicPartition, int] = {}
-            step_results = [self._apply_partition_state(request, st, now, debug, led, followed) for st in step_states]
+            step_results = []
+            for st in step_states:
+                step_results.append(self._apply_partition_state(request, st, now, debug, led, followed))
+                if budget is not None and time.monotonic() > budget:
+                    break
+            step_states = step_states[:len(step_results)]
+            first += len(step_results)
             results += step_results
             # recorded as each step is applied: what follows it (a group coordinator's loading) may end
             # before the last step does

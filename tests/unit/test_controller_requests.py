@@ -157,6 +157,20 @@ def test_leader_and_isr_in_steps_applies_each_steps_states_and_answers_as_a_whol
     assert set(errors(whole).values()) == {Errors.STALE_CONTROLLER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION}
 
 
+def test_a_step_of_a_leader_and_isr_ends_when_its_time_is_up(rm):
+    """A step also ends once it has run `step_s` (making a partition's files takes up to a millisecond on a
+    slow disk: a thousand a step held the event loop for a second): with no time at all, one state a step."""
+    states = [ps(TopicPartition("s", i), leader=1 + i % 2, leader_epoch=0) for i in range(4)]
+    steps = rm.leader_and_isr_steps(lai(*states, controller_epoch=2), BROKER_EPOCH, 1000, step_s=0)
+    seen = []
+    with pytest.raises(StopIteration) as done:
+        while True:
+            step_states, results = next(steps)
+            seen.append([(s.topic, s.partition) for s in step_states])
+    assert seen == [[("s", i)] for i in range(4)]
+    assert set(errors(done.value.value).values()) == {Errors.NONE} and len(rm.replicas) == 4
+
+
 def test_leader_and_isr_in_steps_refused_whole_takes_no_step(rm):
     rm.become_leader_or_follower(lai(controller_epoch=7), BROKER_EPOCH)
     steps = rm.leader_and_isr_steps(lai(ps(T0, leader=1, leader_epoch=0), controller_epoch=6), BROKER_EPOCH, 1)
