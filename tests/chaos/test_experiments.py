@@ -38,7 +38,8 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
     experiment = Experiment(
         name="short", brokers=3, session_timeout_ms=3000, broker={**FAST_BROKERS, "offsets_topic_num_partitions": 10,
                                                          "group_initial_rebalance_delay_ms": 0},
-        topics=[{"name": "orders", "partitions": 12, "replication_factor": 3}],
+        topics=[{"name": "orders", "partitions": 12, "replication_factor": 3},
+                {"name": "dormant", "partitions": 6, "replication_factor": 3, "load": "idle"}],
         load={"producers": 2, "rate": 600, "acks": "all", "group_members": 3},
         schedule=[FaultSpec(at_s=3, fault=FaultKind.KILL_BROKER, target="non-controller", seconds=3),
                   FaultSpec(at_s=9, fault=FaultKind.RESTART_BROKER, target="non-controller"),
@@ -82,6 +83,11 @@ def test_short_chaos_experiment_keeps_every_invariant(environment, tmp_path):
     assert moved.fault_injected_ms < moved.elected_ms <= moved.loaded_ms and moved.found_ms is not None
     assert moved.consumed_all_ms is not None and moved.committed_ms is not None
     assert "The consumer group's coordinator through each fault on its broker" in report(run_dir)
+    # the idle topic: in the final state, fully replicated; never written, never sampled while the run went on
+    final = json.loads((run_dir / rundir.FINAL_STATE).read_text())
+    assert {f"dormant-{p}" for p in range(6)} <= final["zookeeper"].keys()
+    samples = [json.loads(line) for line in (run_dir / rundir.PARTITION_STATES).read_text().splitlines()]
+    assert samples and not any(key.startswith("dormant-") for sample in samples for key in sample["partitions"])
 
 
 @pytest.mark.slow  # about 65 s; tests/integration/test_links.py covers each link fault in the default run
