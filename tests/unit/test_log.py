@@ -332,6 +332,28 @@ def test_leader_epochs_are_checkpointed_on_close_and_rebuilt_from_batches_withou
     assert Log(tmp_path / "t-0").leader_epochs.entries == [(1, 0), (4, 3)]  # what the batches tell
 
 
+def test_an_empty_logs_leader_epochs_are_not_written_until_it_has_records_or_replaces_a_file(tmp_path):
+    """A load forgets every epoch that starts at the log end, so an empty log's checkpoint would be a file
+    written for nothing (100,000 a broker after each election at 100,000 idle partitions). Once the log has
+    records it is written; and a file written before is replaced even when what replaces it is empty."""
+    path = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    log = Log(tmp_path / "t-0")
+    log.leader_epochs.assign(3, 0)
+    log.leader_epochs.assign(5, 0)
+    assert not log.leader_epochs.unwritten(log.log_end_offset)
+    log.close()
+    assert not path.exists() and Log(tmp_path / "t-0").leader_epochs.entries == []  # as if it had been written
+    log = Log(tmp_path / "t-0")
+    log.leader_epochs.assign(5, 0)
+    log.append_as_leader(batch(2), leader_epoch=5)
+    log.close()
+    assert read_checkpoint(path, (int, int)) == [(5, 0)]
+    log = Log(tmp_path / "t-0")
+    log.truncate_fully_and_start_at(0)  # empty again: the old file must not survive it
+    log.close()
+    assert read_checkpoint(path, (int, int)) == []
+
+
 def test_an_idle_log_holds_no_file_descriptor_and_a_written_one_holds_one(tmp_path):
     """A broker's descriptors are limited (20,000 here): idle partitions must not each keep one open."""
     import os

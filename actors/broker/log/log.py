@@ -478,7 +478,7 @@ class Log:
         self._close_active()
         for segment in self.segments:
             segment.close()
-        self.leader_epochs.flush()
+        self.leader_epochs.flush(self.log_end_offset)
 
     def delete(self) -> None:
         """Remove the log from disk (StopReplica with delete)."""
