@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+import actors.controller.controller  # noqa: F401  (its import registers every event's flow, as the actor's does)
 from actors.config import ControllerConfig
 from actors.controller.context import ControllerContext, LeaderAndIsr
 from actors.controller.events import ControllerEvent
