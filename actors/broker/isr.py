@@ -29,7 +29,6 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 from actors.broker.replica_manager import ReplicaManager
 from coordination import zkdata
 from coordination.errors import MalformedZNodeError
-from coordination.zkdata import TopicPartition
 from coordination.zkclient import Attempts, KrayZkClient
 from coordination.zkdata import TopicPartition
 
