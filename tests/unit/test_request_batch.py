@@ -233,6 +233,32 @@ def test_a_starting_broker_is_sent_every_partition_and_the_others_only_what_chan
     assert um[1][0].partition_states is um[2][0].partition_states  # one object per partition set, encoded once
 
 
+def test_requests_carrying_the_same_states_share_one_rows_object_encoded_once(ctx):
+    """A broker failure gives each survivor a LeaderAndIsr and an UpdateMetadata of the same states: one
+    object serves all four, so Ray pickles it once. A new partition's state (is_new) or a topic being
+    deleted makes a different set, which is not shared."""
+    batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
+    for tp in (T1, T0):  # added out of order: every request lists partitions in order
+        batch.add_leader_and_isr([1, 2, 3], tp)
+    out = batch.build(ctx)
+    carried = [r.partition_states for rs in out.values() for r in rs]
+    assert len(carried) == 6 and all(states is carried[0] for states in carried)
+    assert list(carried[0]) == [expected_t0(), expected_t1()]
+
+    batch.add_leader_and_isr([1], T0, is_new=True)
+    batch.add_leader_and_isr([2], T0)
+    out = batch.build(ctx)
+    lai = {b: out[b][0].partition_states for b in (1, 2)}
+    assert list(lai[1]) == [expected_t0(is_new=True)] and list(lai[2]) == [expected_t0()]
+    assert out[3][0].partition_states is lai[2]  # the UpdateMetadata: T0 as it is, not new
+
+    ctx.topics_to_be_deleted.add("t")
+    batch.add_leader_and_isr([1], T0)
+    out = batch.build(ctx)
+    assert list(out[1][0].partition_states) == [expected_t0()]
+    assert [s.leader for s in out[1][1].partition_states] == [-2]  # LEADER_DURING_DELETE, another object
+
+
 def test_build_reflects_context_at_build_time(ctx):
     batch = ControllerBrokerRequestBatch(CONTROLLER_ID)
     batch.add_leader_and_isr([1, 2, 3], T0)
