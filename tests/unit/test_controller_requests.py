@@ -11,7 +11,7 @@ from actors.broker.replica_manager import role
 from actors.protocol import StopReplicaPartition, UpdateMetadataRequest
 from coordination.errors import Errors
 from coordination.zkdata import TopicPartition
-from tests.unit.replica_manager_helpers import BROKER, BROKER_EPOCH, T0, T1, T2, errors, lai, ps, stop
+from tests.unit.replica_manager_helpers import BROKER, BROKER_EPOCH, T0, T1, T2, batch, errors, lai, ps, stop
 from tests.unit.replica_manager_helpers import rm  # noqa: F401 (the fixture)
 
 
@@ -262,8 +262,11 @@ def test_local_replica_role():
 def test_replicas_get_logs_that_stop_replica_keeps_or_deletes(rm, tmp_path):
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)),
                                  BROKER_EPOCH)
-    assert (tmp_path / "t-0").is_dir() and (tmp_path / "t-1").is_dir()
+    assert not (tmp_path / "t-0").exists() and not (tmp_path / "t-1").exists()  # made at their first records
     assert rm.partition(T0).is_leader and not rm.partition(T1).is_leader
+    for tp in (T0, T1):
+        rm.partition(tp).log.append_as_leader(batch(1), 0)
+    assert (tmp_path / "t-0").is_dir() and (tmp_path / "t-1").is_dir()
     rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0, delete_partition=True),
                           StopReplicaPartition(topic="t", partition=1)), BROKER_EPOCH)
     assert not (tmp_path / "t-0").exists()  # deleted with the topic

@@ -355,7 +355,8 @@ def test_an_empty_logs_leader_epochs_are_not_written_until_it_has_records_or_rep
 
 
 def test_an_idle_log_holds_no_file_descriptor_and_a_written_one_holds_one(tmp_path):
-    """A broker's descriptors are limited (20,000 here): idle partitions must not each keep one open."""
+    """A broker's descriptors are limited (20,000 here): idle partitions must not each keep one open. A log
+    with no record has no directory either: a broker makes 75,000 new replicas at once."""
     import os
 
     def descriptors() -> int:
@@ -364,13 +365,36 @@ def test_an_idle_log_holds_no_file_descriptor_and_a_written_one_holds_one(tmp_pa
     before = descriptors()
     logs = [Log(tmp_path / f"t-{i}") for i in range(50)]
     assert descriptors() == before
-    assert all((log.dir / "00000000000000000000.log").exists() for log in logs)
+    assert not any(log.dir.exists() for log in logs)
     fill(logs[0], 2)
     assert descriptors() == before + 1
+    assert (logs[0].dir / "00000000000000000000.log").exists() and not logs[1].dir.exists()
     assert offsets(logs[0].read(0, 10**6)) == list(range(6))
     for log in logs:
         log.close()
     assert descriptors() == before
+
+
+def test_a_log_is_made_on_disk_at_its_first_write_or_when_it_must_start_past_zero(tmp_path):
+    """Reads, truncations, flushes, epochs and closing leave an empty log in memory; its first record, or a
+    start past offset 0 (a follower whose leader's log starts there), makes it, and a reopening finds it."""
+    empty = Log(tmp_path / "t-0")
+    empty.leader_epochs.assign(3, 0)
+    assert empty.read(0, 100) == b"" and not empty.truncate_to(0)
+    empty.flush()
+    empty.close()
+    assert not (tmp_path / "t-0").exists() and Log(tmp_path / "t-0").log_end_offset == 0
+
+    started = Log(tmp_path / "t-1")
+    started.truncate_fully_and_start_at(5)
+    assert (tmp_path / "t-1" / "00000000000000000005.log").exists()
+    assert Log(tmp_path / "t-1").log_start_offset == 5
+
+    written = Log(tmp_path / "t-2")
+    fill(written, 2)
+    written.close()
+    again = Log(tmp_path / "t-2")
+    assert again.log_end_offset == 6 and offsets(again.read(0, 10**6)) == list(range(6))
 
 
 def test_the_recovery_point_moves_when_a_segment_rolls_and_is_checkpointed_beside_the_log(tmp_path):

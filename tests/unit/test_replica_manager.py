@@ -36,10 +36,11 @@ def test_the_logs_on_disk_are_opened_at_start_and_taken_by_the_first_leader_and_
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1,)),
                                      ps(T1, leader=1, leader_epoch=0, isr=(1,))), BROKER_EPOCH)
     rm.partition(T0).append_as_leader(batch(3), 1)
+    rm.partition(T1).append_as_leader(batch(1), 1)
     rm.checkpoint_high_watermarks()
     again = ReplicaManager(BROKER, tmp_path, CONFIG_FOR)
     assert again.load_logs() == 2 and again.load_logs() == 2 and again.partitions == {}
-    assert again.high_watermarks_by_dir() == {tmp_path: [("t", 0, 3), ("t", 1, 0)]}  # a checkpoint keeps theirs
+    assert again.high_watermarks_by_dir() == {tmp_path: [("t", 0, 3), ("t", 1, 1)]}  # a checkpoint keeps theirs
     opened = again._loaded[T0]
     again.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1)), BROKER_EPOCH)
     assert again.partition(T0) is opened and opened.log.log_end_offset == 3 and T0 not in again._loaded
