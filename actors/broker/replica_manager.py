@@ -98,7 +98,10 @@ class ReplicaManager(ControllerRequests):
         # follower -> the partitions led here whose ISR it is out of: the ones its fetches may take it back
         # into, indexed so that a fetch need not look at every partition of its session
         self._outside_isr: dict[int, set[TopicPartition]] = {}
-        self._outside_isr_of: dict[TopicPartition, tuple[LeaderAndIsrState, tuple[int, ...]]] = {}
+        # the partitions led here, with their state as indexed and the followers outside their ISR: the
+        # periodic tasks look at these only (a third of a broker's partitions, with three brokers)
+        self._led: dict[TopicPartition, tuple[LeaderAndIsrState, tuple[int, ...]]] = {}
+        self._high_watermarks_changed = True  # since the last checkpoint: a partition's HW, role or presence
         # Kafka's BrokerTopicMetrics MessagesInPerSec and BytesInPerSec (all topics): appended by produce here
         self.messages_in = self.bytes_in = 0
 
@@ -125,8 +128,13 @@ class ReplicaManager(ControllerRequests):
         """Kafka's replication-offset-checkpoint entries: where each replica's HW is, for the next start."""
         return [(tp.topic, tp.partition, p.high_watermark) for tp, p in sorted(self.partitions.items())]
 
-    def high_watermarks_by_dir(self) -> dict[Path, list[tuple[str, int, int]]]:
-        """The checkpoint entries of each live log directory (every one gets its file, empty or not)."""
+    def high_watermarks_by_dir(self, changed_only: bool = False) -> dict[Path, list[tuple[str, int, int]]]:
+        """The checkpoint entries of each live log directory (every one gets its file, empty or not); with
+        `changed_only`, none when no partition has changed since the last time (an idle broker of 100,000
+        partitions listed and wrote them all every 5 s)."""
+        if changed_only and not self._high_watermarks_changed:
+            return {}
+        self._high_watermarks_changed = False
         out: dict[Path, list[tuple[str, int, int]]] = {d: [] for d in self.log_dirs.live}
         for tp, p in sorted({**self._loaded, **self.partitions}.items()):  # those opened at start keep theirs
             d = self.log_dirs.dir_of(tp)
@@ -238,6 +246,7 @@ class ReplicaManager(ControllerRequests):
                 continue
             try:
                 self._loaded[tp] = self._new_partition(tp, log_dir)
+                self._high_watermarks_changed = True
             except KafkaStorageException:
                 continue
         return len(self._loaded)
@@ -274,24 +283,26 @@ class ReplicaManager(ControllerRequests):
         """A partition changed (records, high watermark, role): sessions read it again, and the fetches
         waiting on it answer."""
         tp = TopicPartition(partition.topic, partition.partition)
+        self._high_watermarks_changed = True
         if self.events.enabled:
             self.events.high_watermark(tp, partition.state, partition.high_watermark, partition.is_leader)
         self.fetch_sessions.mark(tp)
         for fetch in self._waiting:
             if tp in fetch.keys and not (hw_only and fetch.follower):
                 fetch.wake()
-        if self._outside_isr_of.get(tp, (None,))[0] is not partition.state:  # its role or ISR changed
-            self._index_outside_isr(tp, partition)
+        indexed = self._led.get(tp)
+        if indexed is not None and indexed[0] is not partition.state or indexed is None and partition.is_leader:
+            self._index_led(tp, partition)  # its role or ISR changed
 
-    def _index_outside_isr(self, tp: TopicPartition, partition: Partition) -> None:
-        _, before = self._outside_isr_of.pop(tp, (None, ()))
+    def _index_led(self, tp: TopicPartition, partition: Partition) -> None:
+        _, before = self._led.pop(tp, (None, ()))
         for r in before:
             self._outside_isr[r].discard(tp)
         now = partition.outside_isr()
         for r in now:
             self._outside_isr.setdefault(r, set()).add(tp)
-        if now or partition.is_leader:
-            self._outside_isr_of[tp] = (partition.state, now)
+        if partition.is_leader:
+            self._led[tp] = (partition.state, now)
 
     def wake_fetches(self) -> None:
         """End every waiting fetch now (roles changed here: a follower's fetcher may have new work)."""
@@ -338,8 +349,7 @@ class ReplicaManager(ControllerRequests):
     def under_replicated_partitions(self) -> int:
         """Kafka's ReplicaManager UnderReplicatedPartitions: partitions led here whose ISR is smaller
         than their replicas."""
-        return sum(1 for p in self.partitions.values()
-                   if p.is_leader and len(p.state.isr) < len(p.state.replicas))
+        return sum(1 for state, _ in self._led.values() if len(state.isr) < len(state.replicas))
 
     # -- fetch ---------------------------------------------------------------
 
@@ -488,8 +498,8 @@ class ReplicaManager(ControllerRequests):
 
     def isr_shrinks(self, now: int, replica_lag_time_max_ms: int) -> list[TopicPartition]:
         """The partitions led here whose ISR holds a follower that lags too long."""
-        return [tp for tp, partition in self.partitions.items()
-                if partition.isr_to_shrink(now, replica_lag_time_max_ms, self.last_session_fetch) is not None]
+        return [tp for tp in self._led if (partition := self.partitions.get(tp)) is not None
+                and partition.isr_to_shrink(now, replica_lag_time_max_ms, self.last_session_fetch) is not None]
 
     def last_session_fetch(self, broker_id: int) -> tuple[int, int]:
         """(broker epoch, ms) of a follower broker's latest fetch, of any partition; (-1, 0) before one."""
