@@ -54,15 +54,18 @@ class MetadataCache:
     def update(self, request: UpdateMetadataRequest) -> list[TopicPartition]:
         """Apply an UpdateMetadata; returns the partitions it deleted."""
         partitions = dict(self.snapshot.partitions)
+        counts = self._partition_counts.copy()  # kept as partitions come and go, not counted again
         deleted = []
         for st in request.partition_states:
             tp = TopicPartition(st.topic, st.partition)
             if st.leader == LEADER_DURING_DELETE:
-                partitions.pop(tp, None)
+                if partitions.pop(tp, None) is not None:
+                    counts[tp.topic] -= 1
                 deleted.append(tp)
             else:
+                if tp not in partitions:
+                    counts[tp.topic] += 1
                 partitions[tp] = st
-        counts = Counter(tp.topic for tp in partitions)
         self.snapshot = Snapshot(request.controller_id, request.controller_epoch,
                                  {b.id: b for b in request.live_brokers}, partitions)
         self._partition_counts = counts

@@ -9,6 +9,7 @@ import pytest
 from actors.broker.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from actors.protocol import UpdateMetadataRequest
 from coordination.errors import Errors
+from coordination.zkdata import TopicPartition
 from tests.live_brokers import live_broker
 from tests.unit.replica_manager_helpers import BROKER, BROKER_EPOCH, T0, T1, ps
 from tests.unit.replica_manager_helpers import rm  # noqa: F401 (the fixture)
@@ -76,6 +77,17 @@ def test_metadata_cache_leader_during_delete_removes_partition():
     assert deleted == [T0]
     assert set(cache.partitions) == {T1}
     assert T0 not in cache.leader_and_isr()
+
+
+def test_a_topics_partition_count_follows_the_partitions_an_update_adds_changes_and_deletes():
+    """Kept as each update's partitions come and go (counting the whole cache again at every
+    UpdateMetadata cost as much as the cache is large)."""
+    cache = MetadataCache()
+    cache.update(um(ps(T0, leader=1, leader_epoch=0), ps(T1, leader=2, leader_epoch=0)))
+    cache.update(um(ps(T1, leader=3, leader_epoch=1), ps(TopicPartition("u", 0), leader=1, leader_epoch=0)))
+    assert (cache.partition_count("t"), cache.partition_count("u"), cache.partition_count("v")) == (2, 1, 0)
+    cache.update(um(ps(T0, leader=-2, leader_epoch=0), ps(T0, leader=-2, leader_epoch=0)))  # deleted twice
+    assert (cache.partition_count("t"), cache.partition_count("u")) == (1, 1)
 
 
 def test_metadata_cache_no_leader_is_kept():
