@@ -277,14 +277,17 @@ class Partition:
         epoch and time)."""
         if not self.is_leader or self.isr_change_given_up:
             return None
-        leo = self.log.log_end_offset
+        leo, recent = self.log.log_end_offset, now_ms - replica_lag_time_max_ms
 
-        def session_caught_up(r: int, f: FollowerState) -> int:
+        def caught_up(r: int) -> int:  # asked for every led partition's ISR every 15 s: no copies made
+            f = self.followers.get(r)
+            if f is None:
+                return FollowerState().last_caught_up_ms  # never caught up
+            if f.last_caught_up_ms >= recent or f.log_end_offset < leo:
+                return f.last_caught_up_ms
             epoch, ms = last_session_fetch(r)
-            return ms if epoch == f.broker_epoch and f.log_end_offset >= leo else 0
-        followers = {r: f._replace(last_caught_up_ms=max(f.last_caught_up_ms, session_caught_up(r, f)))
-                     for r, f in self.followers.items()}
-        out = out_of_sync_replicas(self.broker_id, self.state.isr, followers, now_ms, replica_lag_time_max_ms)
+            return max(f.last_caught_up_ms, ms) if epoch == f.broker_epoch else f.last_caught_up_ms
+        out = out_of_sync_replicas(self.broker_id, self.state.isr, caught_up, now_ms, replica_lag_time_max_ms)
         return tuple(r for r in self.state.isr if r not in out) if out else None
 
     def isr_to_expand(self, replica_id: int, alive_broker_epoch: int | None) -> tuple[int, ...] | None:

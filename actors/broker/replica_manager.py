@@ -490,8 +490,8 @@ class ReplicaManager(ControllerRequests):
         (KIP-903), and only their new incarnations' own fetches can take them back into an ISR."""
         for broker_id, broker_epoch in incarnations.items():
             self._last_fetch.pop(broker_id, None)
-            for partition in self.partitions.values():
-                if partition.is_leader:
+            for tp in self._led:
+                if (partition := self.partitions.get(tp)) is not None:
                     partition.forget_follower(broker_id, broker_epoch)
 
     # -- periodic tasks ------------------------------------------------------

@@ -6,7 +6,7 @@ the fetch).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 
 class FollowerState(NamedTuple):
@@ -65,11 +65,11 @@ def high_watermark(current_hw: int, leader_id: int, leader_leo: int, followers: 
     return max(current_hw, min(leos, default=leader_leo))
 
 
-def out_of_sync_replicas(leader_id: int, isr: tuple[int, ...], followers: dict[int, FollowerState], now_ms: int,
+def out_of_sync_replicas(leader_id: int, isr: tuple[int, ...], last_caught_up_ms: Callable[[int], int], now_ms: int,
                          replica_lag_time_max_ms: int) -> tuple[int, ...]:
-    """ISR followers that have not been caught up for longer than replica.lag.time.max.ms."""
-    return tuple(r for r in isr if r != leader_id
-                 and now_ms - followers.get(r, FollowerState()).last_caught_up_ms > replica_lag_time_max_ms)
+    """ISR followers that have not been caught up (`last_caught_up_ms(r)`) for longer than
+    replica.lag.time.max.ms."""
+    return tuple(r for r in isr if r != leader_id and now_ms - last_caught_up_ms(r) > replica_lag_time_max_ms)
 
 
 def in_sync_again(follower: FollowerState, high_watermark_: int, leader_epoch_start_offset: int,

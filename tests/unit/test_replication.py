@@ -39,10 +39,10 @@ def test_high_watermark_is_the_smallest_leo_in_the_isr_and_never_goes_back():
 
 
 def test_out_of_sync_replicas_lag_longer_than_the_limit():
-    followers = {2: FollowerState(last_caught_up_ms=9_000), 3: FollowerState(last_caught_up_ms=20_000)}
-    assert out_of_sync_replicas(1, (1, 2, 3), followers, now_ms=30_000, replica_lag_time_max_ms=10_000) == (2,)
-    assert out_of_sync_replicas(1, (1, 2, 3), followers, now_ms=19_000, replica_lag_time_max_ms=10_000) == ()
-    assert out_of_sync_replicas(1, (1, 4), {}, now_ms=30_000, replica_lag_time_max_ms=10_000) == (4,)
+    caught_up = {2: 9_000, 3: 20_000, 4: 0}.__getitem__
+    assert out_of_sync_replicas(1, (1, 2, 3), caught_up, now_ms=30_000, replica_lag_time_max_ms=10_000) == (2,)
+    assert out_of_sync_replicas(1, (1, 2, 3), caught_up, now_ms=19_000, replica_lag_time_max_ms=10_000) == ()
+    assert out_of_sync_replicas(1, (1, 4), caught_up, now_ms=30_000, replica_lag_time_max_ms=10_000) == (4,)
 
 
 def test_a_follower_rejoins_at_the_high_watermark_with_records_of_the_current_epoch():
