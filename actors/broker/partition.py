@@ -258,13 +258,13 @@ class Partition:
             if self._advance_high_watermark():
                 self._changed(hw_only=True)
 
-    def forget_follower(self, replica_id: int, broker_epoch: int = -1) -> None:
+    def forget_follower(self, replica_id: int, broker_epoch: int = -1, session: tuple[int, int] = (-1, 0)) -> None:
         """Its broker failed, or registered again as `broker_epoch`: what its earlier incarnation
         fetched no longer says what its log holds (a power loss takes the unflushed tail). What the new
-        incarnation fetched already stays."""
+        incarnation fetched already stays. `session`: the broker's latest fetch (its epoch and time)."""
         follower = self.followers.get(replica_id)
         if follower is not None and broker_epoch < 0:
-            self.followers[replica_id] = broker_died(follower)
+            self.followers[replica_id] = broker_died(follower, self._caught_up_ms(follower, session))
         elif follower is not None and follower.broker_epoch < broker_epoch:
             self.followers[replica_id] = new_incarnation(broker_epoch)
 
@@ -277,18 +277,26 @@ class Partition:
         epoch and time)."""
         if not self.is_leader or self.isr_change_given_up:
             return None
-        leo, recent = self.log.log_end_offset, now_ms - replica_lag_time_max_ms
+        recent = now_ms - replica_lag_time_max_ms
 
         def caught_up(r: int) -> int:  # asked for every led partition's ISR every 15 s: no copies made
             f = self.followers.get(r)
             if f is None:
                 return FollowerState().last_caught_up_ms  # never caught up
-            if f.last_caught_up_ms >= recent or f.log_end_offset < leo:
+            if f.last_caught_up_ms >= recent:
                 return f.last_caught_up_ms
-            epoch, ms = last_session_fetch(r)
-            return max(f.last_caught_up_ms, ms) if epoch == f.broker_epoch else f.last_caught_up_ms
+            return self._caught_up_ms(f, last_session_fetch(r))
         out = out_of_sync_replicas(self.broker_id, self.state.isr, caught_up, now_ms, replica_lag_time_max_ms)
         return tuple(r for r in self.state.isr if r not in out) if out else None
+
+    def _caught_up_ms(self, follower: FollowerState, session: tuple[int, int]) -> int:
+        """When the follower last had this whole log: its session's latest fetch (`session`: its broker
+        epoch and time) counts when that fetch was this incarnation's and the follower has the log's end
+        (its fetches leave such partitions unnamed: KIP-227)."""
+        epoch, ms = session
+        if epoch == follower.broker_epoch and follower.log_end_offset >= self.log.log_end_offset:
+            return max(follower.last_caught_up_ms, ms)
+        return follower.last_caught_up_ms
 
     def isr_to_expand(self, replica_id: int, alive_broker_epoch: int | None) -> tuple[int, ...] | None:
         """The ISR with this follower added when its broker's live incarnation (`alive_broker_epoch`, as

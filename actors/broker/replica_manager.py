@@ -489,10 +489,10 @@ class ReplicaManager(ControllerRequests):
         shows: what their earlier incarnations fetched from the partitions led here is forgotten
         (KIP-903), and only their new incarnations' own fetches can take them back into an ISR."""
         for broker_id, broker_epoch in incarnations.items():
-            self._last_fetch.pop(broker_id, None)
+            session = self._last_fetch.pop(broker_id, (-1, 0))
             for tp in self._led:
                 if (partition := self.partitions.get(tp)) is not None:
-                    partition.forget_follower(broker_id, broker_epoch)
+                    partition.forget_follower(broker_id, broker_epoch, session)
 
     # -- periodic tasks ------------------------------------------------------
 

@@ -21,13 +21,14 @@ class FollowerState(NamedTuple):
     broker_epoch: int = -1  # the registration whose fetches these are
 
 
-def broker_died(state: FollowerState) -> FollowerState:
+def broker_died(state: FollowerState, last_caught_up_ms: int) -> FollowerState:
     """What the leader keeps of a follower whose broker died: not where its log ended (a power loss
     takes the unflushed tail), but whose fetches those were, so that a fetch of that incarnation still
-    on its way counts as its and any later incarnation's starts afresh; and the ISR's lag clock:
-    whether an ISR member lags is the controller's to settle when its broker dies, and a leader
-    shrinking at the same moment would only fence itself on the controller's zkVersion."""
-    return FollowerState(last_caught_up_ms=state.last_caught_up_ms, broker_epoch=state.broker_epoch)
+    on its way counts as its and any later incarnation's starts afresh; and the ISR's lag clock as it
+    stood (`last_caught_up_ms`, its session's fetches counted): whether an ISR member lags is the
+    controller's to settle when its broker dies, and a leader shrinking at the same moment would only
+    fence itself on the controller's zkVersion."""
+    return FollowerState(last_caught_up_ms=last_caught_up_ms, broker_epoch=state.broker_epoch)
 
 
 def new_incarnation(broker_epoch: int) -> FollowerState:

@@ -399,6 +399,21 @@ def test_every_change_is_told_to_the_listener(tmp_path):
     assert [hw_only for _, hw_only in told] == [False, False, True, False] and all(t is p for t, _ in told)
 
 
+def test_a_dead_followers_lag_clock_counts_its_sessions_fetches_so_the_controller_settles_its_isr(leader):
+    """An idle partition is not named in its follower's session fetches (KIP-227): the session's latest
+    fetch keeps the follower caught up. Its broker's death keeps that clock, not the partition's own
+    last fetch, so the leader does not race the controller's ISR removal with a shrink of its own (at
+    100,000 idle partitions every leader tried, and each refused write was settled again)."""
+    leader.append_as_leader(batch(3), 1)
+    for r in (2, 3):
+        leader.fetch_for_follower(r, 3, 1 << 20, now_ms=1_000, broker_epoch=r * 10)
+    session = {2: (20, 9_000), 3: (30, 9_000)}.__getitem__  # their sessions' latest fetches
+    assert leader.isr_to_shrink(now_ms=15_000, replica_lag_time_max_ms=10_000, last_session_fetch=session) is None
+    leader.forget_follower(2, session=session(2))  # died
+    assert leader.isr_to_shrink(now_ms=15_000, replica_lag_time_max_ms=10_000, last_session_fetch=session) is None
+    assert leader.isr_to_shrink(now_ms=19_001, replica_lag_time_max_ms=10_000, last_session_fetch=session) == (1,)
+
+
 def test_an_isr_member_whose_broker_registered_again_leaves_the_isr_unless_its_own_fetches_keep_it(leader):
     """The controller takes a bounced broker out of the ISRs before its UpdateMetadata shows the new
     incarnation; where it did not (a controller gap), the leader does: the new incarnation never was

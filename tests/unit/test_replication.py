@@ -68,7 +68,7 @@ def test_a_fetch_of_an_earlier_incarnation_says_nothing_and_a_later_ones_starts_
     s = update_fetch_state(s, fetch_offset=2, leader_leo=12, now_ms=1_200, broker_epoch=9)  # lost its log
     assert s == FollowerState(2, 0, 12, 1_200, 9)  # never caught up as incarnation 9
     assert new_incarnation(10) == FollowerState(broker_epoch=10)
-    dead = broker_died(s._replace(last_caught_up_ms=1_100))  # its log end unknown; the lag clock kept
+    dead = broker_died(s, 1_100)  # its log end unknown; the lag clock kept as it stood
     assert dead == FollowerState(last_caught_up_ms=1_100, broker_epoch=9)
 
 
