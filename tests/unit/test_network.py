@@ -18,6 +18,7 @@ from actors.broker.network import network
 from actors.broker.network.kafka_apis import produce_response
 from actors.broker.network.network import CloseConnection, NetworkClient, SocketServer
 from actors.broker.request_metrics import TIMERS, mark_waiting
+from actors.data_protocol import ProduceResult
 from coordination.errors import Errors
 from tests.integration.conftest import fetch_request, produce_request
 
@@ -112,13 +113,12 @@ def test_waiting_requests_of_one_connection_overlap_up_to_a_bound_and_are_answer
         started.append(ctx.correlation_id)
         if len(started) <= network.MAX_IN_FLIGHT:
             await release.wait()
-        return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=str(ctx.correlation_id),
-                                controller_id=-1, topics=[])
+        return produce_response([ProduceResult("t", 0, Errors.NONE, base_offset=ctx.correlation_id)])
 
     async def scenario(server, handler):
         server.handler = waiting
         c = await client(server)
-        sends = [asyncio.ensure_future(c.send(MetadataRequest(topics=None), 9))
+        sends = [asyncio.ensure_future(c.send(produce_request("t", 0, [b"x"], acks=-1), 7))
                  for _ in range(network.MAX_IN_FLIGHT + 3)]
         while len(started) < network.MAX_IN_FLIGHT:
             await asyncio.sleep(0.01)
@@ -131,7 +131,40 @@ def test_waiting_requests_of_one_connection_overlap_up_to_a_bound_and_are_answer
 
     held, answers = run(scenario)
     assert held == network.MAX_IN_FLIGHT
-    assert [int(a.cluster_id) for a in answers] == sorted(started) == started
+    assert [a.responses[0].partition_responses[0].base_offset for a in answers] == sorted(started) == started
+
+
+def test_a_metadata_request_is_read_when_the_requests_before_it_on_its_connection_are_done():
+    """As a muted Kafka channel: the cache a Metadata answer shows is the one of its turn, not the one of
+    its arrival behind an acks=all produce waiting out a failover (librdkafka, told the dead leader by such
+    an answer, asked again a second later). Requests after it, and on other connections, do not wait."""
+    release, seen = asyncio.Event(), []
+
+    async def handler(ctx, request):
+        if ctx.api_key == ProduceRequest.API_KEY:
+            seen.append("produce started")
+            await release.wait()
+            seen.append("produce done")
+            return produce_response([ProduceResult("t", 0, Errors.NONE, base_offset=0)])
+        seen.append("metadata read")
+        return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=[])
+
+    async def scenario(server, _):
+        server.handler = handler
+        c, other = await client(server), await client(server)
+        produce = asyncio.ensure_future(c.send(produce_request("t", 0, [b"x"], acks=-1), 7))
+        metadata = asyncio.ensure_future(c.send(MetadataRequest(topics=None), 9))
+        while not seen:
+            await asyncio.sleep(0.01)
+        await other.send(MetadataRequest(topics=None), 9)  # another connection's: at once
+        await asyncio.sleep(0.1)
+        assert not metadata.done()
+        release.set()
+        await asyncio.gather(produce, metadata)
+        c.close(), other.close()
+
+    run(scenario)
+    assert seen == ["produce started", "metadata read", "produce done", "metadata read"]
 
 
 def test_a_request_waiting_in_purgatory_gets_remote_time_and_one_answered_at_once_none():
@@ -159,8 +192,8 @@ def test_a_request_waiting_in_purgatory_gets_remote_time_and_one_answered_at_onc
     assert stats["Produce"]["count"] == stats["Metadata"]["count"] == 1
     assert 100 <= produce["RemoteTimeMs"] < 200 and 20 <= produce["LocalTimeMs"] < 100
     assert metadata["RemoteTimeMs"] == 0 and metadata["LocalTimeMs"] < 20
-    # the Metadata answer waited behind the produce's, in order: in its response queue
-    assert metadata["ResponseQueueTimeMs"] >= 100
+    # the Metadata request waited for the produce before it was read (a muted Kafka channel)
+    assert metadata["RequestQueueTimeMs"] >= 100 and metadata["ResponseQueueTimeMs"] < 20
     for timers in (produce, metadata):
         parts = sum(v for k, v in timers.items() if k != "TotalTimeMs")
         assert timers["TotalTimeMs"] == pytest.approx(parts)

@@ -19,7 +19,7 @@ does not read its answers (WRITE_BUFFER_HIGH) is not read from. Kafka mutes a ch
 request is in flight; kray lets a connection's waiting requests overlap because librdkafka sends one
 partition per ProduceRequest (five in flight): handled one at a time, each acks=all produce paid a
 replication round of its own, and a producer over 1,000 partitions queued for hundreds of
-milliseconds. Everything runs on the broker's event loop: a request that waits (acks=all, a
+milliseconds. A Metadata request still starts only when the requests before it are done, as Kafka reads it. Everything runs on the broker's event loop: a request that waits (acks=all, a
 long-polling fetch) costs no thread.
 
 Each request is timed as Kafka's RequestMetrics (request_metrics.py): received when its frame is cut,
@@ -41,7 +41,7 @@ from typing import Awaitable, Callable, NamedTuple
 
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.consumer import FetchRequest
-from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from actors.broker.network import wire
@@ -244,14 +244,22 @@ class _Connection(asyncio.Protocol):
         server.requests[name] += 1
         if ctx.api_key == ApiVersionsRequest.API_KEY:
             return self._answer(api_versions_response(), ctx, timing)
+        # Metadata is read when its turn to be answered comes, as a Kafka broker reads it (a connection's
+        # channel is muted until its request in progress is answered): a snapshot taken at once and sent
+        # behind an acks=all produce waiting out a failover named the dead leader, and librdkafka, taking
+        # that leader as known, asked again only at its once-a-second topic scan
+        before = [t for t, *_ in self._in_flight if t is not None and not t.done()] \
+            if ctx.api_key == MetadataRequest.API_KEY else None
         # a task's first step runs in creation order (the loop's FIFO): appends stay in order
-        task = self._loop.create_task(self._handle(ctx, request, timing))
+        task = self._loop.create_task(self._handle(ctx, request, timing, before))
         self._in_flight.append((task, None, ctx.correlation_id, ctx.api_version, timing))
         task.add_done_callback(self._answer_in_order)
 
-    async def _handle(self, ctx: RequestContext, request, timing: RequestTiming):
+    async def _handle(self, ctx: RequestContext, request, timing: RequestTiming, before: list | None = None):
         """The handler, timed from its first step; CURRENT is this request's in its Task's own context,
-        for purgatory to mark when it starts waiting."""
+        for purgatory to mark when it starts waiting. `before`: the connection's requests to wait for first."""
+        if before:
+            await asyncio.wait(before)
         timing.started = time.monotonic()
         CURRENT.set(timing)
         try:
