@@ -301,7 +301,7 @@ class BrokerActor:
         """Leader epochs written on the loop a few files at a time; the HW checkpoint fsync'ed here,
         off the loop."""
         rm = self.replica_manager
-        by_dir = self._on_loop(lambda: rm.checkpoint_leader_epochs() or rm.high_watermarks_by_dir(changed_only=True))
+        by_dir = self._on_loop(lambda: rm.checkpoint_leader_epochs() or rm.high_watermarks_by_dir())
         rm.write_high_watermark_checkpoints(by_dir)
 
     def _handle_log_dir_failure(self, log_dir: Path) -> None:

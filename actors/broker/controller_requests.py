@@ -69,6 +69,7 @@ class ControllerRequests:
     _dir_of: Callable[[Partition], Path]
     io_failed: Callable[[Path, str, OSError], KafkaStorageException]
     wake_fetches: Callable[[], None]
+    _high_watermark_moved: Callable[[], None]
 
     def check_request(self, request: ControllerRequest, broker_epoch: int) -> Errors:
         """STALE_BROKER_EPOCH for a request meant for an earlier registration; STALE_CONTROLLER_EPOCH
@@ -239,5 +240,6 @@ class ControllerRequests:
                     self.log_dirs.forget(tp)  # its log is gone (one not opened here is left where it is)
             results.append(PartitionError(tp.topic, tp.partition, int(code)))
         self.wake_fetches()
+        self._high_watermark_moved()  # a replica opened at start and stopped leaves the checkpoint too
         return ControllerResponse(api=request.api, broker_id=self.broker_id, partition_errors=PartitionErrors(results))
 

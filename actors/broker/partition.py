@@ -70,7 +70,8 @@ HwWaiter = Callable[[Errors], None]
 class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log: Log, config: LogConfig,
                  high_watermark_: int = 0, listener: Callable[["Partition", bool], None] = lambda p, hw_only: None,
-                 on_truncate: Callable[[int, int, int], None] = lambda leader_epoch, before, after: None):
+                 on_truncate: Callable[[int, int, int], None] = lambda leader_epoch, before, after: None,
+                 on_high_watermark: Callable[[], None] = lambda: None):
         self.topic, self.partition, self.broker_id, self.log, self.config = topic, partition, broker_id, log, config
         self.state = LeaderAndIsrState(-1, -1, (), (), -1)
         self.high_watermark = max(log.log_start_offset, min(high_watermark_, log.log_end_offset))
@@ -83,6 +84,7 @@ class Partition:
         self.stopped = False  # StopReplica: a fetcher still holding this object must leave it alone
         self.listener = listener  # told of every change a waiting fetch may care about
         self.on_truncate = on_truncate  # (leader epoch, log end before, after): for the run's record
+        self.on_high_watermark = on_high_watermark  # a follower's HW moved (the listener hears a leader's)
         self._hw_waiters: list[tuple[int, int, HwWaiter]] = []  # (offset, term, callback), acks=all produces
 
     @property
@@ -340,7 +342,7 @@ class Partition:
                     self.producers.update(header)
         if leader_log_start_offset > self.log.log_start_offset:  # the leader's retention moved it
             self.log.delete_segments_below(leader_log_start_offset)
-        self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+        self._follow_high_watermark(max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset)))
         return True
 
     def truncate_to(self, offset: int, leader_epoch: int) -> bool:
@@ -348,7 +350,7 @@ class Partition:
             return False
         before = self.log.log_end_offset
         if self.log.truncate_to(offset):
-            self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+            self._follow_high_watermark(min(self.high_watermark, self.log.log_end_offset))
             self.producers.truncate(self.log, self.log.log_end_offset)
             self.on_truncate(leader_epoch, before, self.log.log_end_offset)
         return True
@@ -360,9 +362,14 @@ class Partition:
         before = self.log.log_end_offset
         self.log.truncate_fully_and_start_at(offset)
         self.on_truncate(leader_epoch, before, -1)  # everything, whatever the offset it starts at
-        self.high_watermark = offset
+        self._follow_high_watermark(offset)
         self.producers.truncate_fully_and_start_at(offset)
         return True
+
+    def _follow_high_watermark(self, high_watermark: int) -> None:
+        if high_watermark != self.high_watermark:
+            self.high_watermark = high_watermark
+            self.on_high_watermark()
 
     # -- consumers and retention ---------------------------------------------
 

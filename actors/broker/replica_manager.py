@@ -83,8 +83,9 @@ class ReplicaManager(ControllerRequests):
         self._checkpointed: dict[TopicPartition, int] = {}
         for d in self.log_dirs.live:
             try:
-                self._checkpointed.update((TopicPartition(t, p), hw) for t, p, hw in
-                                          read_checkpoint(d / HW_CHECKPOINT, (str, int, int)))
+                listed = {TopicPartition(t, p): hw for t, p, hw in read_checkpoint(d / HW_CHECKPOINT, (str, int, int))}
+                self._checkpointed.update(listed)
+                self.log_dirs.place_listed(d, listed)
             except OSError as e:  # offline from the start, as a directory Kafka cannot read at start
                 state_change_log.error("[Broker id=%d] Error while reading the high watermark checkpoint in dir %s: "
                                        "%s", broker_id, d, e)
@@ -101,7 +102,10 @@ class ReplicaManager(ControllerRequests):
         # the partitions led here, with their state as indexed and the followers outside their ISR: the
         # periodic tasks look at these only (a third of a broker's partitions, with three brokers)
         self._led: dict[TopicPartition, tuple[LeaderAndIsrState, tuple[int, ...]]] = {}
-        self._high_watermarks_changed = True  # since the last checkpoint: a partition's HW, role or presence
+        # the high-watermark checkpoint's entries as last listed, and whether a partition's HW, role or presence
+        # changed since (listed again only then)
+        self._listed: dict[Path, list[tuple[str, int, int]]] | None = None
+        self._high_watermarks_changed = True
         # Kafka's BrokerTopicMetrics MessagesInPerSec and BytesInPerSec (all topics): appended by produce here
         self.messages_in = self.bytes_in = 0
 
@@ -128,19 +132,23 @@ class ReplicaManager(ControllerRequests):
         """Kafka's replication-offset-checkpoint entries: where each replica's HW is, for the next start."""
         return [(tp.topic, tp.partition, p.high_watermark) for tp, p in sorted(self.partitions.items())]
 
-    def high_watermarks_by_dir(self, changed_only: bool = False) -> dict[Path, list[tuple[str, int, int]]]:
-        """The checkpoint entries of each live log directory (every one gets its file, empty or not); with
-        `changed_only`, none when no partition has changed since the last time (an idle broker of 100,000
-        partitions listed and wrote them all every 5 s)."""
-        if changed_only and not self._high_watermarks_changed:
-            return {}
-        self._high_watermarks_changed = False
-        out: dict[Path, list[tuple[str, int, int]]] = {d: [] for d in self.log_dirs.live}
-        for tp, p in sorted({**self._loaded, **self.partitions}.items()):  # those opened at start keep theirs
-            d = self.log_dirs.dir_of(tp)
-            if d in out:
-                out[d].append((tp.topic, tp.partition, p.high_watermark))
-        return out
+    def high_watermarks_by_dir(self) -> dict[Path, list[tuple[str, int, int]]]:
+        """The checkpoint entries of each live log directory (every one gets its file, empty or not), listed
+        again only when a partition's high watermark, role or presence changed since the last listing (an
+        idle broker of 100,000 partitions sorted them all every 5 s); the files are written each time all
+        the same, as Kafka's are, and a failed directory is found by that write."""
+        if self._listed is None or self._high_watermarks_changed:
+            self._high_watermarks_changed = False
+            out: dict[Path, list[tuple[str, int, int]]] = {d: [] for d in self.log_dirs.live}
+            for tp, p in sorted({**self._loaded, **self.partitions}.items()):  # those opened at start keep theirs
+                d = self.log_dirs.dir_of(tp)
+                if d in out:
+                    out[d].append((tp.topic, tp.partition, p.high_watermark))
+            self._listed = out
+        return self._listed
+
+    def _high_watermark_moved(self) -> None:
+        self._high_watermarks_changed = True
 
     def write_high_watermark_checkpoints(self, by_dir: dict[Path, list[tuple[str, int, int]]]) -> None:
         """Write each directory's checkpoint (any thread); a directory that fails goes to the failure
@@ -186,6 +194,7 @@ class ReplicaManager(ControllerRequests):
             return []
         state_change_log.warning("[Broker id=%d] Stopping serving replicas in dir %s", self.broker_id, log_dir)
         offline = self.log_dirs.mark_offline(log_dir)
+        self._high_watermarks_changed = True  # its checkpoint is no longer written
         for tp in offline:
             partition = self.partitions.pop(tp, None)
             self.offline_partitions.add(tp)
@@ -260,7 +269,7 @@ class ReplicaManager(ControllerRequests):
         if log.recovery:
             state_change_log.warning("[Broker id=%d] Log of %s recovered: %s", self.broker_id, tp, log.recovery)
         return Partition(tp.topic, tp.partition, self.broker_id, log, config, self._checkpointed.get(tp, 0),
-                         listener=self._changed,
+                         listener=self._changed, on_high_watermark=self._high_watermark_moved,
                          on_truncate=lambda epoch, before, after: self.events.truncation(tp, epoch, before, after))
 
     def _get_or_create(self, tp: TopicPartition, is_new: bool = False) -> Partition:
@@ -290,18 +299,22 @@ class ReplicaManager(ControllerRequests):
         for fetch in self._waiting:
             if tp in fetch.keys and not (hw_only and fetch.follower):
                 fetch.wake()
-        indexed = self._led.get(tp)
-        if indexed is not None and indexed[0] is not partition.state or indexed is None and partition.is_leader:
-            self._index_led(tp, partition)  # its role or ISR changed
+        current = self.partitions.get(tp)
+        if current is None:
+            self._index_led(tp, None)  # stopped, or offline: no longer here
+        elif current is partition:  # not a replaced object's late change (an ISR write landing after a StopReplica)
+            indexed = self._led.get(tp)
+            if indexed is not None and indexed[0] is not partition.state or indexed is None and partition.is_leader:
+                self._index_led(tp, partition)  # its role or ISR changed
 
-    def _index_led(self, tp: TopicPartition, partition: Partition) -> None:
+    def _index_led(self, tp: TopicPartition, partition: Partition | None) -> None:
         _, before = self._led.pop(tp, (None, ()))
         for r in before:
             self._outside_isr[r].discard(tp)
-        now = partition.outside_isr()
-        for r in now:
-            self._outside_isr.setdefault(r, set()).add(tp)
-        if partition.is_leader:
+        if partition is not None and partition.is_leader:
+            now = partition.outside_isr()
+            for r in now:
+                self._outside_isr.setdefault(r, set()).add(tp)
             self._led[tp] = (partition.state, now)
 
     def wake_fetches(self) -> None:

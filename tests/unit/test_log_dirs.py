@@ -123,6 +123,27 @@ def test_a_dir_failing_under_a_running_replica_manager_takes_its_replicas_offlin
     assert set(errors(stopped).values()) == {Errors.KAFKA_STORAGE_ERROR}
 
 
+def test_an_empty_replica_is_found_again_in_the_dir_whose_checkpoint_lists_it_while_another_is_offline(tmp_path):
+    """A log is made on disk at its first record: a replica with none has no directory. Restarted with a
+    failed directory, the broker still knows the empty replicas of the live one from its high-watermark
+    checkpoint (Kafka finds their directories), and applies their LeaderAndIsr; one it cannot place may be
+    on the failed directory and stays offline."""
+    d0, d1 = tmp_path / "d0", tmp_path / "d1"
+    rm = ReplicaManager(BROKER, [d0, d1], CONFIG_FOR)
+    rm.become_leader_or_follower(lai(*(ps(tp, leader=1, leader_epoch=0) for tp in T[:2])), BROKER_EPOCH)
+    placed = {tp: rm.log_dirs.dir_of(tp) for tp in T[:2]}
+    assert sorted(placed.values()) == [d0, d1] and not any((d / f"t-{tp.partition}").exists()
+                                                              for tp, d in placed.items())
+    rm.checkpoint_high_watermarks()
+    on_d0 = next(tp for tp, d in placed.items() if d == d0)
+    on_d1 = next(tp for tp, d in placed.items() if d == d1)
+    fail(d1)
+    again = ReplicaManager(BROKER, [d0, d1], CONFIG_FOR)
+    response = again.become_leader_or_follower(lai(*(ps(tp, leader=1, leader_epoch=1) for tp in T[:2])), BROKER_EPOCH)
+    assert errors(response) == {on_d0: Errors.NONE, on_d1: Errors.KAFKA_STORAGE_ERROR}
+    assert again.log_dirs.dir_of(on_d0) == d0
+
+
 def test_an_io_error_on_a_replicas_log_goes_to_the_channel_and_answers_a_storage_error(tmp_path):
     rm = ReplicaManager(BROKER, [tmp_path / "d0", tmp_path / "d1"], CONFIG_FOR)
     failed: list[Path] = []

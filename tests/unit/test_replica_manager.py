@@ -202,20 +202,35 @@ def test_a_follower_that_stops_fetching_leaves_the_isr_even_with_a_session(rm):
 def test_the_periodic_tasks_see_the_partitions_led_here_as_roles_and_isrs_change(rm, tmp_path):
     """The ISR-shrink task and the UnderReplicatedPartitions count look only at the partitions led here (an
     index kept as roles and ISRs change); the high-watermark checkpoint is listed again only when a
-    partition changed since it was last listed."""
+    partition's high watermark (a follower's too), role or presence changed since it was last listed."""
     rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2)), ps(T1, leader=1, leader_epoch=0),
                                      ps(T2, leader=2, leader_epoch=0, isr=(2,))), BROKER_EPOCH)
     assert rm.under_replicated_partitions() == 1  # T0 (T2's ISR is short too, but broker 2 leads it)
     assert sorted(rm.isr_shrinks(now_ms() + 60_000, 30_000)) == [T0, T1]  # no follower has fetched
-    assert rm.high_watermarks_by_dir(changed_only=True) == {tmp_path: [("t", 0, 0), ("t", 1, 0), ("t", 2, 0)]}
-    assert rm.high_watermarks_by_dir(changed_only=True) == {}  # nothing changed since
+    listed = rm.high_watermarks_by_dir()
+    assert listed == {tmp_path: [("t", 0, 0), ("t", 1, 0), ("t", 2, 0)]}
+    assert rm.high_watermarks_by_dir() is listed  # nothing changed since: not listed again
+    rm.partition(T2).append_as_follower(bytes(assign_offsets(batch(2), 0, 0)), 2, 0, 0)  # the leader's HW: 2
+    assert rm.high_watermarks_by_dir() == {tmp_path: [("t", 0, 0), ("t", 1, 0), ("t", 2, 2)]}  # a follower's HW
     rm.become_leader_or_follower(lai(ps(T0, leader=2, leader_epoch=1, isr=(1, 2)),
                                      ps(T1, leader=1, leader_epoch=1, isr=(1, 2))), BROKER_EPOCH)
     assert rm.under_replicated_partitions() == 1  # T1 now; T0 is followed here
     assert rm.isr_shrinks(now_ms() + 60_000, 30_000) == [T1]
     rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=1)), BROKER_EPOCH)
     assert rm.under_replicated_partitions() == 0 and rm.isr_shrinks(now_ms() + 60_000, 30_000) == []
-    assert rm.high_watermarks_by_dir(changed_only=True) == {tmp_path: [("t", 0, 0), ("t", 2, 0)]}
+    assert rm.high_watermarks_by_dir() == {tmp_path: [("t", 0, 0), ("t", 2, 2)]}
+
+
+def test_a_replaced_partitions_late_change_leaves_the_new_ones_leadership_indexed(rm):
+    """An ISR write that lands after a StopReplica and a new LeaderAndIsr updates the object it started
+    from: that stale object's change must not take the new leader's partition out of the led index."""
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=0, isr=(1, 2))), BROKER_EPOCH)
+    old = rm.partition(T0)
+    rm.stop_replicas(stop(StopReplicaPartition(topic="t", partition=0)), BROKER_EPOCH)
+    rm.become_leader_or_follower(lai(ps(T0, leader=1, leader_epoch=1, isr=(1, 2))), BROKER_EPOCH)
+    assert rm.partition(T0) is not old and rm.under_replicated_partitions() == 1
+    old.update_isr((1,), 1, leader_epoch=0)  # the write it sent as leader at epoch 0 lands on the old object
+    assert rm.under_replicated_partitions() == 1 and rm.isr_shrinks(now_ms() + 60_000, 30_000) == [T0]
 
 
 def test_a_role_change_ends_every_waiting_fetch(rm):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -77,7 +77,8 @@ class LogDirs:
             raise ValueError("a broker needs at least one log directory")
         self.dirs = [Path(d) for d in dirs]
         self.offline: set[Path] = set()
-        self.placed: dict[TopicPartition, Path] = {}  # the logs on disk, found at start or created since
+        # the logs found at start (and the empty replicas a checkpoint lists: place_listed) or created since
+        self.placed: dict[TopicPartition, Path] = {}
         for d in self.dirs:
             try:
                 d.mkdir(parents=True, exist_ok=True)
@@ -97,6 +98,15 @@ class LogDirs:
     @property
     def live(self) -> list[Path]:
         return [d for d in self.dirs if d not in self.offline]
+
+    def place_listed(self, log_dir: Path, partitions: Iterable[TopicPartition]) -> None:
+        """The replicas a directory's high-watermark checkpoint lists with no log found anywhere: placed in
+        it. A log is made on disk at its first record (log.py), so an empty replica is known to be in that
+        directory only from there, as Kafka knows it from its directory."""
+        for tp in partitions:
+            if tp not in self.placed:
+                self.placed[tp] = log_dir
+                self.counts[log_dir] += 1
 
     def dir_of(self, tp: TopicPartition) -> Path | None:
         return self.placed.get(tp)
