@@ -373,17 +373,10 @@ class KafkaController:
             self.unwatch(path)
 
     def _on_controller_failover(self, laps: Laps) -> None:
-        """Watches, links to the brokers, then the failover's flow (failover.py)."""
+        """Links to the brokers, then the failover's flow (failover.py), which sets the watches once the
+        live brokers are told."""
         scope = self.scope
         self.active = True
-        self.watch_children(zkdata.BROKER_IDS, BrokerChange)
-        self.watch_children(zkdata.TOPICS, TopicChange)
-        self.watch_children(zkdata.DELETE_TOPICS, TopicDeletion)
-        self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
-        self.watch_children(zkdata.LOG_DIR_EVENT_NOTIFICATION, LogDirEventNotification)
-        self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, creation_only=True)
-        self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, creation_only=True)
-        laps.lap("watches")
         scope.links = self._channel_factory(self.ctx.epoch)
         if self._detector_factory is not None:
             scope.detector = self._detector_factory(
@@ -391,10 +384,19 @@ class KafkaController:
         laps.lap("channel")
         if self.standby is not None:
             scope.warm = self.standby.caught_up
-        on_controller_failover(scope, laps)
+        on_controller_failover(scope, laps, self._register_watches)
         self.timeline.steps_ms = {step: round(ms, 1) for step, ms in laps.laps}
         if self.config.auto_leader_rebalance_enable:
             self._start_auto_rebalance_task()
+
+    def _register_watches(self) -> None:
+        self.watch_children(zkdata.BROKER_IDS, BrokerChange)
+        self.watch_children(zkdata.TOPICS, TopicChange)
+        self.watch_children(zkdata.DELETE_TOPICS, TopicDeletion)
+        self.watch_children(zkdata.ISR_CHANGE_NOTIFICATION, IsrChangeNotification)
+        self.watch_children(zkdata.LOG_DIR_EVENT_NOTIFICATION, LogDirEventNotification)
+        self.watch_data(zkdata.PREFERRED_REPLICA_ELECTION, PreferredReplicaElection, creation_only=True)
+        self.watch_data(zkdata.REASSIGN_PARTITIONS, PartitionReassignment, creation_only=True)
 
     def _start_auto_rebalance_task(self) -> None:
         self._auto_rebalance = ScheduledEvent(
