@@ -36,18 +36,20 @@ def test_a_failed_log_dir_moves_its_leaderships_only_and_the_broker_serves_from_
     info = ray.get(cluster.brokers[victim].info.remote())
     kept, failing = (Path(d) for d in info["log_dirs"])  # log dir 1 fails
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    on_failing = {tp for tp in tps if (failing / f"{tp.topic}-{tp.partition}").is_dir()}
-    on_kept = {tp for tp in tps if (kept / f"{tp.topic}-{tp.partition}").is_dir()}
-    assert len(on_failing) == len(on_kept) == PARTITIONS // 2  # the dir with the fewest logs, in turn
-    before = zk_states(zk, TOPIC)
-    assert any(before[tp].leader == victim for tp in on_failing) and any(before[tp].leader == victim for tp in on_kept)
-
-    # a child created and deleted within a watch's re-read escapes a ChildrenWatch (the controller consumes
-    # a notification in milliseconds): the parent's cversion counts every creation and deletion
-    children_changes = zk.kazoo.exists(zkdata.LOG_DIR_EVENT_NOTIFICATION).cversion
     load = AckedLoad(cluster, TOPIC)
     try:
-        wait_until(lambda: len(load.acked) >= 50, what="acks=all load under way")
+        # a log's directory is made at its first record: every partition written before looking
+        wait_until(lambda: len(load.acked) >= 50 and {tp for tp, _, _ in load.acked} == set(tps),
+                   what="acks=all load under way on every partition")
+        on_failing = {tp for tp in tps if (failing / f"{tp.topic}-{tp.partition}").is_dir()}
+        on_kept = {tp for tp in tps if (kept / f"{tp.topic}-{tp.partition}").is_dir()}
+        assert len(on_failing) == len(on_kept) == PARTITIONS // 2  # the dir with the fewest logs, in turn
+        before = zk_states(zk, TOPIC)
+        assert any(before[tp].leader == victim for tp in on_failing) and \
+            any(before[tp].leader == victim for tp in on_kept)
+        # a child created and deleted within a watch's re-read escapes a ChildrenWatch (the controller
+        # consumes a notification in milliseconds): the parent's cversion counts every creation and deletion
+        children_changes = zk.kazoo.exists(zkdata.LOG_DIR_EVENT_NOTIFICATION).cversion
         Chaos(cluster, zk).fail_log_dir(victim)  # its last dir, `failing`
         failed_at = len(load.acked)
 
