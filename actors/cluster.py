@@ -51,27 +51,30 @@ def send_signal(pid: int, node_id: str, signum: int) -> float:
     return sent
 
 
-def sigkill_actor(handle, info_call, restart: bool, companion_calls=()) -> float:
+def sigkill_actor(handle, info_call, restart: bool, companions=()) -> float:
     """SIGKILL an actor's process; when. `info_call`: a pending call that answers its pid and node;
-    `companion_calls`: the same for processes that die with it (a broker's controller candidate, one
-    process with its broker in Kafka). ray.kill alone asks Ray to end the process, which Ray reports
-    dead at once while the process may run on for a second or more: a controller killed so could win
-    the election its own death started, then die (a second election, seen as epoch 3 instead of 2), and
-    so could the candidate of a broker killed so. Every process is stopped first (the fault takes
-    effect then), Ray told not to restart the actor unless asked, then all are killed. Without an
-    answer to `info_call` (already paused or gone), ray.kill does it all."""
+    `companions`: (handle, the same call) of the actors whose processes die with it (a broker's
+    controller candidate, one process with its broker in Kafka). ray.kill alone asks Ray to end the
+    process, which Ray reports dead at once while the process may run on for a second or more: a
+    controller killed so could win the election its own death started, then die (a second election,
+    seen as epoch 3 instead of 2), and so could the candidate of a broker killed so. Every process is
+    stopped first (the fault takes effect then), Ray told not to restart the actor unless asked, then
+    all are killed. Ray hears of every process the same way: told by ray.kill, or, for a kill it is to
+    restart, from the process's exit (told of the broker but not of its candidate, a new controller
+    learnt of a host's loss 25-30 ms after it learnt of a broker's). Without an answer to `info_call`
+    (already paused or gone), ray.kill does it all."""
     try:
         info = ray.get(info_call, timeout=5)
     except Exception:
         ray.kill(handle, no_restart=not restart)
         return time.time() * 1000
-    companions = []
-    for call in companion_calls:
+    stopped = []
+    for companion, call in companions:
         with contextlib.suppress(Exception):  # a companion gone (or still starting) has nothing to stop
-            companions.append(ray.get(call, timeout=1))
+            stopped.append((companion, ray.get(call, timeout=1)))
 
     def to_companions(signum: int) -> None:
-        for p in companions:
+        for _, p in stopped:
             with contextlib.suppress(Exception):  # ended meanwhile
                 send_signal(p["pid"], p["node_id"], signum)
 
@@ -80,6 +83,9 @@ def sigkill_actor(handle, info_call, restart: bool, companion_calls=()) -> float
     try:
         if not restart:
             ray.kill(handle, no_restart=True)
+            for companion, _ in stopped:
+                with contextlib.suppress(Exception):
+                    ray.kill(companion, no_restart=True)
     finally:  # never left stopped
         try:
             send_signal(info["pid"], info["node_id"], signal.SIGKILL)
@@ -200,7 +206,8 @@ class LocalCluster:
         when. Ray restarts the broker if asked (which starts a new candidate)."""
         handle = self.broker_actor(broker_id)
         try:
-            candidate = [self.controller_actor(broker_id).process.remote()]
+            controller = self.controller_actor(broker_id)
+            candidate = [(controller, controller.process.remote())]
         except ValueError:  # none right now: killed earlier, its broker waiting out the restart backoff
             candidate = []
         killed = sigkill_actor(handle, handle.info.remote(), restart, candidate)
