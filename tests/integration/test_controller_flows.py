@@ -464,8 +464,12 @@ def test_a_new_controller_builds_its_context_from_its_warm_standby_copy_and_acts
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     controller = controller_of(cluster, zk)
     standbys = [cluster.controller_actor(b) for b in cluster.brokers if b != controller.id]
-    wait_until(lambda: all((ray.get(a.status.remote())["warm_standby"] or {}).get("partitions") == 6
-                           for a in standbys), what="both standbys to hold the topic's 6 partitions")
+    # a round that read the topic's 6 assignments may have run before the controller wrote their states:
+    # both standbys must have had a round since the last state was written
+    written = max(zk.kazoo.get(zkdata.partition_state_path(TopicPartition("t", p)))[1].mzxid for p in range(6))
+    wait_until(lambda: all((w := ray.get(a.status.remote())["warm_standby"] or {}).get("partitions") == 6
+                           and w.get("as_of_zxid", -1) >= written for a in standbys),
+               what="both standbys to hold the topic's 6 partitions and their states")
     cluster.kill_controller(controller.id)
     new_id, _ = cluster.wait_for_controller(zk, min_epoch=controller.epoch + 1, timeout=60)
     status = ray.get(cluster.controller_actor(new_id).status.remote())
