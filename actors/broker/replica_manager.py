@@ -47,7 +47,7 @@ from actors.data_protocol import (
     ProduceResult,
 )
 from coordination.errors import Errors, KrayError, UnknownTopicOrPartitionException
-from coordination.zkdata import TopicPartition
+from coordination.zkdata import TopicPartition, in_partition_order
 
 state_change_log = logging.getLogger("state.change.logger")
 
@@ -104,7 +104,7 @@ class ReplicaManager(ControllerRequests):
         self._led: dict[TopicPartition, tuple[LeaderAndIsrState, tuple[int, ...]]] = {}
         # the high-watermark checkpoint's entries as last listed, and whether a partition's HW, role or presence
         # changed since (listed again only then)
-        self._listed: dict[Path, list[tuple[str, int, int]]] | None = None
+        self._listed: dict[Path, list[tuple[str, int, int]]] = {}
         self._high_watermarks_changed = True
         # Kafka's BrokerTopicMetrics MessagesInPerSec and BytesInPerSec (all topics): appended by produce here
         self.messages_in = self.bytes_in = 0
@@ -137,13 +137,14 @@ class ReplicaManager(ControllerRequests):
         again only when a partition's high watermark, role or presence changed since the last listing (an
         idle broker of 100,000 partitions sorted them all every 5 s); the files are written each time all
         the same, as Kafka's are, and a failed directory is found by that write."""
-        if self._listed is None or self._high_watermarks_changed:
+        if self._high_watermarks_changed:
             self._high_watermarks_changed = False
             out: dict[Path, list[tuple[str, int, int]]] = {d: [] for d in self.log_dirs.live}
-            for tp, p in sorted({**self._loaded, **self.partitions}.items()):  # those opened at start keep theirs
+            here = {**self._loaded, **self.partitions}  # those opened at start keep theirs
+            for tp in in_partition_order(here):
                 d = self.log_dirs.dir_of(tp)
                 if d in out:
-                    out[d].append((tp.topic, tp.partition, p.high_watermark))
+                    out[d].append((tp.topic, tp.partition, here[tp].high_watermark))
             self._listed = out
         return self._listed
 
@@ -194,7 +195,7 @@ class ReplicaManager(ControllerRequests):
             return []
         state_change_log.warning("[Broker id=%d] Stopping serving replicas in dir %s", self.broker_id, log_dir)
         offline = self.log_dirs.mark_offline(log_dir)
-        self._high_watermarks_changed = True  # its checkpoint is no longer written
+        self._high_watermark_moved()  # its checkpoint is no longer written
         for tp in offline:
             partition = self.partitions.pop(tp, None)
             self.offline_partitions.add(tp)
@@ -255,7 +256,7 @@ class ReplicaManager(ControllerRequests):
                 continue
             try:
                 self._loaded[tp] = self._new_partition(tp, log_dir)
-                self._high_watermarks_changed = True
+                self._high_watermark_moved()
             except KafkaStorageException:
                 continue
         return len(self._loaded)
@@ -292,7 +293,7 @@ class ReplicaManager(ControllerRequests):
         """A partition changed (records, high watermark, role): sessions read it again, and the fetches
         waiting on it answer."""
         tp = TopicPartition(partition.topic, partition.partition)
-        self._high_watermarks_changed = True
+        self._high_watermark_moved()
         if self.events.enabled:
             self.events.high_watermark(tp, partition.state, partition.high_watermark, partition.is_leader)
         self.fetch_sessions.mark(tp)

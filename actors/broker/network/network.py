@@ -19,8 +19,9 @@ does not read its answers (WRITE_BUFFER_HIGH) is not read from. Kafka mutes a ch
 request is in flight; kray lets a connection's waiting requests overlap because librdkafka sends one
 partition per ProduceRequest (five in flight): handled one at a time, each acks=all produce paid a
 replication round of its own, and a producer over 1,000 partitions queued for hundreds of
-milliseconds. A Metadata request still starts only when the requests before it are done, as Kafka reads it. Everything runs on the broker's event loop: a request that waits (acks=all, a
-long-polling fetch) costs no thread.
+milliseconds. A Metadata request still starts only when the requests before it are done, as Kafka
+reads it. Everything runs on the broker's event loop: a request that waits (acks=all, a long-polling
+fetch) costs no thread.
 
 Each request is timed as Kafka's RequestMetrics (request_metrics.py): received when its frame is cut,
 started at its handler's first step, locally complete when it first waits in purgatory (or complete if
