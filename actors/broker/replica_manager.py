@@ -128,10 +128,6 @@ class ReplicaManager(ControllerRequests):
             raise NotLeaderOrFollowerException(f"broker {self.broker_id} does not lead {tp}")
         return partition
 
-    def high_watermarks(self) -> list[tuple[str, int, int]]:
-        """Kafka's replication-offset-checkpoint entries: where each replica's HW is, for the next start."""
-        return [(tp.topic, tp.partition, p.high_watermark) for tp, p in sorted(self.partitions.items())]
-
     def high_watermarks_by_dir(self) -> dict[Path, list[tuple[str, int, int]]]:
         """The checkpoint entries of each live log directory (every one gets its file, empty or not), listed
         again only when a partition's high watermark, role or presence changed since the last listing (an
