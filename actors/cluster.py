@@ -5,6 +5,7 @@ Used by the main job, the CLI, the tests and the benchmarks alike.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -19,10 +20,13 @@ from actors.config import ClusterConfig
 from actors.links.faults import LinkFault
 from actors.names import broker_actor_name, broker_id_of, controller_actor_name
 from actors.placement import NodeInfo, place_brokers
+from actors.process_sockets import abort_tcp_sockets
 from actors.runtime import poll
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 def alive_nodes() -> list[NodeInfo]:
@@ -32,23 +36,30 @@ def alive_nodes() -> list[NodeInfo]:
 
 
 @ray.remote(num_cpus=0)
-def _send_signal(pid: int, signum: int) -> None:
-    import os
+def _run_there(fn, *args):
+    return fn(*args)
 
-    os.kill(pid, signum)
+
+def on_node(node_id: str, fn, *args):
+    """fn(*args) on a node of the Ray cluster: here when it is this one, else in a Ray task pinned there."""
+    if node_id == ray.get_runtime_context().get_node_id():
+        return fn(*args)
+    return ray.get(_run_there.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                   .remote(fn, *args), timeout=30)
 
 
 def send_signal(pid: int, node_id: str, signum: int) -> float:
-    """Signal a process on its own node (directly when it is this one, else by a Ray task pinned
-    there); the wall-clock ms just before the signal went out."""
-    if node_id == ray.get_runtime_context().get_node_id():
-        sent = time.time() * 1000
-        os.kill(pid, signum)
-        return sent
+    """Signal a process on its own node; the wall-clock ms just before the signal went out."""
     sent = time.time() * 1000
-    ray.get(_send_signal.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-            .remote(pid, signum), timeout=30)
+    on_node(node_id, os.kill, pid, signum)
     return sent
+
+
+def abort_sockets(pid: int, node_id: str) -> None:
+    """Close a stopped process's TCP sockets on its own node, as its death would (`actors.process_sockets`)."""
+    count, failed = on_node(node_id, abort_tcp_sockets, pid)
+    if failed:
+        log.warning("The %d TCP sockets of process %d stay open until it dies: %s", count, pid, failed)
 
 
 def sigkill_actor(handle, info_call, restart: bool, companions=()) -> float:
@@ -58,8 +69,8 @@ def sigkill_actor(handle, info_call, restart: bool, companions=()) -> float:
     process, which Ray reports dead at once while the process may run on for a second or more: a
     controller killed so could win the election its own death started, then die (a second election,
     seen as epoch 3 instead of 2), and so could the candidate of a broker killed so. Every process is
-    stopped first (the fault takes effect then), Ray told not to restart the actor unless asked, then
-    all are killed. Ray hears of every process the same way: told by ray.kill, or, for a kill it is to
+    stopped first (the fault takes effect then), its TCP sockets closed (as a death closes them, before
+    anyone acts on it), Ray told not to restart the actor unless asked, then all are killed. Ray hears of every process the same way: told by ray.kill, or, for a kill it is to
     restart, from the process's exit (told of the broker but not of its candidate, a new controller
     learnt of a host's loss 25-30 ms after it learnt of a broker's). Without an answer to `info_call`
     (already paused or gone), ray.kill does it all."""
@@ -81,6 +92,9 @@ def sigkill_actor(handle, info_call, restart: bool, companions=()) -> float:
     effective = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
     to_companions(signal.SIGSTOP)
     try:
+        for p in [info] + [p for _, p in stopped]:
+            with contextlib.suppress(Exception):  # a node gone: its processes' peers see it as a host's loss
+                abort_sockets(p["pid"], p["node_id"])
         if not restart:
             ray.kill(handle, no_restart=True)
             for companion, _ in stopped:
