@@ -55,11 +55,19 @@ def send_signal(pid: int, node_id: str, signum: int) -> float:
     return sent
 
 
-def abort_sockets(pid: int, node_id: str) -> None:
-    """Close a stopped process's TCP sockets on its own node, as its death would (`actors.process_sockets`)."""
-    count, failed = on_node(node_id, abort_tcp_sockets, pid)
-    if failed:
-        log.warning("The %d TCP sockets of process %d stay open until it dies: %s", count, pid, failed)
+def abort_sockets(processes: list[dict]) -> None:
+    """Close stopped processes' TCP sockets ({pid, node_id} each), as their death would
+    (`actors.process_sockets`): one call a node."""
+    by_node: dict[str, list[int]] = {}
+    for p in processes:
+        by_node.setdefault(p["node_id"], []).append(p["pid"])
+    for node_id, pids in by_node.items():
+        try:
+            count, failed = on_node(node_id, abort_tcp_sockets, pids)
+        except Exception as e:  # the node gone: its processes' peers learn of it as of a host's loss
+            count, failed = 0, str(e)
+        if failed:
+            log.warning("The TCP sockets (%d) of processes %s stay open until they die: %s", count, pids, failed)
 
 
 def sigkill_actor(handle, info_call, restart: bool, companions=()) -> float:
@@ -92,9 +100,7 @@ def sigkill_actor(handle, info_call, restart: bool, companions=()) -> float:
     effective = send_signal(info["pid"], info["node_id"], signal.SIGSTOP)
     to_companions(signal.SIGSTOP)
     try:
-        for p in [info] + [p for _, p in stopped]:
-            with contextlib.suppress(Exception):  # a node gone: its processes' peers see it as a host's loss
-                abort_sockets(p["pid"], p["node_id"])
+        abort_sockets([info] + [p for _, p in stopped])
         if not restart:
             ray.kill(handle, no_restart=True)
             for companion, _ in stopped:

@@ -9,11 +9,12 @@ new ones refused. So the tool closes the stopped process's TCP sockets first (`s
 SOCK_DESTROY: a reset to each peer, a listener closed), then tells Ray.
 
 How it fails: SOCK_DESTROY needs CAP_NET_ADMIN and a kernel built with INET_DIAG_DESTROY; without
-them nothing is closed and `abort_tcp_sockets` says so (the kill itself still happens, later for
-the peers, as before). A process gone meanwhile has no sockets left to close.
+them nothing is closed and `abort_tcp_sockets` says so (the kill itself still happens: its peers
+learn of it later, from Ray's side first). A process gone meanwhile has no sockets left to close.
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import subprocess
@@ -49,18 +50,11 @@ def tcp_sockets(inodes: set[int], tables: list[str]) -> list[TcpSocket]:
     return found
 
 
-def ss_filters(sockets: list[TcpSocket]) -> list[list[str]]:
-    """The `ss -K` argument lists that close exactly `sockets`: listeners by their address (ss leaves
-    listening sockets out unless asked for them), connections by both ends."""
-    listeners = [s.local for s in sockets if s.listening]
-    connections = [s for s in sockets if not s.listening]
-    argvs = []
-    if listeners:
-        argvs.append(["state", "listening", " or ".join(f"src {a}" for a in listeners)])
-    if connections:
-        argvs.append(["state", "connected",
-                      " or ".join(f"( src {s.local} and dst {s.remote} )" for s in connections)])
-    return argvs
+def ss_filter(sockets: list[TcpSocket]) -> str:
+    """The `ss -K state all` filter that closes exactly `sockets`: a listener by its address and no
+    peer port, a connection by both ends."""
+    return " or ".join(f"( src {s.local} and dport = :0 )" if s.listening else f"( src {s.local} and dst {s.remote} )"
+                       for s in sockets)
 
 
 def _open_socket_inodes(pid: int) -> set[int]:
@@ -76,23 +70,30 @@ def _open_socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def abort_tcp_sockets(pid: int) -> tuple[int, str]:
-    """Close every TCP socket of process `pid` (stopped, so that it opens none meanwhile) as its
-    death would; (how many it had, "" or why they were not closed)."""
+def abort_tcp_sockets(pids: list[int]) -> tuple[int, str]:
+    """Close every TCP socket of processes `pids` (stopped, so that they open none meanwhile; of one
+    node, so of one network namespace) as their death would, in one `ss` call: (how many they had,
+    "" or why they were not closed)."""
+    inodes: set[int] = set()
+    alive = []
     try:
-        inodes = _open_socket_inodes(pid)
-        tables = []
-        for name in ("tcp", "tcp6"):
-            with open(f"/proc/{pid}/net/{name}") as f:
-                tables.append(f.read())
-    except OSError as e:  # gone, or not ours to read
+        for pid in pids:
+            with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing of it to close
+                inodes |= _open_socket_inodes(pid)
+                alive.append(pid)
+        if not alive:
+            return 0, ""
+        tables = [open(f"/proc/{alive[0]}/net/{name}").read() for name in ("tcp", "tcp6")]
+    except OSError as e:  # not ours to read
         return 0, str(e)
     sockets = tcp_sockets(inodes, tables)
-    for argv in ss_filters(sockets):
-        try:
-            done = subprocess.run(["ss", "-K", "-t", "-n", "-H", *argv], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return len(sockets), f"ss -K: {e}"
-        if done.returncode != 0 or done.stderr.strip():
-            return len(sockets), f"ss -K: {done.stderr.strip() or done.returncode}"
+    if not sockets:
+        return 0, ""
+    try:
+        done = subprocess.run(["ss", "-K", "-t", "-n", "-H", "state", "all", ss_filter(sockets)],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return len(sockets), f"ss -K: {e}"
+    if done.returncode != 0 or done.stderr.strip():
+        return len(sockets), f"ss -K: {done.stderr.strip() or done.returncode}"
     return len(sockets), ""
