@@ -2,7 +2,8 @@
 #   make demo   - set up, then run the main job on an embedded ZooKeeper + local Ray
 #   make test   - set up, then run the test suite (real ZooKeeper, real Ray)
 # Set-up: a virtualenv in .venv with the project, Debian's zookeeper package, a Java check, Debian's chromium,
-# and kafkajs (Debian's nodejs and npm, kafkajs from the npm registry into tests/kafkajs).
+# kafkajs (Debian's nodejs and npm, kafkajs from the npm registry into tests/kafkajs), and what `kray hosts`
+# needs (iproute2, iptables, openssh-server, rsync).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -41,6 +42,10 @@ system-packages:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 	@command -v node >/dev/null && command -v npm >/dev/null || { echo "Installing Debian's nodejs and npm (kafkajs)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
+	@command -v ip >/dev/null && command -v iptables >/dev/null && test -x /usr/sbin/sshd && command -v rsync >/dev/null \
+	  || { echo "Installing Debian's iproute2, iptables, openssh-server and rsync (kray hosts, ray up on them)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  iproute2 iptables openssh-server openssh-client rsync; }
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

@@ -16,6 +16,7 @@ from jobs.cli import (
     cluster,
     configs,
     consumer_groups,
+    hosts,
     leader_election,
     reassign,
     runs,
@@ -23,7 +24,8 @@ from jobs.cli import (
     zk,
 )
 
-COMMAND_GROUPS = (zk, cluster, configs, topics, consumer_groups, reassign, leader_election, broker, chaos, runs)
+COMMAND_GROUPS = (zk, cluster, configs, topics, consumer_groups, reassign, leader_election, broker, chaos, runs,
+                  hosts)
 PASSED_ON = {"sweep": "jobs.sweep", "analyse": "jobs.analysis"}  # commands with parsers of their own
 ZOOKEEPER_HELP = "ZooKeeper connect string (default: $KRAY_ZK_CONNECT or `kray zk start`'s)"
 

@@ -25,7 +25,7 @@ PURE = [
     *(f"coordination.{m}" for m in ("zkdata", "errors", "topic_config")),
     "jobs.measures.failovers", "jobs.reports.timeline_page", "jobs.experiments.disk_faults",
     "jobs.measures.group_failovers", "jobs.experiments.summary", "jobs.measures.statistics",
-    "jobs.measures.knee",
+    "jobs.measures.knee", "jobs.hosts.layout",
 ]
 RUNTIMES = ("ray", "kazoo")
 

@@ -1,0 +1,80 @@
+"""`kray hosts`: hosts of their own on this machine (network, PID and mount namespaces on a bridge,
+sshd in each), brought up, listed, entered and brought down. Needs root; kray runs on loopback
+without them.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pydantic
+
+from coordination.errors import KrayError
+from jobs.experiments import local
+from jobs.hosts.layout import HostsLayout
+from jobs.hosts.netns import Hosts, preflight
+
+
+def _table(hosts: Hosts) -> str:
+    rows = [("HOST", "NAME", "ADDRESS", "PID 1")] + [
+        (h.short, h.name, h.address, str(hosts.init_pids.get(h.name, "-"))) for h in hosts.layout.hosts]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def hosts_up(args) -> None:
+    started = Hosts.started()
+    if started and started.layout.count > args.count:
+        raise KrayError(f"{started.layout.count} hosts are up: `kray hosts down` first to have {args.count}")
+    try:
+        layout = HostsLayout(count=args.count, subnet=args.subnet, prefix=args.prefix,
+                             directory=local.kray_home() / "hosts")
+    except pydantic.ValidationError as e:
+        raise KrayError("kray hosts up: " + "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}"
+                                                        for x in e.errors())) from None
+    if started and started.layout.model_copy(update={"count": args.count}) != layout:
+        raise KrayError(f"hosts {started.layout.prefix}-h* are up on {started.layout.subnet}: `kray hosts down` first")
+    hosts = Hosts(layout, started.init_pids if started else None).up()
+    print(_table(hosts))
+    print(f"Reach one with: ssh -i {layout.client_key} root@{layout.hosts[0].address}  (or kray hosts exec h1 -- CMD)")
+
+
+def hosts_down(args) -> None:
+    started = Hosts.started()
+    if not started:
+        print("No hosts are up (kray hosts up)")
+        return
+    preflight()
+    removed = started.down()
+    print(f"Hosts down: removed {', '.join(removed)}")
+
+
+def hosts_list(args) -> None:
+    started = Hosts.started()
+    print(_table(started) if started else "No hosts are up (kray hosts up)")
+
+
+def hosts_exec(args) -> None:
+    started = Hosts.started()
+    if not started:
+        raise KrayError("no hosts are up (kray hosts up)")
+    if not args.argv:
+        raise KrayError("kray hosts exec: a command to run is needed (kray hosts exec h1 -- CMD)")
+    done = started.run(started.host(args.host), args.argv, stdin=subprocess.DEVNULL)
+    sys.exit(done.returncode)
+
+
+def add_parsers(sub, zkp) -> None:
+    h = sub.add_parser("hosts", help="hosts of their own on this machine (root)").add_subparsers(
+        dest="action", required=True)
+    s = h.add_parser("up", help="N hosts on a bridge, each with its own address and sshd")
+    s.add_argument("count", type=int)
+    s.add_argument("--subnet", default="10.77.0.0/24", help="their /24 (default 10.77.0.0/24)")
+    s.add_argument("--prefix", default="kray", help="their names' (default kray: kray-h1.. on bridge kraybr0)")
+    s.set_defaults(func=hosts_up)
+    h.add_parser("down", help="every host powered off and removed, with the bridge").set_defaults(func=hosts_down)
+    h.add_parser("list", help="the hosts that are up").set_defaults(func=hosts_list)
+    s = h.add_parser("exec", help="a command inside a host (all of its namespaces)")
+    s.add_argument("host", help="h1, kray-h1 or its address")
+    s.add_argument("argv", nargs="*", metavar="-- CMD")
+    s.set_defaults(func=hosts_exec)

@@ -1,0 +1,207 @@
+"""Hosts brought up and down on this machine (`kray hosts up N`, `kray hosts down`): the commands of
+`jobs.hosts.layout` run, what was made kept in $KRAY_HOME/hosts.json.
+
+How it fails:
+- without root, or on a kernel that refuses namespaces, or without iproute2/openssh-server: one
+  KrayError before anything is made (the loopback default needs none of it);
+- run twice, `up` makes only what is missing (a host whose PID 1 died is started again);
+- `down` unmakes what a state file or the namespaces' names show, even after a crash of `up`;
+- a host's processes die with its PID 1 (the kernel kills a PID namespace's members with it), so
+  `down` and a power loss leave nothing running.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from coordination.errors import KrayError
+from jobs.experiments import local
+from jobs.hosts.layout import (
+    HOST_KEY,
+    SSHD,
+    Host,
+    HostsLayout,
+    bashrc,
+    bridge_commands,
+    enter_command,
+    forward_rule,
+    init_command,
+    network_commands,
+)
+
+STATE = "hosts"
+TOOLS = {"ip": "iproute2", "iptables": "iptables", "unshare": "util-linux", "nsenter": "util-linux",
+         SSHD: "openssh-server", "ssh": "openssh-client", "ssh-keygen": "openssh-client"}
+REPO = Path(__file__).resolve().parents[2]
+SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes",
+               "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
+
+
+def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise KrayError(f"{' '.join(argv)}: {done.stderr.strip() or f'exit {done.returncode}'}")
+    return done
+
+
+def preflight() -> None:
+    """Root, the tools and a kernel that makes namespaces, or one line saying which is missing."""
+    if os.geteuid() != 0:
+        raise KrayError("kray hosts needs root (network namespaces, a bridge, iptables); "
+                        "without hosts, kray runs on loopback")
+    missing = sorted({pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None})
+    if missing:
+        raise KrayError(f"kray hosts needs Debian's {', '.join(missing)} (make setup installs them)")
+    refused = _run(["unshare", "--net", "--pid", "--fork", "--mount", "true"], check=False)
+    if refused.returncode != 0:
+        raise KrayError(f"this kernel refuses new namespaces ({refused.stderr.strip()}); "
+                        "without hosts, kray runs on loopback")
+
+
+def _alive(pid: int | None) -> bool:
+    try:
+        return pid is not None and Path(f"/proc/{pid}").exists() and \
+            Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _netns_names() -> set[str]:
+    return {line.split()[0] for line in _run(["ip", "netns", "list"]).stdout.splitlines() if line.strip()}
+
+
+def _first_child(pid: int, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if children:
+                return int(children[0])
+        time.sleep(0.01)
+    raise KrayError(f"process {pid} started no host")
+
+
+def _wait_listening(address: str, port: int, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise KrayError(f"sshd on {address}:{port} not up after {timeout:.0f} s; see {log}")
+
+
+class Hosts:
+    """The hosts of one layout: made, entered, powered off, unmade."""
+
+    def __init__(self, layout: HostsLayout, init_pids: dict[str, int] | None = None):
+        self.layout = layout
+        self.init_pids = dict(init_pids or {})  # host name -> its PID 1, as the root namespace numbers it
+
+    @classmethod
+    def started(cls) -> "Hosts | None":
+        """The hosts `kray hosts up` made here, if any."""
+        state = local.read_state(STATE)
+        return cls(HostsLayout(**state["layout"]), state["init_pids"]) if state else None
+
+    def _save(self) -> None:
+        local.write_state(STATE, {"layout": self.layout.model_dump(mode="json"), "init_pids": self.init_pids})
+
+    # making
+    def up(self, timeout: float = 30.0) -> "Hosts":
+        preflight()
+        self._keys()
+        if self.layout.bridge not in _run(["ip", "-o", "link", "show"]).stdout:
+            for argv in bridge_commands(self.layout):
+                _run(argv)
+        if _run(forward_rule(self.layout, "-C"), check=False).returncode != 0:
+            _run(forward_rule(self.layout, "-I"))
+        existing = _netns_names()
+        for host in self.layout.hosts:
+            if host.name not in existing:
+                for argv in network_commands(self.layout, host):
+                    _run(argv)
+            if not _alive(self.init_pids.get(host.name)):
+                self._start(host)
+            self._save()
+        for host in self.layout.hosts:
+            _wait_listening(host.address, 22, timeout, self.layout.directory / host.short / "init.log")
+        return self
+
+    def _keys(self) -> None:
+        for key in (self.layout.client_key, self.layout.host_key):
+            if not key.exists():
+                key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"kray hosts {key.name}", "-f", str(key)])
+
+    def _start(self, host: Host) -> None:
+        """The host's home and temp dir, then its PID 1 (sshd), in a session of its own."""
+        home, tmp = self.layout.home(host), self.layout.tmp(host)
+        (home / ".ssh").mkdir(parents=True, exist_ok=True, mode=0o700)
+        home.chmod(0o700)
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o1777)
+        authorized = home / ".ssh" / "authorized_keys"
+        authorized.write_text(self.layout.client_key.with_suffix(".pub").read_text())
+        authorized.chmod(0o600)
+        shutil.copyfile(self.layout.host_key, home / HOST_KEY)
+        (home / HOST_KEY).chmod(0o600)
+        venv = Path(sys.prefix)
+        (home / ".bashrc").write_text(bashrc(venv / "bin", "disabled"))
+        (home / ".profile").write_text(". ~/.bashrc\n")
+        needed = [venv.resolve(), Path(sys.base_prefix).resolve(), REPO]
+        log = self.layout.directory / host.short / "init.log"
+        with open(log, "ab") as out:
+            launcher = subprocess.Popen(init_command(self.layout, host, Path.home().resolve(), needed),
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        self.init_pids[host.name] = _first_child(launcher.pid)
+
+    # using
+    def host(self, name: str) -> Host:
+        try:
+            return self.layout.host(name)
+        except KeyError:
+            raise KrayError(f"no host {name}: the hosts are {', '.join(h.short for h in self.layout.hosts)}") from None
+
+    def run(self, host: Host, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        """argv inside the host (every namespace of its PID 1, a login shell's environment): the way in without SSH."""
+        return subprocess.run(enter_command(self.init_pids[host.name], Path.home().resolve(), argv), **kwargs)
+
+    def ssh(self, host: Host, command: str, **kwargs) -> subprocess.CompletedProcess:
+        """A command over SSH, as `ray up` reaches a host: a login shell, ~/.bashrc read."""
+        return subprocess.run(["ssh", "-i", str(self.layout.client_key), *SSH_OPTIONS, f"root@{host.address}",
+                               command], **kwargs)
+
+    def power_off(self, host: Host) -> None:
+        """Every process of the host at once (SIGKILL of its PID 1: the kernel kills the rest)."""
+        pid = self.init_pids.get(host.name)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.01)
+
+    # unmaking
+    def down(self) -> list[str]:
+        """Every host powered off and unmade, the bridge and its rule removed, the files deleted;
+        what was removed."""
+        removed = []
+        for host in self.layout.hosts:
+            self.power_off(host)
+        names = {h.name for h in self.layout.hosts} | {n for n in _netns_names() if n.startswith(f"{self.layout.prefix}-h")}
+        for name in sorted(names):
+            _run(["ip", "netns", "del", name], check=False)
+            removed.append(name)
+        if _run(["ip", "link", "del", self.layout.bridge], check=False).returncode == 0:
+            removed.append(self.layout.bridge)
+        while _run(forward_rule(self.layout, "-C"), check=False).returncode == 0:
+            _run(forward_rule(self.layout, "-D"))
+        shutil.rmtree(self.layout.directory, ignore_errors=True)
+        local.clear_state(STATE)
+        return removed
