@@ -35,6 +35,12 @@ def alive_nodes() -> list[NodeInfo]:
             for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
 
 
+def listener_host() -> str | None:
+    """The brokers' listener host for the Ray cluster this process is on: loopback when its nodes share
+    one address (one machine), else None (every interface, each broker advertising its node's address)."""
+    return "127.0.0.1" if len({n.address for n in alive_nodes()}) <= 1 else None
+
+
 @ray.remote(num_cpus=0)
 def _run_there(fn, *args):
     return fn(*args)

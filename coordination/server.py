@@ -221,12 +221,13 @@ class _Launcher:
         self.stop()
 
 
-def _common_config(settings: ZooKeeperSettings, client_port: int) -> str:
+def _common_config(settings: ZooKeeperSettings, client_port: int, client_address: str | None = "127.0.0.1") -> str:
+    """zoo.cfg's common lines; the client port on `client_address`, or every interface when None."""
     lines = [
         f"tickTime={settings.tick_time_ms}",
         "dataDir=@DATA_DIR@",
         f"clientPort={client_port}",
-        "clientPortAddress=127.0.0.1",
+        *([f"clientPortAddress={client_address}"] if client_address else []),
         f"maxSessionTimeout={settings.max_session_timeout_ms}",
         "admin.enableServer=false",
         "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
@@ -277,6 +278,44 @@ class ZooKeeperEnsemble(_Launcher):
             if s.running and server_mode(s.client_port) == "leader":
                 return i
         return None
+
+
+class EnsembleMember(BaseModel, frozen=True):
+    """One server of an ensemble spread over nodes: where it is, as every member's zoo.cfg names it."""
+
+    host: str
+    client_port: int = 2181
+    quorum_port: int = 2888
+    election_port: int = 3888
+
+    @classmethod
+    def parse(cls, spec: str) -> "EnsembleMember":
+        """`host` or `host:client:quorum:election`."""
+        host, *ports = spec.strip().split(":")
+        if len(ports) not in (0, 3) or not host:
+            raise ValueError(f"{spec!r}: a member is host or host:client:quorum:election")
+        return cls(host=host, **dict(zip(("client_port", "quorum_port", "election_port"), map(int, ports))))
+
+
+def ensemble_connect_string(members: list[EnsembleMember]) -> str:
+    return ",".join(f"{m.host}:{m.client_port}" for m in members)
+
+
+class ZooKeeperNodeServer(_Launcher):
+    """Member `myid` (1-based) of an ensemble whose members are on several nodes (hosts of their own, a
+    cloud cluster's nodes), run on its node: its client port on every interface, its data in
+    `base_dir`, which it keeps; detached, so that it outlives the command that started it."""
+
+    def __init__(self, members: list[EnsembleMember], myid: int, base_dir: str | os.PathLike,
+                 settings: ZooKeeperSettings | None = None):
+        super().__init__(base_dir)
+        self.settings = settings or ZooKeeperSettings()
+        me = members[myid - 1]
+        peers = "".join(f"server.{i}={m.host}:{m.quorum_port}:{m.election_port}\n" for i, m in enumerate(members, 1))
+        extra = f"initLimit={self.settings.init_limit}\nsyncLimit={self.settings.sync_limit}\n"
+        self.servers = [_ServerProcess(self.base_dir, me.client_port,
+                                       _common_config(self.settings, me.client_port, None) + extra + peers, myid,
+                                       self.settings)]
 
 
 def connect_string(default: str | None = None) -> str | None:

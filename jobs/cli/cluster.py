@@ -22,7 +22,7 @@ RAY = str(Path(sys.executable).parent / "ray")  # the venv's ray, whether or not
 
 
 def cluster_up(args) -> None:
-    from actors.cluster import LocalCluster
+    from actors.cluster import LocalCluster, listener_host
     from actors.config import ClusterConfig
     from actors.runtime import ray_worker_environment
 
@@ -34,7 +34,7 @@ def cluster_up(args) -> None:
         subprocess.run([RAY, "start", "--head", "--include-dashboard=false", "--disable-usage-stats"],
                        check=True, capture_output=True)
     joined = ray_connect()
-    config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port,
+    config = ClusterConfig(zk_connect=connect, namespace=args.namespace, base_port=args.base_port, host=listener_host(),
                            zk_session_timeout_ms=args.session_timeout_ms, link_faults_enable=args.link_faults,
                            broker=broker, controller=controller)
     cluster = LocalCluster(config, list(range(1, args.brokers + 1)), detached=True).start()

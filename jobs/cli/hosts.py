@@ -37,6 +37,13 @@ def hosts_up(args) -> None:
     hosts = Hosts(layout, started.init_pids if started else None).up()
     print(_table(hosts))
     print(f"Reach one with: ssh -i {layout.client_key} root@{layout.hosts[0].address}  (or kray hosts exec h1 -- CMD)")
+    if args.cluster:
+        from jobs.hosts.cluster import start_cluster
+
+        started = start_cluster(hosts)
+        print(f"ZooKeeper: {started['zk_connect']}")
+        print(f"Ray: {started['ray_address']} (the head on h1, a worker on each other host)")
+        print(f"Brokers, one per host: kray hosts exec h1 -- kray --zookeeper {started['zk_connect']} cluster up")
 
 
 def hosts_down(args) -> None:
@@ -71,6 +78,8 @@ def add_parsers(sub, zkp) -> None:
     s.add_argument("count", type=int)
     s.add_argument("--subnet", default="10.77.0.0/24", help="their /24 (default 10.77.0.0/24)")
     s.add_argument("--prefix", default="kray", help="their names' (default kray: kray-h1.. on bridge kraybr0)")
+    s.add_argument("--cluster", action="store_true",
+                   help="and across them: a Ray cluster (head on h1) and a ZooKeeper ensemble on h1-h3")
     s.set_defaults(func=hosts_up)
     h.add_parser("down", help="every host powered off and removed, with the bridge").set_defaults(func=hosts_down)
     h.add_parser("list", help="the hosts that are up").set_defaults(func=hosts_list)

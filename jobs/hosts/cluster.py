@@ -1,0 +1,82 @@
+"""A Ray cluster and a ZooKeeper ensemble across the hosts (`kray hosts up N --cluster`): the Ray
+head and a ZooKeeper server on h1, a Ray worker on each other host, ZooKeeper servers on the first
+three hosts. Each node starts itself with `jobs.node`, the commands `ray up` runs on a cluster's
+nodes, entered without SSH (`Hosts.run`). A driver runs on a host (`kray hosts exec h1 -- ...`): a
+driver in this namespace would give Ray an address the hosts cannot reach.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from coordination.errors import KrayError
+from coordination.server import EnsembleMember, ensemble_connect_string, four_letter_word
+from jobs.hosts.layout import Host
+from jobs.hosts.netns import Hosts
+
+ENSEMBLE_SIZE = 3
+NODE_CPUS = 2  # what Ray may schedule on each host (all share this machine's cores)
+NODE_MEMORY = 2 * 2**30
+NODE_OBJECT_STORE = 256 * 2**20
+
+
+def ensemble_of(hosts: Hosts) -> list[EnsembleMember]:
+    """The first three hosts' (one when there are fewer than three: a quorum of two is no safer than one)."""
+    chosen = hosts.layout.hosts[:ENSEMBLE_SIZE] if hosts.layout.count >= ENSEMBLE_SIZE else hosts.layout.hosts[:1]
+    return [EnsembleMember(host=h.address) for h in chosen]
+
+
+def _node(hosts: Hosts, host: Host, *argv: str) -> None:
+    done = hosts.run(host, [sys.executable, "-m", "jobs.node", *argv], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise KrayError(f"{host.short}: jobs.node {argv[0]} failed: {(done.stderr or done.stdout).strip()[-500:]}")
+
+
+def _resources() -> list[str]:
+    return [f"--num-cpus={NODE_CPUS}", f"--memory={NODE_MEMORY}", f"--object-store-memory={NODE_OBJECT_STORE}"]
+
+
+def start_cluster(hosts: Hosts, timeout: float = 120.0) -> dict:
+    """ZooKeeper's members and Ray on every host, waited for: {zk_connect, ray_address}."""
+    members = ensemble_of(hosts)
+    spec = ",".join(m.host for m in members)
+    for m in members:
+        _node(hosts, hosts.host(m.host), "zookeeper", "--ensemble", spec)
+    head, *workers = hosts.layout.hosts
+    _node(hosts, head, "ray-head", *_resources(), "--", "--include-dashboard=false")
+    for w in workers:
+        _node(hosts, w, "ray-worker", f"--address={head.address}:6379", *_resources())
+    deadline = time.monotonic() + timeout
+    while not all(_serving(m) for m in members):
+        if time.monotonic() > deadline:
+            raise KrayError(f"ZooKeeper's ensemble {spec} has no quorum after {timeout:.0f} s")
+        time.sleep(0.2)
+    while _ray_nodes(hosts, head) < hosts.layout.count:
+        if time.monotonic() > deadline:
+            raise KrayError(f"Ray has {_ray_nodes(hosts, head)} of {hosts.layout.count} nodes after {timeout:.0f} s")
+        time.sleep(0.5)
+    return {"zk_connect": ensemble_connect_string(members), "ray_address": f"{head.address}:6379"}
+
+
+def _serving(member: EnsembleMember) -> bool:
+    try:
+        answer = four_letter_word(member.host, member.client_port, "srvr")
+    except OSError:  # not listening yet
+        return False
+    return "Mode: leader" in answer or "Mode: follower" in answer or "Mode: standalone" in answer
+
+
+def _ray_nodes(hosts: Hosts, head: Host) -> int:
+    probe = "import ray; ray.init(address='auto', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
+    done = hosts.run(head, [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    try:
+        return int(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return 0
+
+
+def stop_cluster(hosts: Hosts) -> None:
+    """Ray stopped on every host (ZooKeeper's servers and everything else die with the hosts)."""
+    for host in hosts.layout.hosts:
+        hosts.run(host, ["ray", "stop", "--force"], capture_output=True, timeout=60)
+

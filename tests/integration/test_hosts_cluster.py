@@ -1,0 +1,84 @@
+"""A kray cluster across hosts of their own (`kray hosts up 3 --cluster`, then `kray cluster up` run on
+h1): a Ray cluster of one node per host, a ZooKeeper ensemble of a server per host, a broker per host
+advertising its host's address, reached from this namespace over the bridge by Kafka clients; and a
+host's power loss (its broker, raylet and ZooKeeper server killed at once) costs no acknowledged
+record. Run as root, as CI is."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from coordination.server import four_letter_word
+from coordination.zkclient import KrayZkClient
+from coordination.zkdata import TopicPartition
+from jobs.cli import main
+from jobs.hosts.netns import Hosts
+from tests.integration.test_hosts import PREFIX, SUBNET, kray, kray_home  # noqa: F401 (a fixture)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[tuple[int, int]]:
+    """acks=all, each record's (partition, offset) once acknowledged; every record must be."""
+    acked, failed = [], []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "message.timeout.ms": 60_000})
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=i % 3,
+                  on_delivery=lambda e, m: (failed if e else acked).append(e or (m.partition(), m.offset())))
+    assert p.flush(90) == 0 and failed == []
+    return acked
+
+
+def consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    """Read back by assignment: a group would need __consumer_offsets, which Kafka does not create with
+    fewer live brokers than its replication factor (3), as here after a host's loss."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    c.assign([KafkaTopicPartition(topic, p, 0) for p in range(3)])
+    got, deadline = [], time.monotonic() + 60
+    while len(got) < expected and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    return got
+
+
+def test_a_cluster_across_hosts_serves_clients_here_and_loses_nothing_when_a_host_loses_power(kray_home, capsys):
+    code, out, err = kray(capsys, "hosts", "up", "3", "--prefix", PREFIX, "--subnet", SUBNET, "--cluster")
+    assert code == 0, err
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if line.startswith(("ZooKeeper: ", "Ray: ")))
+    zk_connect = lines["ZooKeeper"]
+    assert zk_connect == "10.78.0.11:2181,10.78.0.12:2181,10.78.0.13:2181"
+    assert lines["Ray"].startswith("10.78.0.11:6379")
+    hosts = Hosts.started()
+    h1, h2, h3 = hosts.layout.hosts
+    modes = sorted(four_letter_word(h.address, 2181, "srvr").split("Mode: ")[1].split()[0] for h in (h1, h2, h3))
+    assert modes == ["follower", "follower", "leader"]  # one server per host, a quorum across them
+    up = hosts.run(h1, ["kray", "--zookeeper", zk_connect, "cluster", "up", "--brokers", "3", "--session-timeout-ms",
+                        "6000"], capture_output=True, text=True, timeout=180)
+    assert up.returncode == 0, up.stderr[-2000:]
+    with KrayZkClient(zk_connect).start() as zk:  # from here, over the bridge
+        brokers = {b: info for b, (info, _) in zk.get_brokers(zk.get_all_broker_ids()).items()}
+        assert sorted(info.host for info in brokers.values()) == [h1.address, h2.address, h3.address]
+        bootstrap = zk.bootstrap_servers()
+        assert main(["--zookeeper", zk_connect, "topics", "create", "--topic", "orders", "--partitions", "3",
+                     "--replication-factor", "3", "--config", "min.insync.replicas=2"]) == 0
+        deadline = time.monotonic() + 60
+        while any(s is None or s.state.leader < 0 for s in zk.get_partition_states(
+                [TopicPartition("orders", p) for p in range(3)]).values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        before = produce(bootstrap, "orders", [f"before-{i}".encode() for i in range(300)])
+        lost = next(b for b, info in brokers.items() if info.host == h2.address)
+        hosts.power_off(h2)  # its broker, its raylet and its ZooKeeper server at once
+        after = produce(",".join(f"{i.host}:{i.port}" for b, i in brokers.items() if b != lost), "orders",
+                        [f"after-{i}".encode() for i in range(300)])
+        states = zk.get_partition_states([TopicPartition("orders", p) for p in range(3)])
+        assert all(s.state.leader != lost and lost not in s.state.isr for s in states.values())  # the controller moved them
+    assert len(before) == len(after) == 300
+    with pytest.raises(ConnectionRefusedError):  # its ZooKeeper server is gone with it
+        four_letter_word(h2.address, 2181, "srvr")
+    read = consume_all(",".join(f"{h.address}:{i.port}" for h in (h1, h3) for i in brokers.values()
+                                if i.host == h.address), "orders", 600)
+    assert sorted(read) == sorted([f"before-{i}".encode() for i in range(300)] + [f"after-{i}".encode() for i in range(300)])

@@ -1,0 +1,47 @@
+"""What a node of a kray Ray cluster runs at its start (`jobs.node`): its ensemble members' configs,
+the connect string, and Ray's start command."""
+import pytest
+
+from coordination.server import EnsembleMember, ZooKeeperNodeServer, ensemble_connect_string
+from jobs.node import RAY, ensemble, main, ray_start_command, start_zookeeper
+
+
+def test_members_are_hosts_with_zookeepers_ports_or_all_four_fields():
+    assert ensemble("10.0.0.11, 10.0.0.12:2182:2889:3889,") == [
+        EnsembleMember(host="10.0.0.11"), EnsembleMember(host="10.0.0.12", client_port=2182, quorum_port=2889,
+                                                         election_port=3889)]
+    for bad in ("a:1", "a:1:2", ":2181:2888:3888", "a:x:2:3"):
+        with pytest.raises(ValueError):
+            ensemble(bad)
+    assert ensemble_connect_string(ensemble("a,b:2182:1:2")) == "a:2181,b:2182"
+
+
+def test_a_members_config_names_every_member_and_takes_clients_on_every_interface(tmp_path):
+    members = ensemble("10.0.0.11,10.0.0.12,10.0.0.13")
+    server = ZooKeeperNodeServer(members, 2, tmp_path / "zk2").servers[0]
+    config = server.config_file.read_text().splitlines()
+    assert "clientPort=2181" in config and not any(line.startswith("clientPortAddress") for line in config)
+    assert config[-3:] == ["server.1=10.0.0.11:2888:3888", "server.2=10.0.0.12:2888:3888", "server.3=10.0.0.13:2888:3888"]
+    assert (tmp_path / "zk2" / "data" / "myid").read_text() == "2\n"
+    assert f"dataDir={tmp_path / 'zk2' / 'data'}" in config
+
+
+def test_a_node_starts_only_the_members_at_its_own_addresses(tmp_path):
+    assert start_zookeeper(ensemble("10.0.0.11,10.0.0.12,10.0.0.13"), ["192.168.1.5"], tmp_path) == []
+    assert not list(tmp_path.iterdir())
+
+
+def test_ray_starts_with_the_nodes_address_and_the_resources_given():
+    assert ray_start_command(True, None, "10.0.0.11", 2, None, 256, ["--include-dashboard=false"]) == [
+        RAY, "start", "--head", "--port=6379", "--node-ip-address=10.0.0.11", "--disable-usage-stats", "--num-cpus=2",
+        "--object-store-memory=256", "--include-dashboard=false"]
+    assert ray_start_command(False, "10.0.0.11:6379", "10.0.0.12", None, None, None, []) == [
+        RAY, "start", "--address=10.0.0.11:6379", "--node-ip-address=10.0.0.12", "--disable-usage-stats"]
+
+
+def test_the_connect_command_prints_kray_zk_connects_value_and_a_bad_member_is_one_line(capsys):
+    assert main(["connect", "--ensemble", "a,b,c"]) == 0
+    assert capsys.readouterr().out == "a:2181,b:2181,c:2181\n"
+    assert main(["connect", "--ensemble", "a:1"]) == 1
+    assert capsys.readouterr().err == "Error: --ensemble: 'a:1': a member is host or host:client:quorum:election\n"
+
