@@ -1,36 +1,42 @@
-"""What a node of a kray Ray cluster runs at its start: its ZooKeeper server (when it is a member of
-the ensemble) and Ray. The one source of these commands for every kind of cluster: `cluster.yaml`
-(cloud nodes), `cluster-local.yaml` (hosts of their own on one machine, through `ray up`) and
-`kray hosts` all call it, so a test of one tests them all.
+"""What a node of a kray Ray cluster runs at its start: its set-up, its ZooKeeper server (when it is
+a member of the ensemble) and Ray. The one source of these commands for every kind of cluster:
+`cluster.yaml` (cloud nodes) and `cluster-local.yaml` (hosts of their own on one machine) run the same
+lines, and `kray hosts up --cluster` the same steps, so a test of one tests them all.
 
+    python3 ~/kray/jobs/node.py setup --ensemble HEAD:2181:2888:3888,HEAD:2182:2889:3889,HEAD:2183:2890:3890
     python -m jobs.node zookeeper --ensemble 10.0.0.11,10.0.0.12,10.0.0.13
     python -m jobs.node connect --ensemble 10.0.0.11,10.0.0.12,10.0.0.13     # KRAY_ZK_CONNECT's value
     python -m jobs.node ray-head [--num-cpus N] [-- ray start's own options]
     python -m jobs.node ray-worker --address HEAD:6379 [--num-cpus N] [-- ...]
 
-A member is `host` (ports 2181, 2888, 3888) or `host:client:quorum:election`; a node starts the
-members at its own addresses (`hostname -I`), each once: a member that answers is left alone, so
-`ray up` may run it again. Ray is started with the node's address (Ray guesses 127.0.0.1 where there
-is no default route), kray's worker environment (actors/runtime.py) and 65,536 open files.
+`setup` runs on any Python >= 3.10 with the standard library alone (before the project is installed):
+what is missing of Java, Debian's zookeeper and venv support is installed, a virtualenv made
+($KRAY_VENV, default ~/kray-venv) and the project installed in it editable, unless it imports already
+(a host of this machine shares both); ~/.bashrc activates the venv, turns Ray's token authentication
+on and exports KRAY_ZK_CONNECT; then this node's members of the ensemble are started.
+
+A member is `host` (ports 2181, 2888, 3888) or `host:client:quorum:election`; HEAD stands for the Ray
+head's address ($RAY_HEAD_IP on a worker, this node's own on the head). A node starts the members at
+its own addresses (`hostname -I`), each once: a member that answers is left alone, so `ray up` may
+run it again. Ray is started with the node's address (Ray guesses 127.0.0.1 where there is no
+default route), kray's worker environment (actors/runtime.py), 65,536 open files, and the resources
+of $KRAY_NODE_NUM_CPUS, $KRAY_NODE_MEMORY and $KRAY_NODE_OBJECT_STORE_MEMORY where set (hosts that
+share one machine must not each claim all of it).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from coordination.server import (
-    EnsembleMember,
-    ZooKeeperNodeServer,
-    ensemble_connect_string,
-    server_mode,
-)
-
-RAY = str(Path(sys.executable).parent / "ray")
 OPEN_FILES = 65_536
+CHECKOUT = Path(__file__).resolve().parents[1]
+PACKAGES = {"java": "openjdk-17-jre-headless", "/usr/share/java/zookeeper.jar": "zookeeper"}
+BASHRC_MARK = "# kray node"
 
 
 def node_addresses() -> list[str]:
@@ -38,12 +44,64 @@ def node_addresses() -> list[str]:
     return subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=True).stdout.split()
 
 
-def ensemble(spec: str) -> list[EnsembleMember]:
-    return [EnsembleMember.parse(m) for m in spec.split(",") if m.strip()]
+def head_address() -> str:
+    return os.environ.get("RAY_HEAD_IP") or node_addresses()[0]
 
 
-def start_zookeeper(members: list[EnsembleMember], addresses: list[str], base_dir: Path) -> list[str]:
+def ensemble(spec: str, head: str | None = None):
+    """The members of `spec`, HEAD replaced by `head`."""
+    from coordination.server import EnsembleMember
+
+    return [EnsembleMember.parse(m.replace("HEAD", head) if head else m) for m in spec.split(",") if m.strip()]
+
+
+def _sh(argv: list[str]) -> None:
+    print("+", " ".join(argv), flush=True)
+    subprocess.run(argv, check=True)
+
+
+def _base_python() -> str:
+    """The first Python >= 3.10 found (kray and Ray need one): the system's on Ubuntu 22.04+ or Debian 12,
+    conda's on Ray's default AMI."""
+    for candidate in ("python3.12", "python3.11", "python3.10", str(Path.home() / "anaconda3/envs/tensorflow2_p310/bin/python"),
+                      "python3"):
+        found = shutil.which(candidate)
+        if found and subprocess.run([found, "-c", "import sys; sys.exit(sys.version_info < (3, 10))"]).returncode == 0:
+            return found
+    raise SystemExit("no Python >= 3.10 on this node")
+
+
+def setup(spec: str, venv: Path) -> None:
+    """This node made ready for kray, each step skipped where it is done already (see the module's doc)."""
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    missing = [pkg for thing, pkg in PACKAGES.items() if not (shutil.which(thing) or Path(thing).exists())]
+    if not (venv / "bin" / "python").exists() and subprocess.run(
+            [_base_python(), "-c", "import venv, ensurepip"], capture_output=True).returncode != 0:
+        missing.append("python3-venv")
+    if missing:
+        _sh([*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "update", "-y"])
+        _sh([*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-o",
+             "DPkg::Lock::Timeout=600", *missing])
+    python = venv / "bin" / "python"
+    if not python.exists():
+        _sh([_base_python(), "-m", "venv", str(venv)])
+    if subprocess.run([str(python), "-c", "import jobs.node"], capture_output=True, cwd="/").returncode != 0:
+        _sh([str(python), "-m", "pip", "install", "-q", "-U", "pip", "setuptools", "wheel"])
+        _sh([str(python), "-m", "pip", "install", "-e", str(CHECKOUT)])
+    members = subprocess.run([str(python), "-m", "jobs.node", "connect", "--ensemble", spec],
+                             capture_output=True, text=True, check=True, cwd="/").stdout.strip()
+    bashrc = Path.home() / ".bashrc"
+    kept = [line for line in (bashrc.read_text().splitlines() if bashrc.exists() else []) if BASHRC_MARK not in line]
+    bashrc.write_text("\n".join(kept + [f"source {venv}/bin/activate  {BASHRC_MARK}",
+                                        f"export RAY_AUTH_MODE=token  {BASHRC_MARK}",
+                                        f"export KRAY_ZK_CONNECT={members}  {BASHRC_MARK}"]) + "\n")
+    _sh([str(python), "-m", "jobs.node", "zookeeper", "--ensemble", spec])
+
+
+def start_zookeeper(members, addresses: list[str], base_dir: Path) -> list[str]:
     """This node's members started (those at `addresses` not already answering); what was done."""
+    from coordination.server import ZooKeeperNodeServer, server_mode
+
     done = []
     for myid, member in enumerate(members, 1):
         if member.host not in addresses:
@@ -59,7 +117,8 @@ def start_zookeeper(members: list[EnsembleMember], addresses: list[str], base_di
 
 def ray_start_command(head: bool, address: str | None, node_ip: str, num_cpus: int | None, memory: int | None,
                       object_store_memory: int | None, extra: list[str]) -> list[str]:
-    argv = [RAY, "start", "--head", "--port=6379"] if head else [RAY, "start", f"--address={address}"]
+    ray = str(Path(sys.executable).parent / "ray")
+    argv = [ray, "start", "--head", "--port=6379"] if head else [ray, "start", f"--address={address}"]
     argv += [f"--node-ip-address={node_ip}", "--disable-usage-stats"]
     for flag, value in (("--num-cpus", num_cpus), ("--memory", memory), ("--object-store-memory", object_store_memory)):
         if value is not None:
@@ -72,8 +131,12 @@ def start_ray(argv: list[str]) -> int:
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(OPEN_FILES, hard), hard))
-    subprocess.run([RAY, "stop"], capture_output=True)  # a node's earlier Ray, as Ray's own start commands do
+    subprocess.run([argv[0], "stop"], capture_output=True)  # a node's earlier Ray, as Ray's own start commands do
     return subprocess.run(argv, env={**os.environ, **RAY_WORKER_ENV}).returncode
+
+
+def _env_int(name: str) -> int | None:
+    return int(os.environ[name]) if os.environ.get(name) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,27 +145,34 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(prog="python -m jobs.node", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    for name in ("zookeeper", "connect"):
+    for name in ("setup", "zookeeper", "connect"):
         s = sub.add_parser(name)
-        s.add_argument("--ensemble", required=True, help="host[:client:quorum:election],... in myid order")
+        s.add_argument("--ensemble", required=True, help="host[:client:quorum:election],... in myid order; "
+                                                         "HEAD: the Ray head's address")
         s.add_argument("--dir", type=Path, default=Path.home() / ".kray", help="where a member keeps its data")
+        s.add_argument("--venv", type=Path, default=Path(os.environ.get("KRAY_VENV", Path.home() / "kray-venv")))
     for name in ("ray-head", "ray-worker"):
         s = sub.add_parser(name)
         if name == "ray-worker":
             s.add_argument("--address", required=True, help="the head's HOST:6379")
-        s.add_argument("--num-cpus", type=int)
-        s.add_argument("--memory", type=int, help="bytes")
-        s.add_argument("--object-store-memory", type=int, help="bytes")
+        s.add_argument("--num-cpus", type=int, default=_env_int("KRAY_NODE_NUM_CPUS"))
+        s.add_argument("--memory", type=int, help="bytes", default=_env_int("KRAY_NODE_MEMORY"))
+        s.add_argument("--object-store-memory", type=int, help="bytes", default=_env_int("KRAY_NODE_OBJECT_STORE_MEMORY"))
     args = p.parse_args(argv)
-    try:
-        members = ensemble(args.ensemble) if args.command in ("zookeeper", "connect") else []
-    except ValueError as e:
-        print(f"Error: --ensemble: {e}", file=sys.stderr)
-        return 1
-    if args.command == "connect":
-        print(ensemble_connect_string(members))
+    if args.command == "setup":
+        setup(args.ensemble, args.venv)
         return 0
-    if args.command == "zookeeper":
+    if args.command in ("zookeeper", "connect"):
+        try:
+            members = ensemble(args.ensemble, head_address() if "HEAD" in args.ensemble else None)
+        except ValueError as e:
+            print(f"Error: --ensemble: {e}", file=sys.stderr)
+            return 1
+        if args.command == "connect":
+            from coordination.server import ensemble_connect_string
+
+            print(ensemble_connect_string(members))
+            return 0
         for line in start_zookeeper(members, node_addresses(), args.dir) or ["not a member of the ensemble"]:
             print(line)
         return 0

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,39 @@ from typing import NamedTuple
 
 from coordination.errors import KrayError
 from coordination.server import ZK_CONNECT_ENV, connect_string
+
+
+RAY_UP_CONFIG = Path.home() / "ray_bootstrap_config.yaml"  # what `ray up` leaves on a cluster's head
+
+
+def nodes_expected(config: dict) -> int:
+    """The nodes a `ray up` cluster starts with: its head and the min_workers of its node types (the
+    local provider's one type is the head's too; a cloud head's type has none), or, in the flat form
+    of a config not yet prepared, its min_workers."""
+    types = config.get("available_node_types")
+    if types:
+        return 1 + sum(t.get("min_workers", 0) for t in types.values())
+    return 1 + config.get("min_workers", 0)
+
+
+def wait_for_nodes(step, timeout_s: float = 300.0) -> list[str]:
+    """The live nodes' addresses, once a `ray up` cluster's workers have all joined: `ray submit` right
+    after `ray up` finds only the head (the autoscaler starts the workers after `ray up` returns), and
+    brokers placed then would all sit there, advertising loopback."""
+    import ray
+    import yaml
+
+    def alive() -> list[str]:
+        return sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]})
+
+    expected = nodes_expected(yaml.safe_load(RAY_UP_CONFIG.read_text())) if RAY_UP_CONFIG.exists() else 1
+    deadline = time.monotonic() + timeout_s
+    while len(alive()) < expected:
+        if time.monotonic() > deadline:
+            raise KrayError(f"the Ray cluster has {len(alive())} of its {expected} nodes after {timeout_s:.0f} s")
+        step(f"Waiting for the Ray cluster's nodes ({RAY_UP_CONFIG.name}): {len(alive())} of {expected} up")
+        time.sleep(5)
+    return alive()
 
 
 def kray_home() -> Path:
@@ -94,12 +128,14 @@ def embedded_zookeeper_and_ray(step=lambda message: None, zk_heap_mb: int | None
         if not ray.is_initialized():
             started_ray = True
             address = os.environ.get("RAY_ADDRESS")
-            step(f"ZooKeeper at {connect}; " + (f"joining the Ray cluster at {address}" if address
-                                               else "starting a local Ray"))
             if not address:
                 ray_worker_environment()
+            # without an address, ray.init joins the cluster this node is part of (`ray start`, `ray up`), if any
             ray.init(address=address, include_dashboard=False if not address else None, log_to_driver=False,
                      configure_logging=False)
+            nodes = wait_for_nodes(step)
+            step(f"ZooKeeper at {connect}; Ray at {ray.get_runtime_context().gcs_address}: "
+                 f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} ({', '.join(nodes)})")
             if main:  # again: ray.init sets its own
                 signal.signal(signal.SIGTERM, _exit_on_sigterm)
         yield Environment(connect, server)

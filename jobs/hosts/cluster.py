@@ -15,9 +15,6 @@ from jobs.hosts.layout import Host
 from jobs.hosts.netns import Hosts
 
 ENSEMBLE_SIZE = 3
-NODE_CPUS = 2  # what Ray may schedule on each host (all share this machine's cores)
-NODE_MEMORY = 2 * 2**30
-NODE_OBJECT_STORE = 256 * 2**20
 
 
 def ensemble_of(hosts: Hosts) -> list[EnsembleMember]:
@@ -32,10 +29,6 @@ def _node(hosts: Hosts, host: Host, *argv: str) -> None:
         raise KrayError(f"{host.short}: jobs.node {argv[0]} failed: {(done.stderr or done.stdout).strip()[-500:]}")
 
 
-def _resources() -> list[str]:
-    return [f"--num-cpus={NODE_CPUS}", f"--memory={NODE_MEMORY}", f"--object-store-memory={NODE_OBJECT_STORE}"]
-
-
 def start_cluster(hosts: Hosts, timeout: float = 120.0) -> dict:
     """ZooKeeper's members and Ray on every host, waited for: {zk_connect, ray_address}."""
     members = ensemble_of(hosts)
@@ -43,9 +36,9 @@ def start_cluster(hosts: Hosts, timeout: float = 120.0) -> dict:
     for m in members:
         _node(hosts, hosts.host(m.host), "zookeeper", "--ensemble", spec)
     head, *workers = hosts.layout.hosts
-    _node(hosts, head, "ray-head", *_resources(), "--", "--include-dashboard=false")
+    _node(hosts, head, "ray-head", "--", "--include-dashboard=false")  # each host's share: its ~/.bashrc
     for w in workers:
-        _node(hosts, w, "ray-worker", f"--address={head.address}:6379", *_resources())
+        _node(hosts, w, "ray-worker", f"--address={head.address}:6379")
     deadline = time.monotonic() + timeout
     while not all(_serving(m) for m in members):
         if time.monotonic() > deadline:

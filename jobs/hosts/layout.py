@@ -8,7 +8,7 @@ A host is three namespaces of the kernel:
   PIDs it sees) stops only the host's Ray, and killing PID 1 is the host's power loss;
 - a mount namespace with a private home (the host's .bashrc, .ssh and what `ray up` copies there),
   its own /tmp and /dev/shm (Ray's default temp dir and object store, ZooKeeper's throwaway data),
-  and the interpreter and virtualenv bound in read-only.
+  an /etc/hosts naming every host, and the interpreter bound in read-only.
 """
 from __future__ import annotations
 
@@ -79,11 +79,22 @@ class HostsLayout(BaseModel, frozen=True):
     def host_key(self) -> Path:
         return self.directory / "ssh" / "host_key"
 
+    @property
+    def etc_hosts(self) -> Path:
+        """The hosts' /etc/hosts (each names the others, as a real network's DNS would: Spark's master
+        looks its own name up)."""
+        return self.directory / "etc-hosts"
+
     def home(self, host: Host) -> Path:
         return self.directory / host.short / "home"
 
     def tmp(self, host: Host) -> Path:
         return self.directory / host.short / "tmp"
+
+
+def etc_hosts(layout: HostsLayout) -> str:
+    return "".join(["127.0.0.1\tlocalhost\n", "::1\tlocalhost ip6-localhost ip6-loopback\n",
+                    *(f"{h.address}\t{h.name} {h.short}\n" for h in layout.hosts)])
 
 
 def bridge_commands(layout: HostsLayout) -> list[list[str]]:
@@ -125,9 +136,9 @@ def bound_read_only(home: Path, needed: list[Path]) -> list[Path]:
 
 def init_script(layout: HostsLayout, host: Host, real_home: Path, needed: list[Path]) -> str:
     """What the host's PID 1 runs, in its new mount, UTS and PID namespaces: its private mounts,
-    its hostname, then sshd in the foreground (PID 1 reaps what it adopts). The host's home and tmp
-    are bound to /run/kray first, while their paths resolve (either may lie under /tmp or the home
-    it replaces); sshd's host key is read from the host's home."""
+    its hostname, then sshd in the foreground (PID 1 reaps what it adopts). Every source is bound
+    while its path resolves (any may lie under /tmp or the home that are replaced): /etc/hosts at
+    once, the host's home and tmp to /run/kray first; sshd's host key is read from the host's home."""
     home, tmp = layout.home(host), layout.tmp(host)
     q = shlex.quote
     lines = ["set -e"]
@@ -136,6 +147,7 @@ def init_script(layout: HostsLayout, host: Host, real_home: Path, needed: list[P
         lines += [f"mkdir -p {q(str(inside))}", f"mount --bind {q(str(path))} {q(str(inside))}",
                   f"mount -o remount,bind,ro {q(str(inside))}"]
     lines += [
+        f"mount --bind {q(str(layout.etc_hosts))} /etc/hosts",
         "mount -t tmpfs -o mode=755 tmpfs /run",  # the host's own: sshd's privilege-separation directory
         "mkdir -p /run/sshd /run/kray/home /run/kray/tmp",
         f"mount --rbind {q(str(home))} /run/kray/home",
@@ -157,12 +169,15 @@ def init_command(layout: HostsLayout, host: Host, real_home: Path, needed: list[
             "--propagation", "private", "sh", "-c", init_script(layout, host, real_home, needed)]
 
 
-def bashrc(venv_bin: Path, auth_mode: str) -> str:
+def bashrc(venv: Path, auth_mode: str, cpus: int, memory: int, object_store: int) -> str:
     """The host's ~/.bashrc: the project's tools on PATH (Ray's SSH runner and `ray down` find `ray`
-    there), one Ray authentication mode on every node (a token in a home turns it on for a head only)."""
-    return (f"export PATH={shlex.quote(str(venv_bin))}:$PATH\n"
+    there) and its venv for `jobs.node setup`, one Ray authentication mode on every node (a token in a
+    home turns it on for a head only), and each node's share of the machine for Ray."""
+    return (f"export PATH={shlex.quote(str(venv / 'bin'))}:$PATH\n"
+            f"export KRAY_VENV={shlex.quote(str(venv))}\n"
             "export RAY_USAGE_STATS_ENABLED=0\n"
-            f"export RAY_AUTH_MODE={auth_mode}\n")
+            f"export RAY_AUTH_MODE={auth_mode}\n"
+            f"export KRAY_NODE_NUM_CPUS={cpus} KRAY_NODE_MEMORY={memory} KRAY_NODE_OBJECT_STORE_MEMORY={object_store}\n")
 
 
 def enter_command(init_pid: int, home: Path, argv: list[str]) -> list[str]:

@@ -31,12 +31,16 @@ from jobs.hosts.layout import (
     bashrc,
     bridge_commands,
     enter_command,
+    etc_hosts,
     forward_rule,
     init_command,
     network_commands,
 )
 
 STATE = "hosts"
+NODE_CPUS = 2  # what Ray may schedule on each host (all share this machine's cores)
+NODE_MEMORY = 2 * 2**30
+NODE_OBJECT_STORE = 256 * 2**20
 TOOLS = {"ip": "iproute2", "iptables": "iptables", "unshare": "util-linux", "nsenter": "util-linux",
          SSHD: "openssh-server", "ssh": "openssh-client", "ssh-keygen": "openssh-client"}
 REPO = Path(__file__).resolve().parents[2]
@@ -122,6 +126,7 @@ class Hosts:
                 _run(argv)
         if _run(forward_rule(self.layout, "-C"), check=False).returncode != 0:
             _run(forward_rule(self.layout, "-I"))
+        self.layout.etc_hosts.write_text(etc_hosts(self.layout))  # in place: running hosts see the new ones too
         existing = _netns_names()
         for host in self.layout.hosts:
             if host.name not in existing:
@@ -153,7 +158,7 @@ class Hosts:
         shutil.copyfile(self.layout.host_key, home / HOST_KEY)
         (home / HOST_KEY).chmod(0o600)
         venv = Path(sys.prefix)
-        (home / ".bashrc").write_text(bashrc(venv / "bin", "disabled"))
+        (home / ".bashrc").write_text(bashrc(venv, "disabled", NODE_CPUS, NODE_MEMORY, NODE_OBJECT_STORE))
         (home / ".profile").write_text(". ~/.bashrc\n")
         needed = [venv.resolve(), Path(sys.base_prefix).resolve(), REPO]
         log = self.layout.directory / host.short / "init.log"

@@ -79,47 +79,44 @@ def test_cluster_yaml_is_valid_for_ray_up_and_fits_kray():
     assert (REPO_ROOT / local / "pyproject.toml").is_file()
     assert ".venv" in config["rsync_exclude"]
 
-    # Every node: Java 17, ZooKeeper's package, and the project installed.
-    setup = "\n".join(raw["setup_commands"])
-    assert "apt-get install" in setup
-    assert "openjdk-17-jre-headless" in setup
-    assert " zookeeper" in setup
-    assert f"pip install -e {REMOTE_CHECKOUT}" in setup
-    # Ray's token authentication on every node, with the token made on the user's machine.
-    assert "export RAY_AUTH_MODE=token" in setup
+    # Every node: set up by jobs/node.py (Java 17, ZooKeeper's package and the project where missing;
+    # Ray's token authentication, with the token made on the user's machine), the head running the
+    # 3-server ensemble on 2181-2183 (HEAD: its address) and every node exporting KRAY_ZK_CONNECT.
+    from jobs.node import PACKAGES
+    assert set(PACKAGES.values()) == {"openjdk-17-jre-headless", "zookeeper"}
+    assert raw["setup_commands"][-1] == (
+        "python3 ~/kray/jobs/node.py setup --ensemble HEAD:2181:2888:3888,HEAD:2182:2889:3889,HEAD:2183:2890:3890")
+    assert f"{REMOTE_CHECKOUT}" in config["file_mounts"] and REMOTE_CHECKOUT.startswith("/home/ubuntu")
     assert config["file_mounts"]["/home/ubuntu/.ray/auth_token"] == "~/.ray/auth_token"
+    assert "boto3" in "\n".join(raw["head_setup_commands"])  # the head's autoscaler launches the workers
 
-    # The head: after the common setup, starts a 3-server ZooKeeper ensemble on 2181-2183 and
-    # exports KRAY_ZK_CONNECT for jobs; the workers export the head's addresses.
-    head_setup = config["head_setup_commands"]
-    assert head_setup[: len(raw["setup_commands"])] == raw["setup_commands"]
-    head_only = "\n".join(raw["head_setup_commands"])
-    assert "/usr/share/zookeeper/bin/zkServer.sh start" in head_only
-    assert '"clientPort=218$i"' in head_only and "for i in 1 2 3" in head_only
-    assert all(f"server.{i}=127.0.0.1:{2887 + i}:{3887 + i}" in head_only for i in (1, 2, 3))
-    assert "KRAY_ZK_CONNECT=$IP:2181,$IP:2182,$IP:2183" in head_only
-    assert "boto3" in head_only  # the head's autoscaler launches the workers
-    assert "KRAY_ZK_CONNECT=$RAY_HEAD_IP:2181,$RAY_HEAD_IP:2182,$RAY_HEAD_IP:2183" in \
-        "\n".join(raw["worker_setup_commands"])
+    # Ray started by jobs/node.py: `ray stop`, then `ray start` with the node's address and kray's worker
+    # environment (tests/unit/test_node.py), the head with Ray's standard options.
+    assert config["head_start_ray_commands"] == [
+        "python -m jobs.node ray-head -- --autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=0.0.0.0"]
+    assert config["worker_start_ray_commands"] == ["python -m jobs.node ray-worker --address=$RAY_HEAD_IP:6379"]
 
-    # Ray's standard start commands.
-    head_start = "\n".join(config["head_start_ray_commands"])
-    assert config["head_start_ray_commands"][0] == "ray stop"
-    assert "ray start --head --port=6379" in head_start
-    assert "--autoscaling-config=~/ray_bootstrap_config.yaml" in head_start
-    assert "--dashboard-host=0.0.0.0" in head_start
-    assert config["worker_start_ray_commands"][0] == "ray stop"
-    assert "ray start --address=$RAY_HEAD_IP:6379" in "\n".join(config["worker_start_ray_commands"])
-    # with the environment kray's actors expect of Ray's workers, on every node
-    from actors.runtime import RAY_WORKER_ENV
-    env = " ".join(f"{k}={v}" for k, v in RAY_WORKER_ENV.items())
-    assert all(f"{env} ray start" in cmd for cmd in config["head_start_ray_commands"][1:]
-               + config["worker_start_ray_commands"][1:])
+
+def test_cluster_local_yaml_is_valid_for_ray_up_and_runs_cluster_yamls_commands():
+    """One source for both files' commands: they differ only in where ZooKeeper's servers are, and
+    in the AWS head's boto3 (its autoscaler's); tests/integration/test_ray_up.py runs the local one."""
+    local_raw = yaml.safe_load((REPO_ROOT / "cluster-local.yaml").read_text())
+    local = ray_validate(local_raw)
+    assert local["provider"] == {"type": "local", "head_ip": "10.77.0.11", "worker_ips": ["10.77.0.12", "10.77.0.13"]}
+    cloud = load_raw()
+    for key in ("setup_commands", "head_start_ray_commands", "worker_start_ray_commands", "worker_setup_commands"):
+        assert [c.replace("--ensemble 10.77.0.11,10.77.0.12,10.77.0.13", "--ensemble ENSEMBLE") for c in local_raw[key]] \
+            == [c.replace("--ensemble HEAD:2181:2888:3888,HEAD:2182:2889:3889,HEAD:2183:2890:3890", "--ensemble ENSEMBLE")
+                for c in cloud[key]], key
+    assert local_raw["head_setup_commands"] == []
+    assert local_raw["file_mounts"]["~/kray"] == "." and local_raw["rsync_exclude"] == cloud["rsync_exclude"]
 
 
 def test_every_command_is_valid_bash():
     """YAML folding and quoting must leave each command parseable by bash."""
-    raw = load_raw()
+    raw = {k: load_raw().get(k, []) + yaml.safe_load((REPO_ROOT / "cluster-local.yaml").read_text()).get(k, [])
+           for k in ("initialization_commands", "setup_commands", "head_setup_commands", "worker_setup_commands",
+                     "head_start_ray_commands", "worker_start_ray_commands")}
     keys = ["initialization_commands", "setup_commands", "head_setup_commands", "worker_setup_commands",
             "head_start_ray_commands", "worker_start_ray_commands"]
     commands = [cmd for key in keys for cmd in raw.get(key) or []]

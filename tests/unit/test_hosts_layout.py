@@ -11,6 +11,7 @@ from jobs.hosts.layout import (
     bound_read_only,
     bridge_commands,
     enter_command,
+    etc_hosts,
     forward_rule,
     init_command,
     init_script,
@@ -41,6 +42,11 @@ def test_a_host_is_found_by_name_short_name_or_address():
 def test_a_layout_out_of_bounds_is_refused(bad):
     with pytest.raises(pydantic.ValidationError):
         HostsLayout(**{"count": 2, "directory": Path("/x"), **bad})
+
+
+def test_every_host_knows_every_hosts_name():
+    assert etc_hosts(LAYOUT).splitlines() == ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
+                                              "10.77.0.11\tkray-h1 h1", "10.77.0.12\tkray-h2 h2", "10.77.0.13\tkray-h3 h3"]
 
 
 def test_the_bridge_and_each_hosts_link_to_it():
@@ -75,7 +81,8 @@ def test_a_hosts_pid_1_binds_its_dirs_before_it_hides_their_paths_then_runs_sshd
     assert lines[1:4] == ["mkdir -p /tmp/k/hosts/h1/home/.pyenv/versions/3.11.7",
                           "mount --bind /root/.pyenv/versions/3.11.7 /tmp/k/hosts/h1/home/.pyenv/versions/3.11.7",
                           "mount -o remount,bind,ro /tmp/k/hosts/h1/home/.pyenv/versions/3.11.7"]
-    order = [lines.index(x) for x in ("mount --rbind /tmp/k/hosts/h1/home /run/kray/home",
+    order = [lines.index(x) for x in ("mount --bind /tmp/k/hosts/etc-hosts /etc/hosts",
+                                      "mount --rbind /tmp/k/hosts/h1/home /run/kray/home",
                                       "mount --bind /tmp/k/hosts/h1/tmp /run/kray/tmp",
                                       "mount --rbind /run/kray/home /root", "mount --bind /run/kray/tmp /tmp")]
     assert order == sorted(order)  # both sources bound while their paths (under /tmp here) still resolve
@@ -87,9 +94,11 @@ def test_a_hosts_pid_1_binds_its_dirs_before_it_hides_their_paths_then_runs_sshd
                          "--mount-proc", "--propagation", "private", "sh"]
 
 
-def test_a_hosts_shell_finds_the_projects_tools_and_ray_is_told_one_auth_mode():
-    assert bashrc(Path("/work/kray/.venv/bin"), "disabled").splitlines() == [
-        "export PATH=/work/kray/.venv/bin:$PATH", "export RAY_USAGE_STATS_ENABLED=0", "export RAY_AUTH_MODE=disabled"]
+def test_a_hosts_shell_finds_the_projects_tools_and_ray_is_told_one_auth_mode_and_its_share():
+    assert bashrc(Path("/work/kray/.venv"), "disabled", 2, 2048, 256).splitlines() == [
+        "export PATH=/work/kray/.venv/bin:$PATH", "export KRAY_VENV=/work/kray/.venv", "export RAY_USAGE_STATS_ENABLED=0",
+        "export RAY_AUTH_MODE=disabled",
+        "export KRAY_NODE_NUM_CPUS=2 KRAY_NODE_MEMORY=2048 KRAY_NODE_OBJECT_STORE_MEMORY=256"]
     assert enter_command(4242, Path("/root"), ["ps", "-e"]) == [
         "nsenter", "--target", "4242", "--all", "env", "-i", "HOME=/root",
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "bash", "-lc", 'exec "$@"', "bash", "ps", "-e"]

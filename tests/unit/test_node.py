@@ -1,9 +1,18 @@
 """What a node of a kray Ray cluster runs at its start (`jobs.node`): its ensemble members' configs,
 the connect string, and Ray's start command."""
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
+from ray.autoscaler._private.util import prepare_config
 
 from coordination.server import EnsembleMember, ZooKeeperNodeServer, ensemble_connect_string
-from jobs.node import RAY, ensemble, main, ray_start_command, start_zookeeper
+from jobs.experiments.local import nodes_expected
+from jobs.node import ensemble, main, ray_start_command, start_zookeeper
+
+RAY = str(Path(sys.executable).parent / "ray")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_members_are_hosts_with_zookeepers_ports_or_all_four_fields():
@@ -14,6 +23,9 @@ def test_members_are_hosts_with_zookeepers_ports_or_all_four_fields():
         with pytest.raises(ValueError):
             ensemble(bad)
     assert ensemble_connect_string(ensemble("a,b:2182:1:2")) == "a:2181,b:2182"
+    assert ensemble("HEAD:2181:2888:3888,HEAD:2182:2889:3889", head="10.0.0.5") == [
+        EnsembleMember(host="10.0.0.5"), EnsembleMember(host="10.0.0.5", client_port=2182, quorum_port=2889,
+                                                        election_port=3889)]
 
 
 def test_a_members_config_names_every_member_and_takes_clients_on_every_interface(tmp_path):
@@ -42,6 +54,18 @@ def test_ray_starts_with_the_nodes_address_and_the_resources_given():
 def test_the_connect_command_prints_kray_zk_connects_value_and_a_bad_member_is_one_line(capsys):
     assert main(["connect", "--ensemble", "a,b,c"]) == 0
     assert capsys.readouterr().out == "a:2181,b:2181,c:2181\n"
+    assert main(["connect", "--ensemble", "HEAD:2182:2889:3889"]) == 0  # on the head: its own address
+    assert capsys.readouterr().out.split(":")[0] not in ("HEAD", "")
     assert main(["connect", "--ensemble", "a:1"]) == 1
     assert capsys.readouterr().err == "Error: --ensemble: 'a:1': a member is host or host:client:quorum:election\n"
 
+
+
+def test_a_jobs_cluster_is_complete_with_its_head_and_every_worker_ray_up_starts():
+    local = yaml.safe_load((REPO / "cluster-local.yaml").read_text())
+    assert nodes_expected(local) == nodes_expected(prepare_config(local)) == 3  # one node type, the head's too
+    cloud = prepare_config(yaml.safe_load((REPO / "cluster.yaml").read_text()))  # as it lies on the head
+    assert nodes_expected(cloud) == 4
+    assert nodes_expected({"available_node_types": {"head": {"min_workers": 0}, "w": {"min_workers": 2},
+                                                    "v": {}}, "head_node_type": "head"}) == 3
+    assert nodes_expected({}) == 1
