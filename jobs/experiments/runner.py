@@ -26,6 +26,7 @@ from actors.cluster import LocalCluster, listener_host
 from actors.config import ClusterConfig
 from actors.names import recorder_name
 from actors.recording import RunRecorder
+from actors.runtime import beside_this_actor
 from actors.records import RunWriter
 from coordination import admin
 from coordination.zkdata import TopicPartition
@@ -111,8 +112,10 @@ class ExperimentRun:
         exp = self.exp
         started = now_ms()
         self.writer.document(rundir.EXPERIMENT, exp)
-        self.recorder = RunRecorder.options(name=self.config.recorder, namespace=self.config.namespace).remote(
-            str(self.run_dir))
+        # on this node: it writes the run directory, which the driver reads (a recorder on another node of
+        # a cluster wrote its records to that node's disk, and the run's check found nothing to check)
+        self.recorder = RunRecorder.options(name=self.config.recorder, namespace=self.config.namespace,
+                                            scheduling_strategy=beside_this_actor()).remote(str(self.run_dir))
         self.zk = self.config.zk_client().start()
         self.cluster = LocalCluster(self.config, exp.broker_ids)
         self.settling = Settling(exp, self.config, self.zk, self.cluster, self._lock, self.writer, self.recorder,

@@ -75,18 +75,20 @@ from jobs.measures.rundir import (
     ACTIONS,
     EXPERIMENT,
     FINAL_STATE,
+    LOAD,
     PARTITION_STATES,
     ActionKind,
     ActionRecord,
     CheckReport,
     FinalState,
+    LoadSample,
     PartitionLeadership,
     StateSample,
 )
 
 INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "failed_controller_events", "multiple_leaders",
               "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated", "admin_actions_not_done",
-              "group_commits_backwards", "group_not_delivered", "group_delivered_unacked")
+              "group_commits_backwards", "group_not_delivered", "group_delivered_unacked", "acked_unrecorded")
 MAX_EXAMPLES = 5
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -431,6 +433,18 @@ def check_actions(actions: list[ActionRecord], final: FinalState, asked: int | N
     return v
 
 
+def check_recorded(reader: RunReader, acked: int) -> Violations:
+    """The load's own count of acknowledgements (its samples in load.jsonl) against those recorded in
+    produced/: an acknowledgement the run directory never got is a record nobody checked, not a pass
+    (a recorder on another node of a cluster wrote them to that node's disk, and every check held over
+    nothing)."""
+    counted = max((s.acked_total for s in reader.lines(LOAD, LoadSample)), default=0)
+    found = Violations()
+    if counted > acked:
+        found.add(f"the load counted {counted:,} acknowledgements by its last sample; produced/ holds {acked:,}")
+    return found
+
+
 def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     reader = RunReader(Path(run_dir))
     notes: list[str] = []
@@ -445,6 +459,7 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
         groups.finish()
     check_dense(final, repeats, reordered)
     results["lost"] = lost
+    results["acked_unrecorded"] = check_recorded(reader, acked)
     results["duplicated"] = check_duplicated(final)
     results["reordered"] = reordered
     results["multiple_controllers"], results["failed_controller_events"], controller_epochs = \

@@ -61,6 +61,8 @@ def settings_from(args) -> SparkSettings:
     return SparkSettings(executors=args.executors, executor_cores=args.executor_cores,
                          executor_memory=args.executor_memory)
 
+EXECUTOR_RESOURCE = "spark.ray.raydp_spark_executor.actor.resource."
+
 
 @contextmanager
 def spark_on_ray(settings: SparkSettings | None = None):
@@ -72,9 +74,11 @@ def spark_on_ray(settings: SparkSettings | None = None):
     before = set(ray.util.list_named_actors())
     # RayDP names its master actor after the app; a previous session's may still be stopping
     app = f"{settings.app_name}-{uuid.uuid4().hex[:6]}"
+    # the executors on this node (Ray's node:<address> resource): the run directories they read are on its disk
+    here = {f"{EXECUTOR_RESOURCE}node:{ray.util.get_node_ip_address()}": "0.01"}
     spark = raydp.init_spark(app, num_executors=settings.executors,
                              executor_cores=settings.executor_cores, executor_memory=settings.executor_memory,
-                             configs=settings.spark_configs())
+                             configs={**settings.spark_configs(), **here})
     spark.sparkContext.setLogLevel("ERROR")
     try:
         yield spark

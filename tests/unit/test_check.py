@@ -26,12 +26,14 @@ from actors.records import (
 from jobs.measures import check
 from jobs.measures.rundir import (
     FINAL_STATE,
+    LOAD,
     PARTITION_STATES,
     SUMMARY,
     ActionKind,
     ActionRecord,
     BrokerCache,
     FinalState,
+    LoadSample,
     TopicFinal,
     PartitionLeadership,
     StateSample,
@@ -51,6 +53,7 @@ class Run:
     events: list[ControllerEventRecord] = field(default_factory=list)
     samples: list[StateSample] = field(default_factory=list)
     commits: list[GroupCommit] = field(default_factory=list)
+    load: list[LoadSample] = field(default_factory=list)
     final_state: FinalState | None = None
 
     def final(self, topic: str, partition: int, offset: int) -> Consumed:
@@ -74,6 +77,7 @@ class Run:
         w.write(CONTROLLER_EVENTS, self.events)
         w.write(PARTITION_STATES, self.samples)
         w.write(GROUP_COMMITS, self.commits)
+        w.write(LOAD, self.load)
         if self.final_state is not None:
             w.document(FINAL_STATE, self.final_state)
         w.close()
@@ -281,6 +285,13 @@ def group_given_unacked(run):  # a record given at orders-1@3 besides the one ac
     run.consumed.append(given.model_copy(update={"record_id": "p9-0"}))
 
 
+def unrecorded_acks(run: Run) -> None:
+    """The load counted more acknowledgements than reached the run directory."""
+    run.load.append(LoadSample(ts_ms=2_000_000.0, acked_total=len(run.acks) + 1, produce_rate=10.0, consumed_total=0,
+                               inbox_depth=0, sender_queue_depths={}, brokers_alive=3, controller_id=0,
+                               controller_epoch=2))
+
+
 BREAKS = [
     ("lost", lose_last_record, "p2-103 acked at orders-1@7"),
     ("lost", lose_to_overwrite, "holds p3-0"),
@@ -308,6 +319,7 @@ BREAKS = [
     ("group_not_delivered", group_skips_record, "group load-group: record p1-1 acked at orders-0@2, below the "
                                                 "group's final commit 8, never given to it"),
     ("group_delivered_unacked", group_given_unacked, "group load-group: given record p9-0 at orders-1@3"),
+    ("acked_unrecorded", unrecorded_acks, "the load counted 25 acknowledgements by its last sample; produced/ holds 24"),
 ]
 
 
