@@ -43,9 +43,10 @@ system-packages:
 	@command -v node >/dev/null && command -v npm >/dev/null || { echo "Installing Debian's nodejs and npm (kafkajs)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
 	@command -v ip >/dev/null && command -v iptables >/dev/null && test -x /usr/sbin/sshd && command -v rsync >/dev/null \
-	  || { echo "Installing Debian's iproute2, iptables, openssh-server and rsync (kray hosts, ray up on them)"; \
+	  && command -v ping >/dev/null \
+	  || { echo "Installing Debian's iproute2, iptables, openssh-server, rsync and ping (kray hosts, ray up on them)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
-	  iproute2 iptables openssh-server openssh-client rsync; }
+	  iproute2 iptables openssh-server openssh-client rsync iputils-ping; }
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

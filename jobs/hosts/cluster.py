@@ -6,6 +6,7 @@ driver in this namespace would give Ray an address the hosts cannot reach.
 """
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 
@@ -24,7 +25,10 @@ def ensemble_of(hosts: Hosts) -> list[EnsembleMember]:
 
 
 def _node(hosts: Hosts, host: Host, *argv: str) -> None:
-    done = hosts.run(host, [sys.executable, "-m", "jobs.node", *argv], capture_output=True, text=True, timeout=120)
+    try:
+        done = hosts.run(host, [sys.executable, "-m", "jobs.node", *argv], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise KrayError(f"{host.short}: jobs.node {argv[0]} did not finish in 120 s") from None
     if done.returncode != 0:
         raise KrayError(f"{host.short}: jobs.node {argv[0]} failed: {(done.stderr or done.stdout).strip()[-500:]}")
 

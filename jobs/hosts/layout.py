@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, field_validator
 MAX_HOSTS = 200  # the addresses .11 to .210 of the /24
 SSHD = "/usr/sbin/sshd"
 HOST_KEY = Path(".ssh/host_key")  # in the host's home
+RAY_TOKEN = Path(".ray/auth_token")  # in the host's home: where Ray looks for its authentication token
 
 
 class Host(BaseModel, frozen=True):
@@ -78,6 +79,10 @@ class HostsLayout(BaseModel, frozen=True):
     @property
     def host_key(self) -> Path:
         return self.directory / "ssh" / "host_key"
+
+    @property
+    def ray_token(self) -> Path:
+        return self.directory / "ssh" / "ray_auth_token"
 
     @property
     def etc_hosts(self) -> Path:

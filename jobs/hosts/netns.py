@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -25,6 +27,7 @@ from coordination.errors import KrayError
 from jobs.experiments import local
 from jobs.hosts.layout import (
     HOST_KEY,
+    RAY_TOKEN,
     SSHD,
     Host,
     HostsLayout,
@@ -71,10 +74,27 @@ def preflight() -> None:
 
 def _alive(pid: int | None) -> bool:
     try:
-        return pid is not None and Path(f"/proc/{pid}").exists() and \
-            Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+        return pid is not None and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+def _init_of(pid: int | None, name: str) -> bool:
+    """Whether `pid` is alive in network namespace `name`: a PID in a state file may be another
+    process's by now (a reboot, a host whose PID 1 died and whose number was reused)."""
+    try:
+        return _alive(pid) and os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino
+    except OSError:
+        return False
+
+
+def _netns_pids(name: str) -> list[int]:
+    return [int(p) for p in _run(["ip", "netns", "pids", name], check=False).stdout.split()]
+
+
+def real_home() -> Path:
+    """root's home as sshd and `ray up` see it (the password file's), whatever $HOME says."""
+    return Path(pwd.getpwuid(os.geteuid()).pw_dir).resolve()
 
 
 def _netns_names() -> set[str]:
@@ -111,8 +131,12 @@ class Hosts:
     @classmethod
     def started(cls) -> "Hosts | None":
         """The hosts `kray hosts up` made here, if any."""
-        state = local.read_state(STATE)
-        return cls(HostsLayout(**state["layout"]), state["init_pids"]) if state else None
+        try:
+            state = local.read_state(STATE)
+            return cls(HostsLayout(**state["layout"]), state["init_pids"]) if state else None
+        except (ValueError, KeyError, TypeError) as e:  # pydantic's ValidationError is a ValueError
+            raise KrayError(f"{local.kray_home() / (STATE + '.json')} is unreadable ({e.__class__.__name__}): "
+                            "remove the hosts by hand (ip netns, the bridge) and the file") from None
 
     def _save(self) -> None:
         local.write_state(STATE, {"layout": self.layout.model_dump(mode="json"), "init_pids": self.init_pids})
@@ -120,8 +144,9 @@ class Hosts:
     # making
     def up(self, timeout: float = 30.0) -> "Hosts":
         preflight()
+        self._save()  # first: `down` finds what a failed `up` made
         self._keys()
-        if self.layout.bridge not in _run(["ip", "-o", "link", "show"]).stdout:
+        if _run(["ip", "link", "show", "dev", self.layout.bridge], check=False).returncode != 0:
             for argv in bridge_commands(self.layout):
                 _run(argv)
         if _run(forward_rule(self.layout, "-C"), check=False).returncode != 0:
@@ -132,7 +157,7 @@ class Hosts:
             if host.name not in existing:
                 for argv in network_commands(self.layout, host):
                     _run(argv)
-            if not _alive(self.init_pids.get(host.name)):
+            if not _init_of(self.init_pids.get(host.name), host.name):
                 self._start(host)
             self._save()
         for host in self.layout.hosts:
@@ -140,10 +165,15 @@ class Hosts:
         return self
 
     def _keys(self) -> None:
+        """SSH's client and host keys, and the token of Ray's authentication on the hosts (a Ray
+        without it would run anyone's tasks as root: every user of this machine reaches the bridge)."""
         for key in (self.layout.client_key, self.layout.host_key):
             if not key.exists():
                 key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"kray hosts {key.name}", "-f", str(key)])
+        if not self.layout.ray_token.exists():
+            self.layout.ray_token.touch(mode=0o600)
+            self.layout.ray_token.write_text(secrets.token_hex(32))
 
     def _start(self, host: Host) -> None:
         """The host's home and temp dir, then its PID 1 (sshd), in a session of its own."""
@@ -155,15 +185,17 @@ class Hosts:
         authorized = home / ".ssh" / "authorized_keys"
         authorized.write_text(self.layout.client_key.with_suffix(".pub").read_text())
         authorized.chmod(0o600)
-        shutil.copyfile(self.layout.host_key, home / HOST_KEY)
-        (home / HOST_KEY).chmod(0o600)
+        for source, target in ((self.layout.host_key, home / HOST_KEY), (self.layout.ray_token, home / RAY_TOKEN)):
+            target.parent.mkdir(exist_ok=True, mode=0o700)
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
         venv = Path(sys.prefix)
-        (home / ".bashrc").write_text(bashrc(venv, "disabled", NODE_CPUS, NODE_MEMORY, NODE_OBJECT_STORE))
+        (home / ".bashrc").write_text(bashrc(venv, "token", NODE_CPUS, NODE_MEMORY, NODE_OBJECT_STORE))
         (home / ".profile").write_text(". ~/.bashrc\n")
         needed = [venv.resolve(), Path(sys.base_prefix).resolve(), REPO]
         log = self.layout.directory / host.short / "init.log"
         with open(log, "ab") as out:
-            launcher = subprocess.Popen(init_command(self.layout, host, Path.home().resolve(), needed),
+            launcher = subprocess.Popen(init_command(self.layout, host, real_home(), needed),
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)
         self.init_pids[host.name] = _first_child(launcher.pid)
@@ -177,7 +209,7 @@ class Hosts:
 
     def run(self, host: Host, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
         """argv inside the host (every namespace of its PID 1, a login shell's environment): the way in without SSH."""
-        return subprocess.run(enter_command(self.init_pids[host.name], Path.home().resolve(), argv), **kwargs)
+        return subprocess.run(enter_command(self.init_pids[host.name], real_home(), argv), **kwargs)
 
     def ssh(self, host: Host, command: str, **kwargs) -> subprocess.CompletedProcess:
         """A command over SSH, as `ray up` reaches a host: a login shell, ~/.bashrc read."""
@@ -185,12 +217,17 @@ class Hosts:
                                command], **kwargs)
 
     def power_off(self, host: Host) -> None:
-        """Every process of the host at once (SIGKILL of its PID 1: the kernel kills the rest)."""
+        """Every process of the host at once: SIGKILL of its PID 1 (the kernel kills the rest of its PID
+        namespace), and of anything else still in its network namespace."""
         pid = self.init_pids.get(host.name)
-        if _alive(pid):
+        if _init_of(pid, host.name):
             os.kill(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.01)
+        deadline = time.monotonic() + 10
+        while (left := _netns_pids(host.name)) and time.monotonic() < deadline:
+            for p in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+            time.sleep(0.01)
 
     # unmaking
     def down(self) -> list[str]:
@@ -201,6 +238,9 @@ class Hosts:
             self.power_off(host)
         names = {h.name for h in self.layout.hosts} | {n for n in _netns_names() if n.startswith(f"{self.layout.prefix}-h")}
         for name in sorted(names):
+            for p in _netns_pids(name):  # a host of an earlier layout (grown, then shrunk by hand)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
             _run(["ip", "netns", "del", name], check=False)
             removed.append(name)
         if _run(["ip", "link", "del", self.layout.bridge], check=False).returncode == 0:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -66,14 +68,15 @@ def test_hosts_have_their_own_address_name_and_processes_and_reach_each_other(kr
                       capture_output=True, text=True, timeout=30)
     assert login.returncode == 0, login.stderr
     name, ray_bin, auth, home = login.stdout.splitlines()
-    assert (name, auth) == ("krt-h2", "disabled") and ray_bin.endswith(".venv/bin/ray")
-    assert ".bashrc" in home.split() and ".ssh" in home.split()
+    assert (name, auth) == ("krt-h2", "token") and ray_bin.endswith(".venv/bin/ray")
+    assert {".bashrc", ".ssh", ".ray"} <= set(home.split())  # .ray: the hosts' Ray token, none of this machine's
     # `ray stop` kills by name among the processes it sees: in a host, only the host's own
     assert hosts.run(h1, ["ray", "stop", "--force"], capture_output=True).returncode == 0
     assert ray.get(ray.remote(lambda: "alive").remote(), timeout=30) == "alive"
     # the real interpreter is bound in read-only
-    assert hosts.run(h3, ["sh", "-c", f"touch {Path(os.path.realpath('/proc/self/exe')).parent}/kray-was-here"],
-                     capture_output=True).returncode != 0
+    touched = hosts.run(h3, ["sh", "-c", f"touch {Path(os.path.realpath(sys.executable)).parent}/kray-was-here"],
+                        capture_output=True, text=True)
+    assert touched.returncode != 0 and "Read-only file system" in touched.stderr
 
 
 def test_up_again_makes_only_what_is_missing_and_a_powered_off_host_comes_back(kray_home, capsys):
@@ -81,7 +84,10 @@ def test_up_again_makes_only_what_is_missing_and_a_powered_off_host_comes_back(k
     first = Hosts.started()
     h1, h2 = first.layout.hosts
     assert hosts_exec(capsys, "h2", "sh", "-c", "setsid sleep 600 > /dev/null 2>&1 < /dev/null &") == 0
-    sleeping = [p for p in ns_pids(h2.name) if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"]
+    deadline = time.monotonic() + 10
+    while not (sleeping := [p for p in ns_pids(h2.name) if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"]) \
+            and time.monotonic() < deadline:  # setsid's child execs sleep a moment later
+        time.sleep(0.05)
     assert len(sleeping) == 1
     first.power_off(h2)
     assert ns_pids(h2.name) == [] and not Path(f"/proc/{sleeping[0]}").exists()  # every process of it at once

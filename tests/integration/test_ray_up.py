@@ -27,12 +27,15 @@ def ray_cli(env: dict, *argv: str, timeout: float) -> subprocess.CompletedProces
 
 def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("KRAY_HOME", str(tmp_path / "kray"))
-    hosts = Hosts(HostsLayout(count=3, directory=tmp_path / "kray" / "hosts"))  # cluster-local.yaml's addresses
+    # hosts of the test's own, so that a user's `kray hosts` on this machine is left alone: the file's
+    # addresses moved to their subnet, its key and token the test's
+    hosts = Hosts(HostsLayout(count=3, prefix="kru", subnet="10.79.0.0/24", directory=tmp_path / "kray" / "hosts"))
     try:
         hosts.up()
         token = tmp_path / "auth_token"  # the user's `ray get-auth-token --generate`, kept out of root's home
         token.write_text(secrets.token_hex(32))
-        config = yaml.safe_load((REPO / "cluster-local.yaml").read_text())
+        config = yaml.safe_load((REPO / "cluster-local.yaml").read_text().replace("10.77.0.", "10.79.0."))
+        assert config["provider"]["head_ip"] == "10.79.0.11" and "10.79.0.13" in config["setup_commands"][-1]
         config["auth"]["ssh_private_key"] = str(hosts.layout.client_key)
         config["file_mounts"]["~/.ray/auth_token"] = str(token)
         cluster_yaml = tmp_path / "cluster-local.yaml"
@@ -47,7 +50,7 @@ def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, mo
                             "--executor-memory", "500m", timeout=900)
         out = submitted.stdout
         assert submitted.returncode == 0, out[-5000:] + submitted.stderr[-3000:]
-        assert "3 nodes (10.77.0.11, 10.77.0.12, 10.77.0.13)" in out  # the job joined the cluster `ray up` made
+        assert "3 nodes (10.79.0.11, 10.79.0.12, 10.79.0.13)" in out  # the job joined the cluster `ray up` made
         assert "every invariant holds" in out and "BROKEN" not in out
         down_dir = tmp_path / "runs"
         assert ray_cli(env, "rsync-down", str(cluster_yaml), "/root/runs/", str(down_dir), timeout=300).returncode == 0

@@ -319,7 +319,7 @@ BREAKS = [
     ("group_not_delivered", group_skips_record, "group load-group: record p1-1 acked at orders-0@2, below the "
                                                 "group's final commit 8, never given to it"),
     ("group_delivered_unacked", group_given_unacked, "group load-group: given record p9-0 at orders-1@3"),
-    ("acked_unrecorded", unrecorded_acks, "the load counted 25 acknowledgements by its last sample; produced/ holds 24"),
+    ("acked_unrecorded", unrecorded_acks, "the load counted 25 acknowledgements by its last sample; produced/ holds 24 of the load's"),
 ]
 
 

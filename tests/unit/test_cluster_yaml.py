@@ -90,11 +90,14 @@ def test_cluster_yaml_is_valid_for_ray_up_and_fits_kray():
     assert config["file_mounts"]["/home/ubuntu/.ray/auth_token"] == "~/.ray/auth_token"
     assert "boto3" in "\n".join(raw["head_setup_commands"])  # the head's autoscaler launches the workers
 
-    # Ray started by jobs/node.py: `ray stop`, then `ray start` with the node's address and kray's worker
-    # environment (tests/unit/test_node.py), the head with Ray's standard options.
+    # This node's ZooKeeper servers (each `ray up`), then Ray by jobs/node.py: `ray stop`, then `ray start`
+    # with the node's address and kray's worker environment (tests/unit/test_node.py), the head with
+    # Ray's standard options.
     assert config["head_start_ray_commands"] == [
-        "python -m jobs.node ray-head -- --autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=0.0.0.0"]
-    assert config["worker_start_ray_commands"] == ["python -m jobs.node ray-worker --address=$RAY_HEAD_IP:6379"]
+        "python -m jobs.node zookeeper && python -m jobs.node ray-head -- "
+        "--autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=0.0.0.0"]
+    assert config["worker_start_ray_commands"] == [
+        "python -m jobs.node zookeeper && python -m jobs.node ray-worker --address=$RAY_HEAD_IP:6379"]
 
 
 def test_cluster_local_yaml_is_valid_for_ray_up_and_runs_cluster_yamls_commands():

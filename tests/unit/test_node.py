@@ -1,5 +1,6 @@
 """What a node of a kray Ray cluster runs at its start (`jobs.node`): its ensemble members' configs,
 the connect string, and Ray's start command."""
+import socket
 import sys
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from ray.autoscaler._private.util import prepare_config
 
 from coordination.server import EnsembleMember, ZooKeeperNodeServer, ensemble_connect_string
 from jobs.experiments.local import nodes_expected
-from jobs.node import ensemble, main, ray_start_command, start_zookeeper
+from jobs.node import ensemble, java_major, main, ray_start_command, start_zookeeper
 
 RAY = str(Path(sys.executable).parent / "ray")
 REPO = Path(__file__).resolve().parents[2]
@@ -38,9 +39,17 @@ def test_a_members_config_names_every_member_and_takes_clients_on_every_interfac
     assert f"dataDir={tmp_path / 'zk2' / 'data'}" in config
 
 
-def test_a_node_starts_only_the_members_at_its_own_addresses(tmp_path):
+def test_a_node_starts_only_the_members_at_its_own_addresses_that_no_server_answers_for(tmp_path):
     assert start_zookeeper(ensemble("10.0.0.11,10.0.0.12,10.0.0.13"), ["192.168.1.5"], tmp_path) == []
+    with socket.create_server(("127.0.0.1", 0)) as running:  # what answers on a member's own address and port
+        port = running.getsockname()[1]
+        assert start_zookeeper(ensemble(f"127.0.0.1:{port}:1:2,10.0.0.12"), ["127.0.0.1"], tmp_path) == [
+            f"ZooKeeper server 1 already running on 127.0.0.1:{port}"]
     assert not list(tmp_path.iterdir())
+
+
+def test_the_java_on_path_is_read_as_its_major_version():
+    assert java_major() >= 17  # this machine's (make setup checks it)
 
 
 def test_ray_starts_with_the_nodes_address_and_the_resources_given():
