@@ -8,7 +8,8 @@ A host is three namespaces of the kernel:
   PIDs it sees) stops only the host's Ray, and killing PID 1 is the host's power loss;
 - a mount namespace with a private home (the host's .bashrc, .ssh and what `ray up` copies there),
   its own /tmp and /dev/shm (Ray's default temp dir and object store, ZooKeeper's throwaway data),
-  an /etc/hosts naming every host, and the interpreter bound in read-only.
+  an /etc/hosts naming every host, and the interpreter, the virtualenv and the checkout bound in
+  read-only where those would hide them.
 """
 from __future__ import annotations
 
@@ -131,11 +132,11 @@ def network_commands(layout: HostsLayout, host: Host) -> list[list[str]]:
     ]
 
 
-def bound_read_only(home: Path, needed: list[Path]) -> list[Path]:
+def bound_read_only(hidden: Path, needed: list[Path]) -> list[Path]:
     """Of the directories the host needs (the interpreter's prefix, the virtualenv, the checkout),
-    those under the real home, which the host's private home hides: bound back in, read-only. One
-    bind each for the outermost (a venv inside the checkout comes with it)."""
-    under = sorted({p for p in needed if p.is_relative_to(home) and p != home})
+    those under `hidden` (the real home, /tmp), which the host's own home or tmp hides: bound back in,
+    read-only. One bind each for the outermost (a venv inside the checkout comes with it)."""
+    under = sorted({p for p in needed if p.is_relative_to(hidden) and p != hidden})
     return [p for i, p in enumerate(under) if not any(p.is_relative_to(q) for q in under[:i])]
 
 
@@ -147,10 +148,11 @@ def init_script(layout: HostsLayout, host: Host, real_home: Path, needed: list[P
     home, tmp = layout.home(host), layout.tmp(host)
     q = shlex.quote
     lines = ["set -e"]
-    for path in bound_read_only(real_home, needed):
-        inside = home / path.relative_to(real_home)
-        lines += [f"mkdir -p {q(str(inside))}", f"mount --bind {q(str(path))} {q(str(inside))}",
-                  f"mount -o remount,bind,ro {q(str(inside))}"]
+    for hidden, private in ((real_home, home), (Path("/tmp"), tmp)):  # what each private directory hides
+        for path in bound_read_only(hidden, needed):
+            inside = private / path.relative_to(hidden)
+            lines += [f"mkdir -p {q(str(inside))}", f"mount --bind {q(str(path))} {q(str(inside))}",
+                      f"mount -o remount,bind,ro {q(str(inside))}"]
     lines += [
         f"mount --bind {q(str(layout.etc_hosts))} /etc/hosts",
         "mount -t tmpfs -o mode=755 tmpfs /run",  # the host's own: sshd's privilege-separation directory

@@ -71,6 +71,7 @@ def test_what_the_private_home_would_hide_is_bound_back_once_each():
                                   Path("/root/src/kray"), Path("/root/src/kray/.venv"), Path("/root")]) == [
         Path("/root/.pyenv/versions/3.11.7"), Path("/root/src/kray")]
     assert bound_read_only(home, [Path("/usr"), Path("/opt/venv")]) == []
+    assert bound_read_only(Path("/tmp"), [Path("/tmp/ci/.venv"), Path("/tmp/ci"), Path("/root/.pyenv")]) == [Path("/tmp/ci")]
 
 
 def test_a_hosts_pid_1_binds_its_dirs_before_it_hides_their_paths_then_runs_sshd_on_its_address():
@@ -89,6 +90,9 @@ def test_a_hosts_pid_1_binds_its_dirs_before_it_hides_their_paths_then_runs_sshd
     assert "mount -t tmpfs -o mode=1777 tmpfs /dev/shm" in lines and "hostname kray-h1" in lines
     assert lines[-1].startswith("exec /usr/sbin/sshd -D -e -o ListenAddress=10.77.0.11 ")
     assert f"-h /root/{HOST_KEY}" in lines[-1]
+    in_tmp = init_script(LAYOUT, h1, Path("/root"), [Path("/tmp/ci/.venv"), Path("/tmp/ci")]).splitlines()
+    assert in_tmp[1:4] == ["mkdir -p /tmp/k/hosts/h1/tmp/ci", "mount --bind /tmp/ci /tmp/k/hosts/h1/tmp/ci",
+                           "mount -o remount,bind,ro /tmp/k/hosts/h1/tmp/ci"]  # a checkout under /tmp, as CI's
     argv = init_command(LAYOUT, h1, Path("/root"), [])
     assert argv[:13] == ["ip", "netns", "exec", "kray-h1", "unshare", "--mount", "--uts", "--pid", "--fork",
                          "--mount-proc", "--propagation", "private", "sh"]
