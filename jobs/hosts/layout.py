@@ -158,9 +158,9 @@ def init_script(layout: HostsLayout, host: Host, real_home: Path, needed: list[P
         "mount -t tmpfs -o mode=755 tmpfs /run",  # the host's own: sshd's privilege-separation directory
         "mkdir -p /run/sshd /run/kray/home /run/kray/tmp",
         f"mount --rbind {q(str(home))} /run/kray/home",
-        f"mount --bind {q(str(tmp))} /run/kray/tmp",
+        f"mount --rbind {q(str(tmp))} /run/kray/tmp",
         f"mount --rbind /run/kray/home {q(str(real_home))}",
-        "mount --bind /run/kray/tmp /tmp",
+        "mount --rbind /run/kray/tmp /tmp",
         "mount -t tmpfs -o mode=1777 tmpfs /dev/shm",
         f"hostname {q(host.name)}",
         " ".join(["exec", SSHD, "-D", "-e", "-o", f"ListenAddress={host.address}", "-o", "PidFile=none",

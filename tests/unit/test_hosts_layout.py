@@ -84,8 +84,8 @@ def test_a_hosts_pid_1_binds_its_dirs_before_it_hides_their_paths_then_runs_sshd
                           "mount -o remount,bind,ro /tmp/k/hosts/h1/home/.pyenv/versions/3.11.7"]
     order = [lines.index(x) for x in ("mount --bind /tmp/k/hosts/etc-hosts /etc/hosts",
                                       "mount --rbind /tmp/k/hosts/h1/home /run/kray/home",
-                                      "mount --bind /tmp/k/hosts/h1/tmp /run/kray/tmp",
-                                      "mount --rbind /run/kray/home /root", "mount --bind /run/kray/tmp /tmp")]
+                                      "mount --rbind /tmp/k/hosts/h1/tmp /run/kray/tmp",
+                                      "mount --rbind /run/kray/home /root", "mount --rbind /run/kray/tmp /tmp")]
     assert order == sorted(order)  # both sources bound while their paths (under /tmp here) still resolve
     assert "mount -t tmpfs -o mode=1777 tmpfs /dev/shm" in lines and "hostname kray-h1" in lines
     assert lines[-1].startswith("exec /usr/sbin/sshd -D -e -o ListenAddress=10.77.0.11 ")
