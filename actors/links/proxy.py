@@ -102,12 +102,16 @@ class LinkProxy:
         """Read chunks as they come (stamped with when they were sent) and write each when the link
         delivers it; the end of the stream passes on once everything before it has."""
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(QUEUED_CHUNKS)
+        queue: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue(QUEUED_CHUNKS)  # None: a reset
         shaper = Shaper(self.rng)
 
         async def read() -> None:
             while True:
-                data = await reader.read(CHUNK_BYTES)
+                try:
+                    data = await reader.read(CHUNK_BYTES)
+                except (ConnectionError, OSError):  # reset: passed on as a reset, after what came before it
+                    await queue.put((loop.time(), None))
+                    return
                 await queue.put((loop.time(), data))
                 if not data:
                     return
@@ -120,10 +124,13 @@ class LinkProxy:
                     sent_at = max(sent_at, loop.time())  # held by the cut: it leaves when the link heals
                 if writer.is_closing():
                     return
-                wait = shaper.deliver_at(sent_at, len(data), self.faults[direction]) - loop.time()
+                wait = shaper.deliver_at(sent_at, len(data or b""), self.faults[direction]) - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 await self._held(direction)  # cut while on its way
+                if data is None:
+                    writer.transport.abort()
+                    return
                 if not data:
                     if writer.can_write_eof():
                         writer.write_eof()

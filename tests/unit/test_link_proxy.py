@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import struct
 import threading
 import time
 
@@ -188,6 +190,33 @@ def test_a_connection_to_a_target_that_is_down_is_closed():
         await proxy.stop()
         return data
     assert asyncio.run(scenario()) == b""
+
+
+def test_a_connection_the_target_resets_is_reset_through_the_link_too():
+    """A peer that dies with unread data, or whose sockets are destroyed (the chaos tool's `ss -K`),
+    resets its connections: the link ends the client's side too. It once left it open, and a follower
+    fetching through it waited for its socket timeout."""
+    async def scenario():
+        async def reset_after_hello(reader, writer):
+            writer.write(b"hello")
+            await writer.drain()
+            await reader.read(1)
+            writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                                 struct.pack("ii", 1, 0))
+            writer.transport.abort()  # closed with linger 0: a reset
+        target = await asyncio.start_server(reset_after_hello, "127.0.0.1", 0)
+        proxy = LinkProxy("test", ("127.0.0.1", target.sockets[0].getsockname()[1]))
+        reader, writer = await asyncio.open_connection("127.0.0.1", await proxy.start())
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"hello"
+        writer.write(b"?")
+        try:
+            ended = await asyncio.wait_for(reader.read(), 5)
+        except ConnectionResetError:
+            ended = "reset"
+        await proxy.stop()
+        target.close()
+        return ended
+    assert asyncio.run(scenario()) in (b"", "reset")  # ended (an end or a reset), not left waiting
 
 
 def test_a_link_table_runs_proxies_on_its_own_loop_and_takes_faults_from_any_thread():
