@@ -84,10 +84,11 @@ def sigkill_actor(handle, info_call, restart: bool, companions=()) -> float:
     controller killed so could win the election its own death started, then die (a second election,
     seen as epoch 3 instead of 2), and so could the candidate of a broker killed so. Every process is
     stopped first (the fault takes effect then), its TCP sockets closed (as a death closes them, before
-    anyone acts on it), Ray told not to restart the actor unless asked, then all are killed. Ray hears of every process the same way: told by ray.kill, or, for a kill it is to
-    restart, from the process's exit (told of the broker but not of its candidate, a new controller
-    learnt of a host's loss 25-30 ms after it learnt of a broker's). Without an answer to `info_call`
-    (already paused or gone), ray.kill does it all."""
+    anyone acts on it), Ray told not to restart the actor unless asked, then all are killed. Ray hears
+    of every process the same way: told by ray.kill, or, for a kill it is to restart, from the
+    process's exit (told of the broker but not of its candidate, a new controller learnt of a host's
+    loss 25-30 ms after it learnt of a broker's). Without an answer to `info_call` (already paused or
+    gone), ray.kill does it all."""
     try:
         info = ray.get(info_call, timeout=5)
     except Exception:

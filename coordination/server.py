@@ -87,10 +87,11 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
     return b"".join(chunks).decode()
 
 
-def server_mode(port: int) -> str | None:
-    """'standalone', 'leader' or 'follower', or None when the server does not answer."""
+def server_mode(port: int, host: str = "127.0.0.1") -> str | None:
+    """'standalone', 'leader' or 'follower', or None when the server does not answer (or serves no
+    quorum yet)."""
     try:
-        reply = four_letter_word("127.0.0.1", port, "srvr")
+        reply = four_letter_word(host, port, "srvr")
     except OSError:
         return None
     for line in reply.splitlines():
@@ -221,6 +222,33 @@ class _Launcher:
         self.stop()
 
 
+class EnsembleMember(BaseModel, frozen=True):
+    """One server of an ensemble spread over nodes: where it is, as every member's zoo.cfg names it."""
+
+    host: str
+    client_port: int = 2181
+    quorum_port: int = 2888
+    election_port: int = 3888
+
+    @classmethod
+    def parse(cls, spec: str) -> "EnsembleMember":
+        """`host` or `host:client:quorum:election`."""
+        host, *ports = spec.strip().split(":")
+        if len(ports) not in (0, 3) or not host:
+            raise ValueError(f"{spec!r}: a member is host or host:client:quorum:election")
+        return cls(host=host, **dict(zip(("client_port", "quorum_port", "election_port"), map(int, ports))))
+
+
+def ensemble_connect_string(members: list[EnsembleMember]) -> str:
+    return ",".join(f"{m.host}:{m.client_port}" for m in members)
+
+
+def _quorum_config(settings: ZooKeeperSettings, members: list[EnsembleMember]) -> str:
+    """An ensemble member's zoo.cfg lines after the common ones: the quorum's time limits and every member."""
+    return (f"initLimit={settings.init_limit}\nsyncLimit={settings.sync_limit}\n"
+            + "".join(f"server.{i}={m.host}:{m.quorum_port}:{m.election_port}\n" for i, m in enumerate(members, 1)))
+
+
 def _common_config(settings: ZooKeeperSettings, client_port: int, client_address: str | None = "127.0.0.1") -> str:
     """zoo.cfg's common lines; the client port on `client_address`, or every interface when None."""
     lines = [
@@ -262,15 +290,13 @@ class ZooKeeperEnsemble(_Launcher):
                  base_dir: str | os.PathLike | None = None):
         super().__init__(base_dir)
         self.settings = settings or ZooKeeperSettings()
-        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
-        peers = "".join(
-            f"server.{i + 1}=127.0.0.1:{quorum}:{election}\n" for i, (_, quorum, election) in enumerate(ports)
-        )
-        extra = f"initLimit={self.settings.init_limit}\nsyncLimit={self.settings.sync_limit}\n"
+        members = [EnsembleMember(host="127.0.0.1", client_port=free_port(), quorum_port=free_port(),
+                                  election_port=free_port()) for _ in range(size)]
         self.servers = [
-            _ServerProcess(self.base_dir / f"server{i + 1}", client,
-                           _common_config(self.settings, client) + extra + peers, i + 1, self.settings)
-            for i, (client, _, _) in enumerate(ports)
+            _ServerProcess(self.base_dir / f"server{i}", m.client_port,
+                           _common_config(self.settings, m.client_port) + _quorum_config(self.settings, members), i,
+                           self.settings)
+            for i, m in enumerate(members, 1)
         ]
 
     def leader_index(self) -> int | None:
@@ -278,27 +304,6 @@ class ZooKeeperEnsemble(_Launcher):
             if s.running and server_mode(s.client_port) == "leader":
                 return i
         return None
-
-
-class EnsembleMember(BaseModel, frozen=True):
-    """One server of an ensemble spread over nodes: where it is, as every member's zoo.cfg names it."""
-
-    host: str
-    client_port: int = 2181
-    quorum_port: int = 2888
-    election_port: int = 3888
-
-    @classmethod
-    def parse(cls, spec: str) -> "EnsembleMember":
-        """`host` or `host:client:quorum:election`."""
-        host, *ports = spec.strip().split(":")
-        if len(ports) not in (0, 3) or not host:
-            raise ValueError(f"{spec!r}: a member is host or host:client:quorum:election")
-        return cls(host=host, **dict(zip(("client_port", "quorum_port", "election_port"), map(int, ports))))
-
-
-def ensemble_connect_string(members: list[EnsembleMember]) -> str:
-    return ",".join(f"{m.host}:{m.client_port}" for m in members)
 
 
 class ZooKeeperNodeServer(_Launcher):
@@ -311,11 +316,9 @@ class ZooKeeperNodeServer(_Launcher):
         super().__init__(base_dir)
         self.settings = settings or ZooKeeperSettings()
         me = members[myid - 1]
-        peers = "".join(f"server.{i}={m.host}:{m.quorum_port}:{m.election_port}\n" for i, m in enumerate(members, 1))
-        extra = f"initLimit={self.settings.init_limit}\nsyncLimit={self.settings.sync_limit}\n"
         self.servers = [_ServerProcess(self.base_dir, me.client_port,
-                                       _common_config(self.settings, me.client_port, None) + extra + peers, myid,
-                                       self.settings)]
+                                       _common_config(self.settings, me.client_port, None)
+                                       + _quorum_config(self.settings, members), myid, self.settings)]
 
 
 def connect_string(default: str | None = None) -> str | None:

@@ -40,10 +40,10 @@ def hosts_up(args) -> None:
     if args.cluster:
         from jobs.hosts.cluster import start_cluster
 
-        started = start_cluster(hosts)
-        print(f"ZooKeeper: {started['zk_connect']}")
-        print(f"Ray: {started['ray_address']} (the head on h1, a worker on each other host)")
-        print(f"Brokers, one per host: kray hosts exec h1 -- kray --zookeeper {started['zk_connect']} cluster up")
+        cluster = start_cluster(hosts)
+        print(f"ZooKeeper: {cluster['zk_connect']}")
+        print(f"Ray: {cluster['ray_address']} (the head on h1, a worker on each other host)")
+        print(f"Brokers, one per host: kray hosts exec h1 -- kray --zookeeper {cluster['zk_connect']} cluster up")
 
 
 def hosts_down(args) -> None:

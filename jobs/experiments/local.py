@@ -45,12 +45,12 @@ def wait_for_nodes(step, timeout_s: float = 300.0) -> list[str]:
 
     expected = nodes_expected(yaml.safe_load(RAY_UP_CONFIG.read_text())) if RAY_UP_CONFIG.exists() else 1
     deadline = time.monotonic() + timeout_s
-    while len(alive()) < expected:
+    while len(nodes := alive()) < expected:
         if time.monotonic() > deadline:
-            raise KrayError(f"the Ray cluster has {len(alive())} of its {expected} nodes after {timeout_s:.0f} s")
-        step(f"Waiting for the Ray cluster's nodes ({RAY_UP_CONFIG.name}): {len(alive())} of {expected} up")
+            raise KrayError(f"the Ray cluster has {len(nodes)} of its {expected} nodes after {timeout_s:.0f} s")
+        step(f"Waiting for the Ray cluster's nodes ({RAY_UP_CONFIG.name}): {len(nodes)} of {expected} up")
         time.sleep(5)
-    return alive()
+    return nodes
 
 
 def kray_home() -> Path:

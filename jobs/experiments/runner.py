@@ -100,8 +100,8 @@ class ExperimentRun:
         namespace = f"run-{uuid.uuid4().hex[:8]}"
         self.config = ClusterConfig(
             zk_connect=fresh_chroot(connect, "kray-run"), namespace=namespace,
-            zk_session_timeout_ms=experiment.session_timeout_ms, recorder=recorder_name(run_dir.name), host=listener_host(),
-            link_faults_enable=experiment.link_faults,
+            zk_session_timeout_ms=experiment.session_timeout_ms, recorder=recorder_name(run_dir.name),
+            host=listener_host(), link_faults_enable=experiment.link_faults,
             broker=experiment.broker.model_copy(update={"log_dirs": str(run_dir / "logs")}),
             controller=experiment.controller.model_copy(update={"ray_failure_detector_enable": experiment.detector}))
         self.zk_server = zk_server

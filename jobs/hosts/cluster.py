@@ -11,7 +11,7 @@ import sys
 import time
 
 from coordination.errors import KrayError
-from coordination.server import EnsembleMember, ensemble_connect_string, four_letter_word
+from coordination.server import EnsembleMember, ensemble_connect_string, server_mode
 from jobs.hosts.layout import Host
 from jobs.hosts.netns import Hosts
 
@@ -44,7 +44,7 @@ def start_cluster(hosts: Hosts, timeout: float = 120.0) -> dict:
     for w in workers:
         _node(hosts, w, "ray-worker", f"--address={head.address}:6379")
     deadline = time.monotonic() + timeout
-    while not all(_serving(m) for m in members):
+    while not all(server_mode(m.client_port, m.host) for m in members):
         if time.monotonic() > deadline:
             raise KrayError(f"ZooKeeper's ensemble {spec} has no quorum after {timeout:.0f} s")
         time.sleep(0.2)
@@ -55,14 +55,6 @@ def start_cluster(hosts: Hosts, timeout: float = 120.0) -> dict:
     return {"zk_connect": ensemble_connect_string(members), "ray_address": f"{head.address}:6379"}
 
 
-def _serving(member: EnsembleMember) -> bool:
-    try:
-        answer = four_letter_word(member.host, member.client_port, "srvr")
-    except OSError:  # not listening yet
-        return False
-    return "Mode: leader" in answer or "Mode: follower" in answer or "Mode: standalone" in answer
-
-
 def _ray_nodes(hosts: Hosts, head: Host) -> int:
     probe = "import ray; ray.init(address='auto', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
     done = hosts.run(head, [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
@@ -70,10 +62,4 @@ def _ray_nodes(hosts: Hosts, head: Host) -> int:
         return int(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return 0
-
-
-def stop_cluster(hosts: Hosts) -> None:
-    """Ray stopped on every host (ZooKeeper's servers and everything else die with the hosts)."""
-    for host in hosts.layout.hosts:
-        hosts.run(host, ["ray", "stop", "--force"], capture_output=True, timeout=60)
 

@@ -85,14 +85,15 @@ from jobs.measures.rundir import (
     FinalState,
     LoadSample,
     PartitionLeadership,
+    Source,
     StateSample,
 )
+from jobs.measures.waits import source_of
 
 INVARIANTS = ("lost", "duplicated", "reordered", "multiple_controllers", "failed_controller_events", "multiple_leaders",
               "leader_not_live_or_in_isr", "caches_not_converged", "under_replicated", "admin_actions_not_done",
               "group_commits_backwards", "group_not_delivered", "group_delivered_unacked", "acked_unrecorded")
 MAX_EXAMPLES = 5
-PROBE_ID_PREFIX = "probe-"  # a Prober's records (actors/clients/load.py), not counted in the load's samples
 
 Key = tuple[str, int, int]  # topic, partition, offset
 
@@ -443,7 +444,7 @@ def check_recorded(reader: RunReader, acked: int) -> Violations:
     nothing)."""
     counted = max((s.acked_total for s in reader.lines(LOAD, LoadSample)), default=0)
     found = Violations()
-    if counted > acked:  # `acked`: the load's rows alone (the samples do not count the probes')
+    if counted > acked:  # `acked`: the load's rows alone
         found.add(f"the load counted {counted:,} acknowledgements by its last sample; produced/ holds {acked:,} "
                   "of the load's")
     return found
@@ -462,7 +463,7 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
 
     def on_ack(a: Ack) -> None:
         nonlocal load_acks
-        load_acks += not a.record_id.startswith(PROBE_ID_PREFIX)
+        load_acks += source_of(a.record_id) is Source.LOAD  # the samples do not count the probes
         groups.on_ack(a)
 
     lost, reordered, leaders, acked = check_acks(reader, final, bool(final), notes, on_ack)
