@@ -97,6 +97,7 @@ def abort_tcp_sockets(pids: list[int]) -> tuple[int, str]:
     if done.returncode != 0 or done.stderr.strip():
         return len(sockets), f"ss -K: {done.stderr.strip() or done.returncode}"
     closed = len(done.stdout.splitlines())  # ss prints each socket it closed: none where the kernel cannot
-    if closed < len(sockets):
-        return len(sockets), f"ss -K closed {closed} of {len(sockets)} (a kernel without INET_DIAG_DESTROY closes none)"
+    if closed < len(sockets):  # none: a kernel without INET_DIAG_DESTROY; some: the others ended meanwhile
+        why = " (a kernel without INET_DIAG_DESTROY closes none)" if not closed else ""
+        return len(sockets), f"ss -K closed {closed} of {len(sockets)}{why}"
     return len(sockets), ""
