@@ -37,6 +37,44 @@ LINK_FAULT_HELP = {
 }
 
 
+HOST_FAULT_HELP = {
+    "host-power-loss": "a broker's host loses power (every process at once, its link down), back after --seconds "
+                       "with its broker",
+    "isolate-host": "cut a broker's host off from every other host (iptables, both ways)",
+    "isolate-host-one-way": "cut the connections other hosts open to a broker's host; its own work",
+    "cut-hosts": "cut a broker's host and another's (--peer, default the controller's) from each other",
+    "partition-hosts-halves": "the brokers' hosts in two halves",
+    "partition-hosts-bridge": "two halves of the brokers' hosts, and one between them that reaches both",
+    "partition-hosts-majorities-ring": "each broker's host sees a majority of them, no two the same one",
+}
+
+
+def _host_fault(c, args) -> str:
+    """A host fault (a cluster across `kray hosts`): held for --seconds, then healed (or, for a power loss,
+    the host and its broker back); a partition without --seconds is left until `kray chaos heal-hosts`."""
+    from jobs.measures.rundir import FaultKind
+
+    kind = FaultKind(args.fault)
+    if kind is FaultKind.HOST_POWER_LOSS:
+        _, host, log_dirs = c.host_power_loss(args.broker_id)
+        time.sleep(args.seconds)
+        back = c.host_return(args.broker_id, host, log_dirs, args.logs)
+        c.cluster.detached = True  # outlives this command, as `kray cluster up`'s brokers
+        c.cluster.start_broker(args.broker_id)
+        return f"host-power-loss {args.broker_id}: host {host} down for {args.seconds:g} s; {back}; broker started"
+    peer = getattr(args, "peer", None)
+    if kind is FaultKind.CUT_HOSTS and peer is None:
+        peer = c.controller_id()
+        if peer == args.broker_id:
+            raise KrayError(f"broker {args.broker_id} is the controller's: name another with --peer")
+    _, what = c.host_partition(kind, getattr(args, "broker_id", None), peer)
+    if not args.seconds:
+        return f"{what}; `kray chaos heal-hosts` heals it"
+    time.sleep(args.seconds)
+    c.heal_hosts()
+    return f"{what}; healed after {args.seconds:g} s"
+
+
 def _link_fault(c, args) -> str:
     """A link fault: held for --seconds then healed, or (without) left until `kray chaos heal`."""
     from pydantic import ValidationError
@@ -104,6 +142,11 @@ def chaos(args) -> None:
             case "heal":
                 c.heal_links()
                 done = "Healed every link"
+            case "heal-hosts":
+                c.heal_hosts()
+                done = "Healed every host's partitions"
+            case fault if fault in HOST_FAULT_HELP:
+                done = _host_fault(c, args)
             case "flaky-zookeeper":
                 import random
 
@@ -164,6 +207,20 @@ def add_parsers(sub, zkp) -> None:
     s.add_argument("--seconds", type=float, default=30.0)
     s.set_defaults(func=chaos)
     ch.add_parser("heal", help="heal every link").set_defaults(func=chaos)
+    for name, text in HOST_FAULT_HELP.items():  # on a cluster across `kray hosts`
+        s = ch.add_parser(name, help=text)
+        if not name.startswith("partition-"):
+            s.add_argument("broker_id", type=int, help="the broker whose host it strikes")
+        if name == "cut-hosts":
+            s.add_argument("--peer", type=int, help="the broker whose host it is cut from (default: the controller's)")
+        if name == "host-power-loss":
+            s.add_argument("--seconds", type=float, default=5.0, help="how long the host stays down")
+            s.add_argument("--logs", choices=["kept", "unflushed", "lost"], default="unflushed",
+                           help="its broker's logs at its return (unflushed: cut back to their recovery points)")
+        else:
+            s.add_argument("--seconds", type=float, default=0.0, help="heal after this long (0: leave it)")
+        s.set_defaults(func=chaos)
+    ch.add_parser("heal-hosts", help="heal every partition between hosts").set_defaults(func=chaos)
     for name, text in DISK_FAULT_HELP.items():
         s = ch.add_parser(name, help=text)
         s.add_argument("broker_id", type=int)

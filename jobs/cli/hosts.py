@@ -34,7 +34,8 @@ def hosts_up(args) -> None:
                                                         for x in e.errors())) from None
     if started and started.layout.model_copy(update={"count": args.count}) != layout:
         raise KrayError(f"hosts {started.layout.prefix}-h* are up on {started.layout.subnet}: `kray hosts down` first")
-    hosts = Hosts(layout, started.init_pids if started else None).up()
+    hosts = Hosts(layout, started.init_pids, started.cluster, started.control_pid).up() if started else \
+        Hosts(layout).up()
     print(_table(hosts))
     print(f"Reach one with: ssh -i {layout.client_key} root@{layout.hosts[0].address}  (or kray hosts exec h1 -- CMD)")
     if args.cluster:
@@ -71,6 +72,36 @@ def hosts_exec(args) -> None:
     sys.exit(done.returncode)
 
 
+def _control():
+    from jobs.hosts.control import HostsControl
+
+    control = HostsControl.find()
+    if control is None:
+        raise KrayError("no hosts are up here (kray hosts up, as root), and this is no host of them")
+    return control
+
+
+def hosts_power(args) -> None:
+    control = _control()
+    if args.action == "power-off":
+        control.power_off(args.host)
+        print(f"{args.host} powered off (every process killed, its link down)")
+    else:
+        print(control.power_on(args.host))
+
+
+def hosts_partition(args) -> None:
+    from jobs.hosts.shapes import HostShape
+
+    _, what = _control().partition(HostShape(args.shape), args.hosts, args.among.split(",") if args.among else [])
+    print(f"Partitioned: {what}; `kray hosts heal` heals it")
+
+
+def hosts_heal(args) -> None:
+    _control().heal()
+    print("Healed: every host's rules removed")
+
+
 def add_parsers(sub, zkp) -> None:
     h = sub.add_parser("hosts", help="hosts of their own on this machine (root)").add_subparsers(
         dest="action", required=True)
@@ -87,3 +118,17 @@ def add_parsers(sub, zkp) -> None:
     s.add_argument("host", help="h1, kray-h1 or its address")
     s.add_argument("argv", nargs="*", metavar="-- CMD")
     s.set_defaults(func=hosts_exec)
+    from jobs.hosts.shapes import HostShape
+
+    for name, text in (("power-off", "every process of a host killed at once, its link down"),
+                       ("power-on", "a powered-off host started again, with its share of a --cluster")):
+        s = h.add_parser(name, help=text)
+        s.add_argument("host", help="h1, kray-h1 or its address")
+        s.set_defaults(func=hosts_power)
+    s = h.add_parser("partition", help="cut hosts apart with iptables (a new partition replaces the last)")
+    s.add_argument("shape", choices=[shape.value for shape in HostShape])
+    s.add_argument("hosts", nargs="*", help="isolate, isolate-one-way: one host; cut: two")
+    s.add_argument("--among", help="the hosts halves, bridge and majorities-ring span, in order (h2,h3,..; "
+                                   "default: every host)")
+    s.set_defaults(func=hosts_partition)
+    h.add_parser("heal", help="every partition between hosts healed").set_defaults(func=hosts_heal)

@@ -21,6 +21,13 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 | bridge-brokers, slow-replication N, cut-controller-broker N, cut-clients N, slow-clients N,         |
 | drop-broker-zookeeper N, drop-controller-zookeeper: link faults for S seconds, then healed         |
 | (actors/links/shapes.py)                                                                            |
+| host-power-loss N          | broker N's host loses power: its link down, every process killed at    |
+|                            | once (broker, candidate, raylet, ZooKeeper server); the caller brings   |
+|                            | it back after S seconds (host_return: its logs kept, cut back to their  |
+|                            | recovery points or lost, then its broker started again)                 |
+| isolate-host N, isolate-host-one-way N, cut-hosts N (from the peer's host), partition-hosts-halves,    |
+| partition-hosts-bridge, partition-hosts-majorities-ring: partitions between hosts (jobs/hosts/shapes.py), |
+| the shapes among the brokers' hosts (a host without a broker reaches every side), for S seconds      |
 | flaky-zookeeper            | for S seconds, every ZooKeeper link at once or one of them (a broker's  |
 |                            | or the active controller's) stalled for 0.1-0.5 s, then dropped for     |
 |                            | 0.3-1.5 s (both within a quarter of the session timeout), 1.5-2.5 s     |
@@ -45,21 +52,29 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.cluster import LocalCluster, send_signal
 from actors.links.faults import ZOOKEEPER_LINK, Direction, LinkFault
 from actors.links.shapes import CUT, DROP, SLOW, LinkSetting, Role, Shape, every_link, healed, plan
-from actors.names import is_request_sender_to, request_sender_name
+from actors.names import broker_actor_name, controller_actor_name, is_request_sender_to, request_sender_name
 from coordination.errors import KrayError
 from coordination.zkclient import KrayZkClient, expire_session
 from jobs.experiments import disk_faults
 from jobs.experiments.disk_faults import DISK_FAULTS, Damage
 from jobs.experiments.expected_deaths import EXPECTED_DEATHS
+from jobs.hosts.shapes import HostShape
 from jobs.measures.rundir import FaultKind
 
 log = logging.getLogger(__name__)
 
+# host faults that cut hosts apart, and their shapes
+HOST_PARTITIONS = {FaultKind.ISOLATE_HOST: HostShape.ISOLATE, FaultKind.ISOLATE_HOST_ONE_WAY: HostShape.ISOLATE_ONE_WAY,
+                   FaultKind.CUT_HOSTS: HostShape.CUT, FaultKind.PARTITION_HOSTS_HALVES: HostShape.HALVES,
+                   FaultKind.PARTITION_HOSTS_BRIDGE: HostShape.BRIDGE,
+                   FaultKind.PARTITION_HOSTS_RING: HostShape.MAJORITIES_RING}
+HOST_FAULTS = {FaultKind.HOST_POWER_LOSS, *HOST_PARTITIONS}  # a cluster on `kray hosts` only
 BROKER_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.PAUSE_BROKER,
                  FaultKind.EXPIRE_BROKER_SESSION, FaultKind.KILL_REQUEST_SENDER, FaultKind.CONTROLLED_SHUTDOWN,
                  FaultKind.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER, FaultKind.ISOLATE_BROKER,
                  FaultKind.SLOW_REPLICATION, FaultKind.FAIL_LOG_DIR, FaultKind.CUT_CLIENTS,
                  FaultKind.CUT_CONTROLLER_BROKER, FaultKind.SLOW_CLIENTS, FaultKind.DROP_BROKER_ZOOKEEPER,
+                 FaultKind.HOST_POWER_LOSS, FaultKind.ISOLATE_HOST, FaultKind.ISOLATE_HOST_ONE_WAY, FaultKind.CUT_HOSTS,
                  *DISK_FAULTS}
 LINK_FAULTS = {FaultKind.CUT_REPLICATION: Shape.CUT_REPLICATION, FaultKind.CUT_BROKER_ZOOKEEPER: Shape.CUT_ZOOKEEPER,
                FaultKind.CUT_CONTROLLER_ZOOKEEPER: Shape.CUT_ZOOKEEPER, FaultKind.ISOLATE_BROKER: Shape.ISOLATE_BROKER,
@@ -77,7 +92,7 @@ FLAKY_GAP_S = (1.5, 2.5)  # and how long the links stay healthy between two roun
 SLOW_LINKS = {kind for kind, shape in LINK_FAULTS.items() if shape in SLOW}  # link faults that take a LinkFault
 # faults after which a new incarnation of their broker registers: what a fault `at_return` waits for
 RETURNING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.CONTROLLED_SHUTDOWN,
-                    FaultKind.FAIL_LOG_DIR, FaultKind.EXPIRE_BROKER_SESSION, *DISK_FAULTS}
+                    FaultKind.FAIL_LOG_DIR, FaultKind.EXPIRE_BROKER_SESSION, FaultKind.HOST_POWER_LOSS, *DISK_FAULTS}
 # faults that SIGKILL actors' processes, which Ray reports as worker deaths (expected_deaths.py); fail-log-dir's
 # repair kills its broker too
 KILLING_FAULTS = {FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, FaultKind.KILL_CONTROLLER, FaultKind.FAIL_LOG_DIR,
@@ -89,6 +104,8 @@ class Chaos:
 
     def __init__(self, cluster: LocalCluster, zk: KrayZkClient, zk_server=None):
         self.cluster, self.zk, self.zk_server = cluster, zk, zk_server
+        self._hosts_control = None  # found at the first host fault
+        self._broker_hosts: dict[int, str] = {}  # broker -> its host's address, as last registered
 
     @property
     def namespace(self) -> str:
@@ -303,6 +320,68 @@ class Chaos:
         time.sleep(seconds)
         self.zk_server.restart_server(index)
         return index
+
+    # host faults
+    def hosts_control(self):
+        """The hosts' control (jobs.hosts.control), or why there is none."""
+        from jobs.hosts.control import HostsControl
+
+        if self._hosts_control is None:
+            self._hosts_control = HostsControl.find()
+        if self._hosts_control is None:
+            raise KrayError("host faults need a cluster across hosts (kray hosts up N --cluster), driven from a host "
+                            "or from here as root")
+        return self._hosts_control
+
+    def broker_hosts(self) -> dict[int, str]:
+        """Each broker's host address (as registered; a broker down keeps its last), one broker a host."""
+        registered = self.zk.get_brokers(self.zk.get_all_broker_ids())
+        self._broker_hosts.update({b: info.host for b, (info, _) in registered.items()})
+        hosts = dict(sorted(self._broker_hosts.items()))
+        if len(set(hosts.values())) != len(hosts):
+            raise KrayError(f"host faults need one broker a host, not {hosts}")
+        return hosts
+
+    def host_power_loss(self, broker_id: int) -> tuple[float, str, list[str]]:
+        """Broker N's host loses power (every process at once, its link down); (when, the host, the broker's
+        log dirs). Nobody tells Ray: it learns of the lost node by its own health checks, as the controller
+        does by the broker's ZooKeeper session. Bring it back with host_return."""
+        host = self.broker_hosts()[broker_id]
+        info = ray.get(self.cluster.broker_actor(broker_id).info.remote(), timeout=30)
+        at = self.hosts_control().power_off(host)
+        self.cluster.brokers.pop(broker_id, None)
+        return at, host, info.get("log_dirs") or [info["log_dir"]]
+
+    def host_return(self, broker_id: int, host: str, log_dirs: list[str], logs: str, timeout_s: float = 120) -> str:
+        """The host powered on with its share of the cluster (ZooKeeper, Ray), broker N's logs as `logs`
+        says (disk_faults.after_power_loss), its broker pinned to the host's new Ray node; what was
+        done. Start the broker with LocalCluster.start_broker."""
+        from actors.cluster import alive_nodes, on_node
+
+        before = {n.node_id for n in alive_nodes() if n.address == host}  # the lost one, if Ray has not noticed
+        started = self.hosts_control().power_on(host)
+        deadline = time.monotonic() + timeout_s
+        while not (new := [n.node_id for n in alive_nodes() if n.address == host and n.node_id not in before]):
+            if time.monotonic() > deadline:
+                raise KrayError(f"host {host} has no Ray node {timeout_s:g} s after it was powered on")
+            time.sleep(0.2)
+        for name in (broker_actor_name(broker_id), controller_actor_name(broker_id)):  # the lost ones' names freed
+            with contextlib.suppress(ValueError):
+                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+        self.cluster.nodes[broker_id] = new[0]
+        return f"{started}; {on_node(new[0], disk_faults.after_power_loss, logs, log_dirs)}"
+
+    def host_partition(self, kind: FaultKind, target: int | None = None, peer: int | None = None
+                       ) -> tuple[float, str]:
+        """Make the host partition `kind` (the shapes among the brokers' hosts, in broker order; isolate and cut
+        among every host); (when, which host drops whose packets). heal_hosts heals it."""
+        hosts = self.broker_hosts()
+        named = [hosts[b] for b in (target, peer) if b is not None]
+        shape = HOST_PARTITIONS[kind]
+        return self.hosts_control().partition(shape, named, [] if named else list(hosts.values()))
+
+    def heal_hosts(self) -> float:
+        return self.hosts_control().heal()
 
     def controlled_shutdown(self, broker_id: int) -> dict:
         self.cluster.broker_actor(broker_id)

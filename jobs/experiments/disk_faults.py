@@ -16,6 +16,7 @@ Index and checkpoint files are left as they are (recovery rebuilds the indexes a
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -150,3 +151,24 @@ def describe(damages: list[Damage], examples: int = 3) -> str:
                       for d in damages[:examples])
     return f"{len(logs)} logs, {lost} bytes, {offsets} offsets" + (f": {shown}" if shown else "") + \
         (" ..." if len(damages) > examples else "")
+
+
+POWER_LOSS_LOGS = ("kept", "unflushed", "lost")  # what a host's power loss leaves of its broker's logs
+
+
+def after_power_loss(logs: str, log_dirs: list[str]) -> str:
+    """What a host's power loss leaves of its broker's logs, made on the host before the broker starts:
+    kept whole (its disk wrote everything: an orderly machine), unflushed (every log cut back to its
+    recovery point: the page cache is lost, and Kafka does not fsync), or lost (the disk replaced: the
+    broker starts empty and fetches everything again). A line for the fault's record."""
+    if logs not in POWER_LOSS_LOGS:
+        raise ValueError(f"logs after a power loss are one of {', '.join(POWER_LOSS_LOGS)}, not {logs!r}")
+    if logs == "kept":
+        return "logs kept"
+    if logs == "lost":
+        for log_dir in log_dirs:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        return f"log dirs {', '.join(log_dirs)} lost"
+    damages = [d for log_dir in log_dirs for d in plan(FaultKind.LOSE_UNFLUSHED_TAIL, Path(log_dir))]
+    apply(damages)
+    return f"unflushed tails lost: {describe(damages)}"

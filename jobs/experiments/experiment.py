@@ -36,7 +36,8 @@ from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
 from jobs.measures.rundir import ActionKind, FaultKind
 from actors.links.faults import LinkFault
-from jobs.experiments.chaos import BROKER_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
+from jobs.experiments.chaos import BROKER_FAULTS, HOST_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
+from jobs.experiments.disk_faults import POWER_LOSS_LOGS
 
 # leader: of the first topic's partition 0; coordinator: the load's consumer group's coordinator (the leader of its
 # __consumer_offsets partition); coordinator-unless-controller: it, or a non-controller when it is the controller's
@@ -121,6 +122,11 @@ class FaultSpec(Spec):
                                                                "wait at most")
     link: LinkFault | None = Field(None, description="slow-replication, slow-clients: how the links are slowed "
                                                      "(default 200 +/- 50 ms each way)")
+    peer: Target | None = Field(None, description="cut-hosts: the broker whose host the target's is cut from "
+                                "(default: the controller's)")
+    logs: Literal[POWER_LOSS_LOGS] | None = Field(None, description="host-power-loss: what the broker's logs are "
+                                                  "when its host returns: kept, unflushed (cut back to their "
+                                                  "recovery points, the default: Kafka does not fsync) or lost")
     at_return: bool = Field(False, description="inject the moment the broker that the last fault before this one "
                                                "in the run (random faults included) took down (kill-broker, "
                                                "restart-broker, controlled-shutdown, expire-broker-session, a disk "
@@ -135,8 +141,20 @@ class FaultSpec(Spec):
             return None
         return self.link or LinkFault(delay_ms=200, jitter_ms=50)
 
+    @property
+    def peer_target(self) -> Target | None:
+        return (self.peer or "controller") if self.fault is FaultKind.CUT_HOSTS else None
+
+    @property
+    def power_loss_logs(self) -> str:
+        return self.logs or "unflushed"
+
     @model_validator(mode="after")
     def _target_fits_the_fault(self) -> "FaultSpec":
+        if self.peer is not None and self.fault is not FaultKind.CUT_HOSTS:
+            raise ValueError(f"{self.fault.value} takes no peer (only cut-hosts does)")
+        if self.logs is not None and self.fault is not FaultKind.HOST_POWER_LOSS:
+            raise ValueError(f"{self.fault.value} takes no logs (only host-power-loss does)")
         if self.link is not None and self.fault not in SLOW_LINKS:
             raise ValueError(f"{self.fault.value} takes no link fault (only slow-replication and slow-clients do)")
         if self.fault in BROKER_FAULTS and self.target is None:
@@ -186,8 +204,9 @@ class RandomFaults(Spec):
 
     every_s: tuple[float, float] = Field((10.0, 30.0), description="min and max seconds between faults")
     kinds: list[FaultKind] = Field(default_factory=lambda: [k for k in FaultKind if k not in LINK_FAULTS
+                                                            and k not in HOST_FAULTS
                                                             and k is not FaultKind.FLAKY_ZOOKEEPER],
-                                   description="default: every process fault (link faults are named)")
+                                   description="default: every process fault (link and host faults are named)")
     seconds: float = Field(3.0, ge=0)
     kill_at_return: float = Field(0.5, ge=0, le=1, description="the chance that a disk fault drawn is followed by "
                                   "a kill-broker of the leader (of the first topic's partition 0) the moment its "

@@ -55,17 +55,23 @@ def run_experiment(experiment: Experiment, runs_dir: str | Path = "runs", progre
         return run_dir, ExperimentRun(experiment, run_dir, env.connect, env.zk_server, progress, load_stopped).run()
 
 
+def client(actor_class):
+    """A client actor's class, bound to the driver's node: outside every fault's reach (a host lost with
+    a producer on it would take its acknowledgements along), as Jepsen's clients run on its control node."""
+    return actor_class.options(scheduling_strategy=beside_this_actor())
+
+
 def beside_the_load(config: ClusterConfig, load: LoadSpec, streamed: list[TopicPartition],
                     partitions: list[TopicPartition]) -> tuple[list, list, list]:
     """The actors an experiment's load has beside its producers, not started: consumers of every
     partition, a prober of `probe_partitions` spread evenly over the streamed ones, and the consumer
     group's members subscribed to the streamed topics."""
-    consumers = [ConsumerWorker.remote(config, partitions[i::load.consumers], i) for i in range(load.consumers)]
+    consumers = [client(ConsumerWorker).remote(config, partitions[i::load.consumers], i) for i in range(load.consumers)]
     k = min(load.probe_partitions, len(streamed))
-    probers = [Prober.remote(config, [streamed[i * len(streamed) // k] for i in range(k)], load.probe_interval_ms,
-                             load.record_size)] if k else []
-    members = [GroupMember.remote(config, load.group, sorted({tp.topic for tp in streamed}), i,
-                                  load.commit_interval_ms) for i in range(load.group_members)]
+    probers = [client(Prober).remote(config, [streamed[i * len(streamed) // k] for i in range(k)],
+                                     load.probe_interval_ms, load.record_size)] if k else []
+    members = [client(GroupMember).remote(config, load.group, sorted({tp.topic for tp in streamed}), i,
+                                          load.commit_interval_ms) for i in range(load.group_members)]
     return consumers, probers, members
 
 
@@ -158,13 +164,14 @@ class ExperimentRun:
         n = load.producers
         streamed = self._streamed()
         self._first_partitions = len(streamed)  # the load's rate is for these
-        self.generators = [LoadGenerator.remote(i, self.config, streamed[i::n], load.rate / n if n else 0,
-                                                load.record_size, load.acks_code, load.records_per_partition)
+        self.generators = [client(LoadGenerator).remote(i, self.config, streamed[i::n], load.rate / n if n else 0,
+                                                        load.record_size, load.acks_code, load.records_per_partition)
                            for i in range(n)]
         once = sorted(set(self.partitions) - set(streamed))
         if once and n:  # idle partitions among busy ones: their records once, at the start
-            self.generators.append(LoadGenerator.remote(n, self.config, once, load.rate / n, load.record_size,
-                                                        load.acks_code, load.records_per_partition, once=True))
+            self.generators.append(client(LoadGenerator).remote(n, self.config, once, load.rate / n,
+                                                                load.record_size, load.acks_code,
+                                                                load.records_per_partition, once=True))
         self.consumers, self.probers, self.members = beside_the_load(self.config, load, streamed, self.partitions)
         self.consumers = self.consumers + self.members
         ray.get([a.start.remote() for a in self.generators + self.probers + self.consumers], timeout=60)
@@ -250,7 +257,7 @@ class ExperimentRun:
         load, n, c = self.exp.load, self.exp.load.producers, self.exp.load.consumers
         rate = load.rate * len(self._streamed()) / self._first_partitions / n if n else 0
         ray.get([g.add_partitions.remote(new[i::n], rate) for i, g in enumerate(self.generators[:n])], timeout=60)
-        consumers = [ConsumerWorker.remote(self.config, new[i::c], len(self.consumers) + i) for i in range(c)]
+        consumers = [client(ConsumerWorker).remote(self.config, new[i::c], len(self.consumers) + i) for i in range(c)]
         ray.get([w.start.remote() for w in consumers] +
                 [m.subscribe.remote([t.name for t in topics if t.load == "stream"]) for m in self.members], timeout=60)
         self.consumers = self.consumers + consumers

@@ -19,7 +19,15 @@ from coordination import zkdata
 from coordination.zkclient import KrayZkClient
 from coordination.zkdata import TopicPartition
 from jobs.experiments import admin_actions
-from jobs.experiments.chaos import BROKER_FAULTS, KILLING_FAULTS, LINK_FAULTS, RETURNING_FAULTS, Chaos
+from jobs.experiments.chaos import (
+    BROKER_FAULTS,
+    HOST_FAULTS,
+    HOST_PARTITIONS,
+    KILLING_FAULTS,
+    LINK_FAULTS,
+    RETURNING_FAULTS,
+    Chaos,
+)
 from jobs.experiments.disk_faults import DISK_FAULTS, describe
 from jobs.experiments.expected_deaths import EXPECTED_DEATHS, RAY_REPORTS_FOLLOW
 from jobs.experiments.experiment import ActionSpec, Experiment, FaultSpec
@@ -30,7 +38,8 @@ from jobs.measures.rundir import FaultKind, FaultRecord
 
 PROGRESS_EVERY_S = 5.0
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
-          FaultKind.ZK_RESTART, FaultKind.FAIL_LOG_DIR, FaultKind.FLAKY_ZOOKEEPER, *LINK_FAULTS, *DISK_FAULTS}
+          FaultKind.ZK_RESTART, FaultKind.FAIL_LOG_DIR, FaultKind.FLAKY_ZOOKEEPER, *LINK_FAULTS, *DISK_FAULTS,
+          *HOST_FAULTS}
 
 
 def schedule(experiment: Experiment, rng: random.Random) -> list[FaultSpec]:
@@ -167,27 +176,28 @@ class Scheduler:
                           (f" refused: {record.error}" if record.error else f" done in "
                            f"{record.done_ms - record.started_ms:.0f} ms"))
 
-    def _target(self, spec: FaultSpec) -> tuple[int | None, str]:
-        """The fault's broker, and a note for its record when it is not the one asked for."""
+    def _target(self, target) -> tuple[int | None, str]:
+        """The broker a fault's target (or peer) picks, and a note for its record when it is not the one asked
+        for."""
         with self.lock:
             up = sorted(b for b in self.cluster.brokers if b not in self._down)
-        if spec.target is None or isinstance(spec.target, int):
-            return spec.target, ""
-        if spec.target == "controller":
+        if target is None or isinstance(target, int):
+            return target, ""
+        if target == "controller":
             return self.chaos.controller_id(), ""
         note = ""
-        if spec.target in ("leader", "coordinator", "coordinator-unless-controller"):
-            tp = TopicPartition(self.exp.topics[0].name, 0) if spec.target == "leader" \
+        if target in ("leader", "coordinator", "coordinator-unless-controller"):
+            tp = TopicPartition(self.exp.topics[0].name, 0) if target == "leader" \
                 else self.settling.offsets_partition()
             state = self.zk.get_partition_states([tp]).get(tp)  # that one state, not every partition's
             if state is None or state.state.leader < 0:
                 raise RuntimeError(f"{tp} has no leader to pick")
-            if spec.target != "coordinator-unless-controller" or state.state.leader != self.zk.get_controller_id():
+            if target != "coordinator-unless-controller" or state.state.leader != self.zk.get_controller_id():
                 return state.state.leader, ""
             note = f"the coordinator, broker {state.state.leader}, is the controller's: a non-controller instead; "
-        candidates = up if spec.target == "random" else [b for b in up if b != self.zk.get_controller_id()]
+        candidates = up if target == "random" else [b for b in up if b != self.zk.get_controller_id()]
         if not candidates:
-            raise RuntimeError(f"no broker to pick as {spec.target}")
+            raise RuntimeError(f"no broker to pick as {target}")
         return self.rng.choice(candidates), note
 
     def _inject(self, fault_id: int, spec: FaultSpec) -> None:
@@ -242,9 +252,10 @@ class Scheduler:
                     self.progress(f"Fault {fault_id}: the cluster has not recovered; injecting anyway")
                 else:
                     note = self.steady(spec.recovery_timeout_s)
-            target, picked = self._target(spec)
+            target, picked = self._target(spec.target)
             record.target, note = target, note + picked
-            if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, *DISK_FAULTS):
+            if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER,
+                                                     FaultKind.HOST_POWER_LOSS, *DISK_FAULTS):
                 self._awaited = {key: s.leader_epoch for key, s in states.items() if target in s.isr}
             if spec.fault in RETURNING_FAULTS:  # what a fault timed at its victim's return waits for
                 stat = self.zk.exists(zkdata.broker_path(target))
@@ -320,6 +331,20 @@ class Scheduler:
             record.injected_ms, drops = chaos.flaky_zookeeper(spec.seconds, self.exp.session_timeout_ms, self.rng)
             record.detail = f"{drops} ZooKeeper links dropped"
             record.ended_ms = now_ms()
+        elif kind is FaultKind.HOST_POWER_LOSS:
+            self._host_power_loss(spec, target, record)
+        elif kind in HOST_PARTITIONS:
+            peer, picked = self._target(spec.peer_target)
+            if peer is not None and peer == target:
+                raise RuntimeError(f"cut-hosts needs two brokers' hosts: the target and the peer ({spec.peer_target}) "
+                                   f"are both broker {target}")
+            record.injected_ms, record.detail = chaos.host_partition(kind, target, peer)
+            record.detail = picked + (f"peer broker {peer}; " if peer is not None else "") + record.detail
+            try:
+                time.sleep(spec.seconds)
+            finally:  # whatever happened, the hosts heal
+                chaos.heal_hosts()
+            record.ended_ms = now_ms()
         elif kind in LINK_FAULTS:
             record.target, settings, record.injected_ms = chaos.link_fault(kind, target, spec.slow)
             record.detail = f"{len(settings)} links"
@@ -328,3 +353,20 @@ class Scheduler:
             finally:  # whatever happened, the links heal
                 chaos.apply_links(healed(settings))
             record.ended_ms = now_ms()
+
+    def _host_power_loss(self, spec: FaultSpec, target: int, record: FaultRecord) -> None:
+        """The target's host loses power for the fault's seconds, then returns with its broker."""
+        with self.lock:
+            self._down.add(target)
+        try:
+            record.injected_ms, host, log_dirs = self.chaos.host_power_loss(target)
+            record.detail = f"host {host}"
+            time.sleep(spec.seconds)
+            with self.lock:  # whatever the wait saw, the host comes back with its broker
+                record.detail += "; " + self.chaos.host_return(target, host, log_dirs, spec.power_loss_logs,
+                                                               spec.recovery_timeout_s)
+                self.cluster.start_broker(target)
+        finally:
+            with self.lock:
+                self._down.discard(target)
+        record.ended_ms = now_ms()

@@ -34,25 +34,46 @@ def _node(hosts: Hosts, host: Host, *argv: str) -> None:
 
 
 def start_cluster(hosts: Hosts, timeout: float = 120.0) -> dict:
-    """ZooKeeper's members and Ray on every host, waited for: {zk_connect, ray_address}."""
+    """ZooKeeper's members and Ray on every host, waited for: {zk_connect, ray_address, ensemble}, also
+    kept with the hosts (what a host's return starts again)."""
     members = ensemble_of(hosts)
-    spec = ",".join(m.host for m in members)
-    for m in members:
-        _node(hosts, hosts.host(m.host), "zookeeper", "--ensemble", spec)
-    head, *workers = hosts.layout.hosts
-    _node(hosts, head, "ray-head", "--", "--include-dashboard=false")  # each host's share: its ~/.bashrc
-    for w in workers:
-        _node(hosts, w, "ray-worker", f"--address={head.address}:6379")
+    head = hosts.layout.hosts[0]
+    hosts.cluster = {"zk_connect": ensemble_connect_string(members), "ray_address": f"{head.address}:6379",
+                     "ensemble": ",".join(m.host for m in members)}
+    hosts.save()
+    for host in hosts.layout.hosts:
+        hosts.write_bashrc(host)  # KRAY_ZK_CONNECT: a driver on a host finds the ensemble
+        start_node(hosts, host)
     deadline = time.monotonic() + timeout
     while not all(server_mode(m.client_port, m.host) for m in members):
         if time.monotonic() > deadline:
-            raise KrayError(f"ZooKeeper's ensemble {spec} has no quorum after {timeout:.0f} s")
+            raise KrayError(f"ZooKeeper's ensemble {hosts.cluster['ensemble']} has no quorum after {timeout:.0f} s")
         time.sleep(0.2)
     while _ray_nodes(hosts, head) < hosts.layout.count:
         if time.monotonic() > deadline:
             raise KrayError(f"Ray has {_ray_nodes(hosts, head)} of {hosts.layout.count} nodes after {timeout:.0f} s")
         time.sleep(0.5)
-    return {"zk_connect": ensemble_connect_string(members), "ray_address": f"{head.address}:6379"}
+    return hosts.cluster
+
+
+def start_node(hosts: Hosts, host: Host) -> list[str]:
+    """A host's share of the cluster started (at `--cluster`, and at a host's return): its ZooKeeper
+    server if it is a member (on the data it kept), then Ray's head on h1, a worker joining it elsewhere
+    (each node's share of the machine: its ~/.bashrc). What was started."""
+    cluster = hosts.cluster
+    if cluster is None:
+        return []
+    started = []
+    if host.address in cluster["ensemble"].split(","):
+        _node(hosts, host, "zookeeper", "--ensemble", cluster["ensemble"])
+        started.append("ZooKeeper")
+    if host.address == cluster["ray_address"].rsplit(":", 1)[0]:
+        _node(hosts, host, "ray-head", "--", "--include-dashboard=false")
+        started.append("Ray's head")
+    else:
+        _node(hosts, host, "ray-worker", f"--address={cluster['ray_address']}")
+        started.append("a Ray worker")
+    return started
 
 
 def _ray_nodes(hosts: Hosts, head: Host) -> int:

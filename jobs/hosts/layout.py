@@ -23,6 +23,8 @@ MAX_HOSTS = 200  # the addresses .11 to .210 of the /24
 SSHD = "/usr/sbin/sshd"
 HOST_KEY = Path(".ssh/host_key")  # in the host's home
 RAY_TOKEN = Path(".ray/auth_token")  # in the host's home: where Ray looks for its authentication token
+CONTROL_PORT = 7707  # the hosts' control agent's, on the bridge's address (jobs.hosts.control)
+CONTROL_ENV = "KRAY_HOSTS_CONTROL"  # where a host finds it
 
 
 class Host(BaseModel, frozen=True):
@@ -176,15 +178,19 @@ def init_command(layout: HostsLayout, host: Host, real_home: Path, needed: list[
             "--propagation", "private", "sh", "-c", init_script(layout, host, real_home, needed)]
 
 
-def bashrc(venv: Path, auth_mode: str, cpus: int, memory: int, object_store: int) -> str:
+def bashrc(venv: Path, auth_mode: str, cpus: int, memory: int, object_store: int, control: str,
+           zk_connect: str | None = None) -> str:
     """The host's ~/.bashrc: the project's tools on PATH (Ray's SSH runner and `ray down` find `ray`
     there) and its venv for `jobs.node setup`, one Ray authentication mode on every node (a token in a
-    home turns it on for a head only), and each node's share of the machine for Ray."""
+    home turns it on for a head only), each node's share of the machine for Ray, where the hosts'
+    control agent listens (host faults made from a host), and the ensemble of a `--cluster`."""
     return (f"export PATH={shlex.quote(str(venv / 'bin'))}:$PATH\n"
             f"export KRAY_VENV={shlex.quote(str(venv))}\n"
             "export RAY_USAGE_STATS_ENABLED=0\n"
             f"export RAY_AUTH_MODE={auth_mode}\n"
-            f"export KRAY_NODE_NUM_CPUS={cpus} KRAY_NODE_MEMORY={memory} KRAY_NODE_OBJECT_STORE_MEMORY={object_store}\n")
+            f"export KRAY_NODE_NUM_CPUS={cpus} KRAY_NODE_MEMORY={memory} KRAY_NODE_OBJECT_STORE_MEMORY={object_store}\n"
+            f"export {CONTROL_ENV}={control}\n"
+            + (f"export KRAY_ZK_CONNECT={shlex.quote(zk_connect)}\n" if zk_connect else ""))
 
 
 def enter_command(init_pid: int, home: Path, argv: list[str]) -> list[str]:

@@ -7,7 +7,9 @@ How it fails:
 - run twice, `up` makes only what is missing (a host whose PID 1 died is started again);
 - `down` unmakes what a state file or the namespaces' names show, even after a crash of `up`;
 - a host's processes die with its PID 1 (the kernel kills a PID namespace's members with it), so
-  `down` and a power loss leave nothing running.
+  `down` and a power loss leave nothing running; a powered-off host's link is down, so that it answers
+  nothing (its peers' connections time out, as to a machine without power, rather than being reset);
+- partitions are the hosts' own iptables rules (`jobs.hosts.shapes`), set on every host at once.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ from pathlib import Path
 
 from coordination.errors import KrayError
 from jobs.experiments import local
+from jobs.hosts import shapes
 from jobs.hosts.layout import (
+    CONTROL_PORT,
     HOST_KEY,
     RAY_TOKEN,
     SSHD,
@@ -112,39 +116,50 @@ def _first_child(pid: int, timeout: float = 10.0) -> int:
     raise KrayError(f"process {pid} started no host")
 
 
-def _wait_listening(address: str, port: int, timeout: float, log: Path) -> None:
+def _listening(address: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=0.5):
+        return True
+    return False
+
+
+def _wait_listening(address: str, port: int, timeout: float, log: Path, what: str = "sshd") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=0.5):
+        if _listening(address, port):
             return
         time.sleep(0.05)
-    raise KrayError(f"sshd on {address}:{port} not up after {timeout:.0f} s; see {log}")
+    raise KrayError(f"{what} on {address}:{port} not up after {timeout:.0f} s; see {log}")
 
 
 class Hosts:
     """The hosts of one layout: made, entered, powered off, unmade."""
 
-    def __init__(self, layout: HostsLayout, init_pids: dict[str, int] | None = None):
+    def __init__(self, layout: HostsLayout, init_pids: dict[str, int] | None = None, cluster: dict | None = None,
+                 control_pid: int | None = None):
         self.layout = layout
         self.init_pids = dict(init_pids or {})  # host name -> its PID 1, as the root namespace numbers it
+        self.cluster = cluster  # what `--cluster` started (jobs.hosts.cluster): what a host's return starts again
+        self.control_pid = control_pid  # the control agent's (jobs.hosts.control)
 
     @classmethod
     def started(cls) -> "Hosts | None":
         """The hosts `kray hosts up` made here, if any."""
         try:
             state = local.read_state(STATE)
-            return cls(HostsLayout(**state["layout"]), state["init_pids"]) if state else None
+            return cls(HostsLayout(**state["layout"]), state["init_pids"], state.get("cluster"),
+                       state.get("control_pid")) if state else None
         except (ValueError, KeyError, TypeError) as e:  # pydantic's ValidationError is a ValueError
             raise KrayError(f"{local.kray_home() / (STATE + '.json')} is unreadable ({e.__class__.__name__}): "
                             "remove the hosts by hand (ip netns, the bridge) and the file") from None
 
-    def _save(self) -> None:
-        local.write_state(STATE, {"layout": self.layout.model_dump(mode="json"), "init_pids": self.init_pids})
+    def save(self) -> None:
+        local.write_state(STATE, {"layout": self.layout.model_dump(mode="json"), "init_pids": self.init_pids,
+                                  "cluster": self.cluster, "control_pid": self.control_pid})
 
     # making
     def up(self, timeout: float = 30.0) -> "Hosts":
         preflight()
-        self._save()  # first: `down` finds what a failed `up` made
+        self.save()  # first: `down` finds what a failed `up` made
         self._keys()
         if _run(["ip", "link", "show", "dev", self.layout.bridge], check=False).returncode != 0:
             for argv in bridge_commands(self.layout):
@@ -155,14 +170,43 @@ class Hosts:
         existing = _netns_names()
         for host in self.layout.hosts:
             if host.name not in existing:
+                _run(["ip", "link", "del", host.veth], check=False)  # a pair outliving its namespace a moment
                 for argv in network_commands(self.layout, host):
                     _run(argv)
-            if not _init_of(self.init_pids.get(host.name), host.name):
-                self._start(host)
-            self._save()
+            self._boot(host)
         for host in self.layout.hosts:
             _wait_listening(host.address, 22, timeout, self.layout.directory / host.short / "init.log")
+        self._start_control(timeout)
         return self
+
+    def _start_control(self, timeout: float) -> None:
+        """The control agent, on the bridge's address: how a driver on a host makes host faults (a host
+        cannot see the others' processes or namespaces). Started again if it is not running."""
+        if self._control_alive() and _listening(self.layout.bridge_address, CONTROL_PORT):
+            return
+        log = self.layout.directory / "control.log"
+        with open(log, "ab") as out:
+            agent = subprocess.Popen([sys.executable, "-m", "jobs.hosts.control"], cwd=REPO, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=os.environ | {"KRAY_HOME": str(local.kray_home())})
+        self.control_pid = agent.pid
+        self.save()
+        _wait_listening(self.layout.bridge_address, CONTROL_PORT, timeout, log, "the control agent")
+
+    def _control_alive(self) -> bool:
+        """Whether the agent this state names runs (its PID may be another process's by now)."""
+        try:
+            return _alive(self.control_pid) and b"jobs.hosts.control" in Path(
+                f"/proc/{self.control_pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
+    def _boot(self, host: Host) -> None:
+        """The host's link up, and its PID 1 started unless it runs (a host powered off)."""
+        _run(["ip", "link", "set", host.veth, "up"])
+        if not _init_of(self.init_pids.get(host.name), host.name):
+            self._start(host)
+            self.save()
 
     def _keys(self) -> None:
         """SSH's client and host keys, and the token of Ray's authentication on the hosts (a Ray
@@ -174,6 +218,12 @@ class Hosts:
         if not self.layout.ray_token.exists():
             self.layout.ray_token.touch(mode=0o600)
             self.layout.ray_token.write_text(secrets.token_hex(32))
+
+    def write_bashrc(self, host: Host) -> None:
+        """The host's ~/.bashrc (layout.bashrc), naming the ensemble once a `--cluster` has one."""
+        (self.layout.home(host) / ".bashrc").write_text(bashrc(
+            Path(sys.prefix), "token", NODE_CPUS, NODE_MEMORY, NODE_OBJECT_STORE,
+            f"{self.layout.bridge_address}:{CONTROL_PORT}", (self.cluster or {}).get("zk_connect")))
 
     def _start(self, host: Host) -> None:
         """The host's home and temp dir, then its PID 1 (sshd), in a session of its own."""
@@ -189,10 +239,9 @@ class Hosts:
             target.parent.mkdir(exist_ok=True, mode=0o700)
             shutil.copyfile(source, target)
             target.chmod(0o600)
-        venv = Path(sys.prefix)
-        (home / ".bashrc").write_text(bashrc(venv, "token", NODE_CPUS, NODE_MEMORY, NODE_OBJECT_STORE))
+        self.write_bashrc(host)
         (home / ".profile").write_text(". ~/.bashrc\n")
-        needed = [venv.resolve(), Path(sys.base_prefix).resolve(), REPO]
+        needed = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO]
         log = self.layout.directory / host.short / "init.log"
         with open(log, "ab") as out:
             launcher = subprocess.Popen(init_command(self.layout, host, real_home(), needed),
@@ -216,9 +265,12 @@ class Hosts:
         return subprocess.run(["ssh", "-i", str(self.layout.client_key), *SSH_OPTIONS, f"root@{host.address}",
                                command], **kwargs)
 
-    def power_off(self, host: Host) -> None:
+    def power_off(self, host: Host) -> float:
         """Every process of the host at once: SIGKILL of its PID 1 (the kernel kills the rest of its PID
-        namespace), and of anything else still in its network namespace."""
+        namespace), and of anything else still in its network namespace; its link down first, so that
+        nothing it sent as it died (a reset, a FIN) gets out. When (wall-clock ms)."""
+        _run(["ip", "link", "set", host.veth, "down"], check=False)
+        at = time.time() * 1000
         pid = self.init_pids.get(host.name)
         if _init_of(pid, host.name):
             os.kill(pid, signal.SIGKILL)
@@ -228,12 +280,38 @@ class Hosts:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
             time.sleep(0.01)
+        return at
+
+    def power_on(self, host: Host, timeout: float = 30.0) -> None:
+        """A powered-off host started again (its PID 1, on the disk it had), its link up; until sshd answers."""
+        self._boot(host)
+        _wait_listening(host.address, 22, timeout, self.layout.directory / host.short / "init.log")
+
+    def partition(self, drops: shapes.Grudge, one_way: bool = False) -> float:
+        """Every host's rules replaced at once: each drops packets from the hosts `drops` names for it
+        (on the connections they opened only, with `one_way`), the others none. When they were all set."""
+        addresses = {h.name: h.address for h in self.layout.hosts}
+        restores = [(h, subprocess.Popen(["ip", "netns", "exec", h.name, "iptables-restore", "-w"], text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+                    for h in self.layout.hosts]
+        failed = []
+        for h, p in restores:
+            out, _ = p.communicate(shapes.ruleset(drops.get(h.name, frozenset()), addresses, one_way))
+            if p.returncode != 0:
+                failed.append(f"{h.short}: {out.strip()}")
+        if failed:
+            raise KrayError(f"iptables-restore failed on {'; '.join(failed)}")
+        return time.time() * 1000
 
     # unmaking
     def down(self) -> list[str]:
         """Every host powered off and unmade, the bridge and its rule removed, the files deleted;
         what was removed."""
         removed = []
+        if self._control_alive():
+            os.kill(self.control_pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):  # started by this process: reaped here
+                os.waitpid(self.control_pid, 0)
         for host in self.layout.hosts:
             self.power_off(host)
         names = {h.name for h in self.layout.hosts} | {n for n in _netns_names() if n.startswith(f"{self.layout.prefix}-h")}
@@ -241,7 +319,8 @@ class Hosts:
             for p in _netns_pids(name):  # a host of an earlier layout (grown, then shrunk by hand)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
-            _run(["ip", "netns", "del", name], check=False)
+            _run(["ip", "link", "del", name.replace("-h", "v-h", 1)], check=False)  # at once: the namespace's
+            _run(["ip", "netns", "del", name], check=False)  # deletion takes its pair with it a moment later
             removed.append(name)
         if _run(["ip", "link", "del", self.layout.bridge], check=False).returncode == 0:
             removed.append(self.layout.bridge)

@@ -86,6 +86,15 @@ class FaultKind(str, Enum):
     DROP_BROKER_ZOOKEEPER = "drop-broker-zookeeper"  # broker N's ZooKeeper connections closed and refused
     DROP_CONTROLLER_ZOOKEEPER = "drop-controller-zookeeper"  # the active controller's, closed and refused
     FLAKY_ZOOKEEPER = "flaky-zookeeper"  # short drops of random ZooKeeper links, the controller's and the brokers'
+    # host faults, made by the kernel on a cluster across `kray hosts` (jobs/hosts), healed after the fault's seconds
+    HOST_POWER_LOSS = "host-power-loss"  # every process of broker N's host killed at once, its link down; the host
+    # back after the fault's seconds (its broker's logs as FaultSpec.log says)
+    ISOLATE_HOST = "isolate-host"  # broker N's host cut from every other host, both ways
+    ISOLATE_HOST_ONE_WAY = "isolate-host-one-way"  # the connections the other hosts open to broker N's host cut
+    CUT_HOSTS = "cut-hosts"  # broker N's host and FaultSpec.peer's cut from each other
+    PARTITION_HOSTS_HALVES = "partition-hosts-halves"  # the brokers' hosts in two halves
+    PARTITION_HOSTS_BRIDGE = "partition-hosts-bridge"  # two halves, a host between them that reaches both
+    PARTITION_HOSTS_RING = "partition-hosts-majorities-ring"  # each broker's host sees a majority, no two the same
 
 
 # faults on the active controller alone (their target is its broker, whose data plane goes on)

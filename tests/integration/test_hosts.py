@@ -111,7 +111,7 @@ def hosts_exec(capsys, host: str, *argv: str) -> int:
 
 def test_down_removes_the_hosts_the_bridge_its_rule_and_their_files(kray_home, capsys):
     assert kray(capsys, "hosts", "up", "2", "--prefix", PREFIX, "--subnet", SUBNET)[0] == 0
-    pids = list(Hosts.started().init_pids.values())
+    pids = [*Hosts.started().init_pids.values(), Hosts.started().control_pid]
     code, out, _ = kray(capsys, "hosts", "down")
     assert (code, out) == (0, "Hosts down: removed krt-h1, krt-h2, krtbr0\n")
     assert not {n for n in netns_names() if n.startswith("krt-")}

@@ -99,10 +99,11 @@ def test_a_hosts_pid_1_binds_its_dirs_before_it_hides_their_paths_then_runs_sshd
 
 
 def test_a_hosts_shell_finds_the_projects_tools_and_ray_is_told_one_auth_mode_and_its_share():
-    assert bashrc(Path("/work/kray/.venv"), "disabled", 2, 2048, 256).splitlines() == [
+    assert bashrc(Path("/work/kray/.venv"), "disabled", 2, 2048, 256, "10.77.0.1:7707").splitlines() == [
         "export PATH=/work/kray/.venv/bin:$PATH", "export KRAY_VENV=/work/kray/.venv", "export RAY_USAGE_STATS_ENABLED=0",
         "export RAY_AUTH_MODE=disabled",
-        "export KRAY_NODE_NUM_CPUS=2 KRAY_NODE_MEMORY=2048 KRAY_NODE_OBJECT_STORE_MEMORY=256"]
+        "export KRAY_NODE_NUM_CPUS=2 KRAY_NODE_MEMORY=2048 KRAY_NODE_OBJECT_STORE_MEMORY=256",
+        "export KRAY_HOSTS_CONTROL=10.77.0.1:7707"]
     assert enter_command(4242, Path("/root"), ["ps", "-e"]) == [
         "nsenter", "--target", "4242", "--all", "env", "-i", "HOME=/root",
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "bash", "-lc", 'exec "$@"', "bash", "ps", "-e"]
