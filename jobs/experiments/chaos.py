@@ -106,6 +106,7 @@ class Chaos:
         self.cluster, self.zk, self.zk_server = cluster, zk, zk_server
         self._hosts_control = None  # found at the first host fault
         self._broker_hosts: dict[int, str] = {}  # broker -> its host's address, as last registered
+        self._lost: dict[int, object] = {}  # broker -> the actor handle of an incarnation lost with its host
 
     @property
     def namespace(self) -> str:
@@ -347,9 +348,12 @@ class Chaos:
         log dirs). Nobody tells Ray: it learns of the lost node by its own health checks, as the controller
         does by the broker's ZooKeeper session. Bring it back with host_return."""
         host = self.broker_hosts()[broker_id]
-        info = ray.get(self.cluster.broker_actor(broker_id).info.remote(), timeout=30)
+        handle = self.cluster.broker_actor(broker_id)
+        info = ray.get(handle.info.remote(), timeout=30)
         at = self.hosts_control().power_off(host)
-        self.cluster.brokers.pop(broker_id, None)
+        # kept, not dropped: an actor without references is destroyed by Ray at once, which its controller's
+        # failure detector would hear of within milliseconds, as of no real host's loss
+        self._lost[broker_id] = self.cluster.brokers.pop(broker_id, handle)
         return at, host, info.get("log_dirs") or [info["log_dir"]]
 
     def host_return(self, broker_id: int, host: str, log_dirs: list[str], logs: str, timeout_s: float = 120) -> str:
@@ -359,17 +363,22 @@ class Chaos:
         from actors.cluster import alive_nodes, on_node
 
         before = {n.node_id for n in alive_nodes() if n.address == host}  # the lost one, if Ray has not noticed
+        began = time.monotonic()
         started = self.hosts_control().power_on(host)
-        deadline = time.monotonic() + timeout_s
+        powered = time.monotonic()
+        deadline = powered + timeout_s
         while not (new := [n.node_id for n in alive_nodes() if n.address == host and n.node_id not in before]):
             if time.monotonic() > deadline:
                 raise KrayError(f"host {host} has no Ray node {timeout_s:g} s after it was powered on")
             time.sleep(0.2)
         for name in (broker_actor_name(broker_id), controller_actor_name(broker_id)):  # the lost ones' names freed
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError):  # (Ray may not have noticed the lost node yet)
                 ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+        self._lost.pop(broker_id, None)
         self.cluster.nodes[broker_id] = new[0]
-        return f"{started}; {on_node(new[0], disk_faults.after_power_loss, logs, log_dirs)}"
+        joined = time.monotonic()
+        logs_left = on_node(new[0], disk_faults.after_power_loss, logs, log_dirs)
+        return f"{started} in {powered - began:.1f} s, its Ray node joined {joined - powered:.1f} s later; {logs_left}"
 
     def host_partition(self, kind: FaultKind, target: int | None = None, peer: int | None = None
                        ) -> tuple[float, str]:

@@ -285,8 +285,9 @@ class Experiment(Spec):
                                  f"(load.group_members)")
             if f.at_s >= self.duration_s:
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s is not within duration_s={self.duration_s}")
-            if isinstance(f.target, int) and not 1 <= f.target <= self.brokers:
-                raise ValueError(f"fault {f.fault.value}: broker {f.target} is not one of 1..{self.brokers}")
+            for broker in (f.target, f.peer):
+                if isinstance(broker, int) and not 1 <= broker <= self.brokers:
+                    raise ValueError(f"fault {f.fault.value}: broker {broker} is not one of 1..{self.brokers}")
             if f.after_recovery and self.controller.auto_leader_rebalance_enable \
                     and self.controller.leader_imbalance_check_interval_seconds >= f.recovery_timeout_s:
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s waits for the auto leader rebalance, which "

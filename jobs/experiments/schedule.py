@@ -76,6 +76,17 @@ def load_length_s(experiment: Experiment, faults: list[FaultSpec]) -> float:
         else experiment.duration_s
 
 
+def awaited_after_kill(states: dict, victim: int, controller: int | None) -> dict[str, int]:
+    """The partitions whose leader epoch the controller moves past once it has handled the death of
+    `victim` (partition key -> the epoch now): the next fault waits for that. A broker's death takes it
+    out of every ISR it is in, a new epoch each; the controller's own broker's, only out of those it led:
+    the new controller elects leaders for them, and, as Kafka's, leaves the dead broker in the ISRs
+    where it followed (no broker change reaches it for a broker gone before it watched), for their
+    leaders to shrink without a new epoch."""
+    return {key: s.leader_epoch for key, s in states.items()
+            if victim in s.isr and (victim != controller or s.leader == victim)}
+
+
 def returns_awaited(faults: list[FaultSpec]) -> dict[int, int | None]:
     """For each fault `at_return` (by fault id, from 1), the id of the last fault before it that takes a
     broker down and brings it back, whose victim's return it waits for (None: there is none)."""
@@ -256,7 +267,7 @@ class Scheduler:
             record.target, note = target, note + picked
             if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER,
                                                      FaultKind.HOST_POWER_LOSS, *DISK_FAULTS):
-                self._awaited = {key: s.leader_epoch for key, s in states.items() if target in s.isr}
+                self._awaited = awaited_after_kill(states, target, self.zk.get_controller_id())
             if spec.fault in RETURNING_FAULTS:  # what a fault timed at its victim's return waits for
                 stat = self.zk.exists(zkdata.broker_path(target))
                 with self._taken_down_changed:
@@ -365,7 +376,9 @@ class Scheduler:
             with self.lock:  # whatever the wait saw, the host comes back with its broker
                 record.detail += "; " + self.chaos.host_return(target, host, log_dirs, spec.power_loss_logs,
                                                                spec.recovery_timeout_s)
+                began = time.monotonic()
                 self.cluster.start_broker(target)
+                record.detail += f"; its broker started in {time.monotonic() - began:.1f} s"
         finally:
             with self.lock:
                 self._down.discard(target)

@@ -34,6 +34,8 @@ from jobs.measures.rundir import FaultRecord
 from jobs.measures.waits import percentile
 from jobs.reports.timeline_page import write_timeline
 
+FAULT_COLUMN = 34  # the summary's tables' first column: a fault's label (partition-hosts-majorities-ring 12)
+
 if TYPE_CHECKING:
     from jobs.experiments.experiment import Experiment
 
@@ -105,19 +107,19 @@ def report(run_dir: Path) -> str:
     reader = RunReader(run_dir)
     summary = reader.document(rundir.SUMMARY, rundir.Summary)
     faults = {f.fault_id: f for f in reader.lines(rundir.FAULTS, FaultRecord)}
-    lines = [f"{'failover':<24}{'fault':<28}{'detect':>8}{'queue':>7}{'zk':>7}{'acked':>8}{'partitions':>11}"]
+    lines = [f"{'failover':<24}{'fault':<{FAULT_COLUMN}}{'detect':>8}{'queue':>7}{'zk':>7}{'acked':>8}{'partitions':>11}"]
 
     def ms(a: float | None, b: float | None) -> str:
         return f"{a - b:.0f}" if a is not None and b is not None else "-"
     for f in reader.lines(rundir.FAILOVERS, rundir.FailoverRecord):
         fault = faults.get(f.fault_id)
-        lines.append(f"{f.kind + ' ' + ','.join(map(str, f.brokers)):<24}{fault.label if fault else '(none)':<28}"
+        lines.append(f"{f.kind + ' ' + ','.join(map(str, f.brokers)):<24}{fault.label if fault else '(none)':<{FAULT_COLUMN}}"
                      f"{ms(f.detected_ms, f.fault_injected_ms):>8}{ms(f.processing_started_ms, f.detected_ms):>7}"
                      f"{ms(f.zk_written_ms, f.processing_started_ms):>7}{ms(f.requests_acked_ms, f.detected_ms):>8}"
                      f"{f.load.partitions_affected:>11}")
     lines += ["", "What the client waited, per fault: the partitions it touched (led or followed by its broker, or "
               "all for a fault with no broker), and its bystanders' worst wait",
-              f"{'fault':<28}{'source':<7}{'touched':>8}{'censored':>9}{'recovery p50/p99/max ms':>26}"
+              f"{'fault':<{FAULT_COLUMN}}{'source':<7}{'touched':>8}{'censored':>9}{'recovery p50/p99/max ms':>26}"
               f"{'worst wait p50/p99/max ms':>28}{'others p99/max':>16}"]
     measured = list(reader.lines(rundir.WAITS, rundir.PartitionWait))
     latency_p99 = {source: st.latency_away_ms_p99 for source, st in summary.waits.items()} if summary else {}
@@ -125,7 +127,7 @@ def report(run_dir: Path) -> str:
         fault = faults.get(fault_id)
         mine = waits.stats(w for w in group if waits.touched(w))
         others = waits.stats(w for w in group if not waits.touched(w))
-        lines.append(f"{fault.label if fault else fault_id:<28}{source.value:<7}{mine.partitions:>8}{mine.censored:>9}"
+        lines.append(f"{fault.label if fault else fault_id:<{FAULT_COLUMN}}{source.value:<7}{mine.partitions:>8}{mine.censored:>9}"
                      f"{_three(mine.recovery_ms_p50, mine.recovery_ms_p99, mine.recovery_ms_max):>26}"
                      f"{_three(mine.worst_wait_ms_p50, mine.worst_wait_ms_p99, mine.worst_wait_ms_max):>28}"
                      f"{_fmt(others.worst_wait_ms_p99) + ' / ' + _fmt(others.worst_wait_ms_max):>16}")
@@ -133,7 +135,7 @@ def report(run_dir: Path) -> str:
               "(jobs/measures/partition_phases.py), the unexplained rest and its share of the recovery of the partitions "
               "that were unavailable (recovered, slower than the source's p99 latency away from the faults)"]
     short = PHASE_LABELS
-    lines.append(f"{'fault':<28}{'source':<7}{'recovery':>9}" + "".join(f"{n:>7}" for n in short.values())
+    lines.append(f"{'fault':<{FAULT_COLUMN}}{'source':<7}{'recovery':>9}" + "".join(f"{n:>7}" for n in short.values())
                  + f"{'rest':>8}{'share':>7}")
     for (fault_id, source), group in waits.by_fault(measured).items():
         mine = [w for w in group if waits.touched(w)]
@@ -141,7 +143,7 @@ def report(run_dir: Path) -> str:
             continue
         fault = faults.get(fault_id)
         share = waits.unexplained_share(mine, latency_p99)
-        lines.append(f"{fault.label if fault else fault_id:<28}{source.value:<7}"
+        lines.append(f"{fault.label if fault else fault_id:<{FAULT_COLUMN}}{source.value:<7}"
                      f"{sum(w.recovery_ms for w in mine) / len(mine):>9.0f}"
                      + "".join(f"{sum(w.phases.get(p, 0.0) for w in mine) / len(mine):>7.0f}" for p in short)
                      + f"{sum(w.unexplained_ms or 0.0 for w in mine) / len(mine):>8.0f}"
@@ -152,22 +154,22 @@ def report(run_dir: Path) -> str:
                   "(jobs/measures/group_failovers.py): its offsets partition led again, the group loaded, FindCoordinator "
                   "answered, the members rejoined ('-' too when no rebalance was needed), a commit stored, the "
                   "first record sent after the fault consumed, every partition's",
-                  f"{'fault':<28}{'group':<14}{'coordinator':>12}" + "".join(f"{n:>11}" for n in COORDINATOR_STEPS.values())]
+                  f"{'fault':<{FAULT_COLUMN}}{'group':<14}{'coordinator':>12}" + "".join(f"{n:>11}" for n in COORDINATOR_STEPS.values())]
         for g in coordinators:
             fault = faults.get(g.fault_id)
             moved = f"{g.coordinator}->{g.new_coordinator if g.new_coordinator is not None else '?'}"
-            lines.append(f"{fault.label if fault else g.fault_id:<28}{g.group[:13]:<14}{moved:>12}" + "".join(
+            lines.append(f"{fault.label if fault else g.fault_id:<{FAULT_COLUMN}}{g.group[:13]:<14}{moved:>12}" + "".join(
                 f"{_fmt(None if getattr(g, step) is None else getattr(g, step) - g.fault_injected_ms):>11}"
                 for step in COORDINATOR_STEPS))
     back = rejoin.of_run(reader, list(faults.values()), summary.ended_ms if summary else float("inf"))
     if back:
         lines += ["", "Back in the ISRs it left, per fault: from the broker's registration to the last leader's "
                   "expansion taking it back (jobs/measures/rejoin.py)",
-                  f"{'fault':<28}{'broker':>7}{'left':>7}{'rejoined':>9}{'p50 ms':>8}{'all back ms':>12}"]
+                  f"{'fault':<{FAULT_COLUMN}}{'broker':>7}{'left':>7}{'rejoined':>9}{'p50 ms':>8}{'all back ms':>12}"]
         for r in back:
             label = faults[r.fault_id].label
             p50 = percentile(r.rejoined_ms, 50)
-            lines.append(f"{label:<28}{r.broker_id:>7}{r.out_of_isr:>7}{len(r.rejoined_ms):>9}{_fmt(p50):>8}"
+            lines.append(f"{label:<{FAULT_COLUMN}}{r.broker_id:>7}{r.out_of_isr:>7}{len(r.rejoined_ms):>9}{_fmt(p50):>8}"
                          f"{_fmt(r.last_ms) if r.all_back else 'not all':>12}")
     if summary is not None:
         lines.append(f"\n{summary.faults} faults, {summary.failovers} failovers, {summary.acked:,} records "

@@ -11,7 +11,8 @@ from coordination.zkdata import TopicPartition
 from jobs.experiments.chaos import BROKER_FAULTS
 from jobs.experiments.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
 from jobs.measures.rundir import FaultKind
-from jobs.experiments.schedule import returns_awaited, schedule
+from jobs.experiments.schedule import awaited_after_kill, returns_awaited, schedule
+from jobs.measures.rundir import PartitionLeadership
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -514,6 +515,38 @@ def test_a_fault_at_return_waits_for_the_last_fault_before_it_that_brought_a_bro
     at_return = FaultSpec(at_s=3, fault=FaultKind.KILL_BROKER, target="leader", at_return=True)
     assert returns_awaited([kill, pause, at_return, disk, at_return]) == {3: 1, 5: 4}
     assert returns_awaited([at_return]) == {1: None}
+
+
+def test_after_a_kill_the_next_fault_waits_for_new_epochs_where_the_controller_gives_them():
+    states = {"t-0": PartitionLeadership(leader=1, leader_epoch=4, isr=[1, 2, 3]),
+              "t-1": PartitionLeadership(leader=2, leader_epoch=7, isr=[2, 3]),
+              "t-2": PartitionLeadership(leader=3, leader_epoch=1, isr=[1, 3])}
+    assert awaited_after_kill(states, 1, controller=2) == {"t-0": 4, "t-2": 1}  # out of every ISR it is in
+    assert awaited_after_kill(states, 1, controller=1) == {"t-0": 4}  # the controller's: only where it led
+    assert awaited_after_kill(states, 4, controller=2) == {}
+
+
+def test_the_hosts_experiment_makes_every_host_fault_and_a_controllers_host_loss_on_five_hosts():
+    exp = load_experiment(REPO / "experiments" / "hosts.yaml")
+    kinds = [f.fault for f in exp.schedule]
+    assert set(kinds) == {k for k in FaultKind if k.value.startswith(("host-", "isolate-host", "cut-hosts",
+                                                                      "partition-hosts"))}
+    assert any(f.fault is FaultKind.HOST_POWER_LOSS and f.target == "controller" for f in exp.schedule)
+    assert {f.power_loss_logs for f in exp.schedule if f.fault is FaultKind.HOST_POWER_LOSS} == {"unflushed", "lost"}
+    assert exp.brokers == 4 and exp.load.acks == "all" and exp.broker.min_insync_replicas == 2  # h1 drives
+
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(fault="isolate-host", target=1, peer=2), "isolate-host takes no peer"),
+    (dict(fault="kill-broker", target=1, logs="lost"), "kill-broker takes no logs"),
+    (dict(fault="host-power-loss", target=1, logs="gone"), "Input should be 'kept', 'unflushed' or 'lost'"),
+    (dict(fault="partition-hosts-halves", target=1), "takes no target"),
+    (dict(fault="cut-hosts"), "needs a target"),
+])
+def test_a_host_fault_takes_what_it_needs_and_nothing_else(spec, message):
+    with pytest.raises(ValueError, match=message):
+        FaultSpec(at_s=1, **spec)
+    assert FaultSpec(at_s=1, fault="cut-hosts", target=1).peer_target == "controller"
 
 
 def test_the_power_loss_experiment_pairs_each_disk_fault_with_a_kill_at_its_victims_return():
