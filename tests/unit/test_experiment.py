@@ -8,7 +8,7 @@ import pytest
 
 from coordination.errors import KrayError
 from coordination.zkdata import TopicPartition
-from jobs.experiments.chaos import BROKER_FAULTS
+from jobs.experiments.chaos import BROKER_FAULTS, HOST_FAULTS
 from jobs.experiments.experiment import Experiment, FaultSpec, LoadSpec, RandomFaults, TopicSpec, load_experiment
 from jobs.measures.rundir import FaultKind
 from jobs.experiments.schedule import awaited_after_kill, returns_awaited, schedule
@@ -529,8 +529,13 @@ def test_after_a_kill_the_next_fault_waits_for_new_epochs_where_the_controller_g
 def test_the_hosts_experiment_makes_every_host_fault_and_a_controllers_host_loss_on_five_hosts():
     exp = load_experiment(REPO / "experiments" / "hosts.yaml")
     kinds = [f.fault for f in exp.schedule]
-    assert set(kinds) == {k for k in FaultKind if k.value.startswith(("host-", "isolate-host", "cut-hosts",
-                                                                      "partition-hosts"))}
+    assert set(kinds) >= HOST_FAULTS  # every one, and after each that has a twin made in a process or its links:
+    twins = {FaultKind.HOST_POWER_LOSS: FaultKind.KILL_BROKER, FaultKind.ISOLATE_HOST: FaultKind.ISOLATE_BROKER,
+             FaultKind.PARTITION_HOSTS_HALVES: FaultKind.SPLIT_BROKERS,
+             FaultKind.PARTITION_HOSTS_BRIDGE: FaultKind.BRIDGE_BROKERS}
+    for host_fault, twin in zip(exp.schedule, exp.schedule[1:]):
+        if host_fault.fault in twins:
+            assert (twin.fault, twin.target) == (twins[host_fault.fault], host_fault.target)
     assert any(f.fault is FaultKind.HOST_POWER_LOSS and f.target == "controller" for f in exp.schedule)
     assert {f.power_loss_logs for f in exp.schedule if f.fault is FaultKind.HOST_POWER_LOSS} == {"unflushed", "lost"}
     assert exp.brokers == 4 and exp.load.acks == "all" and exp.broker.min_insync_replicas == 2  # h1 drives
