@@ -44,18 +44,23 @@ def run(runs: int, keep: bool) -> list[dict]:
     from jobs.hosts.netns import Hosts
 
     os.environ["KRAY_HOME"] = home = tempfile.mkdtemp(prefix="kray-bench-hosts-")
-    hosts = Hosts(HostsLayout(count=5, prefix="krb", subnet="10.82.0.0/24", directory=Path(home) / "hosts")).up()
+    hosts = Hosts(HostsLayout(count=5, prefix="krb", subnet="10.82.0.0/24", directory=Path(home) / "hosts"))
     rows = []
     try:
+        hosts.up()
         start_cluster(hosts)
         h1 = hosts.layout.hosts[0]
+        runs_dir = hosts.layout.home(h1) / "runs"
         for i in range(runs):
+            before = set(runs_dir.iterdir()) if runs_dir.exists() else set()
             done = hosts.run(h1, ["kray", "experiment", "run", str(EXPERIMENT), "--runs-dir", "/root/runs"],
-                             capture_output=True, text=True)
-            run_dir = max((hosts.layout.home(h1) / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
-            if done.returncode != 0:
-                print(f"run {i + 1} exited {done.returncode}: {done.stderr[-2000:]}", flush=True)
-            for row in measure(run_dir, labels()):
+                             capture_output=True, text=True, timeout=3600)
+            made = sorted(set(runs_dir.iterdir()) - before) if runs_dir.exists() else []
+            if done.returncode != 0 or len(made) != 1:
+                print(f"run {i + 1} exited {done.returncode} and made {len(made)} run directories: "
+                      f"{done.stdout[-2000:]}{done.stderr[-2000:]}", flush=True)
+                continue
+            for row in measure(made[0], labels()):
                 row["run"] = i + 1
                 print(json.dumps(row), flush=True)
                 rows.append(row)

@@ -62,6 +62,13 @@ CUT = LinkFault(cut=True)
 DROP = LinkFault(drop=True)
 
 
+def bisect(items: list) -> tuple[list, list]:
+    """Jepsen's halves: the smaller first (the second's first is a bridge's middle). The links' and the
+    hosts' (jobs/hosts/shapes.py) partitions split alike."""
+    half = len(items) // 2
+    return items[:half], items[half:]
+
+
 def _between(side_a: list[int], side_b: list[int], fault: LinkFault) -> list[LinkSetting]:
     """Every broker of one side's link to every broker of the other, on both ends, and the link of a
     controller on either side to the brokers of the other."""
@@ -102,12 +109,11 @@ def plan(shape: Shape, brokers: list[int], target: int | None = None, candidate:
     if shape is Shape.SPLIT_BROKERS:
         if len(brokers) < 2:
             raise ValueError("split-brokers needs at least 2 brokers")
-        half = len(brokers) // 2
-        return _between(brokers[:half], brokers[half:], CUT)
+        return _between(*bisect(brokers), CUT)
     if len(brokers) < 3:
         raise ValueError("bridge-brokers needs at least 3 brokers")
-    middle = len(brokers) // 2
-    return _between(brokers[:middle], brokers[middle + 1:], CUT)
+    first, second = bisect(brokers)
+    return _between(first, second[1:], CUT)  # second[0], the middle, bridges the halves
 
 
 def every_link(brokers: list[int]) -> list[LinkSetting]:

@@ -13,6 +13,7 @@ import time
 from coordination.errors import KrayError
 from jobs.cli.common import ray_connect, ray_leave, started_cluster
 from jobs.cli.zk import zk_start
+from jobs.hosts.layout import POWER_LOSS_LOGS
 from jobs.experiments import local
 
 DISK_FAULT_HELP = {
@@ -57,10 +58,12 @@ def _host_fault(c, args) -> str:
     kind = FaultKind(args.fault)
     if kind is FaultKind.HOST_POWER_LOSS:
         _, host, log_dirs = c.host_power_loss(args.broker_id)
-        time.sleep(args.seconds)
-        back = c.host_return(args.broker_id, host, log_dirs, args.logs)
-        c.cluster.detached = True  # outlives this command, as `kray cluster up`'s brokers
-        c.cluster.start_broker(args.broker_id)
+        try:
+            time.sleep(args.seconds)
+        finally:  # Ctrl-C too: the host comes back with its broker
+            back = c.host_return(args.broker_id, host, log_dirs, args.logs)
+            c.cluster.detached = True  # outlives this command, as `kray cluster up`'s brokers
+            c.cluster.start_broker(args.broker_id)
         return f"host-power-loss {args.broker_id}: host {host} down for {args.seconds:g} s; {back}; broker started"
     peer = getattr(args, "peer", None)
     if kind is FaultKind.CUT_HOSTS and peer is None:
@@ -70,8 +73,10 @@ def _host_fault(c, args) -> str:
     _, what = c.host_partition(kind, getattr(args, "broker_id", None), peer)
     if not args.seconds:
         return f"{what}; `kray chaos heal-hosts` heals it"
-    time.sleep(args.seconds)
-    c.heal_hosts()
+    try:
+        time.sleep(args.seconds)
+    finally:  # Ctrl-C too
+        c.heal_hosts()
     return f"{what}; healed after {args.seconds:g} s"
 
 
@@ -215,7 +220,7 @@ def add_parsers(sub, zkp) -> None:
             s.add_argument("--peer", type=int, help="the broker whose host it is cut from (default: the controller's)")
         if name == "host-power-loss":
             s.add_argument("--seconds", type=float, default=5.0, help="how long the host stays down")
-            s.add_argument("--logs", choices=["kept", "unflushed", "lost"], default="unflushed",
+            s.add_argument("--logs", choices=POWER_LOSS_LOGS, default="unflushed",
                            help="its broker's logs at its return (unflushed: cut back to their recovery points)")
         else:
             s.add_argument("--seconds", type=float, default=0.0, help="heal after this long (0: leave it)")

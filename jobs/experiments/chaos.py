@@ -27,7 +27,8 @@ machine or on a Ray cluster (signals are sent by a Ray task on the target's node
 |                            | recovery points or lost, then its broker started again)                 |
 | isolate-host N, isolate-host-one-way N, cut-hosts N (from the peer's host), partition-hosts-halves,    |
 | partition-hosts-bridge, partition-hosts-majorities-ring: partitions between hosts (jobs/hosts/shapes.py), |
-| the shapes among the brokers' hosts (a host without a broker reaches every side), for S seconds      |
+| for S seconds: isolate and cut among every host, the shapes among the brokers' hosts (a host without |
+| a broker, the driver's, reaches every side)                                                          |
 | flaky-zookeeper            | for S seconds, every ZooKeeper link at once or one of them (a broker's  |
 |                            | or the active controller's) stalled for 0.1-0.5 s, then dropped for     |
 |                            | 0.3-1.5 s (both within a quarter of the session timeout), 1.5-2.5 s     |
@@ -106,7 +107,7 @@ class Chaos:
         self.cluster, self.zk, self.zk_server = cluster, zk, zk_server
         self._hosts_control = None  # found at the first host fault
         self._broker_hosts: dict[int, str] = {}  # broker -> its host's address, as last registered
-        self._lost: dict[int, object] = {}  # broker -> the actor handle of an incarnation lost with its host
+        self._lost: dict[int, tuple] = {}  # broker -> (the handle of its incarnation lost with its host, the host)
 
     @property
     def namespace(self) -> str:
@@ -343,17 +344,31 @@ class Chaos:
             raise KrayError(f"host faults need one broker a host, not {hosts}")
         return hosts
 
+    def host_of(self, broker_id: int) -> str:
+        hosts = self.broker_hosts()
+        if broker_id not in hosts:
+            raise KrayError(f"no broker {broker_id} on a host: the brokers are {', '.join(map(str, hosts))}")
+        return hosts[broker_id]
+
     def host_power_loss(self, broker_id: int) -> tuple[float, str, list[str]]:
         """Broker N's host loses power (every process at once, its link down); (when, the host, the broker's
         log dirs). Nobody tells Ray: it learns of the lost node by its own health checks, as the controller
-        does by the broker's ZooKeeper session. Bring it back with host_return."""
-        host = self.broker_hosts()[broker_id]
+        does by the broker's ZooKeeper session. Bring it back with host_return. Refused for the host this
+        driver runs on, and Ray's head's: their loss would end the run (or the command) itself."""
+        from actors.cluster import alive_nodes
+
+        host = self.host_of(broker_id)
+        here = ray.get_runtime_context().get_node_id()
+        needed = {n.address for n in alive_nodes() if n.is_head or n.node_id == here}
+        if host in needed:
+            raise KrayError(f"broker {broker_id}'s host {host} runs this driver or Ray's head: its power loss would "
+                            "end the run; pick a broker on another host")
         handle = self.cluster.broker_actor(broker_id)
         info = ray.get(handle.info.remote(), timeout=30)
         at = self.hosts_control().power_off(host)
         # kept, not dropped: an actor without references is destroyed by Ray at once, which its controller's
         # failure detector would hear of within milliseconds, as of no real host's loss
-        self._lost[broker_id] = self.cluster.brokers.pop(broker_id, handle)
+        self._lost[broker_id] = (self.cluster.brokers.pop(broker_id, handle), host)
         return at, host, info.get("log_dirs") or [info["log_dir"]]
 
     def host_return(self, broker_id: int, host: str, log_dirs: list[str], logs: str, timeout_s: float = 120) -> str:
@@ -384,13 +399,26 @@ class Chaos:
                        ) -> tuple[float, str]:
         """Make the host partition `kind` (the shapes among the brokers' hosts, in broker order; isolate and cut
         among every host); (when, which host drops whose packets). heal_hosts heals it."""
-        hosts = self.broker_hosts()
-        named = [hosts[b] for b in (target, peer) if b is not None]
+        named = [self.host_of(b) for b in (target, peer) if b is not None]
         shape = HOST_PARTITIONS[kind]
-        return self.hosts_control().partition(shape, named, [] if named else list(hosts.values()))
+        return self.hosts_control().partition(shape, named, [] if named else list(self.broker_hosts().values()))
 
     def heal_hosts(self) -> float:
         return self.hosts_control().heal()
+
+    def restore_hosts(self) -> None:
+        """At a run's end, whatever its faults' threads left: every partition healed, every host a power
+        loss took down powered on (its broker stays down: the cluster is going)."""
+        if self._hosts_control is None:
+            return
+        with contextlib.suppress(Exception):
+            self.heal_hosts()
+        for broker_id, (_, host) in list(self._lost.items()):
+            try:
+                self.hosts_control().power_on(host)
+            except Exception as e:  # already on (its return got that far), or the agent gone
+                log.info("Host %s of broker %d not powered on at the run's end: %s", host, broker_id, e)
+            self._lost.pop(broker_id, None)
 
     def controlled_shutdown(self, broker_id: int) -> dict:
         self.cluster.broker_actor(broker_id)

@@ -23,6 +23,7 @@ from typing import Iterator, NamedTuple
 from actors.broker.log import batches
 from actors.broker.log.batches import BATCH_OVERHEAD, BatchHeader
 from actors.broker.log.log import SEGMENT_SUFFIX, read_recovery_point
+from jobs.hosts.layout import POWER_LOSS_LOGS
 from jobs.measures.rundir import FaultKind
 
 DISK_FAULTS = (FaultKind.CORRUPT_LOG_TAIL, FaultKind.TRUNCATE_LOG_TAIL, FaultKind.LOSE_UNFLUSHED_TAIL)
@@ -151,9 +152,6 @@ def describe(damages: list[Damage], examples: int = 3) -> str:
                       for d in damages[:examples])
     return f"{len(logs)} logs, {lost} bytes, {offsets} offsets" + (f": {shown}" if shown else "") + \
         (" ..." if len(damages) > examples else "")
-
-
-POWER_LOSS_LOGS = ("kept", "unflushed", "lost")  # what a host's power loss leaves of its broker's logs
 
 
 def after_power_loss(logs: str, log_dirs: list[str]) -> str:

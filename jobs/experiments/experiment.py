@@ -36,8 +36,17 @@ from coordination.admin import validate_topic_name
 from coordination.errors import KrayError
 from jobs.measures.rundir import ActionKind, FaultKind
 from actors.links.faults import LinkFault
-from jobs.experiments.chaos import BROKER_FAULTS, HOST_FAULTS, LINK_FAULTS, RETURNING_FAULTS, SLOW_LINKS
-from jobs.experiments.disk_faults import POWER_LOSS_LOGS
+from jobs.experiments.chaos import (
+    BROKER_FAULTS,
+    HOST_FAULTS,
+    HOST_PARTITIONS,
+    LINK_FAULTS,
+    RETURNING_FAULTS,
+    SLOW_LINKS,
+)
+from jobs.hosts.shapes import TARGETED as TARGETED_SHAPES
+from jobs.hosts.shapes import grudge
+from jobs.hosts.layout import POWER_LOSS_LOGS
 
 # leader: of the first topic's partition 0; coordinator: the load's consumer group's coordinator (the leader of its
 # __consumer_offsets partition); coordinator-unless-controller: it, or a non-controller when it is the controller's
@@ -130,8 +139,9 @@ class FaultSpec(Spec):
     at_return: bool = Field(False, description="inject the moment the broker that the last fault before this one "
                                                "in the run (random faults included) took down (kill-broker, "
                                                "restart-broker, controlled-shutdown, expire-broker-session, a disk "
-                                               "fault, fail-log-dir) registers again, at_s being the earliest "
-                                               "(waits up to recovery_timeout_s once that fault struck): a fault "
+                                               "fault, fail-log-dir, host-power-loss) registers again, at_s being "
+                                               "the earliest (waits up to recovery_timeout_s once that fault "
+                                               "struck): a fault "
                                                "timed at a victim's return, before it has fetched anything")
 
     @property
@@ -269,6 +279,7 @@ class Experiment(Spec):
             if f.at_return and not any(g.fault in RETURNING_FAULTS for g in ordered[:i]):
                 raise ValueError(f"fault {f.fault.value} at {f.at_s}s: at_return needs an earlier fault that takes a "
                                  f"broker down and brings it back ({', '.join(sorted(k.value for k in RETURNING_FAULTS))})")
+        self._host_faults_possible(ordered)
         for t in self.topics:
             if not t.after_fault:
                 continue
@@ -295,6 +306,26 @@ class Experiment(Spec):
                                  f"controller.leader_imbalance_check_interval_seconds below recovery_timeout_s "
                                  f"({f.recovery_timeout_s:g})")
         return self
+
+    def _host_faults_possible(self, ordered: list[FaultSpec]) -> None:
+        """Host partitions that can be made among the brokers' hosts, a cut between two of them, and one
+        partition at a time (a new one replaces the last: two overlap only when both wait for recovery,
+        which puts the second after the first)."""
+        for f in ordered:
+            if f.fault in HOST_PARTITIONS and HOST_PARTITIONS[f.fault] not in TARGETED_SHAPES:
+                try:
+                    grudge(HOST_PARTITIONS[f.fault], [f"host-{b}" for b in self.broker_ids])
+                except ValueError as e:
+                    raise ValueError(f"fault {f.fault.value} at {f.at_s}s among {self.brokers} brokers' hosts: "
+                                     f"{e}") from None
+            if f.fault is FaultKind.CUT_HOSTS and f.target == "controller" and f.peer is None:
+                raise ValueError(f"fault cut-hosts at {f.at_s}s: the target is the controller's broker, and so is "
+                                 "the default peer: name a peer")
+        partitions = [f for f in ordered if f.fault in HOST_PARTITIONS]
+        for a, b in zip(partitions, partitions[1:]):
+            if b.at_s < a.at_s + a.seconds and not (a.after_recovery and b.after_recovery):
+                raise ValueError(f"fault {b.fault.value} at {b.at_s}s would replace {a.fault.value} at {a.at_s}s "
+                                 f"before its {a.seconds:g} s are over (one host partition at a time)")
 
     def _actions_possible(self) -> None:
         """Each action on a topic the actions made (created earlier, not deleted since), within the run,

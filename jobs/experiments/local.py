@@ -65,7 +65,11 @@ def read_state(name: str) -> dict | None:
 
 
 def write_state(name: str, state: dict) -> None:
-    (kray_home() / f"{name}.json").write_text(json.dumps(state, indent=2))
+    """Whole or not at all (a reader, the hosts' control agent among them, never sees half a file)."""
+    path = kray_home() / f"{name}.json"
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    part.write_text(json.dumps(state, indent=2))
+    os.replace(part, path)
 
 
 def clear_state(name: str) -> None:

@@ -128,7 +128,8 @@ class ExperimentRun:
                                  self.progress)
         self.sampler = Sampler(exp, self.zk, self.cluster, self.writer,
                                lambda: (self.generators, self.probers + self.consumers))
-        scheduler = Scheduler(exp, self.zk, self.cluster, Chaos(self.cluster, self.zk, self.zk_server), self._lock,
+        chaos = Chaos(self.cluster, self.zk, self.zk_server)
+        scheduler = Scheduler(exp, self.zk, self.cluster, chaos, self._lock,
                               self.writer, self.settling, self.sampler, self._grow, self.progress, self._steady_load)
         try:
             self._start()
@@ -136,6 +137,7 @@ class ExperimentRun:
             self._finish()
         finally:
             self.sampler.stop()
+            chaos.restore_hosts()  # a run cut short leaves no host partitioned or off
             self.cluster.stop(delete_logs=True)
             self.zk.close()
             try:  # a run cut short keeps the records its recorder holds (closing twice is harmless)

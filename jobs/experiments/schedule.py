@@ -346,12 +346,15 @@ class Scheduler:
             self._host_power_loss(spec, target, record)
         elif kind in HOST_PARTITIONS:
             peer, picked = self._target(spec.peer_target)
-            if peer is not None and peer == target:
-                raise RuntimeError(f"cut-hosts needs two brokers' hosts: the target and the peer ({spec.peer_target}) "
-                                   f"are both broker {target}")
-            record.injected_ms, record.detail = chaos.host_partition(kind, target, peer)
-            record.detail = picked + (f"peer broker {peer}; " if peer is not None else "") + record.detail
-            try:
+            if peer is not None and peer == target:  # (leader: controller, the leader the controller's broker)
+                with self.lock:
+                    others = sorted(b for b in self.cluster.brokers if b not in self._down and b != target)
+                if not others:
+                    raise RuntimeError(f"cut-hosts needs another broker's host than broker {target}'s")
+                peer, picked = self.rng.choice(others), f"the peer ({spec.peer_target}) is the target: another; "
+            try:  # inside: a partition set on some hosts only, or an agent's late answer, is healed too
+                record.injected_ms, detail = chaos.host_partition(kind, target, peer)
+                record.detail = picked + (f"peer broker {peer}; " if peer is not None else "") + detail
                 time.sleep(spec.seconds)
             finally:  # whatever happened, the hosts heal
                 chaos.heal_hosts()
@@ -366,20 +369,25 @@ class Scheduler:
             record.ended_ms = now_ms()
 
     def _host_power_loss(self, spec: FaultSpec, target: int, record: FaultRecord) -> None:
-        """The target's host loses power for the fault's seconds, then returns with its broker."""
+        """The target's host loses power for the fault's seconds, then returns with its broker (whatever the
+        wait saw: a failed return is the fault's record, and the run's end powers the host on)."""
         with self.lock:
             self._down.add(target)
+        host = None
         try:
             record.injected_ms, host, log_dirs = self.chaos.host_power_loss(target)
             record.detail = f"host {host}"
             time.sleep(spec.seconds)
-            with self.lock:  # whatever the wait saw, the host comes back with its broker
-                record.detail += "; " + self.chaos.host_return(target, host, log_dirs, spec.power_loss_logs,
-                                                               spec.recovery_timeout_s)
-                began = time.monotonic()
-                self.cluster.start_broker(target)
-                record.detail += f"; its broker started in {time.monotonic() - began:.1f} s"
         finally:
-            with self.lock:
-                self._down.discard(target)
+            try:
+                if host is not None:
+                    with self.lock:
+                        record.detail += "; " + self.chaos.host_return(target, host, log_dirs, spec.power_loss_logs,
+                                                                       spec.recovery_timeout_s)
+                        began = time.monotonic()
+                        self.cluster.start_broker(target)
+                        record.detail += f"; its broker started in {time.monotonic() - began:.1f} s"
+            finally:
+                with self.lock:
+                    self._down.discard(target)
         record.ended_ms = now_ms()

@@ -34,7 +34,7 @@ from jobs.measures.rundir import FaultRecord
 from jobs.measures.waits import percentile
 from jobs.reports.timeline_page import write_timeline
 
-FAULT_COLUMN = 34  # the summary's tables' first column: a fault's label (partition-hosts-majorities-ring 12)
+FAULT_COLUMN = 34  # the summary's tables' first column: a fault's label (partition-hosts-majorities-ring, 31)
 
 if TYPE_CHECKING:
     from jobs.experiments.experiment import Experiment

@@ -27,14 +27,15 @@ from jobs.hosts.layout import CONTROL_ENV, CONTROL_PORT, RAY_TOKEN, HostsLayout
 from jobs.hosts.shapes import HostShape
 
 log = logging.getLogger(__name__)
-REQUEST_TIMEOUT_S = 180.0  # a return starts a host, its ZooKeeper server and its Ray node
+REQUEST_TIMEOUT_S = 300.0  # a return starts a host (30 s at most), its ZooKeeper server and Ray node (120 s each)
+LINE_LIMIT = 65536  # a request's longest line
 
 
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     token: str = ""
-    op: Literal["layout", "power-off", "power-on", "partition", "heal"]
+    op: Literal["power-off", "power-on", "partition", "heal"]
     hosts: list[str] = []  # power-off, power-on: one; partition: those the shape names (shapes.TARGETED)
     shape: HostShape | None = None
     among: list[str] = []  # partition: the hosts it spans, in order (default: every host)
@@ -51,19 +52,17 @@ class Reply(BaseModel):
     error: str = ""
     at_ms: float = 0.0  # when the fault took effect (wall clock)
     detail: str = ""
-    layout: dict | None = None
 
 
-def perform(request: Request) -> Reply:
-    """One request against the hosts `kray hosts up` made (read afresh: a host's return changes them)."""
+def perform(request: Request, caller: str | None = None) -> Reply:
+    """One request against the hosts `kray hosts up` made (read afresh: a host's return changes them);
+    `caller`: the address of the host that asked (None: this namespace), which may not power itself off."""
     from jobs.hosts.cluster import start_node
     from jobs.hosts.netns import Hosts
 
     hosts = Hosts.started()
     if hosts is None:
         raise KrayError("no hosts are up (kray hosts up)")
-    if request.op == "layout":
-        return Reply(layout=hosts.layout.model_dump(mode="json"))
     if request.op == "heal":
         return Reply(at_ms=hosts.partition({}), detail="every host's rules removed")
     if request.op == "partition":
@@ -79,14 +78,16 @@ def perform(request: Request) -> Reply:
         raise KrayError(f"{request.op} takes one host, not {len(request.hosts)}")
     host = hosts.host(request.hosts[0])
     if request.op == "power-off":
+        if host.address == caller:
+            raise KrayError(f"{host.short} asked to power itself off: nobody would power it on again")
         return Reply(at_ms=hosts.power_off(host), detail=f"{host.short} powered off")
     hosts.power_on(host)
     started = start_node(hosts, host)
     return Reply(detail=f"{host.short} powered on" + (f": {', '.join(started)} started" if started else ""))
 
 
-def answer(line: bytes, token: str) -> Reply:
-    """The agent's reply to one request line."""
+def answer(line: bytes, token: str, caller: str | None = None) -> Reply:
+    """The agent's reply to one request line (from the host at `caller`)."""
     try:
         request = Request.model_validate_json(line)
     except ValidationError as e:
@@ -94,7 +95,7 @@ def answer(line: bytes, token: str) -> Reply:
     if not hmac.compare_digest(request.token.encode(), token.encode()):
         return Reply(ok=False, error="a request without the hosts' token")
     try:
-        return perform(request)
+        return perform(request, caller)
     except KrayError as e:
         return _refused(e)
     except Exception as e:  # reported to the caller; the agent goes on
@@ -105,22 +106,24 @@ def answer(line: bytes, token: str) -> Reply:
 class HostsControl:
     """Host faults, made here or by the agent (`send`: a request to its reply)."""
 
-    def __init__(self, send: Callable[[Request], Reply], where: str):
-        self._send, self.where = send, where
+    def __init__(self, send: Callable[[Request], Reply]):
+        self._send = send
 
     @classmethod
     def find(cls) -> "HostsControl | None":
         """On a host, the agent its ~/.bashrc names; here, as root with hosts up, this process; else None."""
         address = os.environ.get(CONTROL_ENV)
         if address:
-            host, port = address.rsplit(":", 1)
-            token = (Path.home() / RAY_TOKEN).read_text().strip()
-            return cls(lambda request: _ask((host, int(port)), request.model_copy(update={"token": token})),
-                       f"the hosts' control agent at {address}")
+            try:
+                host, port = address.rsplit(":", 1)
+                agent, token = (host, int(port)), (Path.home() / RAY_TOKEN).read_text().strip()
+            except (ValueError, OSError) as e:
+                raise KrayError(f"{CONTROL_ENV}={address}: no agent to ask ({e})") from None
+            return cls(lambda request: _ask(agent, request.model_copy(update={"token": token})))
         from jobs.hosts.netns import Hosts
 
         if os.geteuid() == 0 and Hosts.started() is not None:
-            return cls(_local, "this namespace")
+            return cls(_local)
         return None
 
     def _do(self, **request) -> Reply:
@@ -128,9 +131,6 @@ class HostsControl:
         if not reply.ok:
             raise KrayError(reply.error)
         return reply
-
-    def layout(self) -> HostsLayout:
-        return HostsLayout(**self._do(op="layout").layout)
 
     def power_off(self, host: str) -> float:
         """Every process of the host killed at once, its link down; when."""
@@ -179,10 +179,12 @@ def serve(layout: HostsLayout, token: str) -> None:
     lock = threading.Lock()
 
     class Handler(socketserver.StreamRequestHandler):
+        timeout = REQUEST_TIMEOUT_S  # a connection silent this long is closed
+
         def handle(self) -> None:
-            for line in self.rfile:
+            while line := self.rfile.readline(LINE_LIMIT):
                 with lock:
-                    reply = answer(line, token)
+                    reply = answer(line, token, self.client_address[0])
                 log.info("%s: %s", self.client_address[0], reply.error or reply.detail or "done")
                 self.wfile.write(reply.model_dump_json().encode() + b"\n")
 

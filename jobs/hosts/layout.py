@@ -19,12 +19,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
+from coordination.server import ZK_CONNECT_ENV
+
 MAX_HOSTS = 200  # the addresses .11 to .210 of the /24
 SSHD = "/usr/sbin/sshd"
 HOST_KEY = Path(".ssh/host_key")  # in the host's home
 RAY_TOKEN = Path(".ray/auth_token")  # in the host's home: where Ray looks for its authentication token
 CONTROL_PORT = 7707  # the hosts' control agent's, on the bridge's address (jobs.hosts.control)
 CONTROL_ENV = "KRAY_HOSTS_CONTROL"  # where a host finds it
+POWER_LOSS_LOGS = ("kept", "unflushed", "lost")  # what a host's power loss may leave of its broker's logs
 
 
 class Host(BaseModel, frozen=True):
@@ -190,7 +193,7 @@ def bashrc(venv: Path, auth_mode: str, cpus: int, memory: int, object_store: int
             f"export RAY_AUTH_MODE={auth_mode}\n"
             f"export KRAY_NODE_NUM_CPUS={cpus} KRAY_NODE_MEMORY={memory} KRAY_NODE_OBJECT_STORE_MEMORY={object_store}\n"
             f"export {CONTROL_ENV}={control}\n"
-            + (f"export KRAY_ZK_CONNECT={shlex.quote(zk_connect)}\n" if zk_connect else ""))
+            + (f"export {ZK_CONNECT_ENV}={shlex.quote(zk_connect)}\n" if zk_connect else ""))
 
 
 def enter_command(init_pid: int, home: Path, argv: list[str]) -> list[str]:

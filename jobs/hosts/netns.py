@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from coordination.errors import KrayError
@@ -173,6 +174,7 @@ class Hosts:
                 _run(["ip", "link", "del", host.veth], check=False)  # a pair outliving its namespace a moment
                 for argv in network_commands(self.layout, host):
                     _run(argv)
+                self._restore_rules(host, frozenset())  # conntrack on before its first connection (shapes.py)
             self._boot(host)
         for host in self.layout.hosts:
             _wait_listening(host.address, 22, timeout, self.layout.directory / host.short / "init.log")
@@ -182,8 +184,10 @@ class Hosts:
     def _start_control(self, timeout: float) -> None:
         """The control agent, on the bridge's address: how a driver on a host makes host faults (a host
         cannot see the others' processes or namespaces). Started again if it is not running."""
-        if self._control_alive() and _listening(self.layout.bridge_address, CONTROL_PORT):
-            return
+        if self._control_alive():
+            if _listening(self.layout.bridge_address, CONTROL_PORT):
+                return
+            os.kill(self.control_pid, signal.SIGKILL)  # alive but deaf: replaced
         log = self.layout.directory / "control.log"
         with open(log, "ab") as out:
             agent = subprocess.Popen([sys.executable, "-m", "jobs.hosts.control"], cwd=REPO, stdin=subprocess.DEVNULL,
@@ -283,25 +287,37 @@ class Hosts:
         return at
 
     def power_on(self, host: Host, timeout: float = 30.0) -> None:
-        """A powered-off host started again (its PID 1, on the disk it had), its link up; until sshd answers."""
+        """A powered-off host started again (its PID 1, on the disk it had), its link up; until sshd answers.
+        What its kernel kept of the dead processes' connections goes first, unsent: a machine that boots
+        again knows none of them (its peers' next packets are answered with resets)."""
+        if _init_of(self.init_pids.get(host.name), host.name):
+            raise KrayError(f"{host.short} is not powered off")
+        _run(["ip", "netns", "exec", host.name, "ss", "-K", "-t", "-n", "-H", "state", "all"], check=False)
         self._boot(host)
         _wait_listening(host.address, 22, timeout, self.layout.directory / host.short / "init.log")
 
     def partition(self, drops: shapes.Grudge, one_way: bool = False) -> float:
         """Every host's rules replaced at once: each drops packets from the hosts `drops` names for it
         (on the connections they opened only, with `one_way`), the others none. When they were all set."""
-        addresses = {h.name: h.address for h in self.layout.hosts}
-        restores = [(h, subprocess.Popen(["ip", "netns", "exec", h.name, "iptables-restore", "-w"], text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-                    for h in self.layout.hosts]
-        failed = []
-        for h, p in restores:
-            out, _ = p.communicate(shapes.ruleset(drops.get(h.name, frozenset()), addresses, one_way))
-            if p.returncode != 0:
-                failed.append(f"{h.short}: {out.strip()}")
+        with ThreadPoolExecutor(len(self.layout.hosts)) as pool:  # every host at once
+            failed = [f for f in pool.map(lambda h: self._restore_rules(h, drops.get(h.name, frozenset()), one_way,
+                                                                         check=False), self.layout.hosts) if f]
         if failed:
+            if drops:  # not half a partition: every host healed
+                with ThreadPoolExecutor(len(self.layout.hosts)) as pool:
+                    list(pool.map(lambda h: self._restore_rules(h, frozenset(), check=False), self.layout.hosts))
             raise KrayError(f"iptables-restore failed on {'; '.join(failed)}")
         return time.time() * 1000
+
+    def _restore_rules(self, host: Host, drops: frozenset[str], one_way: bool = False, check: bool = True) -> str:
+        """The host's rules replaced (shapes.ruleset); what failed ("" when nothing did)."""
+        addresses = {h.name: h.address for h in self.layout.hosts}
+        done = subprocess.run(["ip", "netns", "exec", host.name, "iptables-restore", "-w"], text=True,
+                              capture_output=True, input=shapes.ruleset(drops, addresses, one_way))
+        failed = f"{host.short}: {(done.stderr or done.stdout).strip()}" if done.returncode != 0 else ""
+        if failed and check:
+            raise KrayError(f"iptables-restore failed on {failed}")
+        return failed
 
     # unmaking
     def down(self) -> list[str]:
@@ -319,7 +335,8 @@ class Hosts:
             for p in _netns_pids(name):  # a host of an earlier layout (grown, then shrunk by hand)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
-            _run(["ip", "link", "del", name.replace("-h", "v-h", 1)], check=False)  # at once: the namespace's
+            veth = name.replace(f"{self.layout.prefix}-h", f"{self.layout.prefix}v-h", 1)  # Host.veth's naming
+            _run(["ip", "link", "del", veth], check=False)  # at once: the namespace's
             _run(["ip", "netns", "del", name], check=False)  # deletion takes its pair with it a moment later
             removed.append(name)
         if _run(["ip", "link", "del", self.layout.bridge], check=False).returncode == 0:

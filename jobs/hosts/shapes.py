@@ -5,7 +5,11 @@ Every rule sits in the receiving host's INPUT chain and names a peer host's addr
 - a cut is silence, as on a real network: packets are dropped, never refused, and TCP retransmits
   until the cut heals or its connections time out;
 - the root namespace (the bridge's address: `kray` run here, the hosts' control agent) is never cut;
-- healing a host is restoring an empty ruleset (the host's namespace holds no rules of anyone else).
+- healing a host is restoring a ruleset without drops (the host's namespace holds no rules of anyone else);
+- every ruleset, a healed one too, keeps a rule that uses conntrack, set as the host is made, so that the
+  kernel tracks each connection from its first packet: conntrack enabled by a one-way cut itself would
+  take the first packet it saw of a connection already open for the opener's, and let that connection
+  through whichever end opened it (seen here: a broker's heartbeats made the cut host the "opener").
 
 | shape           | what is cut                                                                      |
 |-----------------|----------------------------------------------------------------------------------|
@@ -14,7 +18,7 @@ Every rule sits in the receiving host's INPUT chain and names a peer host's addr
 |                 | iptables' conntrack --ctdir ORIGINAL), established ones included; H's own      |
 |                 | connections to them work                                                         |
 | cut A B         | A and B from each other, both ways                                               |
-| halves          | the hosts in two halves, the first the larger (Jepsen's bisect)                  |
+| halves          | the hosts in two halves, the smaller first (Jepsen's bisect, as the links split) |
 | bridge          | two halves, and the first host of the second in both (it reaches every host)    |
 | majorities-ring | the hosts in a ring, each reaching those within a majority's reach of it: every  |
 |                 | host sees a majority, no two the same one (Jepsen's majorities-ring, made       |
@@ -23,6 +27,8 @@ Every rule sits in the receiving host's INPUT chain and names a peer host's addr
 from __future__ import annotations
 
 from enum import Enum
+
+from actors.links.shapes import bisect
 
 Grudge = dict[str, frozenset[str]]  # host -> the hosts whose packets it drops
 
@@ -36,13 +42,8 @@ class HostShape(str, Enum):
     MAJORITIES_RING = "majorities-ring"
 
 
+TRACK_EVERY_CONNECTION = "-A INPUT -m conntrack --ctstate UNTRACKED -j ACCEPT"  # matches nothing; keeps conntrack on
 TARGETED = {HostShape.ISOLATE: 1, HostShape.ISOLATE_ONE_WAY: 1, HostShape.CUT: 2}  # how many hosts each names
-
-
-def bisect(hosts: list[str]) -> tuple[list[str], list[str]]:
-    """The hosts in two halves, the first the larger."""
-    half = (len(hosts) + 1) // 2
-    return hosts[:half], hosts[half:]
 
 
 def _complete(*components: list[str]) -> Grudge:
@@ -55,6 +56,8 @@ def grudge(shape: HostShape, hosts: list[str], named: list[str] = ()) -> Grudge:
     """Who drops whom for `shape` among `hosts` (in their order: halves and rings follow it); `named`:
     the hosts the targeted shapes take (TARGETED). ValueError for a shape that cannot be made."""
     named = list(named)
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"{shape.value}: a host named twice among {', '.join(hosts)}")
     if len(named) != TARGETED.get(shape, 0) or not set(named) <= set(hosts) or len(set(named)) != len(named):
         need = TARGETED.get(shape, 0)
         raise ValueError(f"{shape.value} takes {need or 'no'} host{'s' if need != 1 else ''} of {', '.join(hosts)}"
@@ -87,11 +90,12 @@ def grudge(shape: HostShape, hosts: list[str], named: list[str] = ()) -> Grudge:
 
 def ruleset(drops: frozenset[str], addresses: dict[str, str], one_way: bool = False) -> str:
     """The iptables-restore input for a host that drops packets from `drops` (host -> address in
-    `addresses`); `one_way`: only on the connections those hosts opened. Empty `drops`: healed."""
+    `addresses`); `one_way`: only on the connections those hosts opened. Empty `drops`: healed (and
+    what a host is made with)."""
     match = ["-m", "conntrack", "--ctdir", "ORIGINAL"] if one_way else []
     rules = [" ".join(["-A", "INPUT", "-s", addresses[h], *match, "-j", "DROP"]) for h in sorted(drops)]
     return "\n".join(["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", *rules,
-                      "COMMIT", ""])
+                      TRACK_EVERY_CONNECTION, "COMMIT", ""])
 
 
 def describe(shape: HostShape, drops: Grudge) -> str:

@@ -88,7 +88,7 @@ class FaultKind(str, Enum):
     FLAKY_ZOOKEEPER = "flaky-zookeeper"  # short drops of random ZooKeeper links, the controller's and the brokers'
     # host faults, made by the kernel on a cluster across `kray hosts` (jobs/hosts), healed after the fault's seconds
     HOST_POWER_LOSS = "host-power-loss"  # every process of broker N's host killed at once, its link down; the host
-    # back after the fault's seconds (its broker's logs as FaultSpec.log says)
+    # back after the fault's seconds (its broker's logs as FaultSpec.logs says)
     ISOLATE_HOST = "isolate-host"  # broker N's host cut from every other host, both ways
     ISOLATE_HOST_ONE_WAY = "isolate-host-one-way"  # the connections the other hosts open to broker N's host cut
     CUT_HOSTS = "cut-hosts"  # broker N's host and FaultSpec.peer's cut from each other

@@ -5,15 +5,19 @@ connection times out, it is not refused), a one-way isolation cuts only the conn
 open, a powered-off host answers nothing and comes back with its disk."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from jobs.cli import main
-from jobs.hosts.layout import CONTROL_PORT
-from jobs.hosts.netns import Hosts
+from jobs.hosts.layout import CONTROL_PORT, enter_command
+from jobs.hosts.netns import Hosts, real_home
 from tests.integration.test_hosts import kray, kray_home  # noqa: F401 (a fixture)
 
 PREFIX, SUBNET = "krf", "10.80.0.0/24"
@@ -63,8 +67,8 @@ def test_every_partition_shape_cuts_what_it_says_and_heals(five, capsys):
         (["isolate", "h3"], sees("yy.yy", "yy.yy", "..y..", "yy.yy", "yy.yy")),
         (["isolate-one-way", "h3"], sees("yy.yy", "yy.yy", "yyyyy", "yy.yy", "yy.yy")),  # h3's own connections work
         (["cut", "h2", "h4"], sees("yyyyy", "yyy.y", "yyyyy", "y.yyy", "yyyyy")),
-        (["halves"], sees("yyy..", "yyy..", "yyy..", "...yy", "...yy")),
-        (["bridge"], sees("yyyy.", "yyyy.", "yyyy.", "yyyyy", "...yy")),  # h4, first of the second half, bridges
+        (["halves"], sees("yy...", "yy...", "..yyy", "..yyy", "..yyy")),  # the smaller half first, as Jepsen's
+        (["bridge"], sees("yyy..", "yyy..", "yyyyy", "..yyy", "..yyy")),  # h3, first of the second half, bridges
         (["majorities-ring"], sees("yy..y", "yyy..", ".yyy.", "..yyy", "y..yy")),
         (["halves", "--among", "h2,h3,h4,h5"], sees("yyyyy", "yyy..", "yyy..", "y..yy", "y..yy")),  # h1 outside it
     ]:
@@ -73,6 +77,61 @@ def test_every_partition_shape_cuts_what_it_says_and_heals(five, capsys):
         assert reach(five) == expected, argv
     assert kray(capsys, "hosts", "heal") == (0, "Healed: every host's rules removed\n", "")
     assert reach(five) == ALL
+
+
+LISTENER = """
+import socket, sys, threading, time
+s = socket.create_server((sys.argv[1], 5555))
+c, _ = s.accept()
+c.settimeout(0.5)
+def beat():  # its own bytes too: a connection a cut meets in the middle carries both ways
+    while True:
+        c.send(b"h")
+        time.sleep(0.05)
+threading.Thread(target=beat, daemon=True).start()
+while True:
+    try:
+        if not c.recv(100):
+            break
+        print(time.time(), flush=True)
+    except TimeoutError:  # silence
+        pass
+"""
+TALKER = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], 5555))
+c.setblocking(False)
+while True:
+    try:
+        c.send(b"x")
+        c.recv(100_000)
+    except BlockingIOError:
+        pass
+    time.sleep(0.1)
+"""
+
+
+def test_a_one_way_isolation_cuts_a_connection_another_host_opened_before_it(five, capsys):
+    h1, h3 = five.layout.hosts[0], five.layout.hosts[2]
+
+    def start(host, script, *argv):
+        return subprocess.Popen(enter_command(five.init_pids[host.name], real_home(), [sys.executable, "-c", script,
+                                                                                       *argv]),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    listener = start(h3, LISTENER, h3.address)
+    time.sleep(0.5)
+    talker = start(h1, TALKER, h3.address)
+    time.sleep(1.0)  # h1's bytes reach h3, h3's reach h1
+    assert kray(capsys, "hosts", "partition", "isolate-one-way", "h3")[0] == 0
+    cut = time.time()
+    time.sleep(2.0)
+    for p in (talker, listener):  # nsenter and the process it forked into the host
+        os.killpg(p.pid, signal.SIGKILL)
+    out = listener.communicate()[0]
+    heard = [float(line) for line in out.split()] if "Traceback" not in out else pytest.fail(out)
+    assert len([t for t in heard if t < cut]) >= 5  # h1's bytes, every 0.1 s before the cut
+    # h1 opened it: after the cut h3 hears nothing more on it (but what was in flight), though it goes on talking
+    assert [t for t in heard if t > cut + 0.3] == []
 
 
 def test_from_a_host_the_agent_cuts_hosts_and_powers_one_off_and_on_with_its_disk(five, capsys):

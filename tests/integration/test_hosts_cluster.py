@@ -1,10 +1,12 @@
 """A kray cluster across hosts of their own (`kray hosts up 3 --cluster`, then `kray cluster up` run on
 h1): a Ray cluster of one node per host, a ZooKeeper ensemble of a server per host, a broker per host
-advertising its host's address, reached from this namespace over the bridge by Kafka clients; and a
-host's power loss (its broker, raylet and ZooKeeper server killed at once), made by `kray chaos` on h1,
+advertising its host's address with its controller candidate beside it, reached from this namespace
+over the bridge by Kafka clients; a broker Ray restarts on its node, where its logs are; and a host's
+power loss (its broker, raylet and ZooKeeper server killed at once), made by `kray chaos` on h1,
 costs no acknowledged record, and the host returns with its share of the cluster. Run as root, as CI is."""
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -46,6 +48,27 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     return got
 
 
+WHERE = """
+import json, ray
+from actors.cluster import LocalCluster
+from jobs.cli.common import ray_connect, started_cluster
+ray_connect()
+cluster = LocalCluster.attach(started_cluster())
+info = {b: ray.get(h.info.remote(), timeout=30) for b, h in cluster.brokers.items()}
+print(json.dumps({b: [i["node_id"], i["broker_epoch"], i["recovered_partitions"],
+                      ray.get(cluster.controller_actor(b).status.remote(), timeout=30)["node_id"]]
+                  for b, i in info.items()}))
+"""
+
+
+def where(hosts: Hosts, h1) -> dict[int, list]:
+    """Each broker's node, broker epoch and replica logs found at its start, and its candidate's node, as a
+    driver on h1 finds them."""
+    done = hosts.run(h1, ["python", "-c", WHERE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {int(b): v for b, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
 def test_a_cluster_across_hosts_serves_clients_here_and_loses_nothing_when_a_host_loses_power(kray_home, capsys):
     code, out, err = kray(capsys, "hosts", "up", "3", "--prefix", PREFIX, "--subnet", SUBNET, "--cluster")
     assert code == 0, err
@@ -71,6 +94,21 @@ def test_a_cluster_across_hosts_serves_clients_here_and_loses_nothing_when_a_hos
                 [TopicPartition("orders", p) for p in range(3)]).values()) and time.monotonic() < deadline:
             time.sleep(0.2)
         before = produce(bootstrap, "orders", [f"before-{i}".encode() for i in range(300)])
+        places = where(hosts, h1)
+        assert len({node for node, *_ in places.values()}) == 3  # a broker per node
+        assert all(node == candidate for node, _, _, candidate in places.values())  # each candidate beside it
+        # Ray restarts a killed broker on its node (pinned there), where it finds its replicas' logs
+        restarted = next(b for b, info in brokers.items() if info.host == h3.address)
+        registered = zk.exists(f"/brokers/ids/{restarted}").czxid
+        done = hosts.run(h1, ["kray", "chaos", "kill-broker", str(restarted), "--restart"], capture_output=True,
+                         text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        deadline = time.monotonic() + 60
+        while (stat := zk.exists(f"/brokers/ids/{restarted}")) is None or stat.czxid == registered:
+            assert time.monotonic() < deadline, "the restarted broker did not register again"
+            time.sleep(0.1)
+        node, epoch, recovered, _ = where(hosts, h1)[restarted]
+        assert node == places[restarted][0] and epoch > places[restarted][1] and recovered >= 3
         lost = next(b for b, info in brokers.items() if info.host == h2.address)
         registered = zk.exists(f"/brokers/ids/{lost}").czxid
         # made on h1 as a user makes it (through the hosts' control agent): h2's broker, raylet and ZooKeeper
@@ -86,9 +124,10 @@ def test_a_cluster_across_hosts_serves_clients_here_and_loses_nothing_when_a_hos
                         [f"after-{i}".encode() for i in range(300)])
         out, err = chaos.communicate(timeout=180)
         assert chaos.returncode == 0, err[-2000:]
-        assert out.startswith(f"host-power-loss {lost}: host {h2.address} down for 3 s; h2 powered on: ZooKeeper, "
-                              "a Ray worker started in "), out
-        assert "; unflushed tails lost: " in out and out.endswith("; broker started\n"), out
+        [said] = [line for line in out.splitlines() if line.startswith("host-power-loss")]  # (and Ray's notes)
+        assert said.startswith(f"host-power-loss {lost}: host {h2.address} down for 3 s; h2 powered on: ZooKeeper, "
+                               "a Ray worker started in "), out
+        assert "; unflushed tails lost: " in said and said.endswith("; broker started"), out
         back = zk.get_brokers([lost])[lost]
         assert back[0].host == h2.address and zk.exists(f"/brokers/ids/{lost}").czxid != registered
     assert len(before) == len(after) == 300

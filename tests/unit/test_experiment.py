@@ -554,6 +554,23 @@ def test_a_host_fault_takes_what_it_needs_and_nothing_else(spec, message):
     assert FaultSpec(at_s=1, fault="cut-hosts", target=1).peer_target == "controller"
 
 
+@pytest.mark.parametrize("brokers, schedule, message", [
+    (3, [dict(at_s=1, fault="partition-hosts-majorities-ring")], "among 3 brokers' hosts: majorities-ring needs 4"),
+    (2, [dict(at_s=1, fault="partition-hosts-bridge")], "bridge needs 3 hosts or more"),
+    (3, [dict(at_s=1, fault="cut-hosts", target="controller")], "the target is the controller's broker, and so is"),
+    (4, [dict(at_s=1, fault="isolate-host", target=1, seconds=8), dict(at_s=5, fault="partition-hosts-halves")],
+     "partition-hosts-halves at 5.0s would replace isolate-host at 1.0s before its 8 s are over"),
+])
+def test_host_faults_that_cannot_be_made_or_would_undo_each_other_are_refused(brokers, schedule, message):
+    fields = dict(name="h", brokers=brokers, duration_s=30, topics=[TopicSpec(replication_factor=2)],
+                  controller={"leader_imbalance_check_interval_seconds": 5})
+    with pytest.raises(ValueError, match=message):
+        Experiment(**fields, schedule=schedule)
+    one_after_the_other = [dict(f, after_recovery=True) for f in schedule]
+    if len(schedule) > 1:  # both waiting for recovery, the second comes after the first
+        Experiment(**fields, schedule=one_after_the_other)
+
+
 def test_the_power_loss_experiment_pairs_each_disk_fault_with_a_kill_at_its_victims_return():
     exp = load_experiment(REPO / "experiments" / "power-loss.yaml")
     faults = schedule(exp, random.Random(exp.seed))

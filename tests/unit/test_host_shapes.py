@@ -1,6 +1,7 @@
 import pytest
 
-from jobs.hosts.shapes import HostShape, bisect, describe, grudge, ruleset
+from actors.links.shapes import Role, Shape, bisect, plan
+from jobs.hosts.shapes import HostShape, describe, grudge, ruleset
 
 FIVE = ["h1", "h2", "h3", "h4", "h5"]
 
@@ -24,7 +25,7 @@ def test_a_one_way_isolation_is_made_at_the_isolated_host_alone_on_the_connectio
     assert drops == {"h2": {"h1", "h3", "h4", "h5"}}
     rules = ruleset(drops["h2"], {h: f"10.0.0.{i}" for i, h in enumerate(FIVE, 11)}, one_way=True).splitlines()
     assert "-A INPUT -s 10.0.0.11 -m conntrack --ctdir ORIGINAL -j DROP" in rules
-    assert sum(r.startswith("-A") for r in rules) == 4
+    assert sum(r.startswith("-A") and r.endswith("DROP") for r in rules) == 4
 
 
 def test_a_cut_between_two_hosts_leaves_the_others_alone():
@@ -32,12 +33,17 @@ def test_a_cut_between_two_hosts_leaves_the_others_alone():
     assert drops == {"h2": {"h4"}, "h4": {"h2"}}
 
 
-def test_halves_are_jepsens_bisect_the_first_the_larger():
-    assert bisect(FIVE) == (["h1", "h2", "h3"], ["h4", "h5"])
+def test_halves_are_jepsens_bisect_the_smaller_first_as_the_links_split_brokers():
+    assert bisect(FIVE) == (["h1", "h2"], ["h3", "h4", "h5"])
     assert bisect(FIVE[:4]) == (["h1", "h2"], ["h3", "h4"])
     drops = grudge(HostShape.HALVES, FIVE)
-    assert all(drops[h] == {"h4", "h5"} for h in ("h1", "h2", "h3"))
-    assert all(drops[h] == {"h1", "h2", "h3"} for h in ("h4", "h5"))
+    assert all(drops[h] == {"h3", "h4", "h5"} for h in ("h1", "h2"))
+    assert all(drops[h] == {"h1", "h2"} for h in ("h3", "h4", "h5"))
+    brokers = [1, 2, 3, 4, 5]  # the links' split-brokers and bridge-brokers over the same order: the same sides
+    for shape, twin in ((HostShape.HALVES, Shape.SPLIT_BROKERS), (HostShape.BRIDGE, Shape.BRIDGE_BROKERS)):
+        hosts = grudge(shape, [f"h{b}" for b in brokers])
+        links = {(s.broker_id, int(s.link.split("-")[1])) for s in plan(twin, brokers) if s.role is Role.BROKER}
+        assert links == {(int(h[1:]), int(o[1:])) for h, dropped in hosts.items() for o in dropped}
 
 
 @pytest.mark.parametrize("hosts", [FIVE, FIVE[:4], FIVE[:3], FIVE + ["h6", "h7"]])
@@ -72,7 +78,7 @@ def test_a_ring_of_five_sees_each_hosts_two_neighbours():
 
 def test_the_order_given_is_the_order_halves_and_rings_follow():
     hosts = ["h5", "h1", "h4", "h2", "h3"]
-    assert grudge(HostShape.HALVES, hosts)["h5"] == {"h2", "h3"}
+    assert grudge(HostShape.HALVES, hosts)["h5"] == {"h4", "h2", "h3"}
 
 
 @pytest.mark.parametrize("shape, hosts, named, message", [
@@ -91,8 +97,13 @@ def test_a_shape_that_cannot_be_made_says_why(shape, hosts, named, message):
         grudge(shape, hosts, named)
 
 
-def test_an_empty_ruleset_heals_and_a_shape_is_described_by_who_drops_whom():
-    assert ruleset(frozenset(), {}) == "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
-    assert ruleset(frozenset({"h2"}), {"h2": "10.0.0.12"}).splitlines()[4] == "-A INPUT -s 10.0.0.12 -j DROP"
+def test_a_healed_ruleset_drops_nothing_and_every_ruleset_keeps_conntrack_tracking_from_the_first_packet():
+    assert ruleset(frozenset(), {}) == ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                                        "-A INPUT -m conntrack --ctstate UNTRACKED -j ACCEPT\nCOMMIT\n")
+    assert ruleset(frozenset({"h2"}), {"h2": "10.0.0.12"}).splitlines()[4:6] == [
+        "-A INPUT -s 10.0.0.12 -j DROP", "-A INPUT -m conntrack --ctstate UNTRACKED -j ACCEPT"]  # the drops first
+
+
+def test_a_shape_is_described_by_who_drops_whom():
     assert describe(HostShape.CUT, grudge(HostShape.CUT, FIVE, ["h2", "h4"])) == "cut: h2 drops h4; h4 drops h2"
     assert describe(HostShape.HALVES, {}) == "halves: nothing cut"
