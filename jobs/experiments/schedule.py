@@ -265,8 +265,10 @@ class Scheduler:
                     note = self.steady(spec.recovery_timeout_s)
             target, picked = self._target(spec.target)
             record.target, note = target, note + picked
-            if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER,
-                                                     FaultKind.HOST_POWER_LOSS, *DISK_FAULTS):
+            # (not after a host's power loss: its fault ends only once its broker has registered again, which
+            # it can only after the controller saw its old session end; and with a session timeout longer than
+            # replica.lag.time.max.ms its leaders drop it from their ISRs first, at no new epoch)
+            if states is not None and spec.fault in (FaultKind.KILL_BROKER, FaultKind.RESTART_BROKER, *DISK_FAULTS):
                 self._awaited = awaited_after_kill(states, target, self.zk.get_controller_id())
             if spec.fault in RETURNING_FAULTS:  # what a fault timed at its victim's return waits for
                 stat = self.zk.exists(zkdata.broker_path(target))
