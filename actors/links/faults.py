@@ -2,8 +2,11 @@
 jittered), loss and a throttle. Pure: when each chunk of a byte stream reaches the other end.
 
 TCP keeps a stream in order and whole, so a fault on a link shows only in *when* bytes arrive:
-- cut: nothing passes (iptables DROP); what was sent meanwhile arrives once the link heals, as TCP's
-  retransmissions would deliver it (`proxy.py` holds it);
+- cut: nothing passes (iptables DROP); what was sent meanwhile arrives the moment the link heals
+  (`proxy.py` holds it), sooner than real TCP delivers it: its retransmissions back off exponentially
+  through a silent cut, so the first byte after an 8 s cut arrives about 5.5 s after the heal
+  (measured between hosts of this machine, BENCHMARKS.md, "Faults the kernel makes, against their
+  twins");
 - delay and jitter: each chunk arrives `delay_ms` +/- `jitter_ms` after it was sent, never before
   the chunk sent ahead of it;
 - loss: a lost segment is sent again after the retransmission timeout (Linux's minimum, 200 ms),
