@@ -95,9 +95,7 @@ def answer(line: bytes, token: str, caller: str | None = None) -> Reply:
     if not hmac.compare_digest(request.token.encode(), token.encode()):
         return Reply(ok=False, error="a request without the hosts' token")
     try:
-        return perform(request, caller)
-    except KrayError as e:
-        return _refused(e)
+        return _local(request, caller)
     except Exception as e:  # reported to the caller; the agent goes on
         log.exception("%s failed", request.op)
         return Reply(ok=False, error=f"{type(e).__name__}: {e}")
@@ -151,15 +149,12 @@ class HostsControl:
         return self._do(op="heal").at_ms
 
 
-def _refused(e: KrayError) -> Reply:
-    return Reply(ok=False, error=e.args[0] if e.args else str(e))
-
-
-def _local(request: Request) -> Reply:
+def _local(request: Request, caller: str | None = None) -> Reply:
+    """perform's reply, a refusal (KrayError) as its one line."""
     try:
-        return perform(request)
+        return perform(request, caller)
     except KrayError as e:
-        return _refused(e)
+        return Reply(ok=False, error=e.args[0] if e.args else str(e))
 
 
 def _ask(address: tuple[str, int], request: Request) -> Reply:

@@ -299,15 +299,18 @@ class Hosts:
     def partition(self, drops: shapes.Grudge, one_way: bool = False) -> float:
         """Every host's rules replaced at once: each drops packets from the hosts `drops` names for it
         (on the connections they opened only, with `one_way`), the others none. When they were all set."""
-        with ThreadPoolExecutor(len(self.layout.hosts)) as pool:  # every host at once
-            failed = [f for f in pool.map(lambda h: self._restore_rules(h, drops.get(h.name, frozenset()), one_way,
-                                                                         check=False), self.layout.hosts) if f]
+        failed = self._restore_every_host(drops, one_way)
         if failed:
             if drops:  # not half a partition: every host healed
-                with ThreadPoolExecutor(len(self.layout.hosts)) as pool:
-                    list(pool.map(lambda h: self._restore_rules(h, frozenset(), check=False), self.layout.hosts))
+                self._restore_every_host({})
             raise KrayError(f"iptables-restore failed on {'; '.join(failed)}")
         return time.time() * 1000
+
+    def _restore_every_host(self, drops: shapes.Grudge, one_way: bool = False) -> list[str]:
+        """Every host's rules replaced at once (_restore_rules); what failed."""
+        with ThreadPoolExecutor(len(self.layout.hosts)) as pool:
+            return [f for f in pool.map(lambda h: self._restore_rules(h, drops.get(h.name, frozenset()), one_way,
+                                                                       check=False), self.layout.hosts) if f]
 
     def _restore_rules(self, host: Host, drops: frozenset[str], one_way: bool = False, check: bool = True) -> str:
         """The host's rules replaced (shapes.ruleset); what failed ("" when nothing did)."""
