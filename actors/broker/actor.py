@@ -31,6 +31,8 @@ from actors.broker.group.group_coordinator import GroupCoordinator
 from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
+from actors.broker.errors import OffsetOutOfRangeException
+from actors.broker.log.batches import BATCH_OVERHEAD, read_header
 from actors.broker.log.log_config import LogConfig
 from actors.broker.log.log_dirs import parse_log_dir_name
 from actors.broker.metadata_cache import MetadataCache
@@ -442,6 +444,25 @@ class BrokerActor:
                 found.update(f"{tp.topic}-{tp.partition}" for e in d.iterdir()
                              if (tp := parse_log_dir_name(e.name)) and e.is_dir())
         return sorted(found)
+
+    @ray.method(concurrency_group="control")
+    def stored_producers(self, tp: TopicPartition, offsets: list[int]) -> list[tuple[int, int, int] | None]:
+        """(producer id, producer epoch, sequence) its log stored with the record at each offset, from the
+        header of the batch holding it; None where it has no such offset. The checker tells a record its
+        client sent twice under two producer epochs from one the broker failed to deduplicate."""
+        def headers() -> list[tuple[int, int, int] | None]:
+            partition = self.replica_manager.partition(tp)
+            out: list[tuple[int, int, int] | None] = []
+            for offset in offsets:
+                try:
+                    buf = partition.log.read(offset, 1) if partition is not None else b""
+                except OffsetOutOfRangeException:
+                    buf = b""
+                header = read_header(buf) if len(buf) >= BATCH_OVERHEAD else None
+                out.append(None if header is None or not header.base_offset <= offset <= header.last_offset
+                           else (header.producer_id, header.producer_epoch, header.sequence_at(offset)))
+            return out
+        return self._on_loop(headers)
 
     @ray.method(concurrency_group="control")
     def listener(self) -> tuple[str, int]:

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Callable
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 
 from actors.broker.group.group_records import GROUP_METADATA_TOPIC, partition_for
@@ -58,6 +60,39 @@ def zk_leaderships(zk: KrayZkClient, assignments: dict[TopicPartition, list[int]
     return {tp_key(tp.topic, tp.partition): rundir.PartitionLeadership(
                 leader=r.state.leader, leader_epoch=r.state.leader_epoch, isr=sorted(r.state.isr))
             for tp, r in zk.get_partition_states(assignments or zk_assignments(zk)).items()}
+
+
+def repeated_records(final: pa.RecordBatch) -> dict[TopicPartition, list[tuple[int, str]]]:
+    """(offset, record id) of each row of a read-back whose record id is at more than one offset."""
+    ids = final.column("record_id")
+    counts = pc.value_counts(ids)
+    twice = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+    out: dict[TopicPartition, list[tuple[int, str]]] = {}
+    for row in final.filter(pc.is_in(ids, value_set=twice)).select(["topic", "partition", "offset", "record_id"]
+                                                                    ).to_pylist():
+        out.setdefault(TopicPartition(row["topic"], row["partition"]), []).append((row["offset"], row["record_id"]))
+    return out
+
+
+def stored_copies(zk: KrayZkClient, brokers: dict[int, ray.actor.ActorHandle],
+                  repeated: dict[TopicPartition, list[tuple[int, str]]]) -> list[rundir.RecordCopy]:
+    """Each copy of a record read back at more than one offset, with the producer its partition's leader
+    stored it under. A leader that does not answer leaves its copies out: the checker counts those as
+    duplicates."""
+    leaders = zk_leaderships(zk)
+    refs = {tp: handle.stored_producers.remote(tp, [offset for offset, _ in rows]) for tp, rows in repeated.items()
+            if (state := leaders.get(tp_key(tp.topic, tp.partition))) and (handle := brokers.get(state.leader))}
+    copies = []
+    for tp, ref in refs.items():
+        try:
+            stored = ray.get(ref, timeout=30)
+        except Exception as e:
+            log.warning("The leader of %s did not say who stored its repeated records: %s", tp, e)
+            continue
+        copies += [rundir.RecordCopy(topic=tp.topic, partition=tp.partition, offset=offset, record_id=record_id,
+                                     producer_id=by[0], producer_epoch=by[1], sequence=by[2])
+                   for (offset, record_id), by in zip(repeated[tp], stored) if by is not None]
+    return copies
 
 
 class Settling:
@@ -124,6 +159,13 @@ class Settling:
         final = read_back(self.config, partitions)
         ray.get([self.recorder.write_batches.remote(CONSUMED, [final.slice(start, READ_BACK_CHUNK)])
                  for start in range(0, final.num_rows, READ_BACK_CHUNK)])
+        repeated = repeated_records(final)
+        if repeated:
+            with self.lock:
+                handles = dict(self.cluster.brokers)
+            copies = stored_copies(self.zk, handles, repeated)
+            self.progress(f"{len(copies)} copies of records read back at more than one offset")
+            ray.get(self.recorder.write.remote(rundir.COPIES, [c.model_dump_json() for c in copies]))
         if not group:
             return None
         self.progress(f"Reading group {self.exp.load.group}'s commits from {GROUP_METADATA_TOPIC}")

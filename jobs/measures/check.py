@@ -7,7 +7,10 @@ of what Kafka promises with acks=all, min.insync.replicas=2 and unclean leader e
                                client was not told, anywhere in its partition's read-back. Not
                                checkable, and a note says so, when the run has no final read-back.
     duplicated                 A record is written once: no record_id at more than one offset of
-                               the final read-back.
+                               the final read-back, but one its client sent again under a new
+                               producer epoch (each copy's producer, as its leader stored it, in
+                               copies.jsonl), which no broker can tell from a new record: those are
+                               counted apart (resent_by_client) and named in a note.
     reordered                  A partition keeps one producer's records in send order: a producer's
                                acked sequences have increasing offsets. And a log has no holes: the
                                final read-back of each partition is offsets 0, 1, 2, ... with no gap
@@ -75,6 +78,7 @@ from actors.records import (
 )
 from jobs.measures.rundir import (
     ACTIONS,
+    COPIES,
     EXPERIMENT,
     FINAL_STATE,
     LOAD,
@@ -85,6 +89,7 @@ from jobs.measures.rundir import (
     FinalState,
     LoadSample,
     PartitionLeadership,
+    RecordCopy,
     Source,
     StateSample,
 )
@@ -141,16 +146,28 @@ def read_consumed(reader: RunReader) -> ReadBack:
     return ReadBack(final, live, repeats, delivered)
 
 
-def check_duplicated(final: dict[Key, str]) -> Violations:
-    v = Violations()
-    first_at: dict[str, Key] = {}
-    reported: set[str] = set()
+def check_duplicated(final: dict[Key, str], copies: dict[Key, RecordCopy]) -> tuple[Violations, Violations]:
+    """Records at more than one offset: (duplicated, resent by their clients). A record whose every copy
+    its producer stored under an epoch of its own was sent again by its client after it bumped its
+    epoch (librdkafka does, after OUT_OF_ORDER_SEQUENCE_NUMBER on any partition: its issue #4953), which
+    Kafka's idempotence, per producer epoch, does not cover; any other repeat, or one whose copies'
+    producers are not known, is a duplicate."""
+    duplicated, resent = Violations(), Violations()
+    at: dict[str, list[Key]] = defaultdict(list)
     for key, record_id in final.items():
-        seen = first_at.setdefault(record_id, key)
-        if seen != key and record_id not in reported:
-            reported.add(record_id)
-            v.add(f"record {record_id} at {_at(seen)} and {_at(key)}")
-    return v
+        at[record_id].append(key)
+    for record_id, keys in at.items():
+        if len(keys) < 2:
+            continue
+        stored = [copies.get(key) for key in keys]
+        where = ", ".join(_at(key) for key in keys[:-1]) + f" and {_at(keys[-1])}"
+        if all(c is not None and c.producer_id >= 0 and c.producer_id == stored[0].producer_id for c in stored) \
+                and len({c.producer_epoch for c in stored}) == len(stored):
+            resent.add(f"record {record_id} at {where}: producer {stored[0].producer_id} epochs "
+                       f"{', '.join(f'{c.producer_epoch} sequence {c.sequence}' for c in stored)}")
+        else:
+            duplicated.add(f"record {record_id} at {where}")
+    return duplicated, resent
 
 
 def check_dense(final: dict[Key, str], repeats: list[Key], v: Violations) -> None:
@@ -472,7 +489,11 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
     check_dense(final, repeats, reordered)
     results["lost"] = lost
     results["acked_unrecorded"] = check_recorded(reader, load_acks)
-    results["duplicated"] = check_duplicated(final)
+    copies = {(c.topic, c.partition, c.offset): c for c in reader.lines(COPIES, RecordCopy)}
+    results["duplicated"], resent = check_duplicated(final, copies)
+    if resent.count:
+        notes.append(f"{resent.count} records sent twice by their clients, each copy stored under its own "
+                     f"producer epoch (not a broker's duplicate): {resent.examples[0]}")
     results["reordered"] = reordered
     results["multiple_controllers"], results["failed_controller_events"], controller_epochs = \
         check_controllers(reader)
@@ -505,7 +526,8 @@ def check_run(run_dir: Path, grace_ms: float = 5000) -> CheckReport:
         malformed_lines=dict(reader.malformed),
         malformed_examples=dict(reader.examples),
         counts={"acked": acked, "consumed_final": len(final) + len(repeats), "consumed_live": consumed_live,
-                "state_samples": state_samples, "controller_epochs": controller_epochs},
+                "state_samples": state_samples, "controller_epochs": controller_epochs,
+                "resent_by_client": resent.count},
     )
 
 

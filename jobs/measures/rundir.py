@@ -22,6 +22,8 @@ a directory of Parquet parts), a pydantic model per line, and a summary.
                  /controller_requests.jsonl a broker accepting a controller epoch for the first time (ControllerRequestRecord)
                  /partition_states.jsonl   periodic ZooKeeper snapshots: live brokers, leader/epoch/ISR (StateSample)
                  /final_state.json         ZooKeeper and every broker's cache after the faults stopped (FinalState)
+                 /copies.jsonl             the producer its leader stored with each copy of a record read back at
+                                           more than one offset (RecordCopy)
                  /summary.json             what happened, and the invariant checks (Summary)
                  /timeline.html            the run on one page, for people (jobs/reports/timeline_page.py)
 
@@ -46,6 +48,7 @@ WAITS = "waits.jsonl"
 LOAD = "load.jsonl"
 PARTITION_STATES = "partition_states.jsonl"
 FINAL_STATE = "final_state.json"
+COPIES = "copies.jsonl"
 SUMMARY = "summary.json"
 TIMELINE = "timeline.html"
 EXPERIMENT = "experiment.json"
@@ -301,6 +304,21 @@ class FinalState(Record):
     reassigning: list[str] = Field(default_factory=list)  # partitions /admin/reassign_partitions still names
     preferred_election_pending: bool = False  # /admin/preferred_replica_election not yet taken up
     on_disk: dict[int, list[str]] = Field(default_factory=dict)  # broker -> the partitions it has a log for
+
+
+class RecordCopy(Record):
+    """A copy of a record the final read-back found at more than one offset, with the producer its
+    batch was stored under (`stored_producers` of the partition's leader): two copies under one
+    producer epoch are a broker's failure to deduplicate; under two epochs, the client sent the
+    record again after bumping its epoch, which no broker can tell from a new record."""
+
+    topic: str
+    partition: int
+    offset: int
+    record_id: str
+    producer_id: int
+    producer_epoch: int
+    sequence: int  # -1: its batch had no producer id
 
 
 class CheckReport(Record):

@@ -12,9 +12,11 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from actors.clients.load import read_back
 from actors.config import BrokerConfig
 from coordination import admin
 from coordination.zkdata import TopicPartition
+from jobs.experiments.settling import repeated_records, stored_copies
 from tests.integration.conftest import wait_until
 
 FAST = BrokerConfig(replica_lag_time_max_ms=2000, replica_fetch_wait_max_ms=200,
@@ -74,7 +76,7 @@ def test_confluent_kafka_lists_produces_with_every_acks_and_consumes(cluster3):
 
 
 def test_idempotent_compressed_batches_are_served_as_sent(cluster3):
-    cluster, _ = cluster3
+    cluster, zk = cluster3
     servers = bootstrap(cluster)
     for codec in ("gzip", "lz4", "snappy", "zstd"):
         produce(servers, "t", [f"{codec}-{i}".encode() * 20 for i in range(50)], partition=1,
@@ -82,6 +84,23 @@ def test_idempotent_compressed_batches_are_served_as_sent(cluster3):
     got = consume(servers, "t", 1, 200)
     assert [m.value() for m in got] == [f"{c}-{i}".encode() * 20 for c in ("gzip", "lz4", "snappy", "zstd")
                                         for i in range(50)]
+    # a producer without idempotence sends one record twice (its key is the record's id): the read-back
+    # finds both copies, and the leader says what it stored with each (no producer), as with the others
+    producer = Producer({"bootstrap.servers": servers, "acks": "all"})
+    for _ in range(2):
+        producer.produce("t", b"plain", key=b"twice", partition=1)
+    assert producer.flush(30) == 0
+    tp = TopicPartition("t", 1)
+    repeated = repeated_records(read_back(cluster.config, [tp]))
+    assert repeated == {tp: [(200, "twice"), (201, "twice")]}
+    copies = stored_copies(zk, cluster.brokers, repeated)
+    assert [(c.offset, c.producer_id, c.producer_epoch, c.sequence) for c in copies] == [(200, -1, -1, -1),
+                                                                                          (201, -1, -1, -1)]
+    leader = cluster.metadata_of(tp)[0]
+    stored = ray.get(cluster.brokers[leader].stored_producers.remote(tp, [0, 49, 50, 199, 202]))
+    assert [s[1:] for s in stored[:4]] == [(0, 0), (0, 49), (0, 0), (0, 49)]  # each codec's own producer
+    assert len({s[0] for s in stored[:4]}) == 3 and all(s[0] >= 0 for s in stored[:4])
+    assert stored[4] is None  # past the log end
 
 
 def test_earliest_and_latest_offsets(cluster3):

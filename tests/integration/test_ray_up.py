@@ -25,6 +25,12 @@ def ray_cli(env: dict, *argv: str, timeout: float) -> subprocess.CompletedProces
     return subprocess.run([RAY, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def autoscaler_log(hosts: Hosts) -> str:
+    """The tail of the head's autoscaler logs, which say why a worker did not start."""
+    logs = hosts.layout.tmp(hosts.layout.hosts[0]) / "ray" / "session_latest" / "logs"
+    return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in sorted(logs.glob("monitor*")))
+
+
 def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("KRAY_HOME", str(tmp_path / "kray"))
     # hosts of the test's own, so that a user's `kray hosts` on this machine is left alone: the file's
@@ -49,7 +55,7 @@ def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, mo
                             "/root/kray/experiments/sweep-hosts.yaml", "--runs-dir", "/root/runs",
                             "--executor-memory", "500m", timeout=900)
         out = submitted.stdout
-        assert submitted.returncode == 0, out[-5000:] + submitted.stderr[-3000:]
+        assert submitted.returncode == 0, out[-3000:] + submitted.stderr[-3000:] + autoscaler_log(hosts)
         assert "3 nodes (10.79.0.11, 10.79.0.12, 10.79.0.13)" in out  # the job joined the cluster `ray up` made
         assert "every invariant holds" in out and "BROKEN" not in out
         down_dir = tmp_path / "runs"

@@ -25,6 +25,7 @@ from actors.records import (
 )
 from jobs.measures import check
 from jobs.measures.rundir import (
+    COPIES,
     FINAL_STATE,
     LOAD,
     PARTITION_STATES,
@@ -36,6 +37,7 @@ from jobs.measures.rundir import (
     LoadSample,
     TopicFinal,
     PartitionLeadership,
+    RecordCopy,
     StateSample,
     Summary,
 )
@@ -54,6 +56,7 @@ class Run:
     samples: list[StateSample] = field(default_factory=list)
     commits: list[GroupCommit] = field(default_factory=list)
     load: list[LoadSample] = field(default_factory=list)
+    copies: list[RecordCopy] = field(default_factory=list)
     final_state: FinalState | None = None
 
     def final(self, topic: str, partition: int, offset: int) -> Consumed:
@@ -78,6 +81,7 @@ class Run:
         w.write(PARTITION_STATES, self.samples)
         w.write(GROUP_COMMITS, self.commits)
         w.write(LOAD, self.load)
+        w.write(COPIES, self.copies)
         if self.final_state is not None:
             w.document(FINAL_STATE, self.final_state)
         w.close()
@@ -154,7 +158,7 @@ def test_clean_run_has_no_violations(tmp_path, capsys):
     assert report.examples == {n: [] for n in check.INVARIANTS}
     assert report.notes == [] and report.malformed_lines == {}
     assert report.counts == {"acked": ACKED, "consumed_final": ACKED, "consumed_live": 2 * ACKED + 6,
-                             "state_samples": 5, "controller_epochs": 2}
+                             "state_samples": 5, "controller_epochs": 2, "resent_by_client": 0}
     assert report.ok
     assert check.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -296,7 +300,7 @@ BREAKS = [
     ("lost", lose_last_record, "p2-103 acked at orders-1@7"),
     ("lost", lose_to_overwrite, "holds p3-0"),
     ("duplicated", duplicate_at_end, "record p2-1 at orders-0@3 and orders-0@8"),
-    ("duplicated", duplicate_twice, "record p2-1 at orders-0@3 and orders-0@8"),
+    ("duplicated", duplicate_twice, "record p2-1 at orders-0@3, orders-0@8 and orders-0@9"),
     ("duplicated", duplicate_across_partitions, "record p2-1 at orders-0@3 and orders-1@8"),
     ("reordered", swap_producer_order, "orders-0: p1-0 at offset 2 but p1-1 at offset 0"),
     ("reordered", gap_in_log, "gap in my-events-0: offsets 8..8 missing"),
@@ -334,6 +338,41 @@ def test_each_invariant_broken_once(tmp_path, capsys, name, breaker, example):
     assert check.main([str(tmp_path)]) == 1
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(name + " "))
     assert row.split()[1] == "1" and example in row
+
+
+def stored(c: Consumed, producer_id: int, epoch: int, sequence: int) -> RecordCopy:
+    return RecordCopy(topic=c.topic, partition=c.partition, offset=c.offset, record_id=c.record_id,
+                      producer_id=producer_id, producer_epoch=epoch, sequence=sequence)
+
+
+RESENT = "record p2-1 at orders-0@3 and orders-0@8: producer 7 epochs 0 sequence 41, 1 sequence 0"
+
+
+@pytest.mark.parametrize("second, third, duplicated", [
+    ((7, 1, 0), None, False),  # the client bumped its epoch and sent the record again: no broker can tell
+    ((7, 0, 41), None, True),  # one producer epoch twice: the broker failed to deduplicate
+    ((7, 0, 42), None, True),  # one epoch, another sequence: not an epoch bump
+    ((8, 1, 0), None, True),  # another producer
+    (None, None, True),  # the second copy's producer not known (its leader did not answer)
+    ((7, 1, 0), (7, 1, 1), True),  # three copies, two under one epoch
+    ((7, 1, 0), (7, 2, 0), False),  # bumped twice
+])
+def test_a_record_resent_by_its_client_under_a_new_epoch_is_not_a_duplicate(tmp_path, second, third, duplicated):
+    """Kafka's idempotence holds per producer epoch: a record stored under two epochs of its producer was
+    sent twice by its client (librdkafka's epoch bump, its issue #4953), and is counted apart."""
+    run = clean_run()
+    first = run.final("orders", 0, 3)
+    copies = [first.model_copy(update={"offset": RECORDS_PER_PARTITION + i}) for i in range(1 + (third is not None))]
+    run.consumed += copies
+    run.copies.append(stored(first, 7, 0, 41))
+    run.copies += [stored(c, *by) for c, by in zip(copies, (second, third)) if by is not None]
+    report = check.check_run(run.write(tmp_path))
+    assert report.invariants == (only("duplicated") if duplicated else NONE)
+    assert report.counts["resent_by_client"] == (not duplicated)
+    resent_notes = [n for n in report.notes if "sent twice by their clients" in n]
+    assert len(resent_notes) == (not duplicated)
+    if third is None and not duplicated:
+        assert RESENT in resent_notes[0]
 
 
 def test_an_ack_without_an_offset_is_found_by_record_id_in_its_partition(tmp_path):
@@ -463,7 +502,7 @@ def test_empty_run_dir_checks_nothing(tmp_path):
     report = check.check_run(tmp_path)
     assert report.invariants == NONE and report.ok
     assert report.counts == dict.fromkeys(["acked", "consumed_final", "consumed_live", "state_samples",
-                                           "controller_epochs"], 0)
+                                           "controller_epochs", "resent_by_client"], 0)
     assert len(report.notes) == 2
 
 

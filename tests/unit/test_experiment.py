@@ -436,6 +436,23 @@ def test_recovered_needs_every_replica_up_and_in_sync_and_leaders_balanced_as_ka
     assert recovered({}, {}, set(), 10, {})
 
 
+def test_the_records_read_back_at_more_than_one_offset_are_found_for_their_leaders_to_name_who_stored_them():
+    from actors.clients.load import consumed_batch
+    from actors.clients.consumer import ConsumedRecord
+    from jobs.experiments.settling import repeated_records
+
+    def row(topic: str, partition: int, offset: int, producer: str, seq: int):
+        return TopicPartition(topic, partition), ConsumedRecord(offset, f"{producer}-{seq}".encode(), b"v", 1, 0)
+
+    a, b = TopicPartition("a", 0), TopicPartition("b", 1)
+    rows = [row("a", 0, 0, "p1", 0), row("a", 0, 1, "p1", 1), row("a", 0, 2, "p1", 0), row("b", 1, 0, "p2", 0),
+            row("b", 1, 1, "p1", 1), row("b", 1, 2, "p2", 1)]
+    read = consumed_batch(rows, 1.0, final=True)
+    assert repeated_records(read) == {a: [(0, "p1-0"), (1, "p1-1"), (2, "p1-0")], b: [(1, "p1-1")]}
+    assert repeated_records(consumed_batch(rows[3:4], 1.0, final=True)) == {}
+    assert repeated_records(consumed_batch([], 1.0, final=True)) == {}
+
+
 def test_after_recovery_is_off_by_default_and_a_fault_may_ask_for_it():
     assert not FaultSpec(at_s=1, fault=FaultKind.KILL_CONTROLLER).after_recovery
     spec = FaultSpec(at_s=1, fault=FaultKind.KILL_BROKER, target="non-controller", after_recovery=True,

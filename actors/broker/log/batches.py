@@ -79,9 +79,13 @@ class BatchHeader(NamedTuple):
     @property
     def last_sequence(self) -> int:
         """Sequences wrap at Int32.MaxValue to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
+        return self.sequence_at(self.last_offset)
+
+    def sequence_at(self, offset: int) -> int:
+        """The sequence its producer gave the record at `offset` (-1 without one)."""
         if self.base_sequence < 0:
             return -1
-        return (self.base_sequence + self.last_offset_delta) % (_INT32_MAX + 1)
+        return (self.base_sequence + offset - self.base_offset) % (_INT32_MAX + 1)
 
 
 def read_header(buf, pos: int = 0) -> BatchHeader:
