@@ -2,7 +2,7 @@
 partition rows (waits.jsonl lines: one partition through one fault), Spark's start-up timed
 separately, beside the same aggregation in pandas/numpy in the same run (issues 6 and 29).
 
-    .venv/bin/python -m benchmarks.bench_analysis [--rows 10000 1000000] [--runs 10]
+    .venv/bin/python -m benchmarks.bench_analysis [--rows 10000 1000000] [--runs 10] [--java-options OPTS]
 
 The rows are fabricated waits.jsonl lines (rundir.PartitionWait's format), 100 partitions per fault,
 with a failovers.jsonl line per fault (rundir.FailoverRecord's), spread over `--runs` run directories in
@@ -119,16 +119,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--java-options", default="", help="more JVM options for Spark (e.g. -XX:TieredStopAtLevel=1)")
     args = parser.parse_args()
     import ray
 
-    from jobs.reports.spark import spark_on_ray
+    from jobs.reports.spark import SparkSettings, spark_on_ray
 
     results = []
     ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         t = time.monotonic()
-        with spark_on_ray() as spark:
+        with spark_on_ray(SparkSettings(java_options=args.java_options)) as spark:
             startup = time.monotonic() - t
             print(json.dumps({"spark_startup_s": round(startup, 1)}), flush=True)
             for rows in args.rows:
@@ -152,7 +153,8 @@ def main() -> None:
     finally:
         ray.shutdown()
     print(f"\nMachine: {platform.node()}, {platform.processor() or platform.machine()}, Python {platform.python_version()};"
-          f" Spark start-up (RayDP, 1 executor, 1 core, 500 MB): {startup:.1f} s\n")
+          f" Spark start-up (RayDP, 1 executor, 1 core, 500 MB): {startup:.1f} s; JVM options: "
+          f"{args.java_options or 'none'}\n")
     print("| partition rows | JSON Lines (MB) | Spark analysis (s) | pandas, same aggregation (s) | Spark / pandas |")
     print("|---|---|---|---|---|")
     for r in results:

@@ -26,6 +26,12 @@ JAVA_17_OPTIONS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
     "sun.util.calendar")) + " -Djdk.reflect.useDirectMethodHandle=false -Dio.netty.tryReflectionSetAccessible=true"
 
 
+# A JVM that compiles with C1 only: Spark's many small jobs over a run's tables are done before C2 would
+# pay off (a small analysis's first run, most of it the cold JVM's, 43 -> 32 s here), but a large one
+# computes slower with it (BENCHMARKS.md, "The analysis's JVM")
+QUICK_JVM = "-XX:TieredStopAtLevel=1"
+
+
 class SparkSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -36,10 +42,12 @@ class SparkSettings(BaseModel):
     driver_memory: str = "1g"
     shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions: few, for small tables")
     configs: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+    java_options: str = Field("", description="more JVM options for the driver and the executors")
 
     def spark_configs(self) -> dict[str, str]:
-        return {"spark.driver.extraJavaOptions": JAVA_17_OPTIONS,
-                "spark.executor.extraJavaOptions": JAVA_17_OPTIONS,
+        java = f"{JAVA_17_OPTIONS} {self.java_options}".strip()
+        return {"spark.driver.extraJavaOptions": java,
+                "spark.executor.extraJavaOptions": java,
                 "spark.ray.raydp_app_master.extraJavaOptions": JAVA_17_OPTIONS,
                 "spark.driver.memory": self.driver_memory,
                 "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
@@ -55,11 +63,14 @@ def add_spark_arguments(parser) -> None:
     parser.add_argument("--executors", type=int, default=defaults.executors, help="Spark executors (Ray actors)")
     parser.add_argument("--executor-cores", type=int, default=defaults.executor_cores)
     parser.add_argument("--executor-memory", default=defaults.executor_memory)
+    parser.add_argument("--java-options", default=defaults.java_options, metavar="OPTIONS",
+                        help=f"more JVM options for Spark's driver and executors; {QUICK_JVM} (C1 only) finishes "
+                             "a small analysis sooner (BENCHMARKS.md)")
 
 
 def settings_from(args) -> SparkSettings:
     return SparkSettings(executors=args.executors, executor_cores=args.executor_cores,
-                         executor_memory=args.executor_memory)
+                         executor_memory=args.executor_memory, java_options=args.java_options)
 
 EXECUTOR_RESOURCE = "spark.ray.raydp_spark_executor.actor.resource."
 

@@ -16,6 +16,7 @@ import yaml
 from jobs.hosts.layout import HostsLayout
 from jobs.hosts.netns import Hosts
 from jobs.measures import rundir
+from jobs.reports.spark import QUICK_JVM
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
@@ -53,7 +54,7 @@ def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, mo
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         submitted = ray_cli(env, "submit", str(cluster_yaml), "jobs/sweep.py", "--",
                             "/root/kray/experiments/sweep-hosts.yaml", "--runs-dir", "/root/runs",
-                            "--executor-memory", "500m", timeout=900)
+                            "--executor-memory", "500m", f"--java-options={QUICK_JVM}", timeout=900)
         out = submitted.stdout
         assert submitted.returncode == 0, out[-3000:] + submitted.stderr[-3000:] + autoscaler_log(hosts)
         assert "3 nodes (10.79.0.11, 10.79.0.12, 10.79.0.13)" in out  # the job joined the cluster `ray up` made
