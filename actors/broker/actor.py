@@ -10,7 +10,6 @@ work (`_on_loop`) and wait for the answer. ISR writes to ZooKeeper go on the Isr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -31,10 +30,8 @@ from actors.broker.group.group_coordinator import GroupCoordinator
 from actors.broker.group.group_records import GROUP_METADATA_TOPIC
 from actors.broker.fetcher import ReplicaFetcherManager
 from actors.broker.isr import IsrManager
-from actors.broker.errors import OffsetOutOfRangeException
-from actors.broker.log.batches import BATCH_OVERHEAD, read_header
 from actors.broker.log.log_config import LogConfig
-from actors.broker.log.log_dirs import parse_log_dir_name
+from actors.broker.log.log_dirs import replicas_in
 from actors.broker.metadata_cache import MetadataCache
 from actors.broker.metrics import BrokerMetrics
 from actors.broker.network.group_apis import GroupApis
@@ -95,7 +92,7 @@ class BrokerActor:
         self.loop = uvloop.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name=f"kafka-network-thread-{broker_id}", daemon=True).start()
         log_dir = config.log_dir(broker_id)
-        self.recovered = _replicas_on_disk(config.log_dirs_of(broker_id))
+        self.recovered = len(replicas_in(config.log_dirs_of(broker_id)))
         # on a loop of its own: the data plane's loop makes ZooKeeper calls that wait on this link
         self.links = LinkTable(name=f"broker-links-{broker_id}") if config.link_faults_enable else None
         for link, fault in (links_at_start or {}).items():
@@ -438,31 +435,17 @@ class BrokerActor:
     def partitions_on_disk(self) -> list[str]:
         """Every partition this broker has a log directory for, in its live log dirs ("topic-partition"):
         what a topic's deletion must leave none of."""
-        found = set()
-        for d in self.replica_manager.log_dirs.live:
-            with contextlib.suppress(OSError):
-                found.update(f"{tp.topic}-{tp.partition}" for e in d.iterdir()
-                             if (tp := parse_log_dir_name(e.name)) and e.is_dir())
-        return sorted(found)
+        return sorted({f"{tp.topic}-{tp.partition}" for tp in replicas_in(self.replica_manager.log_dirs.live)})
 
     @ray.method(concurrency_group="control")
     def stored_producers(self, tp: TopicPartition, offsets: list[int]) -> list[tuple[int, int, int] | None]:
-        """(producer id, producer epoch, sequence) its log stored with the record at each offset, from the
-        header of the batch holding it; None where it has no such offset. The checker tells a record its
-        client sent twice under two producer epochs from one the broker failed to deduplicate."""
-        def headers() -> list[tuple[int, int, int] | None]:
+        """(producer id, producer epoch, sequence) its log stored with the record at each offset (None: not
+        in its log), for the checker to tell a record sent twice under two epochs from a broker's duplicate."""
+        def stored(offset: int) -> tuple[int, int, int] | None:
             partition = self.replica_manager.partition(tp)
-            out: list[tuple[int, int, int] | None] = []
-            for offset in offsets:
-                try:
-                    buf = partition.log.read(offset, 1) if partition is not None else b""
-                except OffsetOutOfRangeException:
-                    buf = b""
-                header = read_header(buf) if len(buf) >= BATCH_OVERHEAD else None
-                out.append(None if header is None or not header.base_offset <= offset <= header.last_offset
-                           else (header.producer_id, header.producer_epoch, header.sequence_at(offset)))
-            return out
-        return self._on_loop(headers)
+            h = next(partition.log.batches(offset, offset + 1), None) if partition is not None else None
+            return (h.producer_id, h.producer_epoch, h.sequence_at(offset)) if h and h.base_offset <= offset else None
+        return self._on_loop(lambda: [stored(offset) for offset in offsets])
 
     @ray.method(concurrency_group="control")
     def listener(self) -> tuple[str, int]:
@@ -605,15 +588,6 @@ def _listen_on(start: Callable[[int], int], port: int, fixed: int) -> int:
             raise
         log.info("Port %d is taken: listening on a free one", port)
         return start(0)
-
-
-def _replicas_on_disk(log_dirs: list[Path]) -> int:
-    """How many replicas' logs the log dirs hold at start (an unreadable dir counts none)."""
-    count = 0
-    for d in log_dirs:
-        with contextlib.suppress(OSError):
-            count += sum(e.is_dir() and parse_log_dir_name(e.name) is not None for e in d.iterdir())
-    return count
 
 
 def _answer(request, response: ControllerResponse) -> ControllerResponse:

@@ -17,6 +17,7 @@ controller says it is new (Kafka's isNew): its log may be on the offline one.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -38,6 +39,15 @@ def parse_log_dir_name(name: str) -> TopicPartition | None:
     """The replica a directory under a log dir holds (`<topic>-<partition>`), or None for anything else."""
     topic, _, partition = name.rpartition("-")
     return TopicPartition(topic, int(partition)) if topic and partition.isdigit() else None
+
+
+def replicas_in(log_dirs: Iterable[Path]) -> list[TopicPartition]:
+    """The replicas whose logs the log dirs hold (an unreadable dir holds none)."""
+    found: list[TopicPartition] = []
+    for d in log_dirs:
+        with contextlib.suppress(OSError):
+            found += [tp for e in d.iterdir() if e.is_dir() and (tp := parse_log_dir_name(e.name))]
+    return found
 
 
 def next_log_dir(live: list[Path], counts: Mapping[Path, int]) -> Path:
