@@ -2,7 +2,7 @@
 partition rows (waits.jsonl lines: one partition through one fault), Spark's start-up timed
 separately, beside the same aggregation in pandas/numpy in the same run (issues 6 and 29).
 
-    .venv/bin/python -m benchmarks.bench_analysis [--rows 10000 1000000] [--runs 10] [--java-options OPTS]
+    .venv/bin/python -m benchmarks.bench_analysis [--rows 10000 1000000] [--runs 10] [--java-options=OPTS]
 
 The rows are fabricated waits.jsonl lines (rundir.PartitionWait's format), 100 partitions per fault,
 with a failovers.jsonl line per fault (rundir.FailoverRecord's), spread over `--runs` run directories in
@@ -119,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--java-options", default="", help="more JVM options for Spark (e.g. -XX:TieredStopAtLevel=1)")
+    parser.add_argument("--java-options", default="", help="more JVM options for Spark (--java-options=-XX:TieredStopAtLevel=1)")
     args = parser.parse_args()
     import ray
 

@@ -443,8 +443,8 @@ class BrokerActor:
         in its log), for the checker to tell a record sent twice under two epochs from a broker's duplicate."""
         def stored(offset: int) -> tuple[int, int, int] | None:
             partition = self.replica_manager.partition(tp)
-            h = next(partition.log.batches(offset, offset + 1), None) if partition is not None else None
-            return (h.producer_id, h.producer_epoch, h.sequence_at(offset)) if h and h.base_offset <= offset else None
+            h = partition.log.batch_at(offset) if partition is not None else None
+            return (h.producer_id, h.producer_epoch, h.sequence_at(offset)) if h else None
         return self._on_loop(lambda: [stored(offset) for offset in offsets])
 
     @ray.method(concurrency_group="control")

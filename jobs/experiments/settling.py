@@ -67,21 +67,25 @@ def repeated_records(final: pa.RecordBatch) -> dict[TopicPartition, list[tuple[i
     ids = final.column("record_id")
     counts = pc.value_counts(ids)
     twice = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
-    out: dict[TopicPartition, list[tuple[int, str]]] = {}
+    out: dict[TopicPartition, dict[int, str]] = {}  # an offset read twice (the checker's) counted once
     for row in final.filter(pc.is_in(ids, value_set=twice)).select(["topic", "partition", "offset", "record_id"]
                                                                     ).to_pylist():
-        out.setdefault(TopicPartition(row["topic"], row["partition"]), []).append((row["offset"], row["record_id"]))
-    return out
+        out.setdefault(TopicPartition(row["topic"], row["partition"]), {})[row["offset"]] = row["record_id"]
+    return {tp: list(rows.items()) for tp, rows in out.items()}
 
 
 def stored_copies(zk: KrayZkClient, brokers: dict[int, ray.actor.ActorHandle],
                   repeated: dict[TopicPartition, list[tuple[int, str]]]) -> list[rundir.RecordCopy]:
     """Each copy of a record read back at more than one offset, with the producer its partition's leader
-    stored it under. A leader that does not answer leaves its copies out: the checker counts those as
-    duplicates."""
-    leaders = zk_leaderships(zk)
+    stored it under. A leader that cannot be found or does not answer leaves its copies out: the checker
+    counts those as duplicates."""
+    try:
+        leaders = zk.get_partition_states(repeated)
+    except Exception as e:  # ZooKeeper busy: the copies stay unknown rather than the run's end failing
+        log.warning("The leaders of the partitions with repeated records were not read: %s", e)
+        return []
     refs = {tp: handle.stored_producers.remote(tp, [offset for offset, _ in rows]) for tp, rows in repeated.items()
-            if (state := leaders.get(tp_key(tp.topic, tp.partition))) and (handle := brokers.get(state.leader))}
+            if (state := leaders.get(tp)) and (handle := brokers.get(state.state.leader))}
     copies = []
     for tp, ref in refs.items():
         try:

@@ -308,9 +308,10 @@ class FinalState(Record):
 
 class RecordCopy(Record):
     """A copy of a record the final read-back found at more than one offset, with the producer its
-    batch was stored under (`stored_producers` of the partition's leader): two copies under one
-    producer epoch are a broker's failure to deduplicate; under two epochs, the client sent the
-    record again after bumping its epoch, which no broker can tell from a new record."""
+    batch was stored under (`stored_producers` of the partition's leader): copies under one epoch of an
+    idempotent producer are a broker's failure to deduplicate; under a newer epoch after an older one,
+    the client sent the record again after bumping its epoch, which no broker can tell from a new
+    record (check.py: check_duplicated)."""
 
     topic: str
     partition: int

@@ -64,8 +64,9 @@ def add_spark_arguments(parser) -> None:
     parser.add_argument("--executor-cores", type=int, default=defaults.executor_cores)
     parser.add_argument("--executor-memory", default=defaults.executor_memory)
     parser.add_argument("--java-options", default=defaults.java_options, metavar="OPTIONS",
-                        help=f"more JVM options for Spark's driver and executors; {QUICK_JVM} (C1 only) finishes "
-                             "a small analysis sooner (BENCHMARKS.md)")
+                        help=f"more JVM options for Spark's driver and executors, given with '=' as they start with "
+                             f"'-': --java-options={QUICK_JVM} (C1 only) finishes a small analysis sooner "
+                             "(BENCHMARKS.md)")
 
 
 def settings_from(args) -> SparkSettings:

@@ -342,34 +342,45 @@ def stored(c: Consumed, producer_id: int, epoch: int, sequence: int) -> RecordCo
                       producer_id=producer_id, producer_epoch=epoch, sequence=sequence)
 
 
-RESENT = "record p2-1 at orders-0@3 and orders-0@8: producer 7 epochs 0 sequence 41, 1 sequence 0"
+RESENT = "record p2-1 at orders-0@3 and orders-0@8: producer 7 epochs 1 sequence 41, 2 sequence 0"
 
 
 @pytest.mark.parametrize("second, third, duplicated", [
-    ((7, 1, 0), None, False),  # the client bumped its epoch and sent the record again: no broker can tell
-    ((7, 0, 41), None, True),  # one producer epoch twice: the broker failed to deduplicate
-    ((7, 0, 42), None, True),  # one epoch, another sequence: not an epoch bump
-    ((8, 1, 0), None, True),  # another producer
+    ((7, 2, 0), None, False),  # the client bumped its epoch and sent the record again: no broker can tell
+    ((7, 1, 41), None, True),  # one producer epoch twice: the broker failed to deduplicate
+    ((7, 1, 42), None, True),  # one epoch, another sequence: not an epoch bump
+    ((7, 0, 0), None, True),  # an older epoch after a newer one: the broker took a fenced producer's batch
+    ((8, 2, 0), None, True),  # another producer
     (None, None, True),  # the second copy's producer not known (its leader did not answer)
-    ((7, 1, 0), (7, 1, 1), True),  # three copies, two under one epoch
-    ((7, 1, 0), (7, 2, 0), False),  # bumped twice
+    ((7, 2, 0), (7, 2, 1), True),  # three copies, two under one epoch
+    ((7, 2, 0), (7, 3, 0), False),  # bumped twice
 ])
 def test_a_record_resent_by_its_client_under_a_new_epoch_is_not_a_duplicate(tmp_path, second, third, duplicated):
-    """Kafka's idempotence holds per producer epoch: a record stored under two epochs of its producer was
-    sent twice by its client (librdkafka's epoch bump, its issue #4953), and is counted apart."""
+    """Kafka's idempotence holds per producer epoch: a record stored under two epochs of its producer, the
+    newer after the older, was sent twice by its client (librdkafka's epoch bump, its issue #4953), and is
+    counted apart."""
     run = clean_run()
     first = run.final("orders", 0, 3)
     copies = [first.model_copy(update={"offset": RECORDS_PER_PARTITION + i}) for i in range(1 + (third is not None))]
     run.consumed += copies
-    run.copies.append(stored(first, 7, 0, 41))
+    run.copies.append(stored(first, 7, 1, 41))
     run.copies += [stored(c, *by) for c, by in zip(copies, (second, third)) if by is not None]
     report = check.check_run(run.write(tmp_path))
     assert report.invariants == (only("duplicated") if duplicated else NONE)
     assert report.counts["resent_by_client"] == (not duplicated)
-    resent_notes = [n for n in report.notes if "sent twice by their clients" in n]
+    resent_notes = [n for n in report.notes if "sent again by their clients" in n]
     assert len(resent_notes) == (not duplicated)
     if third is None and not duplicated:
         assert RESENT in resent_notes[0]
+
+
+def test_copies_of_a_record_in_two_partitions_are_a_duplicate_whatever_their_epochs(tmp_path):
+    run = clean_run()
+    duplicate_across_partitions(run)
+    first, second = run.final("orders", 0, 3), run.final("orders", 1, RECORDS_PER_PARTITION)
+    run.copies += [stored(first, 7, 1, 41), stored(second, 7, 2, 0)]
+    report = check.check_run(run.write(tmp_path))
+    assert report.invariants == only("duplicated") and report.counts["resent_by_client"] == 0
 
 
 def test_an_ack_without_an_offset_is_found_by_record_id_in_its_partition(tmp_path):

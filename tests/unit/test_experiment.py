@@ -446,10 +446,11 @@ def test_the_records_read_back_at_more_than_one_offset_are_found_for_their_leade
 
     a, b = TopicPartition("a", 0), TopicPartition("b", 1)
     rows = [row("a", 0, 0, "p1", 0), row("a", 0, 1, "p1", 1), row("a", 0, 2, "p1", 0), row("b", 1, 0, "p2", 0),
-            row("b", 1, 1, "p1", 1), row("b", 1, 2, "p2", 1)]
+            row("b", 1, 1, "p1", 1), row("b", 1, 2, "p2", 1), row("a", 0, 2, "p1", 0)]  # a@2 read twice: once
     read = consumed_batch(rows, 1.0, final=True)
     assert repeated_records(read) == {a: [(0, "p1-0"), (1, "p1-1"), (2, "p1-0")], b: [(1, "p1-1")]}
     assert repeated_records(consumed_batch(rows[3:4], 1.0, final=True)) == {}
+    assert repeated_records(consumed_batch(rows[-1:] * 2, 1.0, final=True)) == {a: [(2, "p1-0")]}
     assert repeated_records(consumed_batch([], 1.0, final=True)) == {}
 
 

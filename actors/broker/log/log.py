@@ -438,6 +438,13 @@ class Log:
             end = pos + header.size
         return buf[:end]
 
+    def batch_at(self, offset: int) -> BatchHeader | None:
+        """The header of the batch holding `offset`, found through the index; None outside the log."""
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            return None
+        buf = self.read(offset, 1)
+        return batches.read_header(buf) if len(buf) >= BATCH_OVERHEAD else None
+
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
         """The headers of the batches holding offsets in [start, end), a chunk of the file at a time."""
         end = self.log_end_offset if end is None else end
