@@ -1,9 +1,11 @@
 """The consumer group's coordinator through each fault on its broker: the steps of its failover, from
 the brokers' events (broker_events.jsonl), the members' commits and the group's waits.
 
-A fault strikes the coordinator when its target led the group's partition of __consumer_offsets at
-the last ZooKeeper sample before it (a fault on the active controller alone leaves the coordinator
-in place, and is not one). Its steps, each the first seen after the fault and within the horizon:
+A fault strikes the coordinator when its target led the group's partition of __consumer_offsets just
+before it: the newest leader epoch of that partition seen before the fault, in the last ZooKeeper
+sample (once a second) or in a broker's LeaderAndIsr event (a leadership that moved back less than a
+sample before the fault, as the auto leader rebalance moves it, is seen there). A fault on the active
+controller alone leaves the coordinator in place, and is not one. Its steps, each the first seen after the fault and within the horizon:
 
     elected_ms          another broker applies a LeaderAndIsr leading that partition (the controller's part)
     loaded_ms           the new coordinator has loaded the partition's groups
@@ -46,7 +48,10 @@ def compose(faults: list[FaultRecord], states: list[StateSample], events: Iterab
             continue
         i = bisect.bisect_right(times, fault.injected_ms)
         state = states[i - 1].partitions.get(offsets_partition) if i else None
-        if state is None or state.leader != fault.target:
+        led = [(state.leader_epoch, state.leader)] if state is not None else []
+        led += [(e.leaders[offsets_partition], e.broker_id) for e in mine
+                if e.ts_ms <= fault.injected_ms and e.kind == "leader_and_isr" and offsets_partition in e.leaders]
+        if not led or max(led)[1] != fault.target:
             continue
         t0, victim = fault.injected_ms, fault.target
         until = t0 + horizon_ms

@@ -66,3 +66,19 @@ def test_only_faults_on_the_coordinators_broker_count_and_steps_after_the_horizo
     assert [g.fault_id for g in got] == [5]
     assert (got[0].elected_ms, got[0].loaded_ms, got[0].found_ms, got[0].rejoined_ms) == (1_200, None, None, None)
     assert compose(faults, [], EVENTS, COMMITS, [], GROUP, OFFSETS, HORIZON, True) == []  # no sample: not known
+
+
+def test_a_leadership_moved_back_since_the_last_sample_is_the_coordinator_its_leader_and_isr_says():
+    """The auto leader rebalance gave the offsets partition back to broker 1 (epoch 3) after the last sample
+    (leader 3, epoch 2): a kill of broker 1 strikes the coordinator, one of broker 3 does not."""
+    moved_back = [event(1, 800, "leader_and_isr", leaders={OFFSETS: 3}), event(3, 300, "leader_and_isr",
+                                                                            leaders={OFFSETS: 2}), *EVENTS]
+    faults = [FaultRecord(fault_id=1, kind=FaultKind.KILL_BROKER, target=1, injected_ms=1_000),
+              FaultRecord(fault_id=2, kind=FaultKind.KILL_BROKER, target=3, injected_ms=1_000)]
+    stale = StateSample(ts_ms=500, live_brokers=[1, 2, 3], partitions={
+        OFFSETS: PartitionLeadership(leader=3, leader_epoch=2, isr=[1, 2, 3])})
+    [g] = compose(faults, [stale], moved_back, COMMITS, [], GROUP, OFFSETS, HORIZON, True)
+    assert (g.fault_id, g.coordinator, g.new_coordinator, g.elected_ms) == (1, 1, 2, 1_200)
+    # an event older than the sample's epoch does not override it
+    assert [g.fault_id for g in compose(faults, [stale], moved_back[1:], COMMITS, [], GROUP, OFFSETS, HORIZON,
+                                        True)] == [2]
