@@ -276,13 +276,17 @@ class Hosts:
         _run(["ip", "link", "set", host.veth, "down"], check=False)
         at = time.time() * 1000
         pid = self.init_pids.get(host.name)
-        if _init_of(pid, host.name):
+        killed = _init_of(pid, host.name)
+        if killed:
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while (left := _netns_pids(host.name)) and time.monotonic() < deadline:
             for p in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
+            time.sleep(0.01)
+        # and PID 1 itself reaped: a dying one has left the namespace's list while its parent has not reaped it
+        while killed and os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
             time.sleep(0.01)
         return at
 
