@@ -441,11 +441,11 @@ class BrokerActor:
     def stored_producers(self, tp: TopicPartition, offsets: list[int]) -> list[tuple[int, int, int] | None]:
         """(producer id, producer epoch, sequence) its log stored with the record at each offset (None: not
         in its log), for the checker to tell a record sent twice under two epochs from a broker's duplicate."""
-        def stored(offset: int) -> tuple[int, int, int] | None:
+        def stored() -> list[tuple[int, int, int] | None]:
             partition = self.replica_manager.partition(tp)
-            h = partition.log.batch_at(offset) if partition is not None else None
-            return (h.producer_id, h.producer_epoch, h.sequence_at(offset)) if h else None
-        return self._on_loop(lambda: [stored(offset) for offset in offsets])
+            headers = [(o, partition.log.batch_at(o) if partition is not None else None) for o in offsets]
+            return [(h.producer_id, h.producer_epoch, h.sequence_at(o)) if h else None for o, h in headers]
+        return self._on_loop(stored)
 
     @ray.method(concurrency_group="control")
     def listener(self) -> tuple[str, int]:

@@ -154,13 +154,13 @@ def check_duplicated(final: dict[Key, str], copies: dict[Key, RecordCopy]) -> tu
     repeat is a duplicate: copies under one epoch (not deduplicated), an older epoch after a newer one (a
     fenced producer's batch taken), in two partitions, or whose producers are not known."""
     duplicated, resent = Violations(), Violations()
-    at: dict[str, list[Key]] = defaultdict(list)
+    first_at: dict[str, Key] = {}
+    again: dict[str, list[Key]] = defaultdict(list)  # only the repeated records: a list per record is memory
     for key, record_id in final.items():
-        at[record_id].append(key)
-    for record_id, keys in at.items():
-        if len(keys) < 2:
-            continue
-        keys.sort()
+        if first_at.setdefault(record_id, key) != key:
+            again[record_id].append(key)
+    for record_id, more in again.items():
+        keys = sorted([first_at[record_id], *more])
         stored = [copies.get(key) for key in keys]
         where = ", ".join(_at(key) for key in keys[:-1]) + f" and {_at(keys[-1])}"
         if len({key[:2] for key in keys}) == 1 and all(
