@@ -17,7 +17,7 @@ import uuid
 
 import ray
 
-from actors.cluster import LocalCluster
+from actors.cluster import LocalCluster, listener_host
 from actors.config import ClusterConfig
 from actors.protocol import LeaderAndIsrRequest
 from actors.runtime import poll
@@ -36,7 +36,8 @@ def run(brokers: int = 3, partitions: int = 6, replication_factor: int = 3, sess
     with embedded_zookeeper_and_ray(step) as env:
         connect = env.connect
         config = ClusterConfig(zk_connect=fresh_chroot(connect, "kray-demo"),
-                               namespace=f"kray-demo-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=session_timeout_ms)
+                               namespace=f"kray-demo-{uuid.uuid4().hex[:6]}", zk_session_timeout_ms=session_timeout_ms,
+                               host=listener_host())
         zk = config.zk_client().start()
         cluster = LocalCluster(config, list(range(1, brokers + 1)))
         try:

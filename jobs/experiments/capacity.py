@@ -11,7 +11,7 @@ from typing import Callable
 import ray
 
 from actors.clients.load import LoadGenerator
-from actors.cluster import LocalCluster
+from actors.cluster import LocalCluster, listener_host
 from actors.config import ClusterConfig
 from coordination import admin
 from coordination.zkdata import TopicPartition
@@ -35,7 +35,7 @@ def measure_capacity(connect: str, experiment, partitions: int, start_rate: floa
     stopped and its logs deleted after."""
     began = time.monotonic()
     config = ClusterConfig(zk_connect=fresh_chroot(connect, "kray-capacity"), namespace=f"capacity-{uuid.uuid4().hex[:6]}",
-                           zk_session_timeout_ms=SESSION_TIMEOUT_MS, broker=experiment.broker)
+                           zk_session_timeout_ms=SESSION_TIMEOUT_MS, host=listener_host(), broker=experiment.broker)
     zk = config.zk_client().start()
     cluster = LocalCluster(config, experiment.broker_ids)
     load, beside = None, []

@@ -1,20 +1,17 @@
 """The Spark analysis job (RayDP on the test run's Ray) against an independent numpy computation, on
-fabricated run directories; bad input is counted and reported; and the main job's sweep end to end,
-analysed with the same Spark session."""
+fabricated run directories; bad input is counted and reported. The main job's sweep end to end, with its
+analysis of real runs, is test_ray_up's (on hosts of this machine, through `ray submit`)."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import ray
 
 from jobs.measures import rundir
 from jobs.analysis import analyse, find_runs
 from jobs.measures.statistics import fisher_interval, t_quantile
-from jobs.reports.report import summary_table
-from jobs.sweep import CAPACITY, Sweep, run_sweep
 from jobs.measures.phases import (BUCKET_EDGES, CONTROLLER_PHASES, COORDINATOR_STEPS, FEATURES, MEASURES, PARTITION_PHASES,
                          UNEXPLAINED, bucket_label)
 from coordination.errors import KrayError
@@ -390,92 +387,3 @@ def test_paths_that_are_not_runs_are_refused(tmp_path):
 def test_bucket_labels(affected, label):
     assert BUCKET_EDGES == (1, 100, 500, 1000, 5000)
     assert bucket_label(affected) == label
-
-
-def test_a_sweep_runs_its_grid_then_analyses_every_failover(zk_connect, spark, monkeypatch, tmp_path):
-    """The main job's path end to end, small: the cluster's knee at 18 partitions measured first, then a
-    sweep of one experiment of the quick sweep's shape at half that knee (with the detector on; the sweep of
-    test_ray_up runs another, and each setting's detection is test_detector's), whose
-    partitions grow between their two kills (a topic added under load), with a consumer group, on this
-    test run's ZooKeeper and Ray; then the Spark analysis of their run directories (with this module's
-    Spark session: RayDP takes 30-50 s to start), which reads the runs' produced/ Parquet for the load's
-    latency before each fault. The group gets Kafka's test-harness settings (5 offsets partitions, no
-    initial rebalance delay)."""
-    monkeypatch.setenv("KRAY_ZK_CONNECT", zk_connect)
-    lines = []
-    offsets = 5
-    sweep = Sweep(name="tiny", partitions=[6, 18], grow_partitions=True, detector=[True], kills=1,
-                  spacing_s=5, down_s=2, settle_s=20, horizon_s=6, rates=[], load_fractions=[0.5],
-                  capacity={"start_rate": 1000, "max_rate": 4000, "warm_s": 0.5, "window_s": 1.5, "bisect": 0},
-                  broker={"group_initial_rebalance_delay_ms": 0, "offsets_topic_num_partitions": offsets})
-    sweep_dir, result = run_sweep(sweep, tmp_path, progress=lines.append, session=spark)
-    runs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name != "analysis")
-    assert [r.name.rsplit("-", 1)[0].split("-", 2)[2] for r in runs] == ["tiny-b3-p6.18-f50-ray"]
-    [capacity] = json.loads((sweep_dir / CAPACITY).read_text())
-    knee = capacity["knee_per_s"]
-    # 18 partitions take far more than 4,000 records/s (batched: bench_capacity): the ladder stops at its top
-    assert capacity["partitions"] == 18 and knee == 4000 and capacity["limited_by"] == "max rate"
-    assert [r["rate"] for r in capacity["rows"]] == [1000, 2000, 4000]
-    assert any(f"Knee at 18 partitions: {knee:,.0f} records/s (at least: the max rate was the limit)" in line
-               for line in lines)
-    assert sum(f"{knee / 2:,.0f} records/s offered at the last count: 50% of the knee, below it" in line
-               for line in lines) == 1
-    for run in runs:
-        load = json.loads((run / rundir.EXPERIMENT).read_text())["load"]
-        assert (load["knee_per_s"], load["knee_fraction"], load["rate"]) == (knee, 0.5, pytest.approx(knee / 2 / 3))
-    assert any("every invariant holds" in line for line in lines) and not any("BROKEN" in line for line in lines)
-    assert sum("Topic load2 created after fault 1: 12 partitions more, 18 in all, 18 written" in line
-               for line in lines) == 1
-    assert sum("members consuming 18 partitions" in line for line in lines) == 1  # the group took load2 before kill 2
-    for run in runs:  # the kills' load: the topics' partitions and the group's offsets partitions
-        kills = [json.loads(line) for line in (run / rundir.FAILOVERS).read_text().splitlines()
-                 if json.loads(line)["fault_id"] is not None]
-        assert [f["load"]["partitions_total"] for f in kills] == [6 + offsets, 18 + offsets]
-        assert kills[1]["load"]["partitions_affected"] > 6
-        assert len(json.loads((run / rundir.FINAL_STATE).read_text())["zookeeper"]) == 18 + offsets
-    assert any("Spark is up" in line for line in lines)
-    assert result.on_ray and result.failovers == 2  # one per kill; the first election has no fault
-    assert {i["run_id"]: i["unexplained"] for i in result.inputs} == {r.name: 1 for r in runs}
-    table = pq.read_table(result.out / "failovers.parquet").to_pylist()
-    assert [row["detector"] for row in table] == [1, 1]
-    assert all(row["detection_ms"] < 1000 for row in table)  # Ray's report, not the session timeout (2 s)
-    waits = pq.read_table(result.out / "waits.parquet").to_pylist()
-    killed = [w for w in waits if w["touched"] and w["source"] == "load"]
-    assert {(w["run_id"], w["fault_id"]) for w in killed} == {(r.name, i) for r in runs for i in (1, 2)}
-    assert all(w["recovery_ms"] > 0 and w["worst_wait_ms"] >= 0 for w in killed)
-    # the new topic was under load before the second kill: its partitions' waits are measured too
-    assert {w["run_id"] for w in killed if w["partition"].startswith("load2-") and w["fault_id"] == 2} == \
-        {r.name for r in runs}
-    assert {w["source"] for w in waits} == {"load", "probe", "group"}  # the probes and the group beside the load
-    # the controller's phases against the partition count: a row per count and detector, the chart, the table
-    by_count = {(r["kind"], r["detector"], r["partitions_total"]): r for r in result.by_count}
-    assert set(by_count) == {("broker_failure", True, n) for n in (6 + offsets, 18 + offsets)}
-    for (_, detector, n), r in by_count.items():
-        assert r["n"] == 1 and r["total_ms_p50"] == pytest.approx(sum(r[f"{p}_p50"] for p in CONTROLLER_PHASES))
-        [failover] = [row for row in table if row["detector"] == detector and row["partitions_total"] == n]
-        assert r["propagation_ms_p50"] == pytest.approx(failover["propagation_ms"])
-    assert (result.out / "controller_phases_vs_partitions.png").stat().st_size > 10_000
-    report = (result.out / "report.md").read_text()
-    assert "## The controller's phases against the partition count" in report
-    assert f"| broker_failure | on | {18 + offsets} | 1 |" in report
-    # the second kill of each run was of the group's coordinator (unless the controller's broker coordinated it,
-    # which the fault's record says), the first perhaps too (a non-controller picked at random): each such
-    # failover beside the producers'
-    faults = {(r.name, f["fault_id"]): f for r in runs
-              for f in map(json.loads, (r / rundir.FAULTS).read_text().splitlines())}
-    moved = {(name, 2) for (name, fault_id), f in faults.items() if fault_id == 2 and "is the controller's" not in f["detail"]}
-    coordinators = pq.read_table(result.out / "coordinators.parquet").to_pylist()
-    assert moved <= {(row["run_id"], row["fault_id"]) for row in coordinators}
-    assert all(faults[(row["run_id"], row["fault_id"])]["target"] == row["coordinator"] for row in coordinators)
-    assert all(row["elected_ms"] > 0 and row["consumed_all_ms"] is not None for row in coordinators)
-    assert ("The consumer group's coordinator, ms after a fault on its broker" in summary_table(result)) == \
-        bool(coordinators)
-    assert "report.md" in summary_table(result) and (result.out / "report.md").exists()
-    # per fault against the offered load: the knee, the fraction, the load's latency before it (from produced/)
-    faults = [f for f in pq.read_table(result.out / "faults.parquet").to_pylist() if f["source"] == "load"]
-    assert {(f["run_id"], f["fault_id"]) for f in faults} == {(r.name, i) for r in runs for i in (1, 2)}
-    assert all(f["knee_per_s"] == knee and 0 < f["knee_fraction"] < 1 for f in faults)
-    assert all(0 < f["baseline_latency_ms_p50"] <= f["baseline_latency_ms_p99"] for f in faults)
-    assert "every fault below it" in summary_table(result)
-    assert (result.out / "waits_vs_offered_load.png").stat().st_size > 10_000
-    assert "## Against the offered load" in (result.out / "report.md").read_text()

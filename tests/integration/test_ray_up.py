@@ -1,7 +1,13 @@
 """`ray up` for real: cluster-local.yaml on three hosts of this machine (`kray hosts up 3`), its
 setup and start commands (cluster.yaml's own, jobs/node.py) run by Ray's local node provider over
-SSH; then `ray submit` of a short sweep (experiments/sweep-hosts.yaml) on the head, `ray rsync-down`
-of its report and `ray down`, as a user does with their own machines. Run as root, as CI is."""
+SSH; then `ray submit` of the main job's sweep (experiments/sweep-hosts.yaml), `ray rsync-down` of its
+report and `ray down`, as a user does with their own machines. Run as root, as CI is.
+
+The sweep is the main job's path end to end, small: the cluster's knee at 18 partitions measured first,
+then one experiment at half of it whose partitions grow between its two kills (a topic added under
+load), with a consumer group; then the Spark analysis of its run directory, which reads the run's
+produced/ Parquet for the load's latency before each fault. What came back is checked against what
+the run recorded."""
 from __future__ import annotations
 
 import json
@@ -11,12 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from jobs.hosts.layout import HostsLayout
 from jobs.hosts.netns import Hosts
 from jobs.measures import rundir
+from jobs.measures.phases import CONTROLLER_PHASES
 from jobs.reports.spark import QUICK_JVM
+from jobs.sweep import CAPACITY, load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
@@ -58,18 +68,85 @@ def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, mo
         out = submitted.stdout
         assert submitted.returncode == 0, out[-3000:] + submitted.stderr[-3000:] + autoscaler_log(hosts)
         assert "3 nodes (10.79.0.11, 10.79.0.12, 10.79.0.13)" in out  # the job joined the cluster `ray up` made
-        assert "every invariant holds" in out and "BROKEN" not in out
         down_dir = tmp_path / "runs"
         assert ray_cli(env, "rsync-down", str(cluster_yaml), "/root/runs/", str(down_dir), timeout=300).returncode == 0
         [sweep_dir] = [p for p in down_dir.iterdir() if p.is_dir()]
-        assert (sweep_dir / "analysis" / "report.md").is_file()
-        runs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name != "analysis"]
-        assert len(runs) == 1
-        summary = json.loads((runs[0] / rundir.SUMMARY).read_text())
-        assert summary["failovers"] >= 2 and summary["check"]["counts"]["acked"] > 1000
-        assert summary["check"]["counts"]["consumed_final"] >= summary["check"]["counts"]["acked"]
-        invariants = summary["check"]["invariants"]
-        assert "acked_unrecorded" in invariants and not any(invariants.values()), invariants
+        the_sweep_came_back_whole(load_sweep(REPO / "experiments" / "sweep-hosts.yaml"), sweep_dir, out)
         assert ray_cli(env, "down", "-y", str(cluster_yaml), timeout=300).returncode == 0
     finally:
         hosts.down()
+
+
+def the_sweep_came_back_whole(sweep, sweep_dir: Path, out: str) -> None:
+    """The knee, the run (every invariant, the kills' load, the grown topic, the group) and its analysis
+    (the failovers, the partitions' waits, the coordinator's, the per-fault table against the offered
+    load, the report), as `out` (the job's output) announced them."""
+    offsets = sweep.broker["offsets_topic_num_partitions"]
+    first, last = sweep.partitions
+    runs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name != "analysis"]
+    assert [r.name.rsplit("-", 1)[0].split("-", 2)[2] for r in runs] == [f"hosts-b3-p{first}.{last}-f50-ray"]
+    [capacity] = json.loads((sweep_dir / CAPACITY).read_text())
+    knee = capacity["knee_per_s"]
+    assert capacity["partitions"] == last and knee in [r["rate"] for r in capacity["rows"]]
+    assert f"Knee at {last} partitions: {knee:,.0f} records/s" in out
+    assert out.count(f"{knee / 2:,.0f} records/s offered at the last count: 50% of the knee, below it") == 1
+    [run] = runs
+    load = json.loads((run / rundir.EXPERIMENT).read_text())["load"]
+    assert (load["knee_per_s"], load["knee_fraction"], load["rate"]) == (knee, 0.5, pytest.approx(knee / 2 / 3))
+    assert "every invariant holds" in out and "BROKEN" not in out
+    summary = json.loads((run / rundir.SUMMARY).read_text())
+    counts, invariants = summary["check"]["counts"], summary["check"]["invariants"]
+    assert counts["acked"] > 1000 and counts["consumed_final"] >= counts["acked"]
+    assert "acked_unrecorded" in invariants and not any(invariants.values()), invariants
+    assert out.count(f"Topic load2 created after fault 1: {last - first} partitions more, {last} in all, "
+                     f"{last} written") == 1
+    assert out.count(f"members consuming {last} partitions") == 1  # the group took load2 before kill 2
+    kills = [json.loads(line) for line in (run / rundir.FAILOVERS).read_text().splitlines()
+             if json.loads(line)["fault_id"] is not None]  # the kills' load: the topics' and the offsets partitions
+    assert [f["load"]["partitions_total"] for f in kills] == [first + offsets, last + offsets]
+    assert kills[1]["load"]["partitions_affected"] > first
+    assert len(json.loads((run / rundir.FINAL_STATE).read_text())["zookeeper"]) == last + offsets
+    # the analysis: one failover per kill (the first election has no fault), with Ray's detection
+    assert "Spark is up" in out and "Spark on Ray: yes" in out and "report.md" in out
+    analysis = sweep_dir / "analysis"
+    inputs = pq.read_table(analysis / "inputs.parquet").to_pylist()
+    assert {i["run_id"]: i["unexplained"] for i in inputs} == {run.name: 1}
+    table = pq.read_table(analysis / "failovers.parquet").to_pylist()
+    assert [row["detector"] for row in table] == [1, 1]
+    assert all(row["detection_ms"] < 1000 for row in table)  # Ray's report, not the session timeout
+    waits = pq.read_table(analysis / "waits.parquet").to_pylist()
+    killed = [w for w in waits if w["touched"] and w["source"] == "load"]
+    assert {w["fault_id"] for w in killed} == {1, 2}
+    assert all(w["recovery_ms"] > 0 and w["worst_wait_ms"] >= 0 for w in killed)
+    # the new topic was under load before the second kill: its partitions' waits are measured too
+    assert any(w["partition"].startswith("load2-") and w["fault_id"] == 2 for w in killed)
+    assert {w["source"] for w in waits} == {"load", "probe", "group"}  # the probes and the group beside the load
+    # the controller's phases against the partition count: a row per count, the chart, the table
+    by_count = {(r["kind"], r["detector"], r["partitions_total"]): r
+                for r in pq.read_table(analysis / "controller_by_count.parquet").to_pylist()}
+    assert set(by_count) == {("broker_failure", True, n) for n in (first + offsets, last + offsets)}
+    for (_, detector, n), r in by_count.items():
+        assert r["n"] == 1 and r["total_ms_p50"] == pytest.approx(sum(r[f"{p}_p50"] for p in CONTROLLER_PHASES))
+        [failover] = [row for row in table if row["partitions_total"] == n]
+        assert r["propagation_ms_p50"] == pytest.approx(failover["propagation_ms"])
+    assert (analysis / "controller_phases_vs_partitions.png").stat().st_size > 10_000
+    report = (analysis / "report.md").read_text()
+    assert "## The controller's phases against the partition count" in report
+    assert f"| broker_failure | on | {last + offsets} | 1 |" in report
+    # the second kill was of the group's coordinator (unless the controller's broker coordinated it, which the
+    # fault's record says), the first perhaps too: each such failover beside the producers'
+    faults = {f["fault_id"]: f for f in map(json.loads, (run / rundir.FAULTS).read_text().splitlines())}
+    moved = {2} if "is the controller's" not in faults[2]["detail"] else set()
+    coordinators = pq.read_table(analysis / "coordinators.parquet").to_pylist()
+    assert moved <= {row["fault_id"] for row in coordinators}
+    assert all(faults[row["fault_id"]]["target"] == row["coordinator"] for row in coordinators)
+    assert all(row["elected_ms"] > 0 and row["consumed_all_ms"] is not None for row in coordinators)
+    assert ("The consumer group's coordinator, ms after a fault on its broker" in out) == bool(coordinators)
+    # per fault against the offered load: the knee, the fraction, the load's latency before it (from produced/)
+    per_fault = [f for f in pq.read_table(analysis / "faults.parquet").to_pylist() if f["source"] == "load"]
+    assert {f["fault_id"] for f in per_fault} == {1, 2}
+    assert all(f["knee_per_s"] == knee and 0 < f["knee_fraction"] < 1 for f in per_fault)
+    assert all(0 < f["baseline_latency_ms_p50"] <= f["baseline_latency_ms_p99"] for f in per_fault)
+    assert "every fault below it" in out
+    assert (analysis / "waits_vs_offered_load.png").stat().st_size > 10_000
+    assert "## Against the offered load" in report
