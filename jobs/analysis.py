@@ -447,53 +447,53 @@ def regressions(waits) -> list[dict]:
     linear combination of the intercept and the features kept before it (a fault's features are the
     same for all its partitions: six faults give at most six independent ones, and a singular design
     has no unique fit); coefficients with 95% intervals (the normal equations' standard errors,
-    Student's t). Spark makes one pass per source for the cross-products of the features and the
-    measures (`gram`); every fit is solved from them (`ols`)."""
-    from pyspark.sql import functions as F
+    Student's t). Spark makes one pass over every source for the cross-products of the features and the
+    measures and their ranges (`moments`); every fit is solved from them (`ols`)."""
+    import numpy as np
 
+    columns = [*FEATURES, *PER_PARTITION]
+    found = moments(waits.where(waits.touched & ~waits.recovery_censored).dropna(subset=columns), columns)
     out = []
     for source in [r["source"] for r in waits.select("source").distinct().collect()]:
-        rows = waits.where(waits.touched & (waits.source == source) & ~waits.recovery_censored).dropna(
-            subset=[*PER_PARTITION, *FEATURES]).select(*PER_PARTITION, *FEATURES).cache()
-        try:
-            spread = rows.agg(F.count(F.lit(1)).alias("n"),
-                              *(F.countDistinct(c).alias(c) for c in [*PER_PARTITION, *FEATURES])).head()
-            varying = [f for f in FEATURES if spread[f] > 1]
-            g = gram(rows, [*varying, *PER_PARTITION]) if spread["n"] else None
-            features = independent(varying, g[:len(varying) + 1, :len(varying) + 1]) if varying and g is not None \
-                else []
-        finally:
-            rows.unpersist()
-        n = spread["n"]
-        for i, measure in enumerate(PER_PARTITION):
+        n, varies, g = found.get(source, (0, dict.fromkeys(columns, False), None))
+        varying = [f for f in FEATURES if varies[f]]
+        at = [0, *(1 + columns.index(f) for f in varying)]
+        features = independent(varying, g[np.ix_(at, at)]) if varying else []
+        for measure in PER_PARTITION:
             base = {"source": source, "measure": measure, "n": n,
                     "dropped": [f for f in varying if f not in features]}
-            if not features or n < len(features) + 2 or spread[measure] < 2:
+            if not features or n < len(features) + 2 or not varies[measure]:
                 out.append({**base, "intercept": None, "r2": None, "coefficients": {},
                             "skipped": f"{n} partitions, {len(features)} independent features, "
-                                       f"{'a constant' if spread[measure] < 2 else 'a varying'} {measure}"})
+                                       f"{'a varying' if varies[measure] else 'a constant'} {measure}"})
                 continue
-            x = [1 + varying.index(f) for f in features]
-            intercept, coefficients, errors, r2 = ols(g, x, 1 + len(varying) + i)
+            intercept, coefficients, errors, r2 = ols(g, [1 + columns.index(f) for f in features],
+                                                      1 + columns.index(measure))
             t = t_quantile(n - len(features) - 1)
             out.append({**base, "intercept": intercept, "r2": r2, "skipped": None, "coefficients": {
                 f: interval(c, e, t) for f, c, e in zip(features, coefficients, errors)}})
     return out
 
 
-def gram(rows, columns: list[str]):
-    """The design's Gram matrix (an intercept column first, then `columns`), in one pass over the rows."""
+def moments(rows, columns: list[str]) -> dict:
+    """Per source, in one pass over `rows`: (their count, whether each column varies among them, their
+    Gram matrix with an intercept column first, then `columns`)."""
     import numpy as np
     from pyspark.sql import functions as F
 
     cols = [F.lit(1.0), *(F.col(c).cast("double") for c in columns)]
     k = len(cols)
-    sums = rows.agg(*(F.sum(cols[i] * cols[j]).alias(f"g{i}_{j}") for i in range(k) for j in range(i, k))).head()
-    g = np.zeros((k, k))
-    for i in range(k):
-        for j in range(i, k):
-            g[i, j] = g[j, i] = sums[f"g{i}_{j}"]
-    return g
+    aggs = [F.count(F.lit(1)).alias("n"), *(F.min(c).alias(f"lo_{c}") for c in columns),
+            *(F.max(c).alias(f"hi_{c}") for c in columns),
+            *(F.sum(cols[i] * cols[j]).alias(f"g{i}_{j}") for i in range(k) for j in range(i, k))]
+    found = {}
+    for row in rows.groupBy("source").agg(*aggs).collect():
+        g = np.zeros((k, k))
+        for i in range(k):
+            for j in range(i, k):
+                g[i, j] = g[j, i] = row[f"g{i}_{j}"]
+        found[row["source"]] = (row["n"], {c: row[f"hi_{c}"] > row[f"lo_{c}"] for c in columns}, g)
+    return found
 
 
 def analyse(spark, paths: list[str | Path], out: str | Path,
