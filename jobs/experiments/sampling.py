@@ -98,8 +98,16 @@ class Sampler:
             inbox_depth=status.get("inbox_depth", 0), sender_queue_depths=status.get("sender_queue_depths", {}),
             brokers_alive=len(live), controller_id=controller_id, controller_epoch=self.controller[1],
             rss_mb=self._resident_memory(stats, controller_id, status))])
+        self.sample_states(live, ts)
+
+    def sample_states(self, live: list[int] | None = None, ts: float | None = None) -> None:
+        """ZooKeeper's partition states now (the Scheduler takes one just before a fault on a broker: a
+        leadership the auto rebalance moved back since the last sample, the coordinator's among them, is
+        the fault's to take; a killed broker's own record of it can be lost with it)."""
+        live = self.zk.get_all_broker_ids() if live is None else live
         self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(
-            ts_ms=ts, live_brokers=live, partitions=zk_leaderships(self.zk, zk_assignments(self.zk, self._idle)))])
+            ts_ms=now_ms() if ts is None else ts, live_brokers=live,
+            partitions=zk_leaderships(self.zk, zk_assignments(self.zk, self._idle)))])
 
     def _resident_memory(self, load_stats: list[dict], controller_id: int | None, status: dict) -> dict[str, float]:
         """MB per actor: the brokers that answer at once, the active controller, the load actors."""

@@ -6,6 +6,7 @@ another in a thread of their own. Each fault and action is recorded as it ends (
 actions.jsonl)."""
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -35,6 +36,8 @@ from jobs.experiments.sampling import Sampler
 from jobs.experiments.settling import Settling
 from jobs.measures import rundir
 from jobs.measures.rundir import FaultKind, FaultRecord
+
+log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 5.0
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
@@ -278,6 +281,11 @@ class Scheduler:
             self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
                           + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else "")
                           + (RAY_REPORTS_FOLLOW if spec.fault in KILLING_FAULTS and not self._reports_quiet else ""))
+            if target is not None:
+                try:
+                    self.sampler.sample_states()
+                except Exception as e:  # ZooKeeper unavailable for a moment: the last sample stands
+                    log.debug("No sample before fault %d: %s", fault_id, e)
             record.injected_ms = now_ms()
             self._last_injected = time.monotonic()  # the run's start until a fault is injected
             self._injected.add(fault_id)

@@ -3,10 +3,9 @@ the brokers' events (broker_events.jsonl), the members' commits and the group's 
 
 A fault strikes the coordinator when its target led the group's partition of __consumer_offsets just
 before it: the newest leader epoch of that partition seen before the fault, in the last ZooKeeper
-sample (once a second) or in a broker's LeaderAndIsr event (a leadership that moved back less than a
-sample before the fault, as the auto leader rebalance moves it, is seen there). A fault on the active
-controller alone leaves the coordinator in place, and is not one. Its steps, each the first seen after
-the fault and within the horizon:
+sample (once a second, and one just before each fault on a broker) or in a broker's LeaderAndIsr
+event. A fault on the active controller alone leaves the coordinator in place, and is not one. Its
+steps, each the first seen after the fault and within the horizon:
 
     elected_ms          another broker applies a LeaderAndIsr leading that partition (the controller's part)
     loaded_ms           the new coordinator has loaded the partition's groups

@@ -15,6 +15,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -33,7 +34,11 @@ RAY = str(Path(sys.executable).parent / "ray")
 
 
 def ray_cli(env: dict, *argv: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([RAY, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    """The `ray` command; how long it took is printed (shown with a failure)."""
+    began = time.monotonic()
+    done = subprocess.run([RAY, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    print(f"ray {argv[0]}: exit {done.returncode} after {time.monotonic() - began:.1f} s")
+    return done
 
 
 def autoscaler_log(hosts: Hosts) -> str:
@@ -66,6 +71,7 @@ def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, mo
                             "/root/kray/experiments/sweep-hosts.yaml", "--runs-dir", "/root/runs",
                             "--executor-memory", "500m", f"--java-options={QUICK_JVM}", timeout=900)
         out = submitted.stdout
+        print(out)  # the job's steps with their times
         assert submitted.returncode == 0, out[-3000:] + submitted.stderr[-3000:] + autoscaler_log(hosts)
         assert "3 nodes (10.79.0.11, 10.79.0.12, 10.79.0.13)" in out  # the job joined the cluster `ray up` made
         down_dir = tmp_path / "runs"
