@@ -1,5 +1,6 @@
 """Chaos experiments end to end (real ZooKeeper, real Ray): faults under acks=all load, every
-invariant checked on the run directory. The short one runs by default; the long one is marked slow."""
+invariant checked on the run directory. The short one and Jepsen's schedule with Kafka's safe settings run by
+default; the others are marked slow (`-m slow`), each saying which tests of the default run show its parts."""
 from __future__ import annotations
 
 import json
@@ -201,6 +202,9 @@ def test_power_losses_with_leaders_killed_at_the_victims_return_lose_nothing(env
     assert summary.acked > 1000
 
 
+@pytest.mark.slow  # about 31 s; in the default run test_replication.py (a corrupted segment recovered and refilled
+# from the leader) and test_power_loss.py (a follower that lost its log) show the recovery, tests/unit/test_disk_faults.py
+# the damage each fault does
 def test_disk_faults_lose_no_acknowledged_record(environment, tmp_path):
     """A follower's log tail corrupted, torn, and cut back to its recovery point (a power loss), each
     while the broker is down: it recovers by truncating and fetches the rest again from the leaders."""
@@ -262,6 +266,8 @@ def flaky_zookeeper_keeps_every_invariant_and_every_session(experiment: Experime
     assert summary.acked > 1000 and check_main([str(run_dir)]) == 0
 
 
+@pytest.mark.slow  # about 31 s; in the default run test_connection_loss.py (a lost connection, an expired session),
+# test_admin_api.py and test_controller_flows.py (each admin action) show its parts
 def test_flaky_zookeeper_with_admin_actions_loses_no_event_and_no_session(environment, tmp_path):
     """experiments/flaky-zookeeper.yaml's shape, shortened to 20 s of drops with every kind of admin
     action among them (the file itself: the slow test below)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kafka.protocol.consumer import FetchRequest
@@ -121,9 +122,11 @@ class SharedClusters:
             raise
 
     def close(self, key: tuple | None = None) -> None:
-        for k in [key] if key is not None else list(self.clusters):
-            cluster, zk, _ = self.clusters.pop(k)
-            cluster.stop(delete_logs=True)
+        """Stop the cluster of `key`, or every one (at once: the module's last test waits for them all)."""
+        ended = [self.clusters.pop(k) for k in ([key] if key is not None else list(self.clusters))]
+        with ThreadPoolExecutor(max(1, len(ended)), thread_name_prefix="stop-cluster") as pool:
+            list(pool.map(lambda c: c[0].stop(delete_logs=True), ended))
+        for _, zk, _ in ended:
             zk.close()
 
 
