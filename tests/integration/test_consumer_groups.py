@@ -75,8 +75,11 @@ class Member(threading.Thread):
         finally:
             self.close()
 
-    def stop(self) -> None:
+    def begin_stop(self) -> None:
         self.stopping.set()
+
+    def stop(self) -> None:
+        self.begin_stop()
         self.join(30)
 
 
@@ -142,6 +145,15 @@ class ConfluentMember(Member):
         return sorted(self.assigned)
 
 
+def stop_all(members: list[Member]) -> None:
+    """Every member told to stop first, then each waited for: one by one, each leave started a rebalance
+    the next member finished before it could stop."""
+    for m in members:
+        m.begin_stop()
+    for m in members:
+        m.stop()
+
+
 def wait_for(members: list[Member], done, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -186,8 +198,7 @@ def share_leave_join_resume(member: Callable[[str, Counter], Member], produce: C
         assert set(seen) == set(sent + more)
         time.sleep(commit_interval_s)
     finally:
-        for m in members:
-            m.stop()
+        stop_all(members)
     last = produce(10, 70)
     seen = Counter()
     members = [member(f"again{i}", seen) for i in range(3)]
@@ -196,8 +207,7 @@ def share_leave_join_resume(member: Callable[[str, Counter], Member], produce: C
         # a partition is read in order from the committed offset: a record before `last` would have come first
         assert set(seen) == set(last)
     finally:
-        for m in members:
-            m.stop()
+        stop_all(members)
     return sent + more + last
 
 
@@ -271,8 +281,11 @@ class ProcessMember(Member):
     def partitions(self) -> list[int]:
         return sorted(self.assigned)
 
-    def stop(self) -> None:
+    def begin_stop(self) -> None:
         self.process.terminate()
+
+    def stop(self) -> None:
+        self.begin_stop()
         self.process.wait(30)
         self.join(30)
 
@@ -366,8 +379,7 @@ def test_kray_consumer_groups_lists_describes_resets_and_deletes(cluster, tmp_pa
         assert refused.returncode == 1 and "inactive, but the current state is Stable" in refused.stderr
         assert kray("--delete", "--group", "g-tool").returncode == 1
     finally:
-        for m in members:
-            m.stop()
+        stop_all(members)
     dry = kray("--reset-offsets", "--group", "g-tool", "--topic", f"{TOPIC}:0,1", "--shift-by", "-4")
     assert "No action will be performed" in dry.stdout and dry.stdout.strip().splitlines()[-2:] == [
         "g-tool orders 0         6", "g-tool orders 1         6"]
