@@ -55,8 +55,9 @@ def on_node(node_id: str, fn, *args):
 
 
 def send_signal(pid: int, node_id: str, signum: int) -> float:
-    """Signal a process on its own node; the wall-clock ms just before the signal went out there (the task
-    that sends it to another node may take seconds to start: a kill on a host of its own went out 6 s late)."""
+    """Signal a process on its own node; the wall-clock ms just before the signal went out there, by that
+    node's clock (the task that sends it to another node may take seconds to start: a kill on a host of
+    its own went out 6 s after the driver's clock said)."""
     return on_node(node_id, _signal, pid, signum)
 
 

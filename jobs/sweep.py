@@ -230,9 +230,8 @@ def flushed(line: str) -> None:
 
 
 def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = None,
-              progress: Callable[[str], None] = flushed, session=None):
-    """Run every experiment, then the analysis; (the sweep's directory, the Analysis). `session`: a
-    SparkSession already up to analyse with (the tests share one per run) instead of starting one."""
+              progress: Callable[[str], None] = flushed):
+    """Run every experiment, then the analysis; (the sweep's directory, the Analysis)."""
     from jobs.analysis import analyse
     from jobs.experiments.local import embedded_zookeeper_and_ray
     from jobs.experiments.runner import run_experiment
@@ -249,8 +248,6 @@ def run_sweep(sweep: Sweep, runs_dir: str | Path, spark: SparkSettings | None = 
     with embedded_zookeeper_and_ray(step) as env, contextlib.ExitStack() as stack:
         spark_session: Future = Future()
         starting: list[threading.Thread] = []
-        if session is not None:
-            spark_session.set_result(session)
 
         def start_spark() -> None:  # in the background: the last run converges, is read back and checked meanwhile
             if not starting and not spark_session.done():

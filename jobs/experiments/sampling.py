@@ -1,6 +1,6 @@
 """What the run samples while it goes, every sample_interval_s in a thread of its own: the load's
 figures, the controller's queues, every actor's memory (load.jsonl) and ZooKeeper's partition states
-(partition_states.jsonl; not an idle topic's: at 100,000 partitions a sample would take a second of ZooKeeper
+(partition_states.jsonl, also just before each fault on a broker; not an idle topic's: at 100,000 partitions a sample would take a second of ZooKeeper
 reads and megabytes). The faults, the actions and the actors' own records reach the run directory
 from where they happen; the last sample's figures make the progress line."""
 from __future__ import annotations
@@ -98,16 +98,18 @@ class Sampler:
             inbox_depth=status.get("inbox_depth", 0), sender_queue_depths=status.get("sender_queue_depths", {}),
             brokers_alive=len(live), controller_id=controller_id, controller_epoch=self.controller[1],
             rss_mb=self._resident_memory(stats, controller_id, status))])
-        self.sample_states(live, ts)
+        self.sample_states(live)
 
-    def sample_states(self, live: list[int] | None = None, ts: float | None = None) -> None:
-        """ZooKeeper's partition states now (the Scheduler takes one just before a fault on a broker: a
-        leadership the auto rebalance moved back since the last sample, the coordinator's among them, is
-        the fault's to take; a killed broker's own record of it can be lost with it)."""
+    def sample_states(self, live: list[int] | None = None) -> None:
+        """ZooKeeper's partition states, dated when the reads end: a sample dated before a fault read the
+        state before it (a periodic sample's actor calls can take seconds). The Scheduler takes one just
+        before a fault on a broker: a leadership the auto rebalance moved back since the last sample, the
+        coordinator's among them, is the fault's to take, and a killed broker's own record of it can be lost
+        with it."""
         live = self.zk.get_all_broker_ids() if live is None else live
-        self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(
-            ts_ms=now_ms() if ts is None else ts, live_brokers=live,
-            partitions=zk_leaderships(self.zk, zk_assignments(self.zk, self._idle)))])
+        partitions = zk_leaderships(self.zk, zk_assignments(self.zk, self._idle))
+        self.writer.write(rundir.PARTITION_STATES, [rundir.StateSample(ts_ms=now_ms(), live_brokers=live,
+                                                                        partitions=partitions)])
 
     def _resident_memory(self, load_stats: list[dict], controller_id: int | None, status: dict) -> dict[str, float]:
         """MB per actor: the brokers that answer at once, the active controller, the load actors."""

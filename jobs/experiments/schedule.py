@@ -40,6 +40,7 @@ from jobs.measures.rundir import FaultKind, FaultRecord
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 5.0
+PRE_FAULT_SAMPLE_S = 0.5  # how long a fault waits for ZooKeeper's states to be sampled before it
 _TIMED = {FaultKind.KILL_BROKER, FaultKind.CONTROLLED_SHUTDOWN, FaultKind.PAUSE_BROKER, FaultKind.PAUSE_CONTROLLER,
           FaultKind.ZK_RESTART, FaultKind.FAIL_LOG_DIR, FaultKind.FLAKY_ZOOKEEPER, *LINK_FAULTS, *DISK_FAULTS,
           *HOST_FAULTS}
@@ -281,11 +282,8 @@ class Scheduler:
             self.progress(f"Fault {fault_id}: {spec.fault.value}" + (f" {target}" if target is not None else "")
                           + (f" for {spec.seconds:g} s" if spec.fault in _TIMED else "")
                           + (RAY_REPORTS_FOLLOW if spec.fault in KILLING_FAULTS and not self._reports_quiet else ""))
-            if target is not None:
-                try:
-                    self.sampler.sample_states()
-                except Exception as e:  # ZooKeeper unavailable for a moment: the last sample stands
-                    log.debug("No sample before fault %d: %s", fault_id, e)
+            if target is not None and not spec.at_return:  # (one at a return waits for nothing)
+                self._sample_before(fault_id)
             record.injected_ms = now_ms()
             self._last_injected = time.monotonic()  # the run's start until a fault is injected
             self._injected.add(fault_id)
@@ -300,6 +298,19 @@ class Scheduler:
                 self._taken_down_changed.notify_all()
         self.writer.write(rundir.FAULTS, [record])
         self.faults_done += 1
+
+    def _sample_before(self, fault_id: int) -> None:
+        """ZooKeeper's partition states just before a fault, waited for PRE_FAULT_SAMPLE_S at most: ZooKeeper
+        out of reach (a zk-restart, a host cut from the ensemble) delays the sample, not the fault; a sample
+        that ends after the fault is dated after it."""
+        def sample() -> None:
+            try:
+                self.sampler.sample_states()
+            except Exception as e:
+                log.warning("No ZooKeeper sample before fault %d: %s", fault_id, e)
+        thread = threading.Thread(target=sample, name=f"sample-before-{fault_id}", daemon=True)
+        thread.start()
+        thread.join(PRE_FAULT_SAMPLE_S)
 
     def _act(self, spec: FaultSpec, target: int | None, record: FaultRecord) -> None:
         chaos, kind = self.chaos, spec.fault

@@ -20,7 +20,8 @@ a directory of Parquet parts), a pydantic model per line, and a summary.
                                            (GroupCommit)
                  /controller_events.jsonl  every controller event: queue wait, processing time (ControllerEventRecord)
                  /controller_requests.jsonl a broker accepting a controller epoch for the first time (ControllerRequestRecord)
-                 /partition_states.jsonl   periodic ZooKeeper snapshots: live brokers, leader/epoch/ISR (StateSample)
+                 /partition_states.jsonl   ZooKeeper snapshots, periodic and before each fault on a broker: live
+                                           brokers, leader/epoch/ISR (StateSample)
                  /final_state.json         ZooKeeper and every broker's cache after the faults stopped (FinalState)
                  /copies.jsonl             the producer its leader stored with each copy of a record read back at
                                            more than one offset (RecordCopy)

@@ -1,6 +1,6 @@
 """Chaos experiments end to end (real ZooKeeper, real Ray): faults under acks=all load, every
 invariant checked on the run directory. The short one and Jepsen's schedule with Kafka's safe settings run by
-default; the others are marked slow (`-m slow`), each saying which tests of the default run show its parts."""
+default; the others are marked slow (`-m slow`), some saying which tests of the default run show their parts."""
 from __future__ import annotations
 
 import json

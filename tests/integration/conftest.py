@@ -124,10 +124,12 @@ class SharedClusters:
     def close(self, key: tuple | None = None) -> None:
         """Stop the cluster of `key`, or every one (at once: the module's last test waits for them all)."""
         ended = [self.clusters.pop(k) for k in ([key] if key is not None else list(self.clusters))]
-        with ThreadPoolExecutor(max(1, len(ended)), thread_name_prefix="stop-cluster") as pool:
-            list(pool.map(lambda c: c[0].stop(delete_logs=True), ended))
-        for _, zk, _ in ended:
-            zk.close()
+        try:
+            with ThreadPoolExecutor(max(1, len(ended)), thread_name_prefix="stop-cluster") as pool:
+                list(pool.map(lambda c: c[0].stop(delete_logs=True), ended))
+        finally:
+            for _, zk, _ in ended:
+                zk.close()
 
 
 def put_back(cluster: LocalCluster, zk: KrayZkClient, timeout: float = 60.0) -> None:
