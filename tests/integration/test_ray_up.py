@@ -42,9 +42,12 @@ def ray_cli(env: dict, *argv: str, timeout: float) -> subprocess.CompletedProces
 
 
 def autoscaler_log(hosts: Hosts) -> str:
-    """The tail of the head's autoscaler logs, which say why a worker did not start."""
-    logs = hosts.layout.tmp(hosts.layout.hosts[0]) / "ray" / "session_latest" / "logs"
-    return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in sorted(logs.glob("monitor*")))
+    """The tail of the head's autoscaler logs, which say why a worker did not start (found by their session's
+    name: session_latest points into the head's own /tmp, a path this namespace does not have)."""
+    sessions = sorted((hosts.layout.tmp(hosts.layout.hosts[0]) / "ray").glob("session_2*"))
+    logs = sorted(sessions[-1].glob("logs/monitor*")) if sessions else []
+    return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-6000:]}" for p in logs) or \
+        "\n(no autoscaler log found on the head)"
 
 
 def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, monkeypatch):
