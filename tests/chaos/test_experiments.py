@@ -1,6 +1,6 @@
 """Chaos experiments end to end (real ZooKeeper, real Ray): faults under acks=all load, every
-invariant checked on the run directory. The short one and Jepsen's schedule with Kafka's safe settings run by
-default; the others are marked slow (`-m slow`), some saying which tests of the default run show their parts."""
+invariant checked on the run directory. The short one runs by default; the others are marked slow (`-m slow`),
+some saying which tests of the default run show their parts."""
 from __future__ import annotations
 
 import json
@@ -149,6 +149,10 @@ def test_jepsens_kafka_loss_is_reproduced_with_unclean_election_and_caught_by_th
     assert line.split()[1] == str(lost) and "orders-0" in line  # the count, and an example record
 
 
+@pytest.mark.slow  # about 29 s; in the default run test_replication.py and test_kafka_clients.py (writes refused below
+# min.insync.replicas), test_controller_flows.py (a partition offline while its last ISR member is dead),
+# test_detector.py (a restarted broker registered again) and tests/unit/test_network.py (no answer before the first
+# UpdateMetadata) show its parts
 def test_jepsens_schedule_with_kafkas_safe_settings_loses_nothing(environment, tmp_path):
     """Writes are refused while the leader is alone in its ISR and the partition is offline while it is
     dead; it returns where it was (its listeners' ports), answers clients only once the controller has
