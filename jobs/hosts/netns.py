@@ -240,9 +240,14 @@ class Hosts:
         authorized.write_text(self.layout.client_key.with_suffix(".pub").read_text())
         authorized.chmod(0o600)
         for source, target in ((self.layout.host_key, home / HOST_KEY), (self.layout.ray_token, home / RAY_TOKEN)):
+            if target.exists():  # a host's files outlive its power loss, as a disk does: a token `ray up` put there too
+                continue
             target.parent.mkdir(exist_ok=True, mode=0o700)
             shutil.copyfile(source, target)
             target.chmod(0o600)
+            # dated 1970: rsync's quick check (size, and mtime to the second) would take a user's token of the same
+            # size written in the same second for this one, and `ray up`'s file mount of it would skip this host
+            os.utime(target, (0, 0))
         self.write_bashrc(host)
         (home / ".profile").write_text(". ~/.bashrc\n")
         needed = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO]

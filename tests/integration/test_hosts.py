@@ -16,6 +16,7 @@ import pytest
 import ray
 
 from jobs.cli import main
+from jobs.hosts.layout import RAY_TOKEN
 from jobs.hosts.netns import Hosts
 
 PREFIX, SUBNET = "krt", "10.78.0.0/24"
@@ -89,12 +90,18 @@ def test_up_again_makes_only_what_is_missing_and_a_powered_off_host_comes_back(k
             and time.monotonic() < deadline:  # setsid's child execs sleep a moment later
         time.sleep(0.05)
     assert len(sleeping) == 1
+    # the hosts' Ray token in each home, dated 1970 so that rsync never takes a user's token for it; a token that
+    # `ray up` put in its place outlives the host's power loss, as a machine's disk does
+    token = first.layout.home(h2) / RAY_TOKEN
+    assert token.read_text() == first.layout.ray_token.read_text() and token.stat().st_mtime == 0
+    token.write_text("the user's token")
     first.power_off(h2)
     assert ns_pids(h2.name) == [] and not Path(f"/proc/{sleeping[0]}").exists()  # every process of it at once
     assert kray(capsys, "hosts", "up", "3", "--prefix", PREFIX, "--subnet", SUBNET)[0] == 0  # grown by one
     again = Hosts.started()
     assert again.init_pids[h1.name] == first.init_pids[h1.name]  # untouched
     assert again.init_pids[h2.name] != first.init_pids[h2.name]  # started again
+    assert token.read_text() == "the user's token"
     assert again.run(again.layout.hosts[2], ["hostname"], capture_output=True, text=True).stdout.strip() == "krt-h3"
     code, _, err = kray(capsys, "hosts", "up", "2", "--prefix", PREFIX, "--subnet", SUBNET)
     assert code == 1 and err == "Error: KrayError: 3 hosts are up: `kray hosts down` first to have 2\n"

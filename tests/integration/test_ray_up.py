@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from jobs.hosts.layout import HostsLayout
+from jobs.hosts.layout import RAY_TOKEN, HostsLayout
 from jobs.hosts.netns import Hosts
 from jobs.measures import rundir
 from jobs.measures.phases import CONTROLLER_PHASES
@@ -77,6 +77,8 @@ def test_ray_up_submit_rsync_down_and_down_on_hosts_of_this_machine(tmp_path, mo
         print(out)  # the job's steps with their times, shown with a failure
         assert submitted.returncode == 0, submitted.stderr[-3000:] + autoscaler_log(hosts)
         assert "3 nodes (10.79.0.11, 10.79.0.12, 10.79.0.13)" in out  # the job joined the cluster `ray up` made
+        # the user's token reached every node as a file mount (over the hosts' own, which would serve as well)
+        assert {(hosts.layout.home(h) / RAY_TOKEN).read_text() for h in hosts.layout.hosts} == {token.read_text()}
         down_dir = tmp_path / "runs"
         assert ray_cli(env, "rsync-down", str(cluster_yaml), "/root/runs/", str(down_dir), timeout=300).returncode == 0
         [sweep_dir] = [p for p in down_dir.iterdir() if p.is_dir()]
