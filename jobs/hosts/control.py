@@ -5,7 +5,7 @@ A host cannot make them: it sees neither the other hosts' processes nor their na
 hosts up` starts a control agent in this (the root) namespace, on the bridge's address, which no
 partition cuts: a driver on a host (an experiment's, `kray chaos` run there) asks it, as a test
 harness asks a cloud's API to stop a machine. One JSON line a request, one a reply, each request
-carrying the hosts' Ray token (in every host's home); requests run one at a time. Run here as root,
+carrying the hosts' control token (in every host's home); requests run one at a time. Run here as root,
 `HostsControl.find()` makes the faults itself, with the same code.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from coordination.errors import KrayError
 from jobs.hosts import shapes
-from jobs.hosts.layout import CONTROL_ENV, CONTROL_PORT, RAY_TOKEN, HostsLayout
+from jobs.hosts.layout import CONTROL_ENV, CONTROL_PORT, CONTROL_TOKEN, HostsLayout
 from jobs.hosts.shapes import HostShape
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class HostsControl:
         if address:
             try:
                 host, port = address.rsplit(":", 1)
-                agent, token = (host, int(port)), (Path.home() / RAY_TOKEN).read_text().strip()
+                agent, token = (host, int(port)), (Path.home() / CONTROL_TOKEN).read_text().strip()
             except (ValueError, OSError) as e:
                 raise KrayError(f"{CONTROL_ENV}={address}: no agent to ask ({e})") from None
             return cls(lambda request: _ask(agent, request.model_copy(update={"token": token})))
@@ -197,7 +197,7 @@ def main() -> None:
     hosts = Hosts.started()
     if hosts is None:
         raise SystemExit("no hosts are up (kray hosts up)")
-    serve(hosts.layout, hosts.layout.ray_token.read_text().strip())
+    serve(hosts.layout, hosts.layout.control_token.read_text().strip())
 
 
 if __name__ == "__main__":

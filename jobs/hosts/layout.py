@@ -25,6 +25,9 @@ MAX_HOSTS = 200  # the addresses .11 to .210 of the /24
 SSHD = "/usr/sbin/sshd"
 HOST_KEY = Path(".ssh/host_key")  # in the host's home
 RAY_TOKEN = Path(".ray/auth_token")  # in the host's home: where Ray looks for its authentication token
+# in the host's home, the token a host's requests to the control agent carry: its own, not Ray's, which
+# `ray up` replaces with the user's
+CONTROL_TOKEN = Path(".kray/hosts_control_token")
 CONTROL_PORT = 7707  # the hosts' control agent's, on the bridge's address (jobs.hosts.control)
 CONTROL_ENV = "KRAY_HOSTS_CONTROL"  # where a host finds it
 POWER_LOSS_LOGS = ("kept", "unflushed", "lost")  # what a host's power loss may leave of its broker's logs
@@ -89,6 +92,10 @@ class HostsLayout(BaseModel, frozen=True):
     @property
     def ray_token(self) -> Path:
         return self.directory / "ssh" / "ray_auth_token"
+
+    @property
+    def control_token(self) -> Path:
+        return self.directory / "ssh" / "control_token"
 
     @property
     def etc_hosts(self) -> Path:

@@ -31,6 +31,7 @@ from jobs.experiments import local
 from jobs.hosts import shapes
 from jobs.hosts.layout import (
     CONTROL_PORT,
+    CONTROL_TOKEN,
     HOST_KEY,
     RAY_TOKEN,
     SSHD,
@@ -213,15 +214,17 @@ class Hosts:
             self.save()
 
     def _keys(self) -> None:
-        """SSH's client and host keys, and the token of Ray's authentication on the hosts (a Ray
-        without it would run anyone's tasks as root: every user of this machine reaches the bridge)."""
+        """SSH's client and host keys, the token of Ray's authentication on the hosts (a Ray without it
+        would run anyone's tasks as root: every user of this machine reaches the bridge) and the control
+        agent's token."""
         for key in (self.layout.client_key, self.layout.host_key):
             if not key.exists():
                 key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"kray hosts {key.name}", "-f", str(key)])
-        if not self.layout.ray_token.exists():
-            self.layout.ray_token.touch(mode=0o600)
-            self.layout.ray_token.write_text(secrets.token_hex(32))
+        for token in (self.layout.ray_token, self.layout.control_token):
+            if not token.exists():
+                token.touch(mode=0o600)
+                token.write_text(secrets.token_hex(32))
 
     def write_bashrc(self, host: Host) -> None:
         """The host's ~/.bashrc (layout.bashrc), naming the ensemble once a `--cluster` has one."""
@@ -239,7 +242,8 @@ class Hosts:
         authorized = home / ".ssh" / "authorized_keys"
         authorized.write_text(self.layout.client_key.with_suffix(".pub").read_text())
         authorized.chmod(0o600)
-        for source, target in ((self.layout.host_key, home / HOST_KEY), (self.layout.ray_token, home / RAY_TOKEN)):
+        for source, target in ((self.layout.host_key, home / HOST_KEY), (self.layout.ray_token, home / RAY_TOKEN),
+                               (self.layout.control_token, home / CONTROL_TOKEN)):
             if target.exists():  # a host's files outlive its power loss, as a disk does: a token `ray up` put there too
                 continue
             target.parent.mkdir(exist_ok=True, mode=0o700)

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from jobs.cli import main
-from jobs.hosts.layout import CONTROL_PORT, enter_command
+from jobs.hosts.layout import CONTROL_PORT, RAY_TOKEN, enter_command
 from jobs.hosts.netns import Hosts, real_home
 from tests.integration.test_hosts import kray, kray_home  # noqa: F401 (a fixture)
 
@@ -139,6 +139,8 @@ def test_from_a_host_the_agent_cuts_hosts_and_powers_one_off_and_on_with_its_dis
 
     def on_h1(*argv: str):
         return five.run(h1, ["kray", "hosts", *argv], capture_output=True, text=True, timeout=120)
+    # h1's Ray token replaced, as `ray up`'s file mount of a user's token does: the agent's token is another
+    (five.layout.home(h1) / RAY_TOKEN).write_text("the user's Ray token")
     done = on_h1("partition", "cut", "h2", "h3")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "Partitioned: cut: krf-h2 drops krf-h3; krf-h3 drops krf-h2; `kray hosts heal` heals it\n"
