@@ -29,6 +29,10 @@ SESSION_TIMEOUT_MS = 3000
 # BrokerConfig that sets these keeps its values (the consumer group tests use Kafka's replication).
 TEST_GROUP_SETTINGS = {"offsets_topic_num_partitions": 5, "offsets_topic_replication_factor": 1,
                        "group_initial_rebalance_delay_ms": 0}
+# a controlled shutdown's retry and a killed candidate's replacement sooner than by default: the default
+# backoffs are for clusters of thousands of partitions under load, and each test that kills a controller
+# waited out the 5 s before its cluster was put back
+TEST_CONTROLLER_SETTINGS = {"controlled_shutdown_retry_backoff_ms": 200, "candidate_restart_backoff_ms": 1000}
 
 
 def with_test_group_settings(broker: BrokerConfig | None) -> BrokerConfig:
@@ -43,7 +47,7 @@ def start_cluster(zk_connect: str, broker_ids=(1, 2, 3), broker: BrokerConfig | 
     config = ClusterConfig(zk_connect=fresh_chroot(zk_connect, "kray-test"), namespace=f"test-{uuid.uuid4().hex[:8]}",
                            zk_session_timeout_ms=session_timeout_ms, broker=with_test_group_settings(broker),
                            link_faults_enable=link_faults,
-                           controller=ControllerConfig(controlled_shutdown_retry_backoff_ms=200, **controller))
+                           controller=ControllerConfig(**{**TEST_CONTROLLER_SETTINGS, **controller}))
     zk = KrayZkClient(config.zk_connect).start()
     cluster = LocalCluster(config, list(broker_ids)).start()
     cluster.wait_until_ready(zk)

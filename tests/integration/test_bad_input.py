@@ -12,6 +12,8 @@ from actors.clients.producer import Producer, ProducerError
 from coordination import admin, zkdata
 from coordination.errors import Errors, KrayError
 from coordination.zkdata import TopicPartition
+from jobs.experiments.chaos import Chaos
+from jobs.measures.rundir import FaultKind
 from tests.integration.conftest import (
     assert_as_found,
     caches_match_zookeeper,
@@ -159,3 +161,13 @@ def test_what_a_test_leaves_on_a_shared_cluster_is_put_back_or_named(new_cluster
         assert_as_found(cluster, zk, found, timeout=1)
     zk.kazoo.delete("/left-behind")
     assert_as_found(cluster, zk, found)
+
+
+def test_faulting_a_link_of_a_cluster_without_link_faults_is_refused(new_cluster):
+    cluster, zk = new_cluster()
+    try:
+        Chaos(cluster, zk).link_fault(FaultKind.CUT_BROKER_ZOOKEEPER, 1)
+    except ray.exceptions.RayTaskError as e:
+        assert "link_faults_enable" in str(e)
+    else:
+        raise AssertionError("a fault was set on a cluster without links")

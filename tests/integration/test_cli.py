@@ -71,11 +71,11 @@ def test_cluster_up_status_down(tmp_path, chroot_connect, ray_session):
     for bad, message in (("no.such.config=1", "--override: unknown server config 'no.such.config'"),
                          ("min.insync.replicas=zero", "--override min.insync.replicas: Input should be a valid integer"),
                          ("auto.leader.rebalance.enable", "--override expects key=value")):
-        refused = kray("cluster", "up", "--override", bad, home=tmp_path, zk=chroot_connect)
+        refused = kray_here("cluster", "up", "--override", bad, home=tmp_path, zk=chroot_connect)  # before any start
         assert refused.returncode == 1 and message in refused.stderr, refused.stderr
     # the auto leader rebalance off (as kafka-server-start --override): the preferred election below is the
     # test's, not the rebalance's when it happens to come first
-    up = kray("cluster", "up", "--brokers", "2", "--namespace", namespace, "--session-timeout-ms", "6000",
+    up = kray("cluster", "up", "--brokers", "2", "--namespace", namespace, "--session-timeout-ms", "3000",
               "--link-faults", "--override", "auto.leader.rebalance.enable=false", home=tmp_path, zk=chroot_connect)
     assert up.returncode == 0, up.stderr
     assert "2 brokers up" in up.stdout

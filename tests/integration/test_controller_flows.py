@@ -239,7 +239,8 @@ def bounce(cluster, zk, controller, broker_id: int) -> None:
 
 
 def test_preferred_replica_election_via_znode(new_cluster):
-    cluster, zk = new_cluster(auto_leader_rebalance_enable=False)  # the election must be the znode's
+    # the election must be the znode's; the broker settings are the dead-broker test's, to share its cluster
+    cluster, zk = new_cluster(broker=BrokerConfig(replica_lag_time_max_ms=300_000), auto_leader_rebalance_enable=False)
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, _, controller, preferred = controller_of(cluster, zk)
     moved = [tp for tp, s in zk_states(zk, "t").items() if s.leader == preferred]
@@ -250,6 +251,36 @@ def test_preferred_replica_election_via_znode(new_cluster):
                what="preferred leaders back")
     wait_until(lambda: zk.get(zkdata.PREFERRED_REPLICA_ELECTION) is None, what="znode removed")
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"))
+
+
+def test_a_broker_that_died_while_no_controller_was_active_leaves_the_isrs_at_failover(new_cluster):
+    """The new controller finds in ZooKeeper a broker that is not alive in ISRs and as a leader (it died
+    with the old controller, or before it could act). As Kafka's ReplicaStateMachine.startup, it moves
+    the broker's replicas Offline before any election: out of the ISRs, and a partition it led with no
+    other replica gets leader -1, its ISR kept (the leaders' replica.lag.time.max.ms, far longer than
+    the test here, is not what takes it out)."""
+    cluster, zk = new_cluster(broker=BrokerConfig(replica_lag_time_max_ms=300_000), auto_leader_rebalance_enable=False)
+    create_topic_and_wait(cluster, zk, "t", 6, 3)
+    controller = controller_of(cluster, zk)
+    victim = controller.other_broker
+    zk.kazoo.create(zkdata.topic_path("single"), zkdata.TopicZNode.from_assignment({0: [victim]}, None).encode())
+    wait_until(lambda: zk_states(zk, "single").get(TopicPartition("single", 0)), what="single's partition")
+    cluster.kill_broker(victim)
+    wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values())
+               and zk_states(zk, "single")[TopicPartition("single", 0)].leader == -1, what="ISR shrink")
+    for topic, update in (("t", lambda s: {"isr": s.isr + [victim]}),  # as if no controller had seen the death
+                          ("single", lambda s: {"leader": victim})):
+        for tp, s in zk_states(zk, topic).items():
+            zk.kazoo.set(zkdata.partition_state_path(tp), s.model_copy(update=update(s)).encode(),
+                         version=zk.get(zkdata.partition_state_path(tp))[1].version)
+    cluster.kill_controller(controller.id)
+    cluster.wait_for_controller(zk, min_epoch=controller.epoch + 1, timeout=60)
+    wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values()), timeout=20,
+               what="the new controller to take the dead broker out of the ISRs")
+    wait_until(lambda: zk_states(zk, "single")[TopicPartition("single", 0)].leader == -1, timeout=20,
+               what="the dead broker's only partition offline, with leader -1")
+    assert zk_states(zk, "single")[TopicPartition("single", 0)].isr == [victim]  # the last ISR member stays
+    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
 
 
 def test_auto_leader_rebalance(new_cluster):
@@ -483,34 +514,4 @@ def test_a_new_controller_builds_its_context_from_its_warm_standby_copy_and_acts
     wait_until(lambda: all(victim not in s.isr and s.leader != victim for s in zk_states(zk, "t").values()),
                what="the dead broker's leaderships moved and its replicas out of every ISR")
     assert all(s.leader_epoch == before[tp].leader_epoch + 1 for tp, s in zk_states(zk, "t").items())
-    wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")
-
-
-def test_a_broker_that_died_while_no_controller_was_active_leaves_the_isrs_at_failover(new_cluster):
-    """The new controller finds in ZooKeeper a broker that is not alive in ISRs and as a leader (it died
-    with the old controller, or before it could act). As Kafka's ReplicaStateMachine.startup, it moves
-    the broker's replicas Offline before any election: out of the ISRs, and a partition it led with no
-    other replica gets leader -1, its ISR kept (the leaders' replica.lag.time.max.ms, far longer than
-    the test here, is not what takes it out)."""
-    cluster, zk = new_cluster(broker=BrokerConfig(replica_lag_time_max_ms=300_000))
-    create_topic_and_wait(cluster, zk, "t", 6, 3)
-    controller = controller_of(cluster, zk)
-    victim = controller.other_broker
-    zk.kazoo.create(zkdata.topic_path("single"), zkdata.TopicZNode.from_assignment({0: [victim]}, None).encode())
-    wait_until(lambda: zk_states(zk, "single").get(TopicPartition("single", 0)), what="single's partition")
-    cluster.kill_broker(victim)
-    wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values())
-               and zk_states(zk, "single")[TopicPartition("single", 0)].leader == -1, what="ISR shrink")
-    for topic, update in (("t", lambda s: {"isr": s.isr + [victim]}),  # as if no controller had seen the death
-                          ("single", lambda s: {"leader": victim})):
-        for tp, s in zk_states(zk, topic).items():
-            zk.kazoo.set(zkdata.partition_state_path(tp), s.model_copy(update=update(s)).encode(),
-                         version=zk.get(zkdata.partition_state_path(tp))[1].version)
-    cluster.kill_controller(controller.id)
-    cluster.wait_for_controller(zk, min_epoch=controller.epoch + 1, timeout=60)
-    wait_until(lambda: all(victim not in s.isr for s in zk_states(zk, "t").values()), timeout=20,
-               what="the new controller to take the dead broker out of the ISRs")
-    wait_until(lambda: zk_states(zk, "single")[TopicPartition("single", 0)].leader == -1, timeout=20,
-               what="the dead broker's only partition offline, with leader -1")
-    assert zk_states(zk, "single")[TopicPartition("single", 0)].isr == [victim]  # the last ISR member stays
     wait_until(lambda: caches_match_zookeeper(cluster, zk, "t"), what="caches to converge")

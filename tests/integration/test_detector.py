@@ -110,8 +110,8 @@ def test_a_killed_controller_is_replaced_before_its_session_expires(new_cluster)
     """The other candidates see the controller's actor die and remove its /controller at once; the
     killed candidate's broker starts a new one only after candidate_restart_backoff_ms, off the
     failover's cores (Ray does not restart it at once)."""
-    backoff_s = 3.0
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=int(backoff_s * 1000))
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    backoff_s = cluster.config.controller.candidate_restart_backoff_ms / 1000
     old_id, old_epoch = cluster.wait_until_ready(zk)
     old_pid = ray.get(cluster.controller_actor(old_id).status.remote())["pid"]
     killed = time.monotonic()

@@ -145,16 +145,6 @@ def test_zookeeper_connections_dropped_under_an_event_lose_no_event_no_session_a
     assert [s["failed_events"] for s in statuses.values()] == [0] * len(statuses)
 
 
-def test_faulting_a_link_of_a_cluster_without_link_faults_is_refused(new_cluster):
-    cluster, zk = new_cluster()
-    try:
-        Chaos(cluster, zk).link_fault(FaultKind.CUT_BROKER_ZOOKEEPER, 1)
-    except ray.exceptions.RayTaskError as e:
-        assert "link_faults_enable" in str(e)
-    else:
-        raise AssertionError("a fault was set on a cluster without links")
-
-
 def test_a_broker_the_controller_cannot_reach_hears_of_no_change_until_healed(new_cluster):
     """Only the controller's requests to broker N are cut (the RequestSender path): N keeps its
     session and its replication, but a topic created meanwhile reaches every other broker and not N;
@@ -217,9 +207,9 @@ def test_clients_cut_off_from_a_leader_wait_while_it_leads_and_replicates_and_ar
     record for a partition L follows is acknowledged with min.insync.replicas 3, so L fetched it;
     healed, the waiting record is acknowledged, once. Then slowed, not cut, L's clients wait the delay."""
     cluster, zk = new_cluster(link_faults=True, broker=BrokerConfig(replica_lag_time_max_ms=1500,
-                                                                      min_insync_replicas=3))
+                                                                      min_insync_replicas=2))
     chaos = Chaos(cluster, zk)
-    admin.create_topic(zk, "t", 3, 3)
+    admin.create_topic(zk, "t", 3, 3, {"min.insync.replicas": "3"})  # the module's clusters are shared by settings
     cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 3)
     states = zk_states(zk, "t")
     victim = states[TopicPartition("t", 0)].leader
@@ -252,7 +242,7 @@ def test_clients_cut_off_from_a_leader_wait_while_it_leads_and_replicates_and_ar
     poll(lambda: answered(followed[0]) == 2, timeout=30,
          what="the record for a partition the cut broker follows acknowledged")
     assert acked[followed[0]] == [0, 1]
-    producer.flush(3)  # the other waits behind the cut
+    producer.flush(1)  # the other waits behind the cut
     assert acked[led[0]] == [0] and len(producer) == 1
     cut = zk_states(zk, "t")[TopicPartition("t", led[0])]
     assert cut.leader == victim and len(cut.isr) == 3 and victim in zk.get_all_broker_ids()

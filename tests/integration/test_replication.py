@@ -30,11 +30,15 @@ from tests.integration.conftest import (
 
 FAST = BrokerConfig(min_insync_replicas=2, replica_lag_time_max_ms=2000, replica_fetch_wait_max_ms=200,
                     isr_change_propagation_interval_ms=200, replica_fetch_backoff_ms=200)
+# a follower paused for seconds stays in the ISR (Kafka's default lag, 30 s)
+PATIENT = FAST.model_copy(update={"replica_lag_time_max_ms": 30_000})
+# the topic's own min.insync.replicas where a test needs 1: the module's clusters are shared by their settings
+MIN_ISR_1 = {"min.insync.replicas": "1"}
 
 
-def one_partition_topic(cluster, zk, replication_factor: int = 3):
+def one_partition_topic(cluster, zk, replication_factor: int = 3, config: dict[str, str] | None = None):
     """Topic t with one partition, in every broker's cache; (its TopicPartition, its state in ZooKeeper)."""
-    admin.create_topic(zk, "t", 1, replication_factor)
+    admin.create_topic(zk, "t", 1, replication_factor, config)
     cluster.wait_for_metadata(lambda m: len(m["partitions"]) == 1)
     tp = TopicPartition("t", 0)
     return tp, zk_states(zk, "t")[tp]
@@ -148,9 +152,8 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
     and gets other records at the same offsets. The old leader, back, truncates its divergent records
     (by leader epoch, found within its fetch: KIP-320), catches up, and once it leads again serves
     exactly the new leader's log."""
-    cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1,
-                                                              "replica_lag_time_max_ms": 10_000}))
-    tp, state = one_partition_topic(cluster, zk)
+    cluster, zk = new_cluster(broker=PATIENT)
+    tp, state = one_partition_topic(cluster, zk, config=MIN_ISR_1)
     old_leader, followers = state.leader, [b for b in state.isr if b != state.leader]
     producer = Producer(cluster.bootstrap_servers(), acks=-1)
     producer.send("t", [f"shared-{i}".encode() for i in range(5)], partition=0)
@@ -185,8 +188,8 @@ def test_a_returning_old_leader_truncates_what_it_alone_had(new_cluster):
 def test_a_corrupted_segment_is_recovered_and_refilled_from_the_leader(new_cluster):
     """A broker's segment is damaged while it is down: on restart its log is truncated at the first bad
     record, the rest comes again from the new leader, and once it leads again it serves every record."""
-    cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1}))
-    tp, state = one_partition_topic(cluster, zk)
+    cluster, zk = new_cluster(broker=FAST)
+    tp, state = one_partition_topic(cluster, zk, config=MIN_ISR_1)
     victim = state.leader
     values = [f"v{i}".encode() for i in range(20)]
     Producer(cluster.bootstrap_servers(), acks=-1).send("t", values, partition=0)
@@ -221,8 +224,8 @@ def consumer_fetch(cluster, broker: int, offset: int, version: int = 12):
 def test_high_watermark_semantics_for_consumers(new_cluster):
     """Records the followers do not have yet sit between the HW and the log end: a consumer asking for
     them gets nothing (no error) until the followers fetch; beyond the log end is OFFSET_OUT_OF_RANGE."""
-    cluster, zk = new_cluster(broker=FAST.model_copy(update={"min_insync_replicas": 1}))
-    _, state = one_partition_topic(cluster, zk)
+    cluster, zk = new_cluster(broker=FAST)
+    _, state = one_partition_topic(cluster, zk, config=MIN_ISR_1)
     Producer(cluster.bootstrap_servers(), acks=-1).send("t", [b"a"] * 10, partition=0)
     pids = [ray.get(cluster.brokers[b].info.remote())["pid"] for b in state.isr if b != state.leader]
     for pid in pids:
@@ -258,7 +261,7 @@ def test_produces_waiting_for_acks_all_cost_no_thread(new_cluster):
     """80 acks=all produces on 80 connections wait for a paused follower: the controller's requests, a
     consumer's fetch and the metadata still get answered at once (Kafka's purgatory; waiting requests
     hold no thread), and every produce completes once the follower is back."""
-    cluster, zk = new_cluster(broker=BrokerConfig(min_insync_replicas=2, replica_fetch_wait_max_ms=200))
+    cluster, zk = new_cluster(broker=PATIENT)
     tp, state = one_partition_topic(cluster, zk)
     leader = cluster.brokers[state.leader]
     host, port = ray.get(leader.listener.remote())

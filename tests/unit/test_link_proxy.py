@@ -256,15 +256,15 @@ def test_a_link_exposing_a_listener_takes_the_port_asked_and_refuses_one_taken()
     again = LinkTable()  # the next incarnation asks for the same port and gets it, with healthy links
     assert again.expose("clients", target, "127.0.0.1", port) == port
 
-    async def hello() -> bytes:
+    async def hello(timeout_s: float) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        got = await asyncio.wait_for(reader.readexactly(5), 5)
+        got = await asyncio.wait_for(reader.readexactly(5), timeout_s)
         writer.close()
         return got
-    assert asyncio.run(hello()) == b"hello"
+    assert asyncio.run(hello(5)) == b"hello"
     again.set_fault("clients", B, LinkFault(cut=True))
-    with pytest.raises(asyncio.TimeoutError):
-        asyncio.run(hello())
+    with pytest.raises(asyncio.TimeoutError):  # a second of silence: the link answered in milliseconds before
+        asyncio.run(hello(1))
     again.close()
     loop.call_soon_threadsafe(loop.stop)
 
