@@ -215,7 +215,9 @@ def _reassignment_in_progress(ok, fails, run, replicas, home, namespace):
     move.write_text(f'{{"version":1,"partitions":[{{"topic":"m","partition":0,"replicas":[{y}]}}]}}')
     cancel = ("reassign", "--cancel", "--reassignment-json-file", str(move))
     pid = ray.get(ray.get_actor(f"broker-{y}", namespace=namespace).info.remote())["pid"]
-    os.kill(pid, signal.SIGSTOP)  # broker y cannot fetch: the move waits for it to join the ISR
+    # broker y cannot fetch: the move waits for it to join the ISR (its 3 s session may expire meanwhile; the
+    # move cannot finish either way, and the listing, the description and the cancel read the same)
+    os.kill(pid, signal.SIGSTOP)
     try:
         assert "Successfully started partition reassignment for m-0" in ok("reassign", "--execute",
                                                                           "--reassignment-json-file", str(move))

@@ -2,7 +2,8 @@
 false suspicion of a paused broker, and a wrongly removed broker comes back (real ZooKeeper, real Ray).
 
 The clusters here use a 30 s session timeout, so that anything handled within seconds was
-found by Ray rather than by ZooKeeper.
+found by Ray rather than by ZooKeeper, and one setting for all (a killed candidate's backoff of 3 s) so
+that they share one cluster.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from jobs.experiments.local import fresh_chroot
 from tests.integration.conftest import create_topic_and_wait, caches_match_zookeeper, wait_until, zk_states
 
 LONG_SESSION_MS = 30_000
+# long enough that the failover and the checks after it end within it, so a candidate started at once is seen
+BACKOFF_MS = 3000
 
 
 def broker_failures(cluster, controller_id: int, since_ms: float = 0) -> list[dict]:
@@ -33,7 +36,7 @@ def broker_failures(cluster, controller_id: int, since_ms: float = 0) -> list[di
 
 
 def test_a_killed_broker_is_handled_before_its_session_expires(new_cluster):
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -49,7 +52,7 @@ def test_a_killed_broker_is_handled_before_its_session_expires(new_cluster):
 
 
 def test_a_restarted_broker_registers_again_at_once_and_gets_its_replicas_back(new_cluster):
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -68,7 +71,7 @@ def test_a_restarted_broker_registers_again_at_once_and_gets_its_replicas_back(n
 
 def test_a_paused_broker_is_not_suspected(new_cluster):
     """SIGSTOP is invisible to Ray: nothing is published, the registration stays, no failover."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -89,7 +92,7 @@ def test_a_live_broker_whose_registration_was_removed_registers_again_and_is_fen
     """What a false suspicion leaves behind: the controller moves the broker's leaderships with newer
     leader epochs (its old epoch is fenced), the broker registers again with a new broker epoch, and
     it gets its replicas back."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -110,8 +113,8 @@ def test_a_killed_controller_is_replaced_before_its_session_expires(new_cluster)
     """The other candidates see the controller's actor die and remove its /controller at once; the
     killed candidate's broker starts a new one only after candidate_restart_backoff_ms, off the
     failover's cores (Ray does not restart it at once)."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
-    backoff_s = cluster.config.controller.candidate_restart_backoff_ms / 1000
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
+    backoff_s = BACKOFF_MS / 1000
     old_id, old_epoch = cluster.wait_until_ready(zk)
     old_pid = ray.get(cluster.controller_actor(old_id).status.remote())["pid"]
     killed = time.monotonic()
@@ -164,7 +167,7 @@ def test_the_broker_that_hosted_the_controller_is_handled_by_the_next_ones_failo
     with no broker failure of its own after. (The candidate is stopped first and killed once Ray has
     the broker dead, so that the failover surely comes after: it dies within milliseconds of its
     broker otherwise, and Ray's word of the two deaths comes in either order.)"""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS)
+    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
     old_id, old_epoch = cluster.wait_until_ready(zk)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     broker_pid = ray.get(cluster.brokers[old_id].info.remote())["pid"]
