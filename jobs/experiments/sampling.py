@@ -1,8 +1,9 @@
 """What the run samples while it goes, every sample_interval_s in a thread of its own: the load's
 figures, the controller's queues, every actor's memory (load.jsonl) and ZooKeeper's partition states
 (partition_states.jsonl, also just before each fault on a broker; not an idle topic's: at 100,000
-partitions a sample would take a second of ZooKeeper reads and megabytes). The faults, the actions and the actors' own records reach the run directory
-from where they happen; the last sample's figures make the progress line."""
+partitions a sample would take a second of ZooKeeper reads and megabytes). The faults, the actions and
+the actors' own records reach the run directory from where they happen; the last sample's figures make
+the progress line."""
 from __future__ import annotations
 
 import logging

@@ -23,6 +23,10 @@ from tests.integration.conftest import (
     zk_states,
 )
 
+# one cluster for the two tests whose partitions must move only as the test says: no follower shrunk out of
+# an ISR by lag within a test, no auto leader rebalance
+STILL = {"broker": BrokerConfig(replica_lag_time_max_ms=300_000), "auto_leader_rebalance_enable": False}
+
 
 class Controller(NamedTuple):
     id: int
@@ -239,8 +243,7 @@ def bounce(cluster, zk, controller, broker_id: int) -> None:
 
 
 def test_preferred_replica_election_via_znode(new_cluster):
-    # the election must be the znode's; the broker settings are the dead-broker test's, to share its cluster
-    cluster, zk = new_cluster(broker=BrokerConfig(replica_lag_time_max_ms=300_000), auto_leader_rebalance_enable=False)
+    cluster, zk = new_cluster(**STILL)  # the election must be the znode's
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     controller_id, _, controller, preferred = controller_of(cluster, zk)
     moved = [tp for tp, s in zk_states(zk, "t").items() if s.leader == preferred]
@@ -259,7 +262,7 @@ def test_a_broker_that_died_while_no_controller_was_active_leaves_the_isrs_at_fa
     the broker's replicas Offline before any election: out of the ISRs, and a partition it led with no
     other replica gets leader -1, its ISR kept (the leaders' replica.lag.time.max.ms, far longer than
     the test here, is not what takes it out)."""
-    cluster, zk = new_cluster(broker=BrokerConfig(replica_lag_time_max_ms=300_000), auto_leader_rebalance_enable=False)
+    cluster, zk = new_cluster(**STILL)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     controller = controller_of(cluster, zk)
     victim = controller.other_broker

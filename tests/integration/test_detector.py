@@ -26,6 +26,7 @@ from tests.integration.conftest import create_topic_and_wait, caches_match_zooke
 LONG_SESSION_MS = 30_000
 # long enough that the failover and the checks after it end within it, so a candidate started at once is seen
 BACKOFF_MS = 3000
+SHARED = {"session_timeout_ms": LONG_SESSION_MS, "candidate_restart_backoff_ms": BACKOFF_MS}  # one cluster for all
 
 
 def broker_failures(cluster, controller_id: int, since_ms: float = 0) -> list[dict]:
@@ -36,7 +37,7 @@ def broker_failures(cluster, controller_id: int, since_ms: float = 0) -> list[di
 
 
 def test_a_killed_broker_is_handled_before_its_session_expires(new_cluster):
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
+    cluster, zk = new_cluster(**SHARED)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -52,7 +53,7 @@ def test_a_killed_broker_is_handled_before_its_session_expires(new_cluster):
 
 
 def test_a_restarted_broker_registers_again_at_once_and_gets_its_replicas_back(new_cluster):
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
+    cluster, zk = new_cluster(**SHARED)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -71,7 +72,7 @@ def test_a_restarted_broker_registers_again_at_once_and_gets_its_replicas_back(n
 
 def test_a_paused_broker_is_not_suspected(new_cluster):
     """SIGSTOP is invisible to Ray: nothing is published, the registration stays, no failover."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
+    cluster, zk = new_cluster(**SHARED)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 3, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -92,7 +93,7 @@ def test_a_live_broker_whose_registration_was_removed_registers_again_and_is_fen
     """What a false suspicion leaves behind: the controller moves the broker's leaderships with newer
     leader epochs (its old epoch is fenced), the broker registers again with a new broker epoch, and
     it gets its replicas back."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
+    cluster, zk = new_cluster(**SHARED)
     controller_id, _ = cluster.wait_for_controller(zk)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     victim = next(b for b in cluster.brokers if b != controller_id)
@@ -113,7 +114,7 @@ def test_a_killed_controller_is_replaced_before_its_session_expires(new_cluster)
     """The other candidates see the controller's actor die and remove its /controller at once; the
     killed candidate's broker starts a new one only after candidate_restart_backoff_ms, off the
     failover's cores (Ray does not restart it at once)."""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
+    cluster, zk = new_cluster(**SHARED)
     backoff_s = BACKOFF_MS / 1000
     old_id, old_epoch = cluster.wait_until_ready(zk)
     old_pid = ray.get(cluster.controller_actor(old_id).status.remote())["pid"]
@@ -167,7 +168,7 @@ def test_the_broker_that_hosted_the_controller_is_handled_by_the_next_ones_failo
     with no broker failure of its own after. (The candidate is stopped first and killed once Ray has
     the broker dead, so that the failover surely comes after: it dies within milliseconds of its
     broker otherwise, and Ray's word of the two deaths comes in either order.)"""
-    cluster, zk = new_cluster(session_timeout_ms=LONG_SESSION_MS, candidate_restart_backoff_ms=BACKOFF_MS)
+    cluster, zk = new_cluster(**SHARED)
     old_id, old_epoch = cluster.wait_until_ready(zk)
     create_topic_and_wait(cluster, zk, "t", 6, 3)
     broker_pid = ray.get(cluster.brokers[old_id].info.remote())["pid"]
